@@ -1,0 +1,56 @@
+//===- AttnResCpu.cpp - Block attention residuals on the CPU --------------===//
+//
+// Computes AttnRes (K3.md §4) in fp32: w = wNorm·wProj once (a product of two
+// bf16 values is exact in fp32), then per source one pass for mean(V²) and
+// one for Σ (V·r)·w, a max-subtracted softmax, and the α-weighted sum of the
+// raw sources in source order (blocks, then extra), rounded once. AttnRes
+// logits of a real model sit close together, so nothing here is rounded early.
+// Limits: at least one source.
+//
+//===----------------------------------------------------------------------===//
+#include "kernels/attnres/AttnResCpu.h"
+#include "kernels/common/CpuMath.h"
+
+#include <vector>
+
+namespace k3 {
+
+void attnResCpu(const AttnResParams &p) {
+  const int64_t D = p.dim;
+  const int64_t n = p.numBlocks + (p.extra ? 1 : 0);
+  std::vector<const uint16_t *> src(n);
+  for (int64_t i = 0; i < p.numBlocks; ++i)
+    src[i] = p.blocks + i * D;
+  if (p.extra)
+    src[n - 1] = p.extra;
+
+  std::vector<float> w(D), v(D), key(D), logit(n);
+  for (int64_t d = 0; d < D; ++d)
+    w[d] = bf16ToFloat(p.wNorm[d]) * bf16ToFloat(p.wProj[d]);
+  float maxLogit = 0.0f;
+  for (int64_t i = 0; i < n; ++i) {
+    cpu::widen(src[i], D, v.data());
+    float mean = cpu::dot(v.data(), v.data(), D) / static_cast<float>(D);
+    float r = 1.0f / std::sqrt(mean + p.eps);
+    for (int64_t d = 0; d < D; ++d)
+      key[d] = v[d] * r;
+    logit[i] = cpu::dot(key.data(), w.data(), D);
+    if (i == 0 || logit[i] > maxLogit)
+      maxLogit = logit[i];
+  }
+  float sum = 0.0f;
+  for (int64_t i = 0; i < n; ++i) {
+    logit[i] = std::exp(logit[i] - maxLogit);
+    sum += logit[i];
+  }
+  std::vector<float> acc(D, 0.0f);
+  for (int64_t i = 0; i < n; ++i) {
+    const float alpha = logit[i] / sum;
+    for (int64_t d = 0; d < D; ++d)
+      acc[d] += alpha * bf16ToFloat(src[i][d]);
+  }
+  for (int64_t d = 0; d < D; ++d)
+    p.out[d] = floatToBf16(acc[d]);
+}
+
+} // namespace k3

@@ -1,0 +1,44 @@
+//===- WeightRef.h - A weight matrix in one of the storage formats -*- C++
+//-*-===//
+//
+// Projections are stored bf16, except K3's routed experts, which are MXFP4
+// (K3.md §7). Every params struct that takes a matrix takes a WeightRef, so a
+// kernel serves both formats and the compiler chooses by a field, not by an
+// entry point. Plain C types only: the header is shared with the .cu kernels
+// and the runtime.
+//
+//===----------------------------------------------------------------------===//
+#ifndef K3C_KERNELS_COMMON_WEIGHTREF_H
+#define K3C_KERNELS_COMMON_WEIGHTREF_H
+
+#include <cstdint>
+
+namespace k3 {
+
+/// Storage formats of a weight matrix (WeightRef::format).
+enum : int32_t {
+  kWeightBf16 = 0, ///< bf16 [rows, cols], row-major
+  kWeightMxfp4 =
+      1, ///< packed U8 [rows, cols/2] + E8M0 scales U8 [rows, cols/32]
+};
+
+/// A row-major weight matrix [rows, cols]; its shape travels in the params
+/// struct that uses it. Exactly the pointers of `format` are non-null.
+struct WeightRef {
+  int32_t format = kWeightBf16;
+  const uint16_t *bf16 = nullptr; ///< [rows, cols] bf16 (kWeightBf16)
+  /// [rows, cols/2] u8, two E2M1 codes per byte, even column in the low
+  /// nibble (kWeightMxfp4); cols % 32 == 0.
+  const uint8_t *packed = nullptr;
+  const uint8_t *scale = nullptr; ///< [rows, cols/32] u8 E8M0 (kWeightMxfp4)
+};
+
+/// Activations of a gated MLP (GatedMlpParams::activation and friends).
+enum : int32_t {
+  kActSiTU = 0, ///< softcap(g, β1) · sigmoid(g) · softcap(u, β2) (K3.md §6)
+  kActSwiGLU = 1, ///< SiLU(g) · u
+};
+
+} // namespace k3
+
+#endif // K3C_KERNELS_COMMON_WEIGHTREF_H

@@ -1,0 +1,28 @@
+//===- EmbedParams.h - Parameters of the embedding lookup ---------*- C++
+//-*-===//
+//
+// The contract between codegen, the runtime and the embed kernels (CPU and
+// CUDA). Plain C types only.
+//
+//===----------------------------------------------------------------------===//
+#ifndef K3C_KERNELS_EMBED_EMBEDPARAMS_H
+#define K3C_KERNELS_EMBED_EMBEDPARAMS_H
+
+#include <cstdint>
+
+namespace k3 {
+
+/// `embed`: out = table[token] (an exact bf16 row copy).
+struct EmbedParams {
+  const uint16_t *table = nullptr; ///< [vocab, dim] bf16, row-major
+  int64_t vocab = 0;
+  int64_t dim = 0;
+  /// Token id; the caller checks 0 <= token < vocab (the kernel has no error
+  /// path; out of range it writes zeros).
+  int64_t token = 0;
+  uint16_t *out = nullptr; ///< [dim] bf16
+};
+
+} // namespace k3
+
+#endif // K3C_KERNELS_EMBED_EMBEDPARAMS_H

@@ -1,0 +1,27 @@
+//===- HeadParams.h - Parameters of the decode head ---------------*- C++
+//-*-===//
+//
+// The contract between codegen, the runtime and the head kernels (CPU and
+// CUDA). Plain C types only. The head itself (final norm + lm_head) is a
+// `linear` with a folded pre-norm and an fp32 output; this family holds what
+// comes after it.
+//
+//===----------------------------------------------------------------------===//
+#ifndef K3C_KERNELS_HEAD_HEADPARAMS_H
+#define K3C_KERNELS_HEAD_HEADPARAMS_H
+
+#include <cstdint>
+
+namespace k3 {
+
+/// `argmax`: the index of the largest logit; ties go to the lowest index.
+/// NaN logits are never chosen (if every logit is NaN the result is 0).
+struct ArgmaxParams {
+  const float *logits = nullptr; ///< [n] fp32
+  int64_t n = 0;
+  int64_t *outId = nullptr; ///< [1] int64
+};
+
+} // namespace k3
+
+#endif // K3C_KERNELS_HEAD_HEADPARAMS_H

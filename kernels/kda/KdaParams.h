@@ -1,0 +1,105 @@
+//===- KdaParams.h - Parameters of the KDA (linear attention) ops -*- C++
+//-*-===//
+//
+// The contract between codegen, the runtime and the KDA kernels (CPU and
+// CUDA). Plain C types only. K3.md §2 is the math, NUMERICS.md "KDA" the
+// rounding points. The projections around the mixer (q/k/v/f_a/b/g in,
+// f_b and g_b, o_proj out) are `linear`/`linear_multi`; these ops are what
+// sits between them.
+//
+// Channel c belongs to head c / d (C = H·d). The recurrent state of a layer
+// is [H, d, d] fp32 indexed [head][key][value]; the conv state of each of
+// q, k, v is [C, W-1] fp32 holding the last W-1 conv inputs of each channel,
+// oldest first (exact bf16 values). Both are zero at the start of a sequence
+// and updated in place.
+//
+//===----------------------------------------------------------------------===//
+#ifndef K3C_KERNELS_KDA_KDAPARAMS_H
+#define K3C_KERNELS_KDA_KDAPARAMS_H
+
+#include <cstdint>
+
+namespace k3 {
+
+/// The epsilon inside the root of KDA's q/k l2norm (K3.md §2.3).
+constexpr float kKdaL2NormEps = 1e-6f;
+
+/// `kda_conv`: one step of the depthwise causal short conv + SiLU for one of
+/// q, k, v: out[c] = R(SiLU(Σ_{i<W-1} w[c,i]·state[c,i] + w[c,W-1]·u[c]))
+/// (fp32, i ascending), then the state shifts left and takes u[c].
+struct KdaConvParams {
+  const uint16_t *u = nullptr;      ///< [C] bf16, this token's projection
+  const uint16_t *weight = nullptr; ///< [C, 1, W] bf16 (q/k/v_conv1d.weight)
+  float *state = nullptr;           ///< [C, W-1] fp32, in place
+  uint16_t *out = nullptr;          ///< [C] bf16; must not alias u
+  int64_t channels = 0;             ///< C
+  int32_t width = 4;                ///< W (short_conv_kernel_size), >= 1
+};
+
+/// `kda_recurrent`: the gated delta rule step of every head (K3.md §2.3-2.7):
+/// q = l2norm(q̃)/sqrt(d), k = l2norm(k̃) (eps kKdaL2NormEps inside the root);
+/// z = f + dtBias, a = exp(aLog[h]),
+///   g = lowerBound · sigmoid(a·z) (hasLowerBound) or −a·softplus(z);
+/// β = sigmoid(betaLogit[h]);
+/// S ← Diag(exp(g)) S; S ← S + k ⊗ (β·(v − Sᵀk)); o = R(Sᵀq). All fp32.
+struct KdaRecurrentParams {
+  const uint16_t *q = nullptr;         ///< [C] bf16, kda_conv output q̃
+  const uint16_t *k = nullptr;         ///< [C] bf16, k̃
+  const uint16_t *v = nullptr;         ///< [C] bf16, ṽ
+  const uint16_t *f = nullptr;         ///< [C] bf16, R(f_b(R(f_a h)))
+  const uint16_t *betaLogit = nullptr; ///< [H] bf16, R(b_proj h)
+  const float *dtBias = nullptr;       ///< [C] fp32
+  const float *aLog = nullptr; ///< [H] fp32 (first H of the checkpoint's)
+  float *state = nullptr;      ///< [H, d, d] fp32 [key][value], in place
+  uint16_t *out = nullptr;     ///< [C] bf16, o
+  int64_t numHeads = 0;        ///< H
+  int64_t headDim = 0;         ///< d
+  int32_t hasLowerBound = 0;   ///< 1: K3's sigmoid gate; 0: softplus
+  float lowerBound = -5.0f;    ///< gate_lower_bound, used when set
+};
+
+/// `kda_gated_norm`: per head h, y_h = R(o_h · rsqrt(mean(o_h²) + eps) · w ·
+/// sigmoid(gt_h)) with one rounding at the end (fp32 inside).
+struct KdaGatedNormParams {
+  const uint16_t *o = nullptr;      ///< [C] bf16, kda_recurrent output
+  const uint16_t *gate = nullptr;   ///< [C] bf16, gt = R(g_proj h)
+  const uint16_t *weight = nullptr; ///< [d] bf16, o_norm.weight (all heads)
+  uint16_t *out = nullptr;          ///< [C] bf16; may alias o
+  int64_t numHeads = 0;
+  int64_t headDim = 0;
+  float eps = 1e-5f; ///< rms_norm_eps
+};
+
+/// `kda_decode` (the KDA fusion): kda_conv of q, k and v, kda_recurrent and
+/// kda_gated_norm in one call, rounding at the same points as that chain
+/// (q̃, k̃, ṽ and o are rounded to bf16 in between), so the result is
+/// bit-identical to it. Output y = the gated-norm output (o_proj's input).
+struct KdaDecodeParams {
+  const uint16_t *uq = nullptr;         ///< [C] bf16, R(q_proj h)
+  const uint16_t *uk = nullptr;         ///< [C] bf16
+  const uint16_t *uv = nullptr;         ///< [C] bf16
+  const uint16_t *convQ = nullptr;      ///< [C, 1, W] bf16
+  const uint16_t *convK = nullptr;      ///< [C, 1, W] bf16
+  const uint16_t *convV = nullptr;      ///< [C, 1, W] bf16
+  float *convStateQ = nullptr;          ///< [C, W-1] fp32, in place
+  float *convStateK = nullptr;          ///< [C, W-1] fp32, in place
+  float *convStateV = nullptr;          ///< [C, W-1] fp32, in place
+  const uint16_t *f = nullptr;          ///< [C] bf16
+  const uint16_t *betaLogit = nullptr;  ///< [H] bf16
+  const float *dtBias = nullptr;        ///< [C] fp32
+  const float *aLog = nullptr;          ///< [H] fp32
+  float *state = nullptr;               ///< [H, d, d] fp32, in place
+  const uint16_t *gate = nullptr;       ///< [C] bf16, gt
+  const uint16_t *normWeight = nullptr; ///< [d] bf16, o_norm.weight
+  uint16_t *out = nullptr;              ///< [C] bf16, y
+  int64_t numHeads = 0;
+  int64_t headDim = 0;
+  int32_t convWidth = 4;
+  int32_t hasLowerBound = 0;
+  float lowerBound = -5.0f;
+  float normEps = 1e-5f; ///< o_norm eps (rms_norm_eps)
+};
+
+} // namespace k3
+
+#endif // K3C_KERNELS_KDA_KDAPARAMS_H

@@ -1,0 +1,60 @@
+//===- MlaParams.h - Parameters of the MLA (full attention) ops ---*- C++
+//-*-===//
+//
+// The contract between codegen, the runtime and the MLA kernels (CPU and
+// CUDA). Plain C types only. K3.md §3 is the math (gated, NoPE: k_r is never
+// rotated), NUMERICS.md "MLA" the rounding points. The projections (q_a/q_b
+// or q, kv_a, g, o) are `linear`/`linear_multi`.
+//
+// Latent cache of a layer: [maxSeq, L+R] bf16, row j = [c_j | k_r_j] with
+// c_j already normalised by kv_a_layernorm.
+//
+//===----------------------------------------------------------------------===//
+#ifndef K3C_KERNELS_MLA_MLAPARAMS_H
+#define K3C_KERNELS_MLA_MLAPARAMS_H
+
+#include <cstdint>
+
+namespace k3 {
+
+/// `mla_cache_append`: cache[pos] = [rms_norm(kv[:L], normWeight, eps) |
+/// kv[L:]]; the norm rounds exactly as `rms_norm`.
+struct MlaCacheAppendParams {
+  const uint16_t *kv = nullptr;         ///< [L+R] bf16, R(kv_a h)
+  const uint16_t *normWeight = nullptr; ///< [L] bf16, kv_a_layernorm.weight
+  float eps = 1e-6f;
+  uint16_t *cache = nullptr; ///< [maxSeq, L+R] bf16
+  int64_t pos = 0;           ///< row to write, 0 <= pos < maxSeq
+  int64_t kvLoraRank = 0;    ///< L
+  int64_t ropeDim = 0;       ///< R
+};
+
+/// `mla_attend`: absorbed decode attention over cache rows [0, length)
+/// (length = pos + 1 after the append), per head h, all in fp32:
+///   q̂ = W_UK,hᵀ q_nope,h [L];  s_j = (q̂·c_j + q_r,h·k_r_j) · scale;
+///   p = softmax(s);  ĉ = Σ_j p_j c_j;  o_h = R(W_UV,h ĉ).
+/// With a gate: out = R(R(o) · sigmoid(gate)), i.e. bit-identical to
+/// mla_attend without the gate followed by `mul_sigmoid`.
+struct MlaAttendParams {
+  /// [N, P+R] bf16: per head q_nope (P) then q_r (R).
+  const uint16_t *q = nullptr;
+  /// [N, P+V, L] bf16 (kv_b_proj.weight [N(P+V), L]): per head P rows of
+  /// W_UK then V rows of W_UV.
+  const uint16_t *kvB = nullptr;
+  const uint16_t *cache = nullptr; ///< [maxSeq, L+R] bf16, rows < length used
+  int64_t length = 0;              ///< attended positions, >= 1
+  const uint16_t *gate = nullptr;  ///< [N·V] bf16, R(g_proj h); may be null
+  uint16_t *out = nullptr;         ///< [N·V] bf16 (head-major)
+  int64_t numHeads = 0;            ///< N
+  int64_t nopeDim = 0;             ///< P
+  int64_t ropeDim = 0;             ///< R
+  int64_t vDim = 0;                ///< V
+  int64_t kvLoraRank = 0;          ///< L
+  /// Score scale; K3.md §3: 1/sqrt(P+R) (not 1/sqrt(L+R)). The compiler
+  /// passes it explicitly so a kernel never guesses.
+  float scale = 0.0f;
+};
+
+} // namespace k3
+
+#endif // K3C_KERNELS_MLA_MLAPARAMS_H

@@ -1,0 +1,116 @@
+//===- MoeCpu.cpp - MoE ops on the CPU ------------------------------------===//
+//
+// Computes routing, gated MLPs and the routed-expert mix of one token
+// (K3.md §5-6). The gated MLP is three cpu::gemvAcc products with bf16
+// rounding of g, u, a and y (NUMERICS.md), so `gated_mlp` on one expert and
+// `moe_experts` agree with chains of `linear` + `gated_act`. The router selects
+// by repeated arg-max over the not-yet-chosen experts (O(k·E), fine for
+// E <= 1024), scanning upwards with a strict `>` so ties go to the lower index.
+//
+// Limits: MXFP4 matrices need their column count % 32 == 0; scratch is
+// allocated per call.
+//
+//===----------------------------------------------------------------------===//
+#include "kernels/moe/MoeCpu.h"
+#include "kernels/common/CpuMath.h"
+
+#include <vector>
+
+namespace k3 {
+
+void routerCpu(const RouterParams &p) {
+  std::vector<float> hf(p.dim), s(p.numExperts), rank(p.numExperts);
+  cpu::widen(p.h, p.dim, hf.data());
+  for (int64_t e = 0; e < p.numExperts; ++e) {
+    s[e] = cpu::sigmoid(cpu::dotBf16(p.gate + e * p.dim, hf.data(), p.dim));
+    rank[e] = s[e] + (p.bias ? p.bias[e] : 0.0f);
+  }
+  std::vector<char> taken(p.numExperts, 0);
+  float sum = 0.0f;
+  for (int32_t k = 0; k < p.topK; ++k) {
+    int64_t best = -1;
+    for (int64_t e = 0; e < p.numExperts; ++e) {
+      if (taken[e])
+        continue;
+      // A NaN rank loses to any number, and to an earlier NaN.
+      if (best < 0 || rank[e] > rank[best] ||
+          (rank[best] != rank[best] && rank[e] == rank[e]))
+        best = e;
+    }
+    taken[best] = 1;
+    p.outIds[k] = static_cast<int32_t>(best);
+    p.outWeights[k] = s[best];
+    sum += s[best];
+  }
+  const float denom = p.renormalize ? sum + 1e-20f : 1.0f;
+  for (int32_t k = 0; k < p.topK; ++k) {
+    float w = p.outWeights[k];
+    if (p.renormalize)
+      w = w / denom;
+    p.outWeights[k] = w * p.scaling;
+  }
+}
+
+namespace {
+/// The body of a gated MLP on an already prepared fp32 input: y = R(W2 a),
+/// a = R(act(R(W1 x), R(W3 x))); `y` receives the bf16 values widened.
+struct GatedMlpShape {
+  int64_t inDim, interDim, outDim;
+  int32_t activation;
+  float beta1;
+  int32_t hasBeta2;
+  float beta2;
+};
+
+void gatedMlpBody(const GatedMlpShape &s, const WeightRef &w1,
+                  const WeightRef &w3, const WeightRef &w2, const float *x,
+                  float *y) {
+  std::vector<float> g(s.interDim), u(s.interDim);
+  cpu::gemvAcc(w1, s.interDim, s.inDim, x, g.data());
+  cpu::gemvAcc(w3, s.interDim, s.inDim, x, u.data());
+  for (int64_t i = 0; i < s.interDim; ++i)
+    g[i] = roundBf16(cpu::gatedAct(s.activation, s.beta1, s.hasBeta2, s.beta2,
+                                   roundBf16(g[i]), roundBf16(u[i])));
+  cpu::gemvAcc(w2, s.outDim, s.interDim, g.data(), y);
+  for (int64_t i = 0; i < s.outDim; ++i)
+    y[i] = roundBf16(y[i]);
+}
+} // namespace
+
+void gatedMlpCpu(const GatedMlpParams &p) {
+  std::vector<float> x(p.inDim), y(p.outDim);
+  if (p.normWeight) {
+    std::vector<uint16_t> normed(p.inDim);
+    cpu::rmsNormBf16(p.x, p.normWeight, p.inDim, p.normEps, normed.data());
+    cpu::widen(normed.data(), p.inDim, x.data());
+  } else {
+    cpu::widen(p.x, p.inDim, x.data());
+  }
+  GatedMlpShape shape{p.inDim, p.interDim, p.outDim, p.activation,
+                      p.beta1, p.hasBeta2, p.beta2};
+  gatedMlpBody(shape, p.w1, p.w3, p.w2, x.data(), y.data());
+  for (int64_t i = 0; i < p.outDim; ++i) {
+    float v = y[i];
+    if (p.residual)
+      v = v + bf16ToFloat(p.residual[i]);
+    p.out[i] = floatToBf16(v);
+  }
+}
+
+void moeExpertsCpu(const MoeExpertsParams &p) {
+  std::vector<float> x(p.dim), y(p.dim), acc(p.dim, 0.0f);
+  cpu::widen(p.x, p.dim, x.data());
+  GatedMlpShape shape{p.dim,   p.interDim, p.dim,  p.activation,
+                      p.beta1, p.hasBeta2, p.beta2};
+  for (int32_t k = 0; k < p.topK; ++k) {
+    const int32_t e = p.ids[k];
+    gatedMlpBody(shape, p.w1[e], p.w3[e], p.w2[e], x.data(), y.data());
+    const float w = p.weights[k];
+    for (int64_t i = 0; i < p.dim; ++i)
+      acc[i] += w * y[i];
+  }
+  for (int64_t i = 0; i < p.dim; ++i)
+    p.out[i] = floatToBf16(acc[i]);
+}
+
+} // namespace k3

@@ -1,0 +1,90 @@
+//===- MoeParams.h - Parameters of the MoE ops --------------------*- C++
+//-*-===//
+//
+// The contract between codegen, the runtime and the MoE kernels (CPU and
+// CUDA). Plain C types only. K3.md §5-6 is the math, NUMERICS.md "MoE" and
+// "gated MLP" the rounding points. The latent projections
+// (routed_expert_down/up_proj) are `linear`; the latent norm is `rms_norm`.
+//
+//===----------------------------------------------------------------------===//
+#ifndef K3C_KERNELS_MOE_MOEPARAMS_H
+#define K3C_KERNELS_MOE_MOEPARAMS_H
+
+#include "kernels/common/WeightRef.h"
+
+#include <cstdint>
+
+namespace k3 {
+
+/// `router` (noaux_tc, sigmoid, one expert group), all fp32, no rounding:
+/// s = sigmoid(gate · h); rank by s + bias (descending; equal values: the
+/// lower expert index first); the weights are the UNBIASED s of the chosen
+/// experts, divided by (Σ + 1e-20) when renormalize, then times scaling.
+/// Outputs are in rank order (ids[0] has the largest s + bias). Group-limited
+/// routing (num_expert_group > 1) is not supported: with one group it is a
+/// no-op. NaN scores are never chosen before finite ones.
+struct RouterParams {
+  const uint16_t *h = nullptr;    ///< [dim] bf16, post_attention_layernorm out
+  const uint16_t *gate = nullptr; ///< [numExperts, dim] bf16 (gate.weight)
+  const float *bias = nullptr;    ///< [numExperts] fp32, may be null (= 0)
+  int64_t numExperts = 0;         ///< E
+  int64_t dim = 0;                ///< D
+  int32_t topK = 0;               ///< 1 <= topK <= E
+  int32_t renormalize = 1;        ///< moe_renormalize
+  float scaling = 1.0f;           ///< routed_scaling_factor
+  int32_t *outIds = nullptr;      ///< [topK] int32
+  float *outWeights = nullptr;    ///< [topK] fp32
+};
+
+/// `gated_mlp` (dense layer 0, shared experts, one expert):
+///   x̂ = x, or rms_norm(x, normWeight, normEps) when normWeight is set;
+///   g = R(W1 x̂), u = R(W3 x̂), a = R(act(g, u)) (fp32), y = R(W2 a);
+///   out = y, or R(y + residual) when residual is set.
+struct GatedMlpParams {
+  const uint16_t *x = nullptr;          ///< [inDim] bf16
+  const uint16_t *normWeight = nullptr; ///< [inDim] bf16, may be null
+  float normEps = 1e-5f;
+  WeightRef w1; ///< [interDim, inDim] (gate_proj / w1)
+  WeightRef w3; ///< [interDim, inDim] (up_proj / w3)
+  WeightRef w2; ///< [outDim, interDim] (down_proj / w2)
+  int64_t inDim = 0;
+  int64_t interDim = 0;
+  int64_t outDim = 0;
+  int32_t activation = kActSiTU;      ///< kActSiTU or kActSwiGLU
+  float beta1 = 4.0f;                 ///< SiTU β1
+  int32_t hasBeta2 = 1;               ///< SiTU: 0 = plain u
+  float beta2 = 25.0f;                ///< SiTU β2
+  const uint16_t *residual = nullptr; ///< [outDim] bf16, may be null
+  uint16_t *out = nullptr;            ///< [outDim] bf16; may alias residual
+};
+
+/// `moe_experts` (the fused expert mix): for the topK routed experts run the
+/// gated MLP on x and return out = R(Σ_k weights[k] · y_{ids[k]}), the y
+/// being the experts' bf16 outputs, the sum in fp32 in k order.
+///
+/// Experts are given as pointer tables indexed by expert id (one WeightRef
+/// per expert per matrix), not base + stride: checkpoint experts are separate
+/// tensors, possibly in different shards, with no common base. The tables
+/// live where the kernel runs (host memory for the CPU, device memory for
+/// CUDA).
+struct MoeExpertsParams {
+  const uint16_t *x = nullptr;    ///< [dim] bf16: z (latent) or h
+  const int32_t *ids = nullptr;   ///< [topK] int32, router output
+  const float *weights = nullptr; ///< [topK] fp32, router output
+  int32_t topK = 0;
+  int64_t numExperts = 0;        ///< E (table length; ids < E)
+  const WeightRef *w1 = nullptr; ///< [E] tables; each [interDim, dim]
+  const WeightRef *w3 = nullptr; ///< [E] tables; each [interDim, dim]
+  const WeightRef *w2 = nullptr; ///< [E] tables; each [dim, interDim]
+  int64_t dim = 0;               ///< Dm (expert input = output width)
+  int64_t interDim = 0;          ///< I (moe_intermediate_size)
+  int32_t activation = kActSiTU;
+  float beta1 = 4.0f;
+  int32_t hasBeta2 = 1;
+  float beta2 = 25.0f;
+  uint16_t *out = nullptr; ///< [dim] bf16; must not alias x
+};
+
+} // namespace k3
+
+#endif // K3C_KERNELS_MOE_MOEPARAMS_H
