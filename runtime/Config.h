@@ -105,6 +105,14 @@ struct ModelConfig {
   Status validate() const;
 };
 
+/// Field-by-field equality, floats compared exactly: what the round trip
+/// parseConfigText(writeConfigJson(c)) == c promises.
+bool operator==(const KdaConfig &a, const KdaConfig &b);
+bool operator==(const ModelConfig &a, const ModelConfig &b);
+inline bool operator!=(const ModelConfig &a, const ModelConfig &b) {
+  return !(a == b);
+}
+
 /// Parses a config.json (K3 or Kimi-Linear form) and validates it.
 Expected<ModelConfig> parseConfigFile(const std::string &path);
 /// Same, from the JSON text; `origin` names the source in error messages.

@@ -103,6 +103,12 @@ Expected<ModelWeights> bindModelWeights(const ModelConfig &config,
 /// The Hugging Face name of every tensor `config` needs, in a stable order.
 std::vector<std::string> expectedTensorNames(const ModelConfig &config);
 
+/// Name, dtype and shape of every tensor `config` needs, in the order of
+/// expectedTensorNames, as the model maker writes them (A_log: K3 pads it
+/// to 128 entries, Kimi-Linear stores [1, 1, H, 1]; routed experts MXFP4
+/// packed + scale when config.expertsMxfp4, else bf16).
+std::vector<TensorSpec> expectedTensorSpecs(const ModelConfig &config);
+
 } // namespace k3
 
 #endif // K3C_RUNTIME_MODELWEIGHTS_H

@@ -67,9 +67,59 @@ private:
 
 /// Writes `tensors` to one .safetensors file (8-byte aligned data offsets,
 /// tensors in the given order, optional string metadata).
+///
+/// The data section starts 8-byte aligned and the tensors follow each other
+/// without gaps, because the official safetensors reader rejects gaps; so a
+/// tensor's offset is 8-byte aligned when the sizes before it are multiples
+/// of 8 (true of every tensor the model maker writes).
 Status writeSafetensors(const std::string &path,
                         const std::vector<TensorData> &tensors,
                         const std::map<std::string, std::string> &metadata = {});
+
+/// Writes a .safetensors file one tensor at a time, so that a file larger
+/// than memory needs only one tensor in memory: the header is written from
+/// the specs first, then each tensor's bytes in spec order. A file that is
+/// not finished is removed when the writer is destroyed.
+class SafetensorsWriter {
+public:
+  ~SafetensorsWriter();
+  SafetensorsWriter(const SafetensorsWriter &) = delete;
+  SafetensorsWriter &operator=(const SafetensorsWriter &) = delete;
+
+  /// Creates `path` and writes the header for `specs` (same layout as
+  /// writeSafetensors).
+  static Expected<std::unique_ptr<SafetensorsWriter>>
+  create(const std::string &path, const std::vector<TensorSpec> &specs,
+         const std::map<std::string, std::string> &metadata = {});
+
+  /// Appends the bytes of the next tensor in spec order; `nbytes` must equal
+  /// its numel times its element size.
+  Status writeNext(const void *data, size_t nbytes);
+  /// Appends part of the data section: bytes continue the current tensor and
+  /// may run on into the next ones, so a huge tensor can be written in
+  /// pieces. Writing past the last tensor is an error.
+  Status append(const void *data, size_t nbytes);
+  /// Checks that every tensor was written, then flushes and closes the file.
+  Status finish();
+
+  /// Total file size the specs produce (header included).
+  uint64_t fileSize() const { return fileSize_; }
+
+private:
+  SafetensorsWriter() = default;
+  std::string path_;
+  void *file_ = nullptr; ///< FILE*
+  std::vector<TensorSpec> specs_;
+  std::vector<uint64_t> sizes_;
+  size_t next_ = 0;          ///< tensor the next byte belongs to
+  uint64_t doneInNext_ = 0;  ///< bytes of that tensor already written
+  uint64_t fileSize_ = 0;
+  bool finished_ = false;
+};
+
+/// Byte size of a tensor (numel times element size), or an error when a
+/// dimension is negative or the product overflows.
+Expected<uint64_t> tensorByteSize(DType dtype, const std::vector<int64_t> &shape);
 
 } // namespace k3
 

@@ -44,6 +44,14 @@ struct TensorView {
   }
 };
 
+/// Name, element type and shape of a tensor whose bytes come later (the
+/// streaming writer's header is built from these before any data exists).
+struct TensorSpec {
+  std::string name;
+  DType dtype = DType::U8;
+  std::vector<int64_t> shape;
+};
+
 /// A tensor that owns its bytes (what the model maker writes).
 struct TensorData {
   std::string name;
