@@ -1,0 +1,87 @@
+//===- RefModel.h - Whole-model float64 reference decode --------*- C++ -*-===//
+//
+// The K3.md §4 layer recurrence over the ops of Reference.h, with its own
+// per-sequence state (conv histories, KDA states, MLA caches). It reads the
+// weights through the runtime's ModelWeights views but decides every layer's
+// kind (KDA or MLA, dense or MoE) from the config itself and checks the
+// binding agrees, so a binder bug cannot silently make both sides agree.
+//
+//===----------------------------------------------------------------------===//
+#ifndef K3C_TEST_REFERENCE_REFMODEL_H
+#define K3C_TEST_REFERENCE_REFMODEL_H
+
+#include "runtime/Config.h"
+#include "runtime/ModelWeights.h"
+#include "runtime/Status.h"
+#include "test/reference/Reference.h"
+
+#include <memory>
+#include <vector>
+
+namespace k3 {
+namespace ref {
+
+class RefModel {
+public:
+  /// Checks `weights` against `config` and prepares empty state for up to
+  /// `maxSeq` positions. `config` and `weights` (and the TensorStore behind
+  /// them) must outlive the model.
+  static Expected<std::unique_ptr<RefModel>> create(const ModelConfig &config,
+                                                    const ModelWeights &weights,
+                                                    int64_t maxSeq);
+
+  /// Feeds one token at the next position; returns the logits (unrounded).
+  Vec step(int64_t token);
+
+  /// Feeds `prompt` one token per step, then generates `maxNew` tokens
+  /// greedily (ties to the lowest id). Returns the generated tokens; when
+  /// `logits` is given, row s is the logits that chose generated token s.
+  std::vector<int64_t> greedy(const std::vector<int64_t> &prompt,
+                              int64_t maxNew,
+                              std::vector<Vec> *logits = nullptr);
+
+  /// Forgets the sequence (position 0, zero state).
+  void reset();
+
+  int64_t position() const { return pos_; }
+
+  /// Experts chosen at every step so far: [step][moe layer] -> top-k ids.
+  const std::vector<std::vector<std::vector<int64_t>>> &expertChoices() const {
+    return choices_;
+  }
+  /// AttnRes weights α of the final (output) AttnRes at every step.
+  const std::vector<Vec> &outputAlphas() const { return outputAlphas_; }
+
+private:
+  RefModel() = default;
+
+  struct Layer {
+    bool isMla = false;
+    bool isDense = false;
+    Vec inputNorm, postNorm;
+    Vec attnResNorm, attnResProj, mlpResNorm, mlpResProj; // AttnRes only
+    KdaRef kda;
+    MlaRef mla;
+    MlpRef mlp;
+    MoeRef moe;
+  };
+
+  const ModelConfig *config_ = nullptr;
+  int64_t maxSeq_ = 0;
+  int64_t pos_ = 0;
+  const uint16_t *embed_ = nullptr;
+  Vec finalNorm_;
+  WeightRef lmHead_;
+  Vec outResNorm_, outResProj_;
+  ActSpec act_;
+  std::vector<Layer> layers_;
+  std::vector<KdaState> kdaStates_;
+  std::vector<MlaCache> mlaCaches_;
+  std::vector<std::vector<std::vector<int64_t>>> choices_;
+  std::vector<Vec> outputAlphas_;
+};
+
+} // namespace ref
+} // namespace k3
+
+#endif // K3C_TEST_REFERENCE_REFMODEL_H
