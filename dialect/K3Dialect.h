@@ -1,0 +1,32 @@
+//===- K3Dialect.h - The k3 dialect -----------------------------*- C++ -*-===//
+//
+// Everything of the k3 dialect in one header: dialect, types, attributes,
+// enums and ops, generated from the .td files beside this one.
+//
+//===----------------------------------------------------------------------===//
+#ifndef K3C_DIALECT_K3DIALECT_H
+#define K3C_DIALECT_K3DIALECT_H
+
+#include "mlir/Bytecode/BytecodeOpInterface.h"
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/BuiltinAttributes.h"
+#include "mlir/IR/BuiltinTypes.h"
+#include "mlir/IR/Dialect.h"
+#include "mlir/IR/OpDefinition.h"
+#include "mlir/IR/OpImplementation.h"
+#include "mlir/Interfaces/InferTypeOpInterface.h"
+#include "mlir/Interfaces/SideEffectInterfaces.h"
+
+#include "dialect/K3Dialect.h.inc"
+#include "dialect/K3Enums.h.inc"
+
+#define GET_TYPEDEF_CLASSES
+#include "dialect/K3Types.h.inc"
+
+#define GET_ATTRDEF_CLASSES
+#include "dialect/K3Attrs.h.inc"
+
+#define GET_OP_CLASSES
+#include "dialect/K3Ops.h.inc"
+
+#endif // K3C_DIALECT_K3DIALECT_H

@@ -1,0 +1,550 @@
+//===- K3Ops.td - k3 operations ----------------------------*- tablegen -*-===//
+//
+// Three layers of ops:
+//  - leaves: `k3.weight` (a named checkpoint tensor) and `k3.state` (a
+//    per-sequence cache slot);
+//  - coarse ops, one per model part, as the importer emits them;
+//  - fine ops, what `k3-decompose-layers` turns the coarse ops into, and
+//    the fused ops the fusion passes build back out of them.
+// Per-token vectors are rank-1 tensors; matrices are [out, in] like the
+// checkpoint. Shapes are static everywhere; verifiers check every relation.
+//
+//===----------------------------------------------------------------------===//
+#ifndef K3_OPS_TD
+#define K3_OPS_TD
+
+include "dialect/K3Dialect.td"
+include "dialect/K3Types.td"
+include "dialect/K3Attrs.td"
+include "mlir/Interfaces/SideEffectInterfaces.td"
+include "mlir/IR/OpAsmInterface.td"
+include "mlir/Interfaces/InferTypeOpInterface.td"
+
+def K3_Vector : RankedTensorOf<[BF16, F32]>;
+def K3_BF16Tensor : RankedTensorOf<[BF16]>;
+def K3_F32Tensor : RankedTensorOf<[F32]>;
+/// A weight operand: bf16/f32 tensor, or MXFP4 (packed + scales).
+def K3_WeightType : AnyTypeOf<[RankedTensorOf<[BF16, F32, UI8]>, K3_Mxfp4Type]>;
+/// A matrix weight: bf16 or MXFP4.
+def K3_MatrixType : AnyTypeOf<[RankedTensorOf<[BF16]>, K3_Mxfp4Type]>;
+
+/// Ops that read and update a per-sequence cache.
+def K3_StateEffects : MemoryEffects<[MemRead, MemWrite]>;
+
+//===----------------------------------------------------------------------===//
+// Leaves
+//===----------------------------------------------------------------------===//
+
+def K3_WeightOp : K3_Op<"weight", [Pure]> {
+  let summary = "a named checkpoint tensor";
+  let description = [{
+    A tensor of the checkpoint, by its Hugging Face name. The result type
+    gives shape and format: a bf16 or f32 tensor, or `!k3.mxfp4<...>` for
+    `name.weight_packed` + `name.weight_scale` (the name then omits the
+    `.weight` suffix). A name containing `{e}` stacks the experts along the
+    leading dimension.
+
+    ```mlir
+    %w = k3.weight "model.layers.0.self_attn.q_proj.weight" : tensor<256x256xbf16>
+    %e = k3.weight "model.layers.1.block_sparse_moe.experts.{e}.w1" : !k3.mxfp4<16x128x128>
+    ```
+  }];
+  let arguments = (ins StrAttr:$name);
+  let results = (outs K3_WeightType:$result);
+  let assemblyFormat = "$name attr-dict `:` type($result)";
+  let hasVerifier = 1;
+}
+
+def K3_StateOp : K3_Op<"state", [Pure]> {
+  let summary = "a per-sequence cache slot";
+  let description = [{
+    A handle to resident per-sequence state, named by its slot. Ops that take
+    the handle read and update the state in place; the runtime allocates one
+    slot per name for the planned maximum context.
+
+    ```mlir
+    %s = k3.state "layers.0.kda" : !k3.kda_state<heads = 4, key_dim = 64, value_dim = 64>
+    ```
+  }];
+  let arguments = (ins StrAttr:$slot);
+  let results = (outs K3_StateType:$state);
+  let assemblyFormat = "$slot attr-dict `:` type($state)";
+  let hasVerifier = 1;
+}
+
+//===----------------------------------------------------------------------===//
+// Coarse ops (one per model part)
+//===----------------------------------------------------------------------===//
+
+def K3_EmbedOp : K3_Op<"embed", [Pure]> {
+  let summary = "embedding lookup";
+  let description = [{
+    `result = table[token]`; the runtime rejects token >= vocab.
+    ```mlir
+    %x = k3.embed %tok, %table : tensor<1024x256xbf16> -> tensor<256xbf16>
+    ```
+  }];
+  let arguments = (ins I32:$token, K3_BF16Tensor:$table);
+  let results = (outs K3_BF16Tensor:$result);
+  let assemblyFormat = "$token `,` $table attr-dict `:` type($table) `->` type($result)";
+  let hasVerifier = 1;
+}
+
+def K3_RmsNormOp : K3_Op<"rms_norm", [Pure]> {
+  let summary = "RMSNorm (fp32 variance, cast, then times the weight)";
+  let description = [{
+    ```mlir
+    %n = k3.rms_norm %x, %w {eps = 1.0e-05 : f64} : tensor<256xbf16>, tensor<256xbf16> -> tensor<256xbf16>
+    ```
+  }];
+  let arguments = (ins K3_BF16Tensor:$x, K3_BF16Tensor:$weight, F64Attr:$eps);
+  let results = (outs K3_BF16Tensor:$result);
+  let assemblyFormat = "$x `,` $weight attr-dict `:` type($x) `,` type($weight) `->` type($result)";
+  let hasVerifier = 1;
+}
+
+def K3_KdaOp : K3_Op<"kda", [AttrSizedOperandSegments, K3_StateEffects]> {
+  let summary = "a whole KDA (Kimi Delta Attention) mixer for one token";
+  let description = [{
+    Projections, short conv + SiLU, l2norm, decay gate, β, the delta-rule
+    recurrence, gated RMSNorm and the output projection (K3.md §2). Input is
+    the normalised hidden state. The output gate is either full rank
+    (`gate(%g_proj)`) or low rank (`low_rank_gate(%g_a, %g_b)`).
+    ```mlir
+    %y = k3.kda %h, %conv, %s weights(%q, %k, %v, %qc, %kc, %vc, %fa, %fb, %dt, %alog, %b, %on, %o)
+           gate(%g) {config = #k3.kda<heads = 4, head_dim = 64, conv = 4, full_rank_gate = true,
+           lower_bound = -5.0>, eps = 1.0e-05 : f64} : (...) -> tensor<256xbf16>
+    ```
+  }];
+  let arguments = (ins K3_BF16Tensor:$x, K3_ConvStateType:$conv_state,
+      K3_KdaStateType:$state,
+      K3_MatrixType:$q_proj, K3_MatrixType:$k_proj, K3_MatrixType:$v_proj,
+      K3_BF16Tensor:$q_conv, K3_BF16Tensor:$k_conv, K3_BF16Tensor:$v_conv,
+      K3_MatrixType:$f_a_proj, K3_MatrixType:$f_b_proj,
+      K3_F32Tensor:$dt_bias, K3_F32Tensor:$a_log, K3_MatrixType:$b_proj,
+      K3_BF16Tensor:$o_norm, K3_MatrixType:$o_proj,
+      Optional<K3_MatrixType>:$g_proj, Optional<K3_MatrixType>:$g_a_proj,
+      Optional<K3_MatrixType>:$g_b_proj,
+      K3_KdaConfigAttr:$config, F64Attr:$eps);
+  let results = (outs K3_BF16Tensor:$result);
+  let assemblyFormat = [{
+    $x `,` $conv_state `,` $state `weights` `(` $q_proj `,` $k_proj `,` $v_proj `,`
+    $q_conv `,` $k_conv `,` $v_conv `,` $f_a_proj `,` $f_b_proj `,` $dt_bias `,`
+    $a_log `,` $b_proj `,` $o_norm `,` $o_proj `)`
+    (`gate` `(` $g_proj^ `)`)? (`low_rank_gate` `(` $g_a_proj^ `,` $g_b_proj `)`)?
+    attr-dict `:` functional-type(operands, results)
+  }];
+  let hasVerifier = 1;
+}
+
+def K3_MlaOp : K3_Op<"mla", [AttrSizedOperandSegments, K3_StateEffects]> {
+  let summary = "a whole gated NoPE MLA mixer for one token";
+  let description = [{
+    Query (q_lora path or direct q_proj), latent KV projection + norm +
+    cache append at `pos`, attention over positions 0..pos, optional sigmoid
+    output gate and the output projection (K3.md §3). No RoPE.
+    ```mlir
+    %y = k3.mla %h, %pos, %cache q_lora(%qa, %qan, %qb) weights(%kva, %kvan, %kvb, %o)
+           gate(%g) {config = #k3.mla<...>} : (...) -> tensor<256xbf16>
+    ```
+  }];
+  let arguments = (ins K3_BF16Tensor:$x, Index:$pos, K3_MlaCacheType:$cache,
+      Optional<K3_MatrixType>:$q_a_proj, Optional<K3_BF16Tensor>:$q_a_norm,
+      Optional<K3_MatrixType>:$q_b_proj, Optional<K3_MatrixType>:$q_proj,
+      K3_MatrixType:$kv_a_proj, K3_BF16Tensor:$kv_a_norm,
+      K3_MatrixType:$kv_b_proj, K3_MatrixType:$o_proj,
+      Optional<K3_MatrixType>:$g_proj, K3_MlaConfigAttr:$config);
+  let results = (outs K3_BF16Tensor:$result);
+  let assemblyFormat = [{
+    $x `,` $pos `,` $cache
+    (`q_lora` `(` $q_a_proj^ `,` $q_a_norm `,` $q_b_proj `)`)? (`q` `(` $q_proj^ `)`)?
+    `weights` `(` $kv_a_proj `,` $kv_a_norm `,` $kv_b_proj `,` $o_proj `)`
+    (`gate` `(` $g_proj^ `)`)?
+    attr-dict `:` functional-type(operands, results)
+  }];
+  let hasVerifier = 1;
+}
+
+/// Activation attributes shared by every gated MLP op.
+defvar K3_ActArgs = (ins K3_ActivationAttr:$act,
+                         OptionalAttr<F64Attr>:$situ_beta,
+                         OptionalAttr<F64Attr>:$situ_linear_beta);
+
+def K3_DenseMlpOp : K3_Op<"dense_mlp", [Pure]> {
+  let summary = "a dense gated MLP: w2 · act(w1 x, w3 x)";
+  let description = [{
+    ```mlir
+    %y = k3.dense_mlp %h, %w1, %w3, %w2 {act = #k3<activation situ>, situ_beta = 4.0 : f64,
+           situ_linear_beta = 25.0 : f64} : (...) -> tensor<256xbf16>
+    ```
+  }];
+  let arguments = !con((ins K3_BF16Tensor:$x, K3_MatrixType:$w1,
+                            K3_MatrixType:$w3, K3_MatrixType:$w2),
+                       K3_ActArgs);
+  let results = (outs K3_BF16Tensor:$result);
+  let assemblyFormat = [{
+    $x `,` $w1 `,` $w3 `,` $w2 attr-dict `:` functional-type(operands, results)
+  }];
+  let hasVerifier = 1;
+}
+
+def K3_MoeOp : K3_Op<"moe", [AttrSizedOperandSegments, Pure]> {
+  let summary = "a MoE layer with experts on the full hidden size (Kimi-Linear)";
+  let description = [{
+    Sigmoid router with score-correction bias (ranking only), top-k, the
+    routed gated-MLP experts (stacked weights [E, ...]) and optional shared
+    experts.
+    ```mlir
+    %y = k3.moe %h router(%gate, %bias) experts(%w1, %w3, %w2) shared(%s1, %s3, %s2)
+           {config = #k3.moe<...>, act = #k3<activation silu>} : (...) -> tensor<256xbf16>
+    ```
+  }];
+  let arguments = !con((ins K3_BF16Tensor:$x, K3_MatrixType:$gate,
+                            K3_F32Tensor:$bias, K3_MatrixType:$w1,
+                            K3_MatrixType:$w3, K3_MatrixType:$w2,
+                            Optional<K3_MatrixType>:$shared_w1,
+                            Optional<K3_MatrixType>:$shared_w3,
+                            Optional<K3_MatrixType>:$shared_w2,
+                            K3_MoeConfigAttr:$config),
+                       K3_ActArgs);
+  let results = (outs K3_BF16Tensor:$result);
+  let assemblyFormat = [{
+    $x `router` `(` $gate `,` $bias `)` `experts` `(` $w1 `,` $w3 `,` $w2 `)`
+    (`shared` `(` $shared_w1^ `,` $shared_w3 `,` $shared_w2 `)`)?
+    attr-dict `:` functional-type(operands, results)
+  }];
+  let hasVerifier = 1;
+}
+
+def K3_LatentMoeOp : K3_Op<"latent_moe", [AttrSizedOperandSegments, Pure]> {
+  let summary = "K3's latent MoE: experts act on a down-projected latent";
+  let description = [{
+    `z = down x`; routed experts on z; `r = Σ w_k bf16(y_k)`; optional latent
+    RMSNorm; `up r` plus the shared experts on the full x (K3.md §5).
+    ```mlir
+    %y = k3.latent_moe %h router(%gate, %bias) latent(%down, %up) norm(%n)
+           experts(%w1, %w3, %w2) shared(%s1, %s3, %s2) {...} : (...) -> tensor<256xbf16>
+    ```
+  }];
+  let arguments = !con((ins K3_BF16Tensor:$x, K3_MatrixType:$gate,
+                            K3_F32Tensor:$bias, K3_MatrixType:$down,
+                            K3_MatrixType:$up, Optional<K3_BF16Tensor>:$norm,
+                            K3_MatrixType:$w1, K3_MatrixType:$w3,
+                            K3_MatrixType:$w2,
+                            Optional<K3_MatrixType>:$shared_w1,
+                            Optional<K3_MatrixType>:$shared_w3,
+                            Optional<K3_MatrixType>:$shared_w2,
+                            K3_MoeConfigAttr:$config, F64Attr:$eps),
+                       K3_ActArgs);
+  let results = (outs K3_BF16Tensor:$result);
+  let assemblyFormat = [{
+    $x `router` `(` $gate `,` $bias `)` `latent` `(` $down `,` $up `)`
+    (`norm` `(` $norm^ `)`)? `experts` `(` $w1 `,` $w3 `,` $w2 `)`
+    (`shared` `(` $shared_w1^ `,` $shared_w3 `,` $shared_w2 `)`)?
+    attr-dict `:` functional-type(operands, results)
+  }];
+  let hasVerifier = 1;
+}
+
+def K3_AttnResOp : K3_Op<"attn_res", [MemoryEffects<[MemRead]>]> {
+  let summary = "block attention residual over committed blocks and p";
+  let description = [{
+    Softmax mix (fp32) of the committed blocks in `%blocks` and the extra
+    source `%p`, keyed by their RMS-normalised values (K3.md §4).
+    ```mlir
+    %h = k3.attn_res %blocks, %p, %norm, %proj {eps = 1.0e-05 : f64} : (...) -> tensor<256xbf16>
+    ```
+  }];
+  let arguments = (ins K3_AttnResBlocksType:$blocks, K3_BF16Tensor:$p,
+                       K3_BF16Tensor:$norm, K3_BF16Tensor:$proj, F64Attr:$eps);
+  let results = (outs K3_BF16Tensor:$result);
+  let assemblyFormat = [{
+    $blocks `,` $p `,` $norm `,` $proj attr-dict `:` functional-type(operands, results)
+  }];
+  let hasVerifier = 1;
+}
+
+def K3_AttnResCommitOp : K3_Op<"attn_res_commit", [K3_StateEffects]> {
+  let summary = "append a block representation to the AttnRes block list";
+  let description = [{
+    `B.append(p)` (K3.md §4); the block list is cleared at the start of each
+    token. `index` is the block's position in the list.
+    ```mlir
+    k3.attn_res_commit %blocks, %p {index = 0 : i64} : !k3.attn_res_blocks<...>, tensor<256xbf16>
+    ```
+  }];
+  let arguments = (ins K3_AttnResBlocksType:$blocks, K3_BF16Tensor:$p,
+                       I64Attr:$index);
+  let assemblyFormat = "$blocks `,` $p attr-dict `:` type($blocks) `,` type($p)";
+  let hasVerifier = 1;
+}
+
+def K3_LmHeadOp : K3_Op<"lm_head", [Pure]> {
+  let summary = "vocabulary projection to fp32 logits";
+  let description = [{
+    ```mlir
+    %logits = k3.lm_head %n, %w : tensor<256xbf16>, tensor<1024x256xbf16> -> tensor<1024xf32>
+    ```
+  }];
+  let arguments = (ins K3_BF16Tensor:$x, K3_BF16Tensor:$weight);
+  let results = (outs K3_F32Tensor:$logits);
+  let assemblyFormat = "$x `,` $weight attr-dict `:` type($x) `,` type($weight) `->` type($logits)";
+  let hasVerifier = 1;
+}
+
+def K3_ArgmaxOp : K3_Op<"argmax", [Pure]> {
+  let summary = "greedy choice: index of the largest logit (ties: lowest)";
+  let description = [{
+    ```mlir
+    %next = k3.argmax %logits : tensor<1024xf32>
+    ```
+  }];
+  let arguments = (ins K3_F32Tensor:$logits);
+  let results = (outs I32:$token);
+  let assemblyFormat = "$logits attr-dict `:` type($logits)";
+  let hasVerifier = 1;
+}
+
+//===----------------------------------------------------------------------===//
+// Fine ops
+//===----------------------------------------------------------------------===//
+
+def K3_LinearOp : K3_Op<"linear", [AttrSizedOperandSegments, Pure]> {
+  let summary = "projection y = W x, bf16 or MXFP4 weight, optional fusions";
+  let description = [{
+    fp32 accumulation; a bf16 result is rounded, an f32 result is not (router
+    logits, lm_head). Fusions visible as operands: `norm(%w)` folds an RMSNorm
+    of `x` into the projection; `residual(%r)` adds `%r` in the epilogue.
+    ```mlir
+    %y = k3.linear %x, %w norm(%nw) residual(%r) {eps = 1.0e-05 : f64}
+           : (tensor<256xbf16>, tensor<512x256xbf16>, tensor<256xbf16>, tensor<512xbf16>) -> tensor<512xbf16>
+    ```
+  }];
+  let arguments = (ins K3_BF16Tensor:$x, K3_MatrixType:$weight,
+                       Optional<K3_BF16Tensor>:$norm,
+                       Optional<K3_BF16Tensor>:$residual,
+                       OptionalAttr<F64Attr>:$eps);
+  let results = (outs K3_Vector:$result);
+  let assemblyFormat = [{
+    $x `,` $weight (`norm` `(` $norm^ `)`)? (`residual` `(` $residual^ `)`)?
+    attr-dict `:` functional-type(operands, results)
+  }];
+  let hasVerifier = 1;
+}
+
+def K3_AddOp : K3_Op<"add", [Pure, SameOperandsAndResultType]> {
+  let summary = "residual add, rounded to bf16";
+  let description = [{
+    ```mlir
+    %s = k3.add %a, %b : tensor<256xbf16>
+    ```
+  }];
+  let arguments = (ins K3_BF16Tensor:$lhs, K3_BF16Tensor:$rhs);
+  let results = (outs K3_BF16Tensor:$result);
+  let assemblyFormat = "$lhs `,` $rhs attr-dict `:` type($result)";
+}
+
+def K3_MulSigmoidOp : K3_Op<"mul_sigmoid", [Pure, SameOperandsAndResultType]> {
+  let summary = "output gate: x · sigmoid(g)";
+  let description = [{
+    ```mlir
+    %o = k3.mul_sigmoid %x, %g : tensor<128xbf16>
+    ```
+  }];
+  let arguments = (ins K3_BF16Tensor:$x, K3_BF16Tensor:$gate);
+  let results = (outs K3_BF16Tensor:$result);
+  let assemblyFormat = "$x `,` $gate attr-dict `:` type($result)";
+}
+
+def K3_ConvStepOp : K3_Op<"conv_step", [K3_StateEffects]> {
+  let summary = "one token of the causal depthwise short conv, then SiLU";
+  let description = [{
+    Channels [offset, offset + C) of the conv state hold the last W-1 inputs;
+    the op shifts `%u` in and returns `R(SiLU(conv))`.
+    ```mlir
+    %q = k3.conv_step %u, %w, %cs {offset = 0 : i64} : (...) -> tensor<256xbf16>
+    ```
+  }];
+  let arguments = (ins K3_BF16Tensor:$u, K3_BF16Tensor:$weight,
+                       K3_ConvStateType:$conv_state, I64Attr:$offset);
+  let results = (outs K3_BF16Tensor:$result);
+  let assemblyFormat = "$u `,` $weight `,` $conv_state attr-dict `:` functional-type(operands, results)";
+  let hasVerifier = 1;
+}
+
+def K3_L2NormOp : K3_Op<"l2norm", [Pure]> {
+  let summary = "per-head L2 norm with eps inside the root, then a scale";
+  let description = [{
+    `y = x / sqrt(Σ x² + eps) · scale` per head of `head_dim` values, fp32.
+    ```mlir
+    %qn = k3.l2norm %q {head_dim = 64 : i64, eps = 1.0e-06 : f64, scale = 0.125 : f64} : tensor<256xbf16> -> tensor<256xf32>
+    ```
+  }];
+  let arguments = (ins K3_BF16Tensor:$x, I64Attr:$head_dim, F64Attr:$eps,
+                       F64Attr:$scale);
+  let results = (outs K3_F32Tensor:$result);
+  let assemblyFormat = "$x attr-dict `:` type($x) `->` type($result)";
+  let hasVerifier = 1;
+}
+
+def K3_KdaGateOp : K3_Op<"kda_gate", [Pure]> {
+  let summary = "KDA decay gate g (log-space), fp32";
+  let description = [{
+    `z = f + dt_bias`; with `lower_bound`: `g = lb·sigmoid(exp(A_log[h])·z)`,
+    else `g = -exp(A_log[h])·softplus(z)`.
+    ```mlir
+    %g = k3.kda_gate %f, %dt, %alog {heads = 4 : i64, lower_bound = -5.0 : f64}
+           : (tensor<256xbf16>, tensor<256xf32>, tensor<4xf32>) -> tensor<256xf32>
+    ```
+  }];
+  let arguments = (ins K3_BF16Tensor:$f, K3_F32Tensor:$dt_bias,
+                       K3_F32Tensor:$a_log, I64Attr:$heads,
+                       OptionalAttr<F64Attr>:$lower_bound);
+  let results = (outs K3_F32Tensor:$result);
+  let assemblyFormat = "$f `,` $dt_bias `,` $a_log attr-dict `:` functional-type(operands, results)";
+  let hasVerifier = 1;
+}
+
+def K3_SigmoidOp : K3_Op<"sigmoid", [Pure]> {
+  let summary = "fp32 sigmoid (KDA β)";
+  let description = [{
+    ```mlir
+    %beta = k3.sigmoid %b : tensor<4xbf16> -> tensor<4xf32>
+    ```
+  }];
+  let arguments = (ins K3_BF16Tensor:$x);
+  let results = (outs K3_F32Tensor:$result);
+  let assemblyFormat = "$x attr-dict `:` type($x) `->` type($result)";
+  let hasVerifier = 1;
+}
+
+def K3_KdaStepOp : K3_Op<"kda_step", [K3_StateEffects]> {
+  let summary = "one delta-rule step of the KDA state; o = Sᵀ q";
+  let description = [{
+    `S ← Diag(exp g) S; S ← S + β k ⊗ (v − Sᵀk); o = Sᵀ q` per head (fp32),
+    with q, k already l2-normalised (q also scaled).
+    ```mlir
+    %o = k3.kda_step %q, %k, %v, %g, %beta, %s : (...) -> tensor<256xbf16>
+    ```
+  }];
+  let arguments = (ins K3_F32Tensor:$q, K3_F32Tensor:$k, K3_BF16Tensor:$v,
+                       K3_F32Tensor:$g, K3_F32Tensor:$beta,
+                       K3_KdaStateType:$state);
+  let results = (outs K3_BF16Tensor:$result);
+  let assemblyFormat = "$q `,` $k `,` $v `,` $g `,` $beta `,` $state attr-dict `:` functional-type(operands, results)";
+  let hasVerifier = 1;
+}
+
+def K3_GatedRmsNormOp : K3_Op<"gated_rms_norm", [Pure]> {
+  let summary = "per-head RMSNorm · weight · sigmoid(gate)";
+  let description = [{
+    ```mlir
+    %y = k3.gated_rms_norm %o, %g, %w {head_dim = 64 : i64, eps = 1.0e-05 : f64} : (...) -> tensor<256xbf16>
+    ```
+  }];
+  let arguments = (ins K3_BF16Tensor:$x, K3_BF16Tensor:$gate,
+                       K3_BF16Tensor:$weight, I64Attr:$head_dim, F64Attr:$eps);
+  let results = (outs K3_BF16Tensor:$result);
+  let assemblyFormat = "$x `,` $gate `,` $weight attr-dict `:` functional-type(operands, results)";
+  let hasVerifier = 1;
+}
+
+def K3_MlaCacheAppendOp : K3_Op<"mla_cache_append", [K3_StateEffects]> {
+  let summary = "normalise the latent and write [c | k_r] at pos";
+  let description = [{
+    ```mlir
+    k3.mla_cache_append %kv, %norm, %cache, %pos {eps = 1.0e-06 : f64} : (...) -> ()
+    ```
+  }];
+  let arguments = (ins K3_BF16Tensor:$kv, K3_BF16Tensor:$norm,
+                       K3_MlaCacheType:$cache, Index:$pos, F64Attr:$eps);
+  let assemblyFormat = "$kv `,` $norm `,` $cache `,` $pos attr-dict `:` functional-type(operands, results)";
+  let hasVerifier = 1;
+}
+
+def K3_MlaAttendOp : K3_Op<"mla_attend", [MemoryEffects<[MemRead]>]> {
+  let summary = "absorbed MLA attention over cache rows 0..pos";
+  let description = [{
+    `q̂_h = W_UK,hᵀ q_nope,h`; scores `(q̂_h·c_j + q_r,h·k_r_j)/sqrt(P+R)`;
+    softmax; `o_h = W_UV,h Σ p_j c_j`; optional `gate(%g)`: `o · sigmoid(g)`.
+    ```mlir
+    %o = k3.mla_attend %q, %kvb, %cache, %pos gate(%g) {config = #k3.mla<...>} : (...) -> tensor<128xbf16>
+    ```
+  }];
+  let arguments = (ins K3_BF16Tensor:$q, K3_MatrixType:$kv_b_proj,
+                       K3_MlaCacheType:$cache, Index:$pos,
+                       Optional<K3_BF16Tensor>:$gate, K3_MlaConfigAttr:$config);
+  let results = (outs K3_BF16Tensor:$result);
+  let assemblyFormat = [{
+    $q `,` $kv_b_proj `,` $cache `,` $pos (`gate` `(` $gate^ `)`)?
+    attr-dict `:` functional-type(operands, results)
+  }];
+  let hasVerifier = 1;
+}
+
+def K3_RouterOp : K3_Op<"router", [Pure]> {
+  let summary = "sigmoid router: top-k ids and mixing weights";
+  let description = [{
+    `s = sigmoid(W x)`; rank `s + bias` (ties: lower index); weights = `s` at
+    the chosen ids, renormalised and scaled. fp32.
+    ```mlir
+    %ids, %wts = k3.router %h, %gate, %bias {top_k = 4 : i64, renormalize = true, scaling = 1.0 : f64}
+                   : (...) -> (tensor<4xi32>, tensor<4xf32>)
+    ```
+  }];
+  let arguments = (ins K3_BF16Tensor:$x, K3_MatrixType:$gate,
+                       K3_F32Tensor:$bias, I64Attr:$top_k, BoolAttr:$renormalize,
+                       F64Attr:$scaling);
+  let results = (outs RankedTensorOf<[I32]>:$ids, K3_F32Tensor:$weights);
+  let assemblyFormat = "$x `,` $gate `,` $bias attr-dict `:` functional-type(operands, results)";
+  let hasVerifier = 1;
+}
+
+def K3_ExpertMixOp : K3_Op<"expert_mix", [Pure]> {
+  let summary = "routed expert GEMVs and their weighted mix";
+  let description = [{
+    `r = R(Σ_k w_k · R(w2[e_k] act(w1[e_k] z, w3[e_k] z)))` with stacked
+    expert weights [E, I, Dm] / [E, Dm, I].
+    ```mlir
+    %r = k3.expert_mix %z, %ids, %wts, %w1, %w3, %w2 {act = #k3<activation situ>} : (...) -> tensor<128xbf16>
+    ```
+  }];
+  let arguments = !con((ins K3_BF16Tensor:$x, RankedTensorOf<[I32]>:$ids,
+                            K3_F32Tensor:$weights, K3_MatrixType:$w1,
+                            K3_MatrixType:$w3, K3_MatrixType:$w2),
+                       K3_ActArgs);
+  let results = (outs K3_BF16Tensor:$result);
+  let assemblyFormat = [{
+    $x `,` $ids `,` $weights `,` $w1 `,` $w3 `,` $w2 attr-dict `:` functional-type(operands, results)
+  }];
+  let hasVerifier = 1;
+}
+
+def K3_SituOp : K3_Op<"situ", [Pure, SameOperandsAndResultType]> {
+  let summary = "SiTU(g, u) = softcap(g, β1)·sigmoid(g)·softcap(u, β2)";
+  let description = [{
+    Without `linear_beta` the up branch is plain u. fp32, rounded to bf16.
+    ```mlir
+    %a = k3.situ %g, %u {beta = 4.0 : f64, linear_beta = 25.0 : f64} : tensor<128xbf16>
+    ```
+  }];
+  let arguments = (ins K3_BF16Tensor:$gate, K3_BF16Tensor:$up, F64Attr:$beta,
+                       OptionalAttr<F64Attr>:$linear_beta);
+  let results = (outs K3_BF16Tensor:$result);
+  let assemblyFormat = "$gate `,` $up attr-dict `:` type($result)";
+  let hasVerifier = 1;
+}
+
+def K3_SwigluOp : K3_Op<"swiglu", [Pure, SameOperandsAndResultType]> {
+  let summary = "SwiGLU(g, u) = SiLU(g)·u";
+  let description = [{
+    ```mlir
+    %a = k3.swiglu %g, %u : tensor<128xbf16>
+    ```
+  }];
+  let arguments = (ins K3_BF16Tensor:$gate, K3_BF16Tensor:$up);
+  let results = (outs K3_BF16Tensor:$result);
+  let assemblyFormat = "$gate `,` $up attr-dict `:` type($result)";
+}
+
+#endif // K3_OPS_TD
