@@ -1,0 +1,407 @@
+//===- fusion_test.cpp - Fused CPU kernels equal their fine chains --------===//
+//
+// Every fused entry point must round at the same points as the chain of fine
+// entry points it replaces (NUMERICS.md), so the two give the same bits. Also
+// checks that an MXFP4 projection equals a bf16 one on the dequantised
+// weights. Inputs are random and non-zero.
+//
+//===----------------------------------------------------------------------===//
+#include "KernelTestUtil.h"
+
+#include "kernels/common/MXFP4.h"
+#include "kernels/elementwise/ElementwiseCpu.h"
+#include "kernels/gemv/GemvCpu.h"
+#include "kernels/kda/KdaCpu.h"
+#include "kernels/mla/MlaCpu.h"
+#include "kernels/moe/MoeCpu.h"
+#include "kernels/norm/NormCpu.h"
+
+#include <cmath>
+
+using namespace k3;
+using namespace k3::test;
+
+namespace {
+
+WeightRef bf16Ref(const std::vector<uint16_t> &w) {
+  WeightRef r;
+  r.format = kWeightBf16;
+  r.bf16 = w.data();
+  return r;
+}
+
+/// A random MXFP4 matrix and the same values as a bf16 matrix.
+struct Mxfp4Matrix {
+  std::vector<uint8_t> packed, scale;
+  std::vector<uint16_t> dequant; ///< bf16 [rows, cols], exact
+  WeightRef ref() const {
+    WeightRef r;
+    r.format = kWeightMxfp4;
+    r.packed = packed.data();
+    r.scale = scale.data();
+    return r;
+  }
+};
+
+/// Scales stay in the normal range (2^-10 .. 2^-4) so bf16 holds every
+/// dequantised value exactly.
+Mxfp4Matrix randomMxfp4(Rng &rng, int64_t rows, int64_t cols) {
+  Mxfp4Matrix m;
+  m.packed = randomBytes(rng, rows * cols / 2, 0, 255);
+  m.scale = randomBytes(rng, rows * cols / 32, 117, 123);
+  m.dequant.resize(rows * cols);
+  std::vector<float> row(cols);
+  for (int64_t r = 0; r < rows; ++r) {
+    dequantMxfp4Row(m.packed.data(), m.scale.data(), cols, r, row.data());
+    for (int64_t c = 0; c < cols; ++c) {
+      m.dequant[r * cols + c] = floatToBf16(row[c]);
+      EXPECT_EQ(bf16ToFloat(m.dequant[r * cols + c]), row[c]);
+    }
+  }
+  return m;
+}
+
+} // namespace
+
+TEST(LinearFusion, PreNormEqualsRmsNormThenLinear) {
+  Rng rng(1);
+  const int64_t n = 37, k = 96;
+  auto x = randomBf16(rng, k, 3.0f);
+  auto nw = randomBf16(rng, k, 1.5f);
+  auto w = randomBf16(rng, n * k, 0.2f);
+  Mxfp4Matrix mx = randomMxfp4(rng, n, k);
+
+  for (WeightRef ref : {bf16Ref(w), mx.ref()}) {
+    std::vector<uint16_t> normed(k), chain(n), fused(n);
+    RmsNormParams np;
+    np.x = x.data();
+    np.w = nw.data();
+    np.out = normed.data();
+    np.n = k;
+    np.eps = 1e-5f;
+    rmsNormCpu(np);
+    LinearParams lp;
+    lp.x = normed.data();
+    lp.w = ref;
+    lp.n = n;
+    lp.k = k;
+    lp.out = chain.data();
+    linearCpu(lp);
+
+    lp.x = x.data();
+    lp.normWeight = nw.data();
+    lp.normEps = 1e-5f;
+    lp.out = fused.data();
+    linearCpu(lp);
+    EXPECT_TRUE(sameBits(chain, fused));
+
+    // The fp32 output is the unrounded value of the same sums.
+    std::vector<float> f32(n);
+    lp.out = nullptr;
+    lp.outF32 = f32.data();
+    linearCpu(lp);
+    for (int64_t i = 0; i < n; ++i)
+      EXPECT_EQ(floatToBf16(f32[i]), fused[i]) << i;
+  }
+}
+
+TEST(LinearFusion, ResidualEpilogueEqualsAdd) {
+  Rng rng(2);
+  const int64_t n = 64, k = 50;
+  auto x = randomBf16(rng, k, 1.0f);
+  auto w = randomBf16(rng, n * k, 0.3f);
+  auto res = randomBf16(rng, n, 2.0f);
+  std::vector<uint16_t> y(n), chain(n), fused(n);
+  LinearParams lp;
+  lp.x = x.data();
+  lp.w = bf16Ref(w);
+  lp.n = n;
+  lp.k = k;
+  lp.out = y.data();
+  linearCpu(lp);
+  AddParams ap;
+  ap.a = y.data();
+  ap.b = res.data();
+  ap.out = chain.data();
+  ap.n = n;
+  addCpu(ap);
+
+  lp.residual = res.data();
+  lp.out = fused.data();
+  linearCpu(lp);
+  EXPECT_TRUE(sameBits(chain, fused));
+
+  // In place: residual and out the same buffer.
+  std::vector<uint16_t> inPlace = res;
+  lp.residual = inPlace.data();
+  lp.out = inPlace.data();
+  linearCpu(lp);
+  EXPECT_TRUE(sameBits(chain, inPlace));
+}
+
+TEST(LinearFusion, MultiEqualsSeparateLinears) {
+  Rng rng(3);
+  const int64_t k = 64;
+  const int64_t ns[3] = {16, 5, 40};
+  auto x = randomBf16(rng, k, 2.0f);
+  auto nw = randomBf16(rng, k, 1.0f);
+  std::vector<std::vector<uint16_t>> ws, multi(3), single(3);
+  LinearMultiParams mp;
+  mp.x = x.data();
+  mp.k = k;
+  mp.normWeight = nw.data();
+  mp.normEps = 1e-6f;
+  mp.count = 3;
+  for (int i = 0; i < 3; ++i) {
+    ws.push_back(randomBf16(rng, ns[i] * k, 0.25f));
+    multi[i].resize(ns[i]);
+    single[i].resize(ns[i]);
+  }
+  for (int i = 0; i < 3; ++i) {
+    mp.entries[i].w = bf16Ref(ws[i]);
+    mp.entries[i].n = ns[i];
+    mp.entries[i].out = multi[i].data();
+    LinearParams lp;
+    lp.x = x.data();
+    lp.w = bf16Ref(ws[i]);
+    lp.n = ns[i];
+    lp.k = k;
+    lp.normWeight = nw.data();
+    lp.normEps = 1e-6f;
+    lp.out = single[i].data();
+    linearCpu(lp);
+  }
+  linearMultiCpu(mp);
+  for (int i = 0; i < 3; ++i)
+    EXPECT_TRUE(sameBits(single[i], multi[i])) << "entry " << i;
+}
+
+TEST(LinearFusion, Mxfp4EqualsBf16OnDequantisedWeights) {
+  Rng rng(4);
+  const int64_t n = 48, k = 160;
+  auto x = randomBf16(rng, k, 2.0f);
+  Mxfp4Matrix mx = randomMxfp4(rng, n, k);
+  std::vector<float> a(n), b(n);
+  LinearParams lp;
+  lp.x = x.data();
+  lp.n = n;
+  lp.k = k;
+  lp.w = mx.ref();
+  lp.outF32 = a.data();
+  linearCpu(lp);
+  lp.w = bf16Ref(mx.dequant);
+  lp.outF32 = b.data();
+  linearCpu(lp);
+  EXPECT_TRUE(sameBits(a, b));
+  bool anyNonZero = false;
+  for (float v : a)
+    anyNonZero |= v != 0.0f;
+  EXPECT_TRUE(anyNonZero);
+}
+
+namespace {
+struct KdaCase {
+  int64_t H = 3, d = 16, W = 4;
+  int64_t C() const { return H * d; }
+};
+
+void runKdaFusion(bool lowerBound, uint64_t seed) {
+  Rng rng(seed);
+  KdaCase kc;
+  const int64_t C = kc.C(), H = kc.H, d = kc.d, W = kc.W;
+  auto convQ = randomBf16(rng, C * W, 0.6f);
+  auto convK = randomBf16(rng, C * W, 0.6f);
+  auto convV = randomBf16(rng, C * W, 0.6f);
+  auto dtBias = randomF32(rng, C, 1.0f);
+  auto aLog = randomF32(rng, H, 1.0f);
+  auto onw = randomBf16(rng, d, 1.2f);
+
+  // Two copies of every state: one for the chain, one for the fused call.
+  std::vector<float> cqA(C * (W - 1), 0.f), ckA = cqA, cvA = cqA;
+  std::vector<float> cqB = cqA, ckB = cqA, cvB = cqA;
+  std::vector<float> sA(H * d * d, 0.f), sB = sA;
+
+  for (int t = 0; t < 6; ++t) {
+    auto uq = randomBf16(rng, C, 2.0f), uk = randomBf16(rng, C, 2.0f),
+         uv = randomBf16(rng, C, 2.0f), f = randomBf16(rng, C, 2.0f),
+         beta = randomBf16(rng, H, 3.0f), gt = randomBf16(rng, C, 3.0f);
+
+    // Chain of fine ops.
+    std::vector<uint16_t> q(C), k(C), v(C), o(C), chain(C);
+    KdaConvParams cp;
+    cp.channels = C;
+    cp.width = static_cast<int32_t>(W);
+    cp.u = uq.data(), cp.weight = convQ.data(), cp.state = cqA.data(),
+    cp.out = q.data();
+    kdaConvCpu(cp);
+    cp.u = uk.data(), cp.weight = convK.data(), cp.state = ckA.data(),
+    cp.out = k.data();
+    kdaConvCpu(cp);
+    cp.u = uv.data(), cp.weight = convV.data(), cp.state = cvA.data(),
+    cp.out = v.data();
+    kdaConvCpu(cp);
+    KdaRecurrentParams rp;
+    rp.q = q.data(), rp.k = k.data(), rp.v = v.data(), rp.f = f.data();
+    rp.betaLogit = beta.data(), rp.dtBias = dtBias.data(),
+    rp.aLog = aLog.data();
+    rp.state = sA.data(), rp.out = o.data(), rp.numHeads = H, rp.headDim = d;
+    rp.hasLowerBound = lowerBound, rp.lowerBound = -5.0f;
+    kdaRecurrentCpu(rp);
+    KdaGatedNormParams gp;
+    gp.o = o.data(), gp.gate = gt.data(), gp.weight = onw.data(),
+    gp.out = chain.data();
+    gp.numHeads = H, gp.headDim = d, gp.eps = 1e-5f;
+    kdaGatedNormCpu(gp);
+
+    // Fused.
+    std::vector<uint16_t> fused(C);
+    KdaDecodeParams dp;
+    dp.uq = uq.data(), dp.uk = uk.data(), dp.uv = uv.data();
+    dp.convQ = convQ.data(), dp.convK = convK.data(), dp.convV = convV.data();
+    dp.convStateQ = cqB.data(), dp.convStateK = ckB.data(),
+    dp.convStateV = cvB.data();
+    dp.f = f.data(), dp.betaLogit = beta.data(), dp.dtBias = dtBias.data(),
+    dp.aLog = aLog.data(), dp.state = sB.data(), dp.gate = gt.data(),
+    dp.normWeight = onw.data(), dp.out = fused.data();
+    dp.numHeads = H, dp.headDim = d, dp.convWidth = static_cast<int32_t>(W);
+    dp.hasLowerBound = lowerBound, dp.lowerBound = -5.0f, dp.normEps = 1e-5f;
+    kdaDecodeCpu(dp);
+
+    EXPECT_TRUE(sameBits(chain, fused)) << "token " << t;
+    EXPECT_TRUE(sameBits(sA, sB)) << "token " << t;
+    EXPECT_TRUE(sameBits(cqA, cqB)) << "token " << t;
+    EXPECT_TRUE(sameBits(cvA, cvB)) << "token " << t;
+  }
+  bool anyNonZero = false;
+  for (float s : sA)
+    anyNonZero |= s != 0.0f && std::isfinite(s);
+  EXPECT_TRUE(anyNonZero);
+}
+} // namespace
+
+TEST(KdaFusion, DecodeEqualsChainLowerBoundGate) { runKdaFusion(true, 5); }
+TEST(KdaFusion, DecodeEqualsChainSoftplusGate) { runKdaFusion(false, 6); }
+
+TEST(MlaFusion, GateEqualsMulSigmoid) {
+  Rng rng(7);
+  const int64_t N = 3, P = 16, R = 8, V = 12, L = 32, T = 5;
+  auto q = randomBf16(rng, N * (P + R), 2.0f);
+  auto kvB = randomBf16(rng, N * (P + V) * L, 0.3f);
+  auto cache = randomBf16(rng, 8 * (L + R), 1.5f); // maxSeq 8, T used
+  auto gate = randomBf16(rng, N * V, 3.0f);
+  std::vector<uint16_t> o(N * V), chain(N * V), fused(N * V);
+  MlaAttendParams ap;
+  ap.q = q.data(), ap.kvB = kvB.data(), ap.cache = cache.data(), ap.length = T;
+  ap.numHeads = N, ap.nopeDim = P, ap.ropeDim = R, ap.vDim = V,
+  ap.kvLoraRank = L;
+  ap.scale = 1.0f / std::sqrt(static_cast<float>(P + R));
+  ap.out = o.data();
+  mlaAttendCpu(ap);
+  MulSigmoidParams mp;
+  mp.x = o.data(), mp.gate = gate.data(), mp.out = chain.data(), mp.n = N * V;
+  mulSigmoidCpu(mp);
+  ap.gate = gate.data();
+  ap.out = fused.data();
+  mlaAttendCpu(ap);
+  EXPECT_TRUE(sameBits(chain, fused));
+}
+
+namespace {
+/// gated_mlp (pre-norm + residual) against rms_norm, linear ×2, gated_act,
+/// linear, add.
+void runGatedMlpFusion(int32_t act, bool mxfp4, uint64_t seed) {
+  Rng rng(seed);
+  const int64_t in = 64, inter = 96, out = 64;
+  auto x = randomBf16(rng, in, 2.0f);
+  auto nw = randomBf16(rng, in, 1.0f);
+  auto res = randomBf16(rng, out, 1.0f);
+  Mxfp4Matrix m1 = randomMxfp4(rng, inter, in),
+              m3 = randomMxfp4(rng, inter, in),
+              m2 = randomMxfp4(rng, out, inter);
+  auto b1 = randomBf16(rng, inter * in, 0.3f),
+       b3 = randomBf16(rng, inter * in, 0.3f),
+       b2 = randomBf16(rng, out * inter, 0.2f);
+  WeightRef w1 = mxfp4 ? m1.ref() : bf16Ref(b1);
+  WeightRef w3 = mxfp4 ? m3.ref() : bf16Ref(b3);
+  WeightRef w2 = mxfp4 ? m2.ref() : bf16Ref(b2);
+
+  std::vector<uint16_t> xn(in), g(inter), u(inter), a(inter), y(out),
+      chain(out), fused(out);
+  RmsNormParams np;
+  np.x = x.data(), np.w = nw.data(), np.out = xn.data(), np.n = in;
+  rmsNormCpu(np);
+  LinearParams lp;
+  lp.x = xn.data(), lp.k = in, lp.n = inter;
+  lp.w = w1, lp.out = g.data();
+  linearCpu(lp);
+  lp.w = w3, lp.out = u.data();
+  linearCpu(lp);
+  GatedActParams ga;
+  ga.g = g.data(), ga.u = u.data(), ga.out = a.data(), ga.n = inter;
+  ga.activation = act;
+  gatedActCpu(ga);
+  lp.x = a.data(), lp.k = inter, lp.n = out, lp.w = w2, lp.out = y.data();
+  linearCpu(lp);
+  AddParams ad;
+  ad.a = y.data(), ad.b = res.data(), ad.out = chain.data(), ad.n = out;
+  addCpu(ad);
+
+  GatedMlpParams gp;
+  gp.x = x.data(), gp.normWeight = nw.data();
+  gp.w1 = w1, gp.w3 = w3, gp.w2 = w2;
+  gp.inDim = in, gp.interDim = inter, gp.outDim = out;
+  gp.activation = act;
+  gp.residual = res.data(), gp.out = fused.data();
+  gatedMlpCpu(gp);
+  EXPECT_TRUE(sameBits(chain, fused));
+}
+} // namespace
+
+TEST(MlpFusion, SiTUBf16) { runGatedMlpFusion(kActSiTU, false, 8); }
+TEST(MlpFusion, SiTUMxfp4) { runGatedMlpFusion(kActSiTU, true, 9); }
+TEST(MlpFusion, SwiGLUBf16) { runGatedMlpFusion(kActSwiGLU, false, 10); }
+
+TEST(MoeFusion, ExpertsEqualWeightedSumOfGatedMlps) {
+  Rng rng(11);
+  const int64_t E = 6, dim = 64, inter = 32;
+  const int32_t topK = 3;
+  std::vector<Mxfp4Matrix> m1, m3, m2;
+  std::vector<WeightRef> w1, w3, w2;
+  for (int64_t e = 0; e < E; ++e) {
+    m1.push_back(randomMxfp4(rng, inter, dim));
+    m3.push_back(randomMxfp4(rng, inter, dim));
+    m2.push_back(randomMxfp4(rng, dim, inter));
+  }
+  for (int64_t e = 0; e < E; ++e) {
+    w1.push_back(m1[e].ref());
+    w3.push_back(m3[e].ref());
+    w2.push_back(m2[e].ref());
+  }
+  auto z = randomBf16(rng, dim, 2.0f);
+  std::vector<int32_t> ids = {4, 0, 2};
+  std::vector<float> weights = {0.5f, 0.3125f, 0.1875f};
+
+  std::vector<float> acc(dim, 0.0f);
+  for (int32_t k = 0; k < topK; ++k) {
+    std::vector<uint16_t> y(dim);
+    GatedMlpParams gp;
+    gp.x = z.data();
+    gp.w1 = w1[ids[k]], gp.w3 = w3[ids[k]], gp.w2 = w2[ids[k]];
+    gp.inDim = dim, gp.interDim = inter, gp.outDim = dim;
+    gp.out = y.data();
+    gatedMlpCpu(gp);
+    for (int64_t i = 0; i < dim; ++i)
+      acc[i] += weights[k] * bf16ToFloat(y[i]);
+  }
+  std::vector<uint16_t> expect(dim), got(dim);
+  for (int64_t i = 0; i < dim; ++i)
+    expect[i] = floatToBf16(acc[i]);
+
+  MoeExpertsParams ep;
+  ep.x = z.data(), ep.ids = ids.data(), ep.weights = weights.data();
+  ep.topK = topK, ep.numExperts = E;
+  ep.w1 = w1.data(), ep.w3 = w3.data(), ep.w2 = w2.data();
+  ep.dim = dim, ep.interDim = inter, ep.out = got.data();
+  moeExpertsCpu(ep);
+  EXPECT_TRUE(sameBits(expect, got));
+}
