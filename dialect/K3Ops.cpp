@@ -333,6 +333,12 @@ LogicalResult LatentMoeOp::verify() {
 
 LogicalResult AttnResOp::verify() {
   int64_t D = getBlocks().getType().getHidden();
+  if (getCount() < 0 || getCount() > getBlocks().getType().getMaxBlocks())
+    return emitOpError() << "expects count in [0, "
+                         << getBlocks().getType().getMaxBlocks()
+                         << "] but got " << getCount();
+  if (getOutNorm() && failed(expectShape(*this, "out_norm", getOutNorm(), {D})))
+    return failure();
   if (failed(expectShape(*this, "p", getP(), {D})) ||
       failed(expectShape(*this, "norm", getNorm(), {D})) ||
       failed(expectShape(*this, "proj", getProj(), {1, D})) ||

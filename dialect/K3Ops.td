@@ -249,17 +249,22 @@ def K3_LatentMoeOp : K3_Op<"latent_moe", [AttrSizedOperandSegments, Pure]> {
 def K3_AttnResOp : K3_Op<"attn_res", [MemoryEffects<[MemRead]>]> {
   let summary = "block attention residual over committed blocks and p";
   let description = [{
-    Softmax mix (fp32) of the committed blocks in `%blocks` and the extra
-    source `%p`, keyed by their RMS-normalised values (K3.md §4).
+    Softmax mix (fp32) of the first `count` committed blocks in `%blocks`
+    and the extra source `%p`, keyed by their RMS-normalised values (K3.md
+    §4). With `then_norm(%w)` (what `k3-fuse-attn-res` makes) the result is
+    RMSNorm-ed with weight `%w` and the same eps before it is written.
     ```mlir
-    %h = k3.attn_res %blocks, %p, %norm, %proj {eps = 1.0e-05 : f64} : (...) -> tensor<256xbf16>
+    %h = k3.attn_res %blocks, %p, %norm, %proj {count = 2 : i64, eps = 1.0e-05 : f64} : (...) -> tensor<256xbf16>
     ```
   }];
   let arguments = (ins K3_AttnResBlocksType:$blocks, K3_BF16Tensor:$p,
-                       K3_BF16Tensor:$norm, K3_BF16Tensor:$proj, F64Attr:$eps);
+                       K3_BF16Tensor:$norm, K3_BF16Tensor:$proj,
+                       Optional<K3_BF16Tensor>:$out_norm, I64Attr:$count,
+                       F64Attr:$eps);
   let results = (outs K3_BF16Tensor:$result);
   let assemblyFormat = [{
-    $blocks `,` $p `,` $norm `,` $proj attr-dict `:` functional-type(operands, results)
+    $blocks `,` $p `,` $norm `,` $proj (`then_norm` `(` $out_norm^ `)`)?
+    attr-dict `:` functional-type(operands, results)
   }];
   let hasVerifier = 1;
 }

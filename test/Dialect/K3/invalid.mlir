@@ -314,7 +314,7 @@ func.func @f(%n: tensor<8xbf16>, %gate: tensor<4x8xbf16>, %bias: tensor<4xf32>, 
 // -----
 func.func @f(%b: !k3.attn_res_blocks<max_blocks = 3, hidden = 8>, %p: tensor<8xbf16>, %proj: tensor<8xbf16>) {
   // expected-error @+1 {{expects proj of shape [1, 8] but got [8]}}
-  %h = k3.attn_res %b, %p, %p, %proj {eps = 1.0e-05 : f64}
+  %h = k3.attn_res %b, %p, %p, %proj {count = 1 : i64, eps = 1.0e-05 : f64}
          : (!k3.attn_res_blocks<max_blocks = 3, hidden = 8>, tensor<8xbf16>, tensor<8xbf16>, tensor<8xbf16>) -> tensor<8xbf16>
   return
 }
@@ -484,5 +484,13 @@ func.func @f(%x: tensor<8xbf16>, %i: tensor<6xi32>, %w: tensor<6xf32>, %e13: ten
 func.func @f(%x: tensor<8xbf16>) {
   // expected-error @+1 {{expects beta to be positive and finite, got 0}}
   %y = k3.situ %x, %x {beta = 0.0 : f64} : tensor<8xbf16>
+  return
+}
+
+// -----
+func.func @f(%b: !k3.attn_res_blocks<max_blocks = 3, hidden = 8>, %p: tensor<8xbf16>, %proj: tensor<1x8xbf16>) {
+  // expected-error @+1 {{expects count in [0, 3] but got 4}}
+  %h = k3.attn_res %b, %p, %p, %proj {count = 4 : i64, eps = 1.0e-05 : f64}
+         : (!k3.attn_res_blocks<max_blocks = 3, hidden = 8>, tensor<8xbf16>, tensor<8xbf16>, tensor<1x8xbf16>) -> tensor<8xbf16>
   return
 }

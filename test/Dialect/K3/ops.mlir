@@ -84,8 +84,11 @@ func.func @coarse(%tok: i32, %pos: index, %table: tensor<16x8xbf16>, %w8: tensor
   // CHECK: k3.attn_res_commit
   k3.attn_res_commit %blocks, %x {index = 0 : i64} : !k3.attn_res_blocks<max_blocks = 3, hidden = 8>, tensor<8xbf16>
   // CHECK: k3.attn_res
-  %h = k3.attn_res %blocks, %a, %w8, %proj {eps = 1.0e-05 : f64}
+  %h = k3.attn_res %blocks, %a, %w8, %proj {count = 1 : i64, eps = 1.0e-05 : f64}
          : (!k3.attn_res_blocks<max_blocks = 3, hidden = 8>, tensor<8xbf16>, tensor<8xbf16>, tensor<1x8xbf16>) -> tensor<8xbf16>
+  // CHECK: k3.attn_res {{.*}} then_norm(
+  %h2 = k3.attn_res %blocks, %a, %w8, %proj then_norm(%w8) {count = 1 : i64, eps = 1.0e-05 : f64}
+         : (!k3.attn_res_blocks<max_blocks = 3, hidden = 8>, tensor<8xbf16>, tensor<8xbf16>, tensor<1x8xbf16>, tensor<8xbf16>) -> tensor<8xbf16>
   // CHECK: k3.lm_head
   %logits = k3.lm_head %h, %head : tensor<8xbf16>, tensor<16x8xbf16> -> tensor<16xf32>
   // CHECK: k3.argmax
