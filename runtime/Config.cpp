@@ -233,7 +233,9 @@ Status parseQuantization(const json &q, const std::string &where, bool &mxfp4) {
   if (!r.unset("format")) {
     std::string f;
     K3_RETURN_IF_ERROR(r.requireString("format", f));
-    formats.insert(f);
+    // "mixed-precision" only says the groups carry their own formats.
+    if (f != "mixed-precision")
+      formats.insert(f);
   }
   if (!r.unset("config_groups")) {
     const json &groups = q.at("config_groups");

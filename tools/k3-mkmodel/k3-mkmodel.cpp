@@ -83,14 +83,12 @@ int main(int argc, char **argv) {
 
   for (int i = 1; i < argc; ++i) {
     std::string arg = argv[i];
-    auto value = [&](const char *opt) -> const char * {
-      if (i + 1 >= argc)
-        return nullptr;
-      (void)opt;
-      return argv[++i];
+    // The option's value: the next argument, or null at the end.
+    auto value = [&]() -> const char * {
+      return i + 1 < argc ? argv[++i] : nullptr;
     };
     auto count = [&](uint64_t &dst) -> int {
-      const char *v = value(arg.c_str());
+      const char *v = value();
       if (!v)
         return usageError(arg + " needs a value");
       if (!parseCount(v, dst))
@@ -105,7 +103,7 @@ int main(int argc, char **argv) {
       printPresets();
       return 0;
     } else if (arg == "-o" || arg == "--output") {
-      const char *v = value(arg.c_str());
+      const char *v = value();
       if (!v)
         return usageError(arg + " needs a directory");
       outDir = v;

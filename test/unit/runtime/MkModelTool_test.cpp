@@ -1,0 +1,100 @@
+//===- MkModelTool_test.cpp - The k3-mkmodel command line -----------------===//
+//
+// Runs the built tool: help, the preset list, exit codes for bad command
+// lines, and a real (tiny) write.
+//
+//===----------------------------------------------------------------------===//
+#include "TestUtil.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <sys/wait.h>
+
+#ifndef K3C_MKMODEL_PATH
+#error "K3C_MKMODEL_PATH must name the k3-mkmodel binary"
+#endif
+
+namespace {
+
+struct ToolRun {
+  int code = -1;
+  std::string output; ///< stdout and stderr together
+};
+
+ToolRun runTool(const std::string &args) {
+  ToolRun r;
+  std::string cmd = std::string("'") + K3C_MKMODEL_PATH + "' " + args + " 2>&1";
+  std::FILE *p = popen(cmd.c_str(), "r");
+  if (!p)
+    return r;
+  char buf[4096];
+  size_t n;
+  while ((n = std::fread(buf, 1, sizeof(buf), p)) > 0)
+    r.output.append(buf, n);
+  int status = pclose(p);
+  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return r;
+}
+
+} // namespace
+
+TEST(MkModelTool, Help) {
+  ToolRun r = runTool("--help");
+  EXPECT_EQ(r.code, 0);
+  EXPECT_TRUE(k3::test::contains(r.output, "usage: k3-mkmodel PRESET -o DIR"));
+  EXPECT_TRUE(k3::test::contains(r.output, "--shard-mb"));
+}
+
+TEST(MkModelTool, List) {
+  ToolRun r = runTool("--list");
+  EXPECT_EQ(r.code, 0);
+  for (const char *p : {"tiny", "tiny-linear", "k3", "kimi-linear-48b"})
+    EXPECT_TRUE(k3::test::contains(r.output, p)) << r.output;
+}
+
+TEST(MkModelTool, BadCommandLines) {
+  k3::test::TempDir dir;
+  ToolRun r = runTool("k4 -o '" + dir.path() + "'");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_TRUE(k3::test::contains(r.output, "unknown preset 'k4'")) << r.output;
+  EXPECT_TRUE(k3::test::contains(r.output, "kimi-linear-48b")) << r.output;
+
+  r = runTool("tiny");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_TRUE(k3::test::contains(r.output, "-o DIR")) << r.output;
+
+  r = runTool("-o '" + dir.path() + "'");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_TRUE(k3::test::contains(r.output, "no PRESET")) << r.output;
+
+  r = runTool("tiny -o '" + dir.path() + "' --seed abc");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_TRUE(k3::test::contains(r.output, "'abc' is not")) << r.output;
+
+  r = runTool("tiny -o '" + dir.path() + "' --layers 0");
+  EXPECT_EQ(r.code, 2);
+  r = runTool("tiny -o '" + dir.path() + "' --frobnicate");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_TRUE(k3::test::contains(r.output, "unknown option '--frobnicate'"));
+  r = runTool("tiny -o '" + dir.path() + "' --seed");
+  EXPECT_EQ(r.code, 2);
+}
+
+TEST(MkModelTool, WritesTinyModel) {
+  k3::test::TempDir dir;
+  std::string out = dir.file("m");
+  ToolRun r = runTool("tiny-linear -o '" + out +
+                      "' --seed 3 --layers 2 "
+                      "--experts 4 --shard-mb 1");
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_TRUE(k3::test::contains(r.output, "100%")) << r.output;
+  EXPECT_TRUE(std::filesystem::exists(out + "/config.json"));
+  EXPECT_TRUE(std::filesystem::exists(out + "/model.safetensors.index.json"));
+
+  // A file where the directory should be: an error while writing (exit 1).
+  k3::test::writeFile(dir.file("f"), "x");
+  r = runTool("tiny -o '" + dir.file("f") + "'");
+  EXPECT_EQ(r.code, 1) << r.output;
+  EXPECT_TRUE(k3::test::contains(r.output, "error")) << r.output;
+}

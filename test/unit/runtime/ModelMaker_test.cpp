@@ -1,0 +1,247 @@
+//===- ModelMaker_test.cpp - Synthetic checkpoints ------------------------===//
+//
+// Determinism (same seed → same bytes, independent of layer count and
+// sharding), MXFP4 expert layout, value ranges that keep activations sane,
+// and the sharded form.
+//
+//===----------------------------------------------------------------------===//
+#include "runtime/ModelMaker.h"
+#include "runtime/ModelWeights.h"
+#include "runtime/Presets.h"
+
+#include "kernels/common/BF16.h"
+#include "kernels/common/MXFP4.h"
+
+#include "TestUtil.h"
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <set>
+
+using namespace k3;
+
+namespace {
+
+ModelConfig preset(const std::string &name, int64_t layers = 0) {
+  Expected<ModelConfig> c = presetConfig(name, layers);
+  EXPECT_TRUE(c) << c.message();
+  return *c;
+}
+
+std::vector<float> bf16Values(const TensorView &t) {
+  std::vector<float> out(static_cast<size_t>(t.numel()));
+  for (size_t i = 0; i < out.size(); ++i)
+    out[i] = bf16ToFloat(t.as<bf16_t>()[i]);
+  return out;
+}
+
+double rms(const std::vector<float> &v) {
+  double s = 0;
+  for (float x : v)
+    s += double(x) * x;
+  return std::sqrt(s / v.size());
+}
+
+bool sameBytes(const TensorView *a, const TensorView *b) {
+  return a && b && a->nbytes == b->nbytes &&
+         std::memcmp(a->data, b->data, a->nbytes) == 0;
+}
+
+} // namespace
+
+TEST(ModelMaker, SameSeedSameBytes) {
+  ModelConfig c = preset("tiny");
+  test::TempDir a, b, d;
+  ASSERT_TRUE(makeModel(c, 42, a.path()));
+  ASSERT_TRUE(makeModel(c, 42, b.path()));
+  ASSERT_TRUE(makeModel(c, 43, d.path()));
+  std::string fa = test::readFile(a.file("model.safetensors"));
+  std::string fb = test::readFile(b.file("model.safetensors"));
+  std::string fd = test::readFile(d.file("model.safetensors"));
+  ASSERT_FALSE(fa.empty());
+  EXPECT_TRUE(fa == fb) << "same seed gave different bytes";
+  EXPECT_EQ(fa.size(), fd.size());
+  EXPECT_FALSE(fa == fd) << "different seeds gave the same bytes";
+  EXPECT_EQ(test::readFile(a.file("config.json")),
+            test::readFile(d.file("config.json")));
+
+  // Every tensor differs between seeds, not just some.
+  Expected<TensorStore> sa = TensorStore::open(a.path());
+  Expected<TensorStore> sd = TensorStore::open(d.path());
+  ASSERT_TRUE(sa && sd);
+  for (const TensorView *t : sa->all())
+    EXPECT_FALSE(sameBytes(t, sd->find(t->name))) << t->name;
+}
+
+TEST(ModelMaker, ValuesDependOnlyOnSeedAndName) {
+  // Fewer layers: the tensors both models share are byte-identical.
+  test::TempDir eight, four;
+  ASSERT_TRUE(makeModel(preset("tiny"), 7, eight.path()));
+  ASSERT_TRUE(makeModel(preset("tiny", 4), 7, four.path()));
+  Expected<TensorStore> s8 = TensorStore::open(eight.path());
+  Expected<TensorStore> s4 = TensorStore::open(four.path());
+  ASSERT_TRUE(s8 && s4);
+  int shared = 0;
+  for (const TensorView *t : s4->all()) {
+    const TensorView *u = s8->find(t->name);
+    if (!u)
+      continue;
+    ++shared;
+    EXPECT_TRUE(sameBytes(t, u)) << t->name;
+  }
+  EXPECT_GT(shared, 100);
+}
+
+TEST(ModelMaker, ShardedMatchesSingleFile) {
+  ModelConfig c = preset("tiny-linear");
+  test::TempDir single, sharded;
+  ASSERT_TRUE(makeModel(c, 5, single.path()));
+  uint64_t lastDone = 0, lastTotal = 0;
+  int calls = 0;
+  auto progress = [&](uint64_t done, uint64_t total) {
+    EXPECT_GE(done, lastDone);
+    lastDone = done;
+    lastTotal = total;
+    ++calls;
+  };
+  ASSERT_TRUE(makeModel(c, 5, sharded.path(), progress, 2 << 20));
+  EXPECT_GT(calls, 10);
+  EXPECT_EQ(lastDone, lastTotal);
+
+  std::string indexText =
+      test::readFile(sharded.file("model.safetensors.index.json"));
+  ASSERT_FALSE(indexText.empty());
+  nlohmann::json index = nlohmann::json::parse(indexText);
+  EXPECT_EQ(index["metadata"]["total_size"].get<uint64_t>(), lastTotal);
+  std::set<std::string> shards;
+  for (auto &[name, file] : index["weight_map"].items())
+    shards.insert(file.get<std::string>());
+  EXPECT_GT(shards.size(), 3u);
+  char first[64];
+  std::snprintf(first, sizeof(first), "model-00001-of-%05zu.safetensors",
+                shards.size());
+  EXPECT_TRUE(shards.count(first)) << first;
+  EXPECT_FALSE(std::filesystem::exists(sharded.file("model.safetensors")));
+  for (const std::string &f : shards) {
+    // No shard exceeds the limit by more than one oversized tensor.
+    auto size = std::filesystem::file_size(sharded.file(f));
+    EXPECT_LT(size, (2u << 20) + (1u << 20)) << f;
+  }
+
+  Expected<TensorStore> s1 = TensorStore::open(single.path());
+  Expected<TensorStore> s2 = TensorStore::open(sharded.path());
+  ASSERT_TRUE(s1) << s1.message();
+  ASSERT_TRUE(s2) << s2.message();
+  ASSERT_EQ(s1->size(), s2->size());
+  for (const TensorView *t : s1->all())
+    EXPECT_TRUE(sameBytes(t, s2->find(t->name))) << t->name;
+  EXPECT_TRUE(bindModelWeights(c, *s2));
+
+  // Writing single-file into the sharded directory replaces the shards.
+  ASSERT_TRUE(makeModel(c, 5, sharded.path()));
+  EXPECT_FALSE(
+      std::filesystem::exists(sharded.file("model.safetensors.index.json")));
+  Expected<TensorStore> s3 = TensorStore::open(sharded.path());
+  ASSERT_TRUE(s3) << s3.message();
+  EXPECT_EQ(s3->size(), s1->size());
+}
+
+TEST(ModelMaker, Mxfp4ExpertsHaveTheRightLayout) {
+  ModelConfig c = preset("tiny");
+  test::TempDir dir;
+  ASSERT_TRUE(makeModel(c, 9, dir.path()));
+  Expected<TensorStore> s = TensorStore::open(dir.path());
+  ASSERT_TRUE(s);
+  const std::string e = "language_model.model.layers.2.block_sparse_moe."
+                        "experts.5.";
+  for (const char *w : {"w1", "w2", "w3"}) {
+    const TensorView *packed = s->find(e + w + ".weight_packed");
+    const TensorView *scale = s->find(e + w + ".weight_scale");
+    ASSERT_NE(packed, nullptr) << w;
+    ASSERT_NE(scale, nullptr) << w;
+    EXPECT_EQ(s->find(e + w + ".weight"), nullptr);
+    EXPECT_EQ(packed->dtype, DType::U8);
+    EXPECT_EQ(scale->dtype, DType::U8);
+    EXPECT_EQ(packed->shape, (std::vector<int64_t>{128, 64}));
+    EXPECT_EQ(scale->shape, (std::vector<int64_t>{128, 4}));
+    // Dequantised values are finite, non-trivial, and about the std asked.
+    std::vector<float> values(128 * 128), row(128);
+    for (int64_t r = 0; r < 128; ++r) {
+      dequantMxfp4Row(packed->as<uint8_t>(), scale->as<uint8_t>(), 128, r,
+                      row.data());
+      std::copy(row.begin(), row.end(), values.begin() + r * 128);
+    }
+    for (float v : values)
+      ASSERT_TRUE(std::isfinite(v));
+    double want = (std::string(w) == "w2" ? 0.5 : 1.0) / std::sqrt(128.0);
+    EXPECT_NEAR(rms(values), want, 0.25 * want) << w;
+  }
+}
+
+TEST(ModelMaker, ValueScales) {
+  ModelConfig c = preset("tiny");
+  test::TempDir dir;
+  ASSERT_TRUE(makeModel(c, 11, dir.path()));
+  Expected<TensorStore> s = TensorStore::open(dir.path());
+  ASSERT_TRUE(s);
+  const std::string m = "language_model.model.";
+  EXPECT_NEAR(rms(bf16Values(*s->find(m + "embed_tokens.weight"))), 1.0, 0.05);
+  for (float v : bf16Values(*s->find(m + "layers.2.input_layernorm.weight"))) {
+    EXPECT_GE(v, 0.89f);
+    EXPECT_LE(v, 1.11f);
+  }
+  EXPECT_NEAR(rms(bf16Values(*s->find(m + "layers.2.self_attn.q_proj.weight"))),
+              1.0 / 16, 0.01);
+  EXPECT_NEAR(rms(bf16Values(*s->find(m + "layers.2.self_attn.o_proj.weight"))),
+              0.5 / 16, 0.005);
+  EXPECT_NEAR(
+      rms(bf16Values(*s->find(m + "layers.2.block_sparse_moe.gate.weight"))),
+      2.0 / 16, 0.02);
+  EXPECT_NEAR(rms(bf16Values(*s->find("language_model.lm_head.weight"))),
+              2.0 / 16, 0.01);
+
+  // A_log: log(U[1, 16]) for the real heads, zero padding to 128.
+  const TensorView *aLog = s->find(m + "layers.2.self_attn.A_log");
+  ASSERT_NE(aLog, nullptr);
+  for (int64_t i = 0; i < aLog->numel(); ++i) {
+    float v = aLog->as<float>()[i];
+    if (i < c.kda.numHeads) {
+      EXPECT_GE(v, 0.0f);
+      EXPECT_LE(v, std::log(16.0f));
+    } else {
+      EXPECT_EQ(v, 0.0f);
+    }
+  }
+  const TensorView *bias =
+      s->find(m + "layers.2.block_sparse_moe.gate.e_score_correction_bias");
+  ASSERT_NE(bias, nullptr);
+  bool nonZero = false;
+  for (int64_t i = 0; i < bias->numel(); ++i) {
+    EXPECT_LT(std::fabs(bias->as<float>()[i]), 0.2f);
+    nonZero |= bias->as<float>()[i] != 0.0f;
+  }
+  EXPECT_TRUE(nonZero);
+}
+
+TEST(ModelMaker, WritesAParsableConfig) {
+  ModelConfig c = preset("tiny");
+  test::TempDir dir;
+  ASSERT_TRUE(makeModel(c, 1, dir.path()));
+  Expected<ModelConfig> back = parseConfigFile(dir.file("config.json"));
+  ASSERT_TRUE(back) << back.message();
+  EXPECT_TRUE(*back == c);
+}
+
+TEST(ModelMaker, RejectsInvalidConfigAndBadDirectory) {
+  ModelConfig c = preset("tiny");
+  c.numExpertsPerToken = 99;
+  test::TempDir dir;
+  EXPECT_ERROR_CONTAINS(makeModel(c, 1, dir.path()), "num_experts_per_token");
+  test::writeFile(dir.file("file"), "x");
+  EXPECT_ERROR_CONTAINS(makeModel(preset("tiny"), 1, dir.file("file")),
+                        "cannot create the output directory");
+}

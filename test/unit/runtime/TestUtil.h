@@ -1,0 +1,80 @@
+//===- TestUtil.h - Helpers shared by the runtime unit tests ----*- C++ -*-===//
+//
+// Temporary directories that clean up after themselves, and whole-file
+// reads/writes for building crafted inputs.
+//
+//===----------------------------------------------------------------------===//
+#ifndef K3C_TEST_UNIT_RUNTIME_TESTUTIL_H
+#define K3C_TEST_UNIT_RUNTIME_TESTUTIL_H
+
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+namespace k3::test {
+
+/// A fresh directory under $TMPDIR, removed with everything in it when the
+/// object goes away.
+class TempDir {
+public:
+  TempDir() {
+    std::string pattern =
+        (std::filesystem::temp_directory_path() / "k3c-rt-XXXXXX").string();
+    char *made = mkdtemp(pattern.data());
+    EXPECT_NE(made, nullptr) << "mkdtemp failed";
+    path_ = pattern;
+  }
+  ~TempDir() {
+    std::error_code ec;
+    std::filesystem::remove_all(path_, ec);
+  }
+  TempDir(const TempDir &) = delete;
+  TempDir &operator=(const TempDir &) = delete;
+
+  const std::string &path() const { return path_; }
+  /// `path()/name`.
+  std::string file(const std::string &name) const {
+    return (std::filesystem::path(path_) / name).string();
+  }
+
+private:
+  std::string path_;
+};
+
+/// The whole file as bytes ("" when it cannot be read).
+inline std::string readFile(const std::string &path) {
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+inline void writeFile(const std::string &path, const std::string &bytes) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out << bytes;
+  ASSERT_TRUE(out.good()) << "cannot write " << path;
+}
+
+/// True when `haystack` contains `needle`; for EXPECT_PRED2-style messages.
+inline bool contains(const std::string &haystack, const std::string &needle) {
+  return haystack.find(needle) != std::string::npos;
+}
+
+} // namespace k3::test
+
+/// Expects `expr` (a Status or Expected) to fail with a message containing
+/// `needle`.
+#define EXPECT_ERROR_CONTAINS(expr, needle)                                    \
+  do {                                                                         \
+    auto &&k3_result_ = (expr);                                                \
+    ASSERT_FALSE(static_cast<bool>(k3_result_)) << "expected an error";        \
+    EXPECT_TRUE(::k3::test::contains(k3_result_.message(), needle))            \
+        << "message: " << k3_result_.message() << "\nwanted: " << needle;      \
+  } while (0)
+
+#endif // K3C_TEST_UNIT_RUNTIME_TESTUTIL_H
