@@ -25,7 +25,7 @@ int main(int argc, char **argv) {
   mlir::registerCanonicalizerPass();
   mlir::registerCSEPass();
 #ifdef K3C_HAVE_PASSES
-  mlir::k3::registerK3Passes();
+  mlir::k3::registerK3Pipelines();
 #endif
 #ifdef K3C_HAVE_CODEGEN
   mlir::k3::registerCodegen(registry);

@@ -1,0 +1,42 @@
+//===- Passes.h - k3 to k3 transformations ----------------------*- C++ -*-===//
+#ifndef K3C_PASSES_PASSES_H
+#define K3C_PASSES_PASSES_H
+
+#include "dialect/K3Dialect.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Pass/Pass.h"
+#include "mlir/Pass/PassManager.h"
+
+#include <memory>
+#include <string>
+
+namespace mlir {
+namespace k3 {
+
+#define GEN_PASS_DECL
+#include "passes/Passes.h.inc"
+
+#define GEN_PASS_REGISTRATION
+#include "passes/Passes.h.inc"
+
+/// Fine patterns of k3-decompose-layers.
+void populateDecomposeLayersPatterns(RewritePatternSet &patterns);
+
+/// How far fusion goes; strategies can be compared on the same model.
+enum class FusionStrategy { None, Default, Max };
+
+/// Parses "none" | "default" | "max".
+bool parseFusionStrategy(llvm::StringRef text, FusionStrategy &out);
+llvm::StringRef stringifyFusionStrategy(FusionStrategy s);
+
+/// The k3 → fused k3 pipeline of a strategy: decompose, fuse, canonicalise.
+void buildK3FusionPipeline(OpPassManager &pm, FusionStrategy strategy);
+
+/// Registers the passes and the pipelines "k3-fusion-none|default|max".
+void registerK3Pipelines();
+
+} // namespace k3
+} // namespace mlir
+
+#endif // K3C_PASSES_PASSES_H

@@ -1,0 +1,105 @@
+//===- Passes.td - k3 to k3 transformations ----------------*- tablegen -*-===//
+//
+// The passes between import and lowering. Each has a lit test named after
+// its flag in test/Passes/. Fusion passes only rewrite what they can prove
+// equal: fused ops round at exactly the points of the op chains they replace
+// (docs/NUMERICS.md), so every fusion strategy decodes the same tokens.
+//
+//===----------------------------------------------------------------------===//
+#ifndef K3_PASSES_TD
+#define K3_PASSES_TD
+
+include "mlir/Pass/PassBase.td"
+
+def K3DecomposeLayers : Pass<"k3-decompose-layers", "::mlir::func::FuncOp"> {
+  let summary = "Decompose coarse k3 ops into fine-grained ops";
+  let description = [{
+    Rewrites `k3.kda`, `k3.mla`, `k3.dense_mlp`, `k3.moe`, `k3.latent_moe`
+    and `k3.lm_head` into projections (`k3.linear`), short conv steps,
+    l2norm, KDA gate, β, the recurrent step, gated norm, cache append,
+    absorbed attend, router, expert mix, SiTU/SwiGLU and adds.
+
+    Before:
+    ```mlir
+    %y = k3.dense_mlp %h, %w1, %w3, %w2 {act = #k3<activation silu>} : ...
+    ```
+    After:
+    ```mlir
+    %g = k3.linear %h, %w1 : ...
+    %u = k3.linear %h, %w3 : ...
+    %a = k3.swiglu %g, %u : tensor<512xbf16>
+    %y = k3.linear %a, %w2 : ...
+    ```
+  }];
+  let dependentDialects = ["::mlir::k3::K3Dialect"];
+}
+
+def K3FuseNorms : Pass<"k3-fuse-norms", "::mlir::func::FuncOp"> {
+  let summary = "Fold RMSNorm into the projections that consume it";
+  let description = [{
+    An `k3.rms_norm` whose users are all `k3.linear` (as their input) is
+    erased, and each projection takes `norm(%w)` with the norm's eps: the
+    kernel normalises its input on the fly.
+
+    Before:
+    ```mlir
+    %n = k3.rms_norm %x, %w {eps = 1.0e-05 : f64} : ...
+    %q = k3.linear %n, %wq : ...
+    ```
+    After:
+    ```mlir
+    %q = k3.linear %x, %wq norm(%w) {eps = 1.0e-05 : f64} : ...
+    ```
+  }];
+}
+
+def K3FuseKda : Pass<"k3-fuse-kda", "::mlir::func::FuncOp"> {
+  let summary = "Fuse the KDA token step into one k3.kda_decode";
+  let description = [{
+    Matches conv_step ×3 → l2norm ×2 → kda_gate, sigmoid → kda_step →
+    gated_rms_norm and replaces the chain by `k3.kda_decode`, one kernel.
+  }];
+}
+
+def K3FuseMla : Pass<"k3-fuse-mla", "::mlir::func::FuncOp"> {
+  let summary = "Fuse the MLA latent projection, cache append, attend and gate";
+  let description = [{
+    Matches `linear(kv_a)` → `mla_cache_append` → `mla_attend` →
+    `mul_sigmoid` and replaces it by `k3.mla_decode`.
+  }];
+}
+
+def K3FuseMoe : Pass<"k3-fuse-moe", "::mlir::func::FuncOp"> {
+  let summary = "Fuse router, top-k, expert GEMVs, weighted mix and latent norm";
+  let description = [{
+    Matches `k3.router` → `k3.expert_mix` (→ latent `k3.rms_norm`) and
+    replaces it by `k3.routed_experts`.
+  }];
+}
+
+def K3FuseResidual : Pass<"k3-fuse-residual", "::mlir::func::FuncOp"> {
+  let summary = "Move residual adds into the epilogue of the producing projection";
+  let description = [{
+    `k3.add(%r, k3.linear(...))` where the projection has no other user
+    becomes `k3.linear ... residual(%r)`.
+  }];
+}
+
+def K3FuseAttnRes : Pass<"k3-fuse-attn-res", "::mlir::func::FuncOp"> {
+  let summary = "Fuse AttnRes into the RMSNorm that follows it";
+  let description = [{
+    `k3.rms_norm(k3.attn_res(...))` where the AttnRes result has no other
+    user becomes `k3.attn_res ... then_norm(%w)`.
+  }];
+}
+
+def K3FuseMlp : Pass<"k3-fuse-mlp", "::mlir::func::FuncOp"> {
+  let summary = "Fuse a gated MLP (w1, w3, activation, w2) into one k3.gated_mlp";
+  let description = [{
+    Matches `linear(w1)`, `linear(w3)` on the same input → `situ`/`swiglu`
+    → `linear(w2)` and replaces it by `k3.gated_mlp` (with the input norm
+    and residual epilogue when the projections had them).
+  }];
+}
+
+#endif // K3_PASSES_TD

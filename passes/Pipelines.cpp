@@ -1,0 +1,74 @@
+//===- Pipelines.cpp - Fusion strategies as pass pipelines ----------------===//
+//
+// A fusion strategy is a pass pipeline over the imported decode step. All of
+// them start by decomposing the coarse ops, so `none` is the finest graph
+// the kernels support; `default` fuses what every backend benefits from;
+// `max` also fuses AttnRes into its norm and whole gated MLPs into one
+// kernel. Each is registered as a named pipeline for k3-opt as well.
+//
+//===----------------------------------------------------------------------===//
+#include "passes/Passes.h"
+
+#include "mlir/Pass/PassRegistry.h"
+#include "mlir/Transforms/Passes.h"
+
+using namespace mlir;
+using namespace mlir::k3;
+
+bool mlir::k3::parseFusionStrategy(llvm::StringRef text, FusionStrategy &out) {
+  if (text == "none")
+    out = FusionStrategy::None;
+  else if (text == "default")
+    out = FusionStrategy::Default;
+  else if (text == "max")
+    out = FusionStrategy::Max;
+  else
+    return false;
+  return true;
+}
+
+llvm::StringRef mlir::k3::stringifyFusionStrategy(FusionStrategy s) {
+  switch (s) {
+  case FusionStrategy::None:
+    return "none";
+  case FusionStrategy::Default:
+    return "default";
+  case FusionStrategy::Max:
+    return "max";
+  }
+  return "?";
+}
+
+void mlir::k3::buildK3FusionPipeline(OpPassManager &pm,
+                                     FusionStrategy strategy) {
+  OpPassManager &fn = pm.nest<func::FuncOp>();
+  fn.addPass(createK3DecomposeLayers());
+  fn.addPass(createCSEPass());
+  if (strategy != FusionStrategy::None) {
+    // Order matters: the KDA/MLA/MoE matchers look at the unfused chains, and
+    // the norm fusion runs after them so it folds only the norms left over.
+    fn.addPass(createK3FuseKda());
+    fn.addPass(createK3FuseMla());
+    fn.addPass(createK3FuseMoe());
+    if (strategy == FusionStrategy::Max) {
+      fn.addPass(createK3FuseMlp());
+      fn.addPass(createK3FuseAttnRes());
+    }
+    fn.addPass(createK3FuseNorms());
+    fn.addPass(createK3FuseResidual());
+  }
+  fn.addPass(createCanonicalizerPass());
+  fn.addPass(createCSEPass());
+}
+
+void mlir::k3::registerK3Pipelines() {
+  registerK3Passes();
+  for (FusionStrategy s :
+       {FusionStrategy::None, FusionStrategy::Default, FusionStrategy::Max}) {
+    std::string name = ("k3-fusion-" + stringifyFusionStrategy(s)).str();
+    PassPipelineRegistration<>(
+        name, "decompose and fuse the k3 decode step (strategy '" +
+                  stringifyFusionStrategy(s).str() + "')",
+        [s](OpPassManager &pm) { buildK3FusionPipeline(pm, s); });
+  }
+}
