@@ -294,6 +294,7 @@ void RefModel::reset() {
       kdaStates_[l].reset(layers_[l].kda);
   choices_.clear();
   outputAlphas_.clear();
+  margins_.clear();
 }
 
 Vec RefModel::step(int64_t token) {
@@ -302,6 +303,7 @@ Vec RefModel::step(int64_t token) {
   const double eps = c.rmsNormEps;
   const bool useAttnRes = c.hasAttnRes();
   std::vector<std::vector<int64_t>> stepChoices;
+  Vec stepMargins;
 
   Vec x = embed(embed_, c.vocabSize, c.hiddenSize, token);
   std::vector<Vec> blocks; // B: committed block representations (bf16)
@@ -319,6 +321,14 @@ Vec RefModel::step(int64_t token) {
       Routing r;
       Vec out = moe(L.moe, h, &r);
       stepChoices.push_back(r.experts);
+      // Gap between the last chosen and the best unchosen ranking score.
+      double kth = r.scores[r.experts.back()] + L.moe.bias[r.experts.back()];
+      double next = -1e300;
+      for (size_t e = 0; e < r.scores.size(); ++e)
+        if (std::find(r.experts.begin(), r.experts.end(),
+                      static_cast<int64_t>(e)) == r.experts.end())
+          next = std::max(next, r.scores[e] + L.moe.bias[e]);
+      stepMargins.push_back(kth - next);
       return out;
     };
 
@@ -360,6 +370,7 @@ Vec RefModel::step(int64_t token) {
   }
   Vec logits = lmHead(lmHead_, rmsNorm(last, finalNorm_, eps));
   choices_.push_back(std::move(stepChoices));
+  margins_.push_back(std::move(stepMargins));
   ++pos_;
   return logits;
 }
@@ -382,6 +393,26 @@ std::vector<int64_t> RefModel::greedy(const std::vector<int64_t> &prompt,
       last = step(next);
   }
   return out;
+}
+
+Expected<RefDecode> referenceGreedy(const ModelConfig &config,
+                                    const ModelWeights &weights,
+                                    const std::vector<int64_t> &prompt,
+                                    int64_t maxNew) {
+  for (int64_t t : prompt)
+    if (t < 0 || t >= config.vocabSize)
+      return makeError("reference: prompt token ", t, " outside [0, ",
+                       config.vocabSize, ")");
+  auto model = RefModel::create(config, weights,
+                                static_cast<int64_t>(prompt.size()) + maxNew);
+  if (!model)
+    return model.status();
+  RefDecode d;
+  d.tokens = (*model)->greedy(prompt, maxNew, &d.logits);
+  d.expertChoices = (*model)->expertChoices();
+  d.outputAlphas = (*model)->outputAlphas();
+  d.routingMargins = (*model)->routingMargins();
+  return d;
 }
 
 } // namespace ref

@@ -49,6 +49,10 @@ public:
   const std::vector<std::vector<std::vector<int64_t>>> &expertChoices() const {
     return choices_;
   }
+  /// Router margins at every step: [step][moe layer] -> the gap between the
+  /// k-th and (k+1)-th ranking score (s + bias). A tiny gap means fp32
+  /// noise in a kernel can legitimately choose a different expert.
+  const std::vector<Vec> &routingMargins() const { return margins_; }
   /// AttnRes weights α of the final (output) AttnRes at every step.
   const std::vector<Vec> &outputAlphas() const { return outputAlphas_; }
 
@@ -79,7 +83,24 @@ private:
   std::vector<MlaCache> mlaCaches_;
   std::vector<std::vector<std::vector<int64_t>>> choices_;
   std::vector<Vec> outputAlphas_;
+  std::vector<Vec> margins_;
 };
+
+/// A whole reference greedy decode, for end-to-end checks of any decoder.
+struct RefDecode {
+  std::vector<int64_t> tokens; ///< generated tokens
+  std::vector<Vec> logits;     ///< row s chose tokens[s]
+  /// [step][moe layer] -> top-k expert ids, for every step fed.
+  std::vector<std::vector<std::vector<int64_t>>> expertChoices;
+  std::vector<Vec> outputAlphas;   ///< final AttnRes α per step (K3 only)
+  std::vector<Vec> routingMargins; ///< [step][moe layer], see RefModel
+};
+
+/// Builds a RefModel for prompt + maxNew positions and decodes greedily.
+Expected<RefDecode> referenceGreedy(const ModelConfig &config,
+                                    const ModelWeights &weights,
+                                    const std::vector<int64_t> &prompt,
+                                    int64_t maxNew);
 
 } // namespace ref
 } // namespace k3

@@ -388,17 +388,18 @@ void KdaState::reset(const KdaRef &layer) {
   state.assign(layer.heads * layer.headDim * layer.headDim, 0.0);
 }
 
-Vec kda(const KdaRef &layer, KdaState &st, const Vec &h, KdaTrace *trace) {
+Vec kdaMix(const KdaRef &layer, KdaState &st, const Vec &uq, const Vec &uk,
+           const Vec &uv, const Vec &f, const Vec &bLogit, const Vec &gt,
+           KdaTrace *trace) {
   const int64_t heads = layer.heads, d = layer.headDim;
   KdaTrace local;
   KdaTrace &t = trace ? *trace : local;
-
-  t.uq = linear(layer.qProj, h);
-  t.uk = linear(layer.kProj, h);
-  t.uv = linear(layer.vProj, h);
-  t.qc = shortConvSilu(t.uq, layer.qConv, layer.convWidth, st.convQ);
-  t.kc = shortConvSilu(t.uk, layer.kConv, layer.convWidth, st.convK);
-  t.vc = shortConvSilu(t.uv, layer.vConv, layer.convWidth, st.convV);
+  t.uq = uq;
+  t.uk = uk;
+  t.uv = uv;
+  t.qc = shortConvSilu(uq, layer.qConv, layer.convWidth, st.convQ);
+  t.kc = shortConvSilu(uk, layer.kConv, layer.convWidth, st.convK);
+  t.vc = shortConvSilu(uv, layer.vConv, layer.convWidth, st.convV);
 
   t.q.assign(heads * d, 0.0);
   t.k.assign(heads * d, 0.0);
@@ -412,19 +413,28 @@ Vec kda(const KdaRef &layer, KdaState &st, const Vec &h, KdaTrace *trace) {
     }
   }
 
-  t.f = linear(layer.fBProj, linear(layer.fAProj, h));
+  t.f = f;
   t.g = layer.hasLowerBound
-            ? kdaGateLowerBound(t.f, layer.dtBias, layer.aLog, heads, d,
+            ? kdaGateLowerBound(f, layer.dtBias, layer.aLog, heads, d,
                                 layer.lowerBound)
-            : kdaGateSoftplus(t.f, layer.dtBias, layer.aLog, heads, d);
-  t.beta = kdaBeta(linear(layer.bProj, h));
-
+            : kdaGateSoftplus(f, layer.dtBias, layer.aLog, heads, d);
+  t.beta = kdaBeta(bLogit);
   t.o = kdaRecurrence(st.state, heads, d, t.q, t.k, t.vc, t.g, t.beta);
+  t.gt = gt;
+  t.y = kdaGatedNorm(t.o, gt, layer.oNorm, heads, d, layer.eps);
+  return t.y;
+}
 
-  t.gt = layer.fullRankGate ? linear(layer.gProj, h)
-                            : linear(layer.gBProj, linear(layer.gAProj, h));
-  t.y = kdaGatedNorm(t.o, t.gt, layer.oNorm, heads, d, layer.eps);
-  return linear(layer.oProj, t.y);
+Vec kda(const KdaRef &layer, KdaState &st, const Vec &h, KdaTrace *trace) {
+  Vec uq = linear(layer.qProj, h);
+  Vec uk = linear(layer.kProj, h);
+  Vec uv = linear(layer.vProj, h);
+  Vec f = linear(layer.fBProj, linear(layer.fAProj, h));
+  Vec bLogit = linear(layer.bProj, h);
+  Vec gt = layer.fullRankGate ? linear(layer.gProj, h)
+                              : linear(layer.gBProj, linear(layer.gAProj, h));
+  Vec y = kdaMix(layer, st, uq, uk, uv, f, bLogit, gt, trace);
+  return linear(layer.oProj, y);
 }
 
 //===--- MLA --------------------------------------------------------------===//
@@ -438,35 +448,37 @@ Vec mlaAttendNaive(const MlaDims &dims, const Vec &q,
   const double scale = 1.0 / std::sqrt(static_cast<double>(p + r));
   Vec o(n * vd);
   for (int64_t h = 0; h < n; ++h) {
-    // This head's slices of kv_b: W_UK rows then W_UV rows.
-    std::vector<Vec> wuk(p), wuv(vd);
-    for (int64_t i = 0; i < p; ++i)
-      wuk[i] = kvB.row(h * (p + vd) + i);
-    for (int64_t i = 0; i < vd; ++i)
-      wuv[i] = kvB.row(h * (p + vd) + p + i);
+    // This head's kv_b rows, transposed to [L][P+V] so that expanding a
+    // cached latent is a sum of columns (the inner loop then has no
+    // reduction, which keeps this naive form fast enough at K3's size).
+    Vec wt(l * (p + vd));
+    for (int64_t i = 0; i < p + vd; ++i) {
+      Vec row = kvB.row(h * (p + vd) + i);
+      for (int64_t c = 0; c < l; ++c)
+        wt[c * (p + vd) + i] = row[c];
+    }
     const double *qh = q.data() + h * (p + r);
 
     Vec scores(t);
-    std::vector<Vec> values(t, Vec(vd));
+    std::vector<Vec> values(t);
     for (int64_t j = 0; j < t; ++j) {
       const Vec &row = cache[j];
       assert(static_cast<int64_t>(row.size()) == l + r);
+      // [k_nope_j | v_j] = W_kvb,h c_j: the per-head key and value of j.
+      Vec kv(p + vd, 0.0);
+      for (int64_t c = 0; c < l; ++c) {
+        const double cj = row[c];
+        const double *col = wt.data() + c * (p + vd);
+        for (int64_t i = 0; i < p + vd; ++i)
+          kv[i] += col[i] * cj;
+      }
       double s = 0.0;
-      for (int64_t i = 0; i < p; ++i) {
-        double kNope = 0.0; // k_nope_j[i] = W_UK,h[i] . c_j
-        for (int64_t c = 0; c < l; ++c)
-          kNope += wuk[i][c] * row[c];
-        s += qh[i] * kNope;
-      }
+      for (int64_t i = 0; i < p; ++i)
+        s += qh[i] * kv[i];
       for (int64_t i = 0; i < r; ++i)
-        s += qh[p + i] * row[l + i];
+        s += qh[p + i] * row[l + i]; // k_r: shared by all heads, unrotated
       scores[j] = s * scale;
-      for (int64_t i = 0; i < vd; ++i) {
-        double v = 0.0;
-        for (int64_t c = 0; c < l; ++c)
-          v += wuv[i][c] * row[c];
-        values[j][i] = v;
-      }
+      values[j].assign(kv.begin() + p, kv.end());
     }
     double mx = -std::numeric_limits<double>::infinity();
     for (double s : scores)

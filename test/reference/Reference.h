@@ -205,6 +205,14 @@ struct KdaTrace {
   Vec y;          ///< gated norm output
 };
 
+/// The KDA mixer between its projections (what a fused KDA kernel does):
+/// conv + SiLU of the bf16 projections uq, uk, uv; l2norm; gate from
+/// f = R(f_b(R(f_a h))); β = sigmoid(bLogit); recurrence; gated norm with
+/// gt. Returns y (bf16), o_proj's input.
+Vec kdaMix(const KdaRef &layer, KdaState &st, const Vec &uq, const Vec &uk,
+           const Vec &uv, const Vec &f, const Vec &bLogit, const Vec &gt,
+           KdaTrace *trace = nullptr);
+
 /// A whole KDA mixer step on h = R(input_layernorm(x)): returns R(o_proj y).
 Vec kda(const KdaRef &layer, KdaState &st, const Vec &h,
         KdaTrace *trace = nullptr);

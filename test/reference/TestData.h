@@ -30,6 +30,8 @@ public:
   double signedUniform(double lo, double hi);
   /// Uniform integer in [0, n).
   int64_t index(int64_t n);
+  /// 64 random bits.
+  uint64_t raw();
 
 private:
   std::mt19937_64 gen_;
@@ -65,6 +67,10 @@ struct Bf16Stats {
   int64_t oneUlp = 0; ///< one ulp apart (a rounding flip)
   int64_t worse = 0;  ///< more than one ulp apart, or NaN
   int64_t maxUlp = 0;
+  /// Off by more than one bf16 ulp of ref plus the caller's absolute slack
+  /// (for outputs that can cancel to near zero, where fp32 noise exceeds
+  /// an ulp of the tiny result).
+  int64_t beyond = 0;
   double maxAbsErr = 0.0; ///< max |got − ref|
   double maxRef = 0.0;    ///< max |ref|
   double relErr() const { return maxRef > 0 ? maxAbsErr / maxRef : maxAbsErr; }
@@ -73,8 +79,12 @@ struct Bf16Stats {
   }
   std::string str() const;
 };
-Bf16Stats compareBf16(const uint16_t *got, const Vec &ref, int64_t n);
-Bf16Stats compareBf16(const std::vector<uint16_t> &got, const Vec &ref);
+Bf16Stats compareBf16(const uint16_t *got, const Vec &ref, int64_t n,
+                      double absSlack = 0.0);
+Bf16Stats compareBf16(const std::vector<uint16_t> &got, const Vec &ref,
+                      double absSlack = 0.0);
+/// The spacing of bf16 values at |x| (one ulp).
+double bf16Ulp(double x);
 
 /// Agreement of an fp32 output with a float64 one.
 struct FloatStats {

@@ -1,0 +1,241 @@
+//===- cpu_decode_e2e_test.cpp - CpuDecoder against the float64 RefModel
+//---===//
+//
+// Makes the `tiny` (every K3 feature: AttnRes, latent MXFP4 MoE, SiTU, gated
+// MLA, lower-bound KDA gate) and `tiny-linear` (Kimi-Linear form: plain
+// residuals, full-hidden bf16 MoE, SwiGLU, softplus KDA gate, low-rank KDA
+// gate, direct q_proj) models with the model maker, loads them the way a user
+// does (config.json parsed back, safetensors mapped, names bound), and decodes
+// 64 tokens greedily with the CPU decoder and with the reference. The tokens
+// must be identical and the logits close; the decode must also be
+// non-degenerate, or agreement would prove nothing.
+//
+//===----------------------------------------------------------------------===//
+#include "runtime/Config.h"
+#include "runtime/CpuDecoder.h"
+#include "runtime/ModelMaker.h"
+#include "runtime/ModelWeights.h"
+#include "runtime/Presets.h"
+#include "runtime/Safetensors.h"
+#include "test/reference/Compare.h"
+#include "test/reference/RefModel.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <set>
+
+using namespace k3;
+
+namespace {
+
+/// A fresh directory, removed on destruction.
+class ScratchDir {
+public:
+  ScratchDir() {
+    std::string pattern =
+        (std::filesystem::temp_directory_path() / "k3c-e2e-XXXXXX").string();
+    if (mkdtemp(pattern.data()))
+      path_ = pattern;
+  }
+  ~ScratchDir() {
+    std::error_code ec;
+    if (!path_.empty())
+      std::filesystem::remove_all(path_, ec);
+  }
+  const std::string &path() const { return path_; }
+
+private:
+  std::string path_;
+};
+
+/// A model made on disk and bound, as a user's decode would see it.
+struct MadeModel {
+  ScratchDir dir;
+  ModelConfig config;
+  TensorStore store;
+  ModelWeights weights;
+};
+
+/// Makes preset `name` with `seed`; fails the test on any error.
+void makeAndBind(const std::string &name, uint64_t seed, MadeModel &m) {
+  ASSERT_FALSE(m.dir.path().empty()) << "cannot create a temp dir";
+  auto preset = presetConfig(name);
+  ASSERT_TRUE(preset) << preset.message();
+  Status made = makeModel(*preset, seed, m.dir.path());
+  ASSERT_TRUE(made) << made.message();
+  // Read the config back from disk, as a user's run would.
+  auto parsed = parseConfigFile(m.dir.path() + "/config.json");
+  ASSERT_TRUE(parsed) << parsed.message();
+  m.config = parsed.take();
+  auto store = TensorStore::open(m.dir.path());
+  ASSERT_TRUE(store) << store.message();
+  m.store = store.take();
+  auto weights = bindModelWeights(m.config, m.store);
+  ASSERT_TRUE(weights) << weights.message();
+  m.weights = weights.take();
+}
+
+const std::vector<int64_t> kPrompt = {1, 17, 245, 3, 999, 512, 64, 800};
+constexpr int64_t kNewTokens = 64;
+
+/// Near-tie thresholds of robustPrefixRows: a routing margin below 2e-3 or
+/// a top-2 logit gap below 1e-3 of max|logit| can be resolved either way by
+/// fp32 noise (observed: a routing flip at margin 7.5e-4).
+constexpr double kRouteTol = 2e-3;
+constexpr double kGapTol = 1e-3;
+
+struct E2eResult {
+  int64_t strictRows = 0;
+  ref::DecodeCompareResult cmp;
+  ref::RefDecode ref;
+  std::vector<int64_t> got;
+};
+
+/// Decodes with both and compares; `tolerance` is the per-row logits bound.
+void decodeBoth(const MadeModel &m, double tolerance, E2eResult &r) {
+  auto dec = CpuDecoder::create(
+      m.config, m.weights, static_cast<int64_t>(kPrompt.size()) + kNewTokens);
+  ASSERT_TRUE(dec) << dec.message();
+  std::vector<std::vector<float>> gotLogits;
+  auto got = dec->greedy(kPrompt, kNewTokens, &gotLogits);
+  ASSERT_TRUE(got) << got.message();
+  r.got = *got;
+
+  auto refd = ref::referenceGreedy(m.config, m.weights, kPrompt, kNewTokens);
+  ASSERT_TRUE(refd) << refd.message();
+  r.ref = refd.take();
+
+  ref::DecodeCompareOptions opt;
+  opt.maxRowRelErr = tolerance;
+  r.strictRows = ref::robustPrefixRows(r.ref.routingMargins, r.ref.logits,
+                                       static_cast<int64_t>(kPrompt.size()),
+                                       kRouteTol, kGapTol);
+  std::cout << "[e2e] robust prefix: " << r.strictRows << " of " << kNewTokens
+            << " rows\n";
+  auto full = ref::compareDecode(r.ref.tokens, r.ref.logits, r.got,
+                                 ref::logitRowsFromFloat(gotLogits), opt);
+  std::cout << "[e2e] whole decode (informational): " << full.diagnostic;
+  opt.strictRows = r.strictRows;
+  r.cmp = ref::compareDecode(r.ref.tokens, r.ref.logits, r.got,
+                             ref::logitRowsFromFloat(gotLogits), opt);
+  std::cout << "[e2e] " << r.cmp.diagnostic;
+  std::cout << "[e2e] tokens:";
+  for (int64_t t : r.got)
+    std::cout << " " << t;
+  std::cout << "\n";
+}
+
+/// The decode is worth comparing: several distinct tokens, finite logits.
+void expectNonDegenerate(const E2eResult &r, int64_t vocab) {
+  std::set<int64_t> distinct(r.ref.tokens.begin(), r.ref.tokens.end());
+  EXPECT_GE(distinct.size(), 8u) << "greedy decode nearly constant";
+  for (const auto &row : r.ref.logits) {
+    ASSERT_EQ(static_cast<int64_t>(row.size()), vocab);
+    double lo = row[0], hi = row[0];
+    for (double v : row) {
+      ASSERT_TRUE(std::isfinite(v));
+      lo = std::min(lo, v);
+      hi = std::max(hi, v);
+    }
+    EXPECT_GT(hi - lo, 1e-3) << "flat logits row";
+  }
+}
+
+/// The router is exercised: different tokens pick different experts, and
+/// more of them than one token's top-k.
+void expectRoutingVaries(const E2eResult &r, int64_t topk) {
+  std::set<std::vector<int64_t>> sets;
+  std::set<int64_t> used;
+  for (const auto &step : r.ref.expertChoices)
+    for (const auto &layer : step) {
+      std::vector<int64_t> s = layer;
+      std::sort(s.begin(), s.end());
+      sets.insert(s);
+      used.insert(s.begin(), s.end());
+    }
+  EXPECT_GT(sets.size(), 4u) << "router picks the same experts every time";
+  EXPECT_GT(static_cast<int64_t>(used.size()), topk);
+}
+
+// Why only a robust prefix is held to "identical tokens": the made tiny
+// models are chaotic. Measured (2026-11, these seeds): the REFERENCE against
+// itself with one embedding element moved by 1 bf16 ulp differs by 1-90% in
+// logits within a few steps (a router near-tie resolves the other way and
+// the expert output dominates the residual). CpuDecoder vs reference over
+// all 64 tokens: tiny first differs at step 7 (rows 0-7: max row rel err
+// 1.5e-2, mean 9e-3); tiny-linear at step 1 (row 1: 0.36, a routing flip at
+// margin 1.0e-3). Every kernel agrees with the reference to a rounding flip
+// on its own (test/unit/reference), so this is the model's conditioning,
+// not a kernel bug. Robust prefix, measured: tiny 5 rows, max row rel err
+// 1.06e-2 (mean 8.7e-3); tiny-linear 0 rows (margin 1.7e-3 at position 1).
+// The bound is 2e-2, about 2x the measured value.
+constexpr double kTinyLogitsTol = 2e-2;
+constexpr double kTinyLinearLogitsTol = 2e-2;
+
+TEST(E2eCpuDecode, TinyMatchesReference) {
+  MadeModel m;
+  ASSERT_NO_FATAL_FAILURE(makeAndBind("tiny", 1234, m));
+  ASSERT_TRUE(m.config.hasAttnRes() && m.config.hasLatentMoe() &&
+              m.config.expertsMxfp4)
+      << "the tiny preset no longer covers K3's features";
+  E2eResult r;
+  ASSERT_NO_FATAL_FAILURE(decodeBoth(m, kTinyLogitsTol, r));
+  EXPECT_TRUE(r.cmp.ok) << r.cmp.diagnostic;
+  EXPECT_EQ(r.cmp.firstTokenMismatch, -1);
+  expectNonDegenerate(r, m.config.vocabSize);
+  expectRoutingVaries(r, m.config.numExpertsPerToken);
+  // The output AttnRes mixes several sources, not a one-hot pick.
+  double maxAlpha = 0.0;
+  for (const auto &a : r.ref.outputAlphas)
+    for (double x : a)
+      maxAlpha = std::max(maxAlpha, x);
+  EXPECT_LT(maxAlpha, 0.999) << "AttnRes degenerated to one source";
+}
+
+TEST(E2eCpuDecode, TinyLinearMatchesReference) {
+  MadeModel m;
+  ASSERT_NO_FATAL_FAILURE(makeAndBind("tiny-linear", 4321, m));
+  ASSERT_FALSE(m.config.hasAttnRes());
+  E2eResult r;
+  ASSERT_NO_FATAL_FAILURE(decodeBoth(m, kTinyLinearLogitsTol, r));
+  EXPECT_TRUE(r.cmp.ok) << r.cmp.diagnostic;
+  EXPECT_EQ(r.cmp.firstTokenMismatch, -1);
+  expectNonDegenerate(r, m.config.vocabSize);
+  expectRoutingVaries(r, m.config.numExpertsPerToken);
+}
+
+//===----------------------------------------------------------------------===//
+// The comparison helper itself must be able to fail.
+//===----------------------------------------------------------------------===//
+
+TEST(E2eCompare, DetectsTokenAndLogitDifferences) {
+  std::vector<int64_t> toks = {5, 6, 7, 8};
+  ref::LogitRows rows(4, std::vector<double>{1.0, -2.0, 3.0, 0.5});
+  auto same = ref::compareDecode(toks, rows, toks, rows);
+  EXPECT_TRUE(same.ok) << same.diagnostic;
+  EXPECT_EQ(same.maxRowRelErr, 0.0);
+
+  std::vector<int64_t> other = {5, 6, 9, 8};
+  auto tok = ref::compareDecode(toks, rows, other, rows);
+  EXPECT_FALSE(tok.ok);
+  EXPECT_EQ(tok.firstTokenMismatch, 2);
+  EXPECT_EQ(tok.rowsCompared, 3); // rows after the divergence mean nothing
+
+  ref::LogitRows off = rows;
+  off[1][2] += 0.1; // 0.1 / 3 = 3.3e-2 > 2e-2
+  auto lg = ref::compareDecode(toks, rows, toks, off);
+  EXPECT_FALSE(lg.ok);
+  EXPECT_EQ(lg.worstRow, 1);
+  EXPECT_NEAR(lg.maxRowRelErr, 0.1 / 3.0, 1e-12);
+
+  ref::LogitRows nan = rows;
+  nan[3][0] = NAN;
+  EXPECT_FALSE(ref::compareDecode(toks, rows, toks, nan).ok);
+  EXPECT_FALSE(
+      ref::compareDecode(toks, rows, std::vector<int64_t>{5, 6, 7}, rows).ok);
+}
+
+} // namespace
