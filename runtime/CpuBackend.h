@@ -1,0 +1,101 @@
+//===- CpuBackend.h - Runs a plan with the CPU kernels ----------*- C++ -*-===//
+//
+// Binds a validated plan to memory once: one 64-byte aligned arena for the
+// scratch buffers, one zeroed allocation per resident state, and views into
+// the memory-mapped checkpoint for the weights (stacked `{e}` experts become
+// per-expert WeightRef tables, f32 vectors stored as bf16 are widened once).
+// Every launch's params struct is filled at bind time; a step only writes the
+// per-step inputs (token, pos, length) into the structs and calls the CPU
+// entry points in plan order.
+//
+// Binding is where a plan meets a checkpoint, so it checks, per launch, that
+// every pointer a kernel will touch is bound and large enough for the sizes
+// the launch passes (PlanKernels.h), and that every weight exists with the
+// plan's format and shape. The TensorStore must outlive the backend.
+//
+//===----------------------------------------------------------------------===//
+#ifndef K3C_RUNTIME_CPUBACKEND_H
+#define K3C_RUNTIME_CPUBACKEND_H
+
+#include "kernels/common/WeightRef.h"
+#include "runtime/Plan.h"
+#include "runtime/PlanKernels.h"
+#include "runtime/Safetensors.h"
+#include "runtime/Status.h"
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace k3 {
+
+/// A plan bound to a checkpoint, executable on the CPU.
+class CpuBackend {
+public:
+  ~CpuBackend();
+  CpuBackend(const CpuBackend &) = delete;
+  CpuBackend &operator=(const CpuBackend &) = delete;
+
+  /// Validates `plan` (validatePlan), resolves its weights in `store` and
+  /// fills every launch's params. Errors name the weight or the launch and
+  /// field. The state starts zeroed.
+  static Expected<std::unique_ptr<CpuBackend>> bind(const PlanDoc &plan,
+                                                    const TensorStore &store);
+
+  /// Zeroes every resident state (start of a sequence).
+  void resetState();
+
+  /// Runs one decode step: the launches in order with `token` at position
+  /// `pos`. Errors (before anything runs): token outside [0, vocab), pos
+  /// outside [0, max_seq).
+  Status step(int64_t token, int64_t pos);
+
+  /// The step's logits: fp32 [vocab], valid after step() until the next.
+  const float *logits() const { return logits_; }
+  int64_t vocab() const { return vocab_; }
+  int64_t maxSeq() const { return maxSeq_; }
+
+private:
+  CpuBackend() = default;
+
+  /// A plan weight resolved in the checkpoint.
+  struct BoundWeight {
+    const uint8_t *data = nullptr; ///< bf16 / f32 bytes (null for mxfp4)
+    uint64_t bytes = 0;
+    WeightRef ref;                 ///< bf16 or mxfp4, non-stacked
+    std::vector<WeightRef> table;  ///< per expert, when stacked
+    int64_t rows = 0, cols = 0;    ///< matrix shape of one (expert's) matrix
+    std::vector<float> widened;    ///< f32 copy of a bf16 checkpoint vector
+  };
+  /// A field of a params struct that takes a per-step input.
+  struct InputPatch {
+    size_t offset = 0;
+    bool is32 = false;
+    PlanInput input = PlanInput::Token;
+  };
+  struct Launch {
+    std::unique_ptr<KernelParams> params;
+    std::vector<InputPatch> inputs;
+  };
+  struct Aligned {
+    void operator()(uint8_t *p) const;
+  };
+  using Block = std::unique_ptr<uint8_t, Aligned>;
+
+  Status bindWeight(const PlanWeight &w, const TensorStore &store,
+                    BoundWeight &out);
+  Status bindLaunch(const PlanDoc &plan, size_t index);
+
+  int64_t vocab_ = 0, maxSeq_ = 0;
+  Block arena_;
+  std::vector<Block> states_;
+  std::vector<uint64_t> stateBytes_;
+  std::vector<BoundWeight> weights_;
+  std::vector<Launch> launches_;
+  const float *logits_ = nullptr;
+};
+
+} // namespace k3
+
+#endif // K3C_RUNTIME_CPUBACKEND_H

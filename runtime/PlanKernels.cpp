@@ -1,0 +1,645 @@
+//===- PlanKernels.cpp - The plan's kernel table --------------------------===//
+//
+// Field descriptors are derived from the params structs themselves
+// (decltype + offsetof), so a field whose type changes in a params header
+// changes its kind here without anyone editing this file, and a descriptor
+// can never disagree with the struct it describes.
+//
+// The per-kernel check functions state how many elements each pointer field
+// is read or written at, in terms of the struct's own size fields; the
+// backend compares those against what it bound (a buffer's bytes, a
+// weight's shape), so a plan cannot make a kernel run off the end of the
+// arena or a weight.
+//
+//===----------------------------------------------------------------------===//
+#include "runtime/PlanKernels.h"
+
+#include "kernels/attnres/AttnResCpu.h"
+#include "kernels/elementwise/ElementwiseCpu.h"
+#include "kernels/embed/EmbedCpu.h"
+#include "kernels/gemv/GemvCpu.h"
+#include "kernels/head/HeadCpu.h"
+#include "kernels/kda/KdaCpu.h"
+#include "kernels/mla/MlaCpu.h"
+#include "kernels/moe/MoeCpu.h"
+#include "kernels/norm/NormCpu.h"
+
+#include <cstddef>
+#include <cstring>
+#include <type_traits>
+#include <utility>
+
+namespace k3 {
+
+//===----------------------------------------------------------------------===//
+// The runtime's own entry points
+//===----------------------------------------------------------------------===//
+
+/// `attn_res_commit`: blocks[index] = src (an exact bf16 row copy). It is a
+/// plain copy, so the runtime implements it rather than a kernel family; the
+/// name avoids clashing with a kernels/ struct of the same purpose.
+struct RuntimeAttnResCommitParams {
+  const uint16_t *src = nullptr; ///< [dim] bf16
+  uint16_t *blocks = nullptr;    ///< [maxBlocks, dim] bf16
+  int64_t index = 0;             ///< row to write
+  int64_t dim = 0;               ///< D
+};
+
+static void attnResCommitCpu(const RuntimeAttnResCommitParams &p) {
+  std::memcpy(p.blocks + p.index * p.dim, p.src, sizeof(uint16_t) * p.dim);
+}
+
+//===----------------------------------------------------------------------===//
+// Field descriptors
+//===----------------------------------------------------------------------===//
+
+namespace {
+
+template <typename T> struct FieldTraits;
+template <> struct FieldTraits<int64_t> {
+  static constexpr FieldKind kind = FieldKind::Int64;
+  static constexpr ElemType elem = ElemType::None;
+};
+template <> struct FieldTraits<int32_t> {
+  static constexpr FieldKind kind = FieldKind::Int32;
+  static constexpr ElemType elem = ElemType::None;
+};
+template <> struct FieldTraits<float> {
+  static constexpr FieldKind kind = FieldKind::Float32;
+  static constexpr ElemType elem = ElemType::None;
+};
+template <> struct FieldTraits<WeightRef> {
+  static constexpr FieldKind kind = FieldKind::Weight;
+  static constexpr ElemType elem = ElemType::None;
+};
+template <> struct FieldTraits<const WeightRef *> {
+  static constexpr FieldKind kind = FieldKind::WeightTable;
+  static constexpr ElemType elem = ElemType::None;
+};
+template <typename E> constexpr ElemType elemOf() {
+  if constexpr (std::is_same_v<E, uint16_t>)
+    return ElemType::BF16;
+  else if constexpr (std::is_same_v<E, float>)
+    return ElemType::F32;
+  else if constexpr (std::is_same_v<E, int32_t>)
+    return ElemType::I32;
+  else if constexpr (std::is_same_v<E, int64_t>)
+    return ElemType::I64;
+  else if constexpr (std::is_same_v<E, uint8_t>)
+    return ElemType::U8;
+  else
+    static_assert(sizeof(E) == 0, "params field of an unsupported type");
+}
+template <typename E> struct FieldTraits<const E *> {
+  static constexpr FieldKind kind = FieldKind::PtrIn;
+  static constexpr ElemType elem = elemOf<E>();
+};
+template <typename E> struct FieldTraits<E *> {
+  static constexpr FieldKind kind = FieldKind::PtrOut;
+  static constexpr ElemType elem = elemOf<E>();
+};
+
+template <typename T> KernelField makeField(const char *name, size_t offset) {
+  using Traits = FieldTraits<std::remove_cv_t<T>>;
+  return KernelField{name, Traits::kind, Traits::elem, offset};
+}
+
+} // namespace
+
+/// A descriptor for field `f` of struct `S`, its kind taken from its type.
+#define K3_FIELD(S, f) makeField<decltype(S::f)>(#f, offsetof(S, f))
+
+namespace {
+
+template <typename P, void (*Fn)(const P &)>
+class Holder final : public KernelParams {
+public:
+  void *data() override { return &params_; }
+  size_t size() const override { return sizeof(P); }
+  void runCpu() override { Fn(params_); }
+
+private:
+  P params_;
+};
+
+template <typename P, void (*Fn)(const P &)>
+std::unique_ptr<KernelParams> makeHolder() {
+  return std::make_unique<Holder<P, Fn>>();
+}
+
+/// Each kernel's check receives its params struct.
+template <typename P, Status (*Check)(const P &, ExtentChecker &)>
+Status checkAs(const void *params, ExtentChecker &ext) {
+  return Check(*static_cast<const P *>(params), ext);
+}
+
+template <typename T>
+Status positive(const char *kernel, const char *field, T value) {
+  if (value <= 0)
+    return makeError(kernel, ": ", field, " must be positive, got ", value);
+  return Status::ok();
+}
+
+//--- checks: which elements each pointer field covers ---------------------//
+
+Status checkEmbed(const EmbedParams &p, ExtentChecker &x) {
+  K3_RETURN_IF_ERROR(positive("embed", "vocab", p.vocab));
+  K3_RETURN_IF_ERROR(positive("embed", "dim", p.dim));
+  K3_RETURN_IF_ERROR(x.need("table", p.vocab * p.dim));
+  return x.need("out", p.dim);
+}
+
+Status checkRmsNorm(const RmsNormParams &p, ExtentChecker &x) {
+  K3_RETURN_IF_ERROR(positive("rms_norm", "n", p.n));
+  K3_RETURN_IF_ERROR(x.need("x", p.n));
+  K3_RETURN_IF_ERROR(x.need("w", p.n));
+  return x.need("out", p.n);
+}
+
+Status checkLinear(const LinearParams &p, ExtentChecker &x) {
+  K3_RETURN_IF_ERROR(positive("linear", "n", p.n));
+  K3_RETURN_IF_ERROR(positive("linear", "k", p.k));
+  K3_RETURN_IF_ERROR(x.need("x", p.k));
+  K3_RETURN_IF_ERROR(x.needMatrix("w", p.n, p.k));
+  K3_RETURN_IF_ERROR(x.optional("normWeight", p.k));
+  if ((p.out == nullptr) == (p.outF32 == nullptr))
+    return makeError("linear: exactly one of out and outF32 must be given");
+  if (p.outF32 && p.residual)
+    return makeError("linear: residual needs the bf16 out, not outF32");
+  K3_RETURN_IF_ERROR(x.optional("residual", p.n));
+  K3_RETURN_IF_ERROR(x.optional("out", p.n));
+  return x.optional("outF32", p.n);
+}
+
+Status checkLinearMulti(const LinearMultiParams &p, ExtentChecker &x) {
+  if (p.count < 1 || p.count > kLinearMultiMax)
+    return makeError("linear_multi: count must be in [1, ", kLinearMultiMax,
+                     "], got ", p.count);
+  K3_RETURN_IF_ERROR(positive("linear_multi", "k", p.k));
+  K3_RETURN_IF_ERROR(x.need("x", p.k));
+  K3_RETURN_IF_ERROR(x.optional("normWeight", p.k));
+  for (int i = 0; i < p.count; ++i) {
+    const std::string s = std::to_string(i);
+    K3_RETURN_IF_ERROR(positive("linear_multi", ("n" + s).c_str(),
+                                p.entries[i].n));
+    K3_RETURN_IF_ERROR(x.needMatrix(("w" + s).c_str(), p.entries[i].n, p.k));
+    K3_RETURN_IF_ERROR(x.need(("out" + s).c_str(), p.entries[i].n));
+  }
+  return Status::ok();
+}
+
+template <typename P>
+Status checkBinary(const char *kernel, const P &p, ExtentChecker &x,
+                   const char *a, const char *b) {
+  K3_RETURN_IF_ERROR(positive(kernel, "n", p.n));
+  K3_RETURN_IF_ERROR(x.need(a, p.n));
+  K3_RETURN_IF_ERROR(x.need(b, p.n));
+  return x.need("out", p.n);
+}
+Status checkAdd(const AddParams &p, ExtentChecker &x) {
+  return checkBinary("add", p, x, "a", "b");
+}
+Status checkMulSigmoid(const MulSigmoidParams &p, ExtentChecker &x) {
+  return checkBinary("mul_sigmoid", p, x, "x", "gate");
+}
+Status checkGatedAct(const GatedActParams &p, ExtentChecker &x) {
+  return checkBinary("gated_act", p, x, "g", "u");
+}
+
+Status checkKdaConv(const KdaConvParams &p, ExtentChecker &x) {
+  K3_RETURN_IF_ERROR(positive("kda_conv", "channels", p.channels));
+  K3_RETURN_IF_ERROR(positive("kda_conv", "width", p.width));
+  K3_RETURN_IF_ERROR(x.need("u", p.channels));
+  K3_RETURN_IF_ERROR(x.need("weight", p.channels * p.width));
+  if (p.width > 1)
+    K3_RETURN_IF_ERROR(x.need("state", p.channels * (p.width - 1)));
+  return x.need("out", p.channels);
+}
+
+Status checkKdaRecurrent(const KdaRecurrentParams &p, ExtentChecker &x) {
+  K3_RETURN_IF_ERROR(positive("kda_recurrent", "numHeads", p.numHeads));
+  K3_RETURN_IF_ERROR(positive("kda_recurrent", "headDim", p.headDim));
+  const int64_t C = p.numHeads * p.headDim;
+  for (const char *f : {"q", "k", "v", "f", "out"})
+    K3_RETURN_IF_ERROR(x.need(f, C));
+  K3_RETURN_IF_ERROR(x.need("betaLogit", p.numHeads));
+  K3_RETURN_IF_ERROR(x.need("dtBias", C));
+  K3_RETURN_IF_ERROR(x.need("aLog", p.numHeads));
+  return x.need("state", C * p.headDim);
+}
+
+Status checkKdaGatedNorm(const KdaGatedNormParams &p, ExtentChecker &x) {
+  K3_RETURN_IF_ERROR(positive("kda_gated_norm", "numHeads", p.numHeads));
+  K3_RETURN_IF_ERROR(positive("kda_gated_norm", "headDim", p.headDim));
+  const int64_t C = p.numHeads * p.headDim;
+  for (const char *f : {"o", "gate", "out"})
+    K3_RETURN_IF_ERROR(x.need(f, C));
+  return x.need("weight", p.headDim);
+}
+
+Status checkKdaDecode(const KdaDecodeParams &p, ExtentChecker &x) {
+  K3_RETURN_IF_ERROR(positive("kda_decode", "numHeads", p.numHeads));
+  K3_RETURN_IF_ERROR(positive("kda_decode", "headDim", p.headDim));
+  K3_RETURN_IF_ERROR(positive("kda_decode", "convWidth", p.convWidth));
+  const int64_t C = p.numHeads * p.headDim, W = p.convWidth;
+  for (const char *f : {"uq", "uk", "uv", "f", "dtBias", "gate", "out"})
+    K3_RETURN_IF_ERROR(x.need(f, C));
+  for (const char *f : {"convQ", "convK", "convV"})
+    K3_RETURN_IF_ERROR(x.need(f, C * W));
+  if (W > 1)
+    for (const char *f : {"convStateQ", "convStateK", "convStateV"})
+      K3_RETURN_IF_ERROR(x.need(f, C * (W - 1)));
+  K3_RETURN_IF_ERROR(x.need("betaLogit", p.numHeads));
+  K3_RETURN_IF_ERROR(x.need("aLog", p.numHeads));
+  K3_RETURN_IF_ERROR(x.need("state", C * p.headDim));
+  return x.need("normWeight", p.headDim);
+}
+
+Status checkMlaCacheAppend(const MlaCacheAppendParams &p, ExtentChecker &x) {
+  K3_RETURN_IF_ERROR(positive("mla_cache_append", "kvLoraRank", p.kvLoraRank));
+  if (p.ropeDim < 0)
+    return makeError("mla_cache_append: ropeDim must be >= 0");
+  const int64_t w = p.kvLoraRank + p.ropeDim;
+  K3_RETURN_IF_ERROR(x.need("kv", w));
+  K3_RETURN_IF_ERROR(x.need("normWeight", p.kvLoraRank));
+  // When pos is an input the binder sets it to its largest value (max_seq -
+  // 1) before this check, so the cache must hold every position allowed.
+  if (p.pos < 0)
+    return makeError("mla_cache_append: pos must be >= 0, got ", p.pos);
+  return x.need("cache", (p.pos + 1) * w);
+}
+
+Status checkMlaAttend(const MlaAttendParams &p, ExtentChecker &x) {
+  for (auto [name, v] : {std::pair<const char *, int64_t>{"numHeads",
+                                                          p.numHeads},
+                         {"nopeDim", p.nopeDim},
+                         {"vDim", p.vDim},
+                         {"kvLoraRank", p.kvLoraRank}})
+    K3_RETURN_IF_ERROR(positive("mla_attend", name, v));
+  if (p.ropeDim < 0)
+    return makeError("mla_attend: ropeDim must be >= 0");
+  const int64_t N = p.numHeads, L = p.kvLoraRank;
+  K3_RETURN_IF_ERROR(x.need("q", N * (p.nopeDim + p.ropeDim)));
+  K3_RETURN_IF_ERROR(x.need("kvB", N * (p.nopeDim + p.vDim) * L));
+  K3_RETURN_IF_ERROR(positive("mla_attend", "length", p.length));
+  K3_RETURN_IF_ERROR(x.need("cache", p.length * (L + p.ropeDim)));
+  K3_RETURN_IF_ERROR(x.optional("gate", N * p.vDim));
+  return x.need("out", N * p.vDim);
+}
+
+Status checkRouter(const RouterParams &p, ExtentChecker &x) {
+  K3_RETURN_IF_ERROR(positive("router", "numExperts", p.numExperts));
+  K3_RETURN_IF_ERROR(positive("router", "dim", p.dim));
+  if (p.topK < 1 || p.topK > p.numExperts)
+    return makeError("router: topK must be in [1, numExperts = ", p.numExperts,
+                     "], got ", p.topK);
+  K3_RETURN_IF_ERROR(x.need("h", p.dim));
+  K3_RETURN_IF_ERROR(x.need("gate", p.numExperts * p.dim));
+  K3_RETURN_IF_ERROR(x.optional("bias", p.numExperts));
+  K3_RETURN_IF_ERROR(x.need("outIds", p.topK));
+  return x.need("outWeights", p.topK);
+}
+
+Status checkGatedMlp(const GatedMlpParams &p, ExtentChecker &x) {
+  K3_RETURN_IF_ERROR(positive("gated_mlp", "inDim", p.inDim));
+  K3_RETURN_IF_ERROR(positive("gated_mlp", "interDim", p.interDim));
+  K3_RETURN_IF_ERROR(positive("gated_mlp", "outDim", p.outDim));
+  K3_RETURN_IF_ERROR(x.need("x", p.inDim));
+  K3_RETURN_IF_ERROR(x.optional("normWeight", p.inDim));
+  K3_RETURN_IF_ERROR(x.needMatrix("w1", p.interDim, p.inDim));
+  K3_RETURN_IF_ERROR(x.needMatrix("w3", p.interDim, p.inDim));
+  K3_RETURN_IF_ERROR(x.needMatrix("w2", p.outDim, p.interDim));
+  K3_RETURN_IF_ERROR(x.optional("residual", p.outDim));
+  return x.need("out", p.outDim);
+}
+
+Status checkMoeExperts(const MoeExpertsParams &p, ExtentChecker &x) {
+  K3_RETURN_IF_ERROR(positive("moe_experts", "numExperts", p.numExperts));
+  K3_RETURN_IF_ERROR(positive("moe_experts", "dim", p.dim));
+  K3_RETURN_IF_ERROR(positive("moe_experts", "interDim", p.interDim));
+  if (p.topK < 1 || p.topK > p.numExperts)
+    return makeError("moe_experts: topK must be in [1, numExperts = ",
+                     p.numExperts, "], got ", p.topK);
+  K3_RETURN_IF_ERROR(x.need("x", p.dim));
+  K3_RETURN_IF_ERROR(x.need("ids", p.topK));
+  K3_RETURN_IF_ERROR(x.need("weights", p.topK));
+  K3_RETURN_IF_ERROR(x.needTable("w1", p.numExperts, p.interDim, p.dim));
+  K3_RETURN_IF_ERROR(x.needTable("w3", p.numExperts, p.interDim, p.dim));
+  K3_RETURN_IF_ERROR(x.needTable("w2", p.numExperts, p.dim, p.interDim));
+  return x.need("out", p.dim);
+}
+
+/// AttnRes may gain a fused RMSNorm of its result (PLAN.md: normWeight,
+/// normEps); these detect it so the table follows the header.
+template <typename P, typename = void> struct HasNormWeight : std::false_type {};
+template <typename P>
+struct HasNormWeight<P, std::void_t<decltype(std::declval<P>().normWeight)>>
+    : std::true_type {};
+
+Status checkAttnRes(const AttnResParams &p, ExtentChecker &x) {
+  K3_RETURN_IF_ERROR(positive("attn_res", "dim", p.dim));
+  if (p.numBlocks < 0)
+    return makeError("attn_res: numBlocks must be >= 0, got ", p.numBlocks);
+  if (p.numBlocks + (p.extra ? 1 : 0) < 1)
+    return makeError("attn_res: needs at least one source (numBlocks > 0 or "
+                     "extra)");
+  if (p.numBlocks > 0)
+    K3_RETURN_IF_ERROR(x.need("blocks", p.numBlocks * p.dim));
+  K3_RETURN_IF_ERROR(x.optional("extra", p.dim));
+  K3_RETURN_IF_ERROR(x.need("wNorm", p.dim));
+  K3_RETURN_IF_ERROR(x.need("wProj", p.dim));
+  if constexpr (HasNormWeight<AttnResParams>::value)
+    K3_RETURN_IF_ERROR(x.optional("normWeight", p.dim));
+  return x.need("out", p.dim);
+}
+
+Status checkAttnResCommit(const RuntimeAttnResCommitParams &p,
+                          ExtentChecker &x) {
+  K3_RETURN_IF_ERROR(positive("attn_res_commit", "dim", p.dim));
+  if (p.index < 0)
+    return makeError("attn_res_commit: index must be >= 0, got ", p.index);
+  K3_RETURN_IF_ERROR(x.need("src", p.dim));
+  return x.need("blocks", (p.index + 1) * p.dim);
+}
+
+Status checkArgmax(const ArgmaxParams &p, ExtentChecker &x) {
+  K3_RETURN_IF_ERROR(positive("argmax", "n", p.n));
+  K3_RETURN_IF_ERROR(x.need("logits", p.n));
+  return x.need("outId", 1);
+}
+
+//--- the table ------------------------------------------------------------//
+
+template <typename P> void addAttnResFusedNorm(std::vector<KernelField> &f) {
+  if constexpr (HasNormWeight<P>::value) {
+    f.push_back(K3_FIELD(P, normWeight));
+    f.push_back(K3_FIELD(P, normEps));
+  }
+}
+
+std::vector<KernelField> linearMultiFields() {
+  using P = LinearMultiParams;
+  std::vector<KernelField> f = {K3_FIELD(P, x), K3_FIELD(P, k),
+                                K3_FIELD(P, normWeight), K3_FIELD(P, normEps),
+                                K3_FIELD(P, count)};
+  for (int i = 0; i < kLinearMultiMax; ++i) {
+    const size_t base = offsetof(P, entries) + i * sizeof(LinearMultiEntry);
+    const std::string s = std::to_string(i);
+    f.push_back(makeField<decltype(LinearMultiEntry::w)>(
+        "", base + offsetof(LinearMultiEntry, w)));
+    f.back().name = "w" + s;
+    f.push_back(makeField<decltype(LinearMultiEntry::out)>(
+        "", base + offsetof(LinearMultiEntry, out)));
+    f.back().name = "out" + s;
+    f.push_back(makeField<decltype(LinearMultiEntry::n)>(
+        "", base + offsetof(LinearMultiEntry, n)));
+    f.back().name = "n" + s;
+  }
+  return f;
+}
+
+std::vector<KernelInfo> buildTable() {
+  std::vector<KernelInfo> t;
+  auto add = [&](const char *name, const char *params,
+                 std::vector<KernelField> fields,
+                 std::unique_ptr<KernelParams> (*make)(),
+                 Status (*check)(const void *, ExtentChecker &)) {
+    KernelInfo k;
+    k.name = name;
+    k.paramsName = params;
+    k.fields = std::move(fields);
+    k.make = make;
+    k.check = check;
+    t.push_back(std::move(k));
+  };
+#define K3_HOLDER(P, Fn) &makeHolder<P, Fn>
+#define K3_CHECK(P, Fn) &checkAs<P, Fn>
+  {
+    using P = EmbedParams;
+    add("embed", "EmbedParams",
+        {K3_FIELD(P, table), K3_FIELD(P, vocab), K3_FIELD(P, dim),
+         K3_FIELD(P, token), K3_FIELD(P, out)},
+        K3_HOLDER(P, embedCpu), K3_CHECK(P, checkEmbed));
+  }
+  {
+    using P = RmsNormParams;
+    add("rms_norm", "RmsNormParams",
+        {K3_FIELD(P, x), K3_FIELD(P, w), K3_FIELD(P, out), K3_FIELD(P, n),
+         K3_FIELD(P, eps)},
+        K3_HOLDER(P, rmsNormCpu), K3_CHECK(P, checkRmsNorm));
+  }
+  {
+    using P = LinearParams;
+    add("linear", "LinearParams",
+        {K3_FIELD(P, x), K3_FIELD(P, w), K3_FIELD(P, n), K3_FIELD(P, k),
+         K3_FIELD(P, normWeight), K3_FIELD(P, normEps), K3_FIELD(P, residual),
+         K3_FIELD(P, out), K3_FIELD(P, outF32)},
+        K3_HOLDER(P, linearCpu), K3_CHECK(P, checkLinear));
+  }
+  add("linear_multi", "LinearMultiParams", linearMultiFields(),
+      K3_HOLDER(LinearMultiParams, linearMultiCpu),
+      K3_CHECK(LinearMultiParams, checkLinearMulti));
+  {
+    using P = AddParams;
+    add("add", "AddParams",
+        {K3_FIELD(P, a), K3_FIELD(P, b), K3_FIELD(P, out), K3_FIELD(P, n)},
+        K3_HOLDER(P, addCpu), K3_CHECK(P, checkAdd));
+  }
+  {
+    using P = MulSigmoidParams;
+    add("mul_sigmoid", "MulSigmoidParams",
+        {K3_FIELD(P, x), K3_FIELD(P, gate), K3_FIELD(P, out), K3_FIELD(P, n)},
+        K3_HOLDER(P, mulSigmoidCpu), K3_CHECK(P, checkMulSigmoid));
+  }
+  {
+    using P = GatedActParams;
+    add("gated_act", "GatedActParams",
+        {K3_FIELD(P, g), K3_FIELD(P, u), K3_FIELD(P, out), K3_FIELD(P, n),
+         K3_FIELD(P, activation), K3_FIELD(P, beta1), K3_FIELD(P, hasBeta2),
+         K3_FIELD(P, beta2)},
+        K3_HOLDER(P, gatedActCpu), K3_CHECK(P, checkGatedAct));
+  }
+  {
+    using P = KdaConvParams;
+    add("kda_conv", "KdaConvParams",
+        {K3_FIELD(P, u), K3_FIELD(P, weight), K3_FIELD(P, state),
+         K3_FIELD(P, out), K3_FIELD(P, channels), K3_FIELD(P, width)},
+        K3_HOLDER(P, kdaConvCpu), K3_CHECK(P, checkKdaConv));
+  }
+  {
+    using P = KdaRecurrentParams;
+    add("kda_recurrent", "KdaRecurrentParams",
+        {K3_FIELD(P, q), K3_FIELD(P, k), K3_FIELD(P, v), K3_FIELD(P, f),
+         K3_FIELD(P, betaLogit), K3_FIELD(P, dtBias), K3_FIELD(P, aLog),
+         K3_FIELD(P, state), K3_FIELD(P, out), K3_FIELD(P, numHeads),
+         K3_FIELD(P, headDim), K3_FIELD(P, hasLowerBound),
+         K3_FIELD(P, lowerBound)},
+        K3_HOLDER(P, kdaRecurrentCpu), K3_CHECK(P, checkKdaRecurrent));
+  }
+  {
+    using P = KdaGatedNormParams;
+    add("kda_gated_norm", "KdaGatedNormParams",
+        {K3_FIELD(P, o), K3_FIELD(P, gate), K3_FIELD(P, weight),
+         K3_FIELD(P, out), K3_FIELD(P, numHeads), K3_FIELD(P, headDim),
+         K3_FIELD(P, eps)},
+        K3_HOLDER(P, kdaGatedNormCpu), K3_CHECK(P, checkKdaGatedNorm));
+  }
+  {
+    using P = KdaDecodeParams;
+    add("kda_decode", "KdaDecodeParams",
+        {K3_FIELD(P, uq),         K3_FIELD(P, uk),
+         K3_FIELD(P, uv),         K3_FIELD(P, convQ),
+         K3_FIELD(P, convK),      K3_FIELD(P, convV),
+         K3_FIELD(P, convStateQ), K3_FIELD(P, convStateK),
+         K3_FIELD(P, convStateV), K3_FIELD(P, f),
+         K3_FIELD(P, betaLogit),  K3_FIELD(P, dtBias),
+         K3_FIELD(P, aLog),       K3_FIELD(P, state),
+         K3_FIELD(P, gate),       K3_FIELD(P, normWeight),
+         K3_FIELD(P, out),        K3_FIELD(P, numHeads),
+         K3_FIELD(P, headDim),    K3_FIELD(P, convWidth),
+         K3_FIELD(P, hasLowerBound), K3_FIELD(P, lowerBound),
+         K3_FIELD(P, normEps)},
+        K3_HOLDER(P, kdaDecodeCpu), K3_CHECK(P, checkKdaDecode));
+  }
+  {
+    using P = MlaCacheAppendParams;
+    add("mla_cache_append", "MlaCacheAppendParams",
+        {K3_FIELD(P, kv), K3_FIELD(P, normWeight), K3_FIELD(P, eps),
+         K3_FIELD(P, cache), K3_FIELD(P, pos), K3_FIELD(P, kvLoraRank),
+         K3_FIELD(P, ropeDim)},
+        K3_HOLDER(P, mlaCacheAppendCpu), K3_CHECK(P, checkMlaCacheAppend));
+  }
+  {
+    using P = MlaAttendParams;
+    add("mla_attend", "MlaAttendParams",
+        {K3_FIELD(P, q), K3_FIELD(P, kvB), K3_FIELD(P, cache),
+         K3_FIELD(P, length), K3_FIELD(P, gate), K3_FIELD(P, out),
+         K3_FIELD(P, numHeads), K3_FIELD(P, nopeDim), K3_FIELD(P, ropeDim),
+         K3_FIELD(P, vDim), K3_FIELD(P, kvLoraRank), K3_FIELD(P, scale)},
+        K3_HOLDER(P, mlaAttendCpu), K3_CHECK(P, checkMlaAttend));
+  }
+  {
+    using P = RouterParams;
+    add("router", "RouterParams",
+        {K3_FIELD(P, h), K3_FIELD(P, gate), K3_FIELD(P, bias),
+         K3_FIELD(P, numExperts), K3_FIELD(P, dim), K3_FIELD(P, topK),
+         K3_FIELD(P, renormalize), K3_FIELD(P, scaling), K3_FIELD(P, outIds),
+         K3_FIELD(P, outWeights)},
+        K3_HOLDER(P, routerCpu), K3_CHECK(P, checkRouter));
+  }
+  {
+    using P = GatedMlpParams;
+    add("gated_mlp", "GatedMlpParams",
+        {K3_FIELD(P, x), K3_FIELD(P, normWeight), K3_FIELD(P, normEps),
+         K3_FIELD(P, w1), K3_FIELD(P, w3), K3_FIELD(P, w2),
+         K3_FIELD(P, inDim), K3_FIELD(P, interDim), K3_FIELD(P, outDim),
+         K3_FIELD(P, activation), K3_FIELD(P, beta1), K3_FIELD(P, hasBeta2),
+         K3_FIELD(P, beta2), K3_FIELD(P, residual), K3_FIELD(P, out)},
+        K3_HOLDER(P, gatedMlpCpu), K3_CHECK(P, checkGatedMlp));
+  }
+  {
+    using P = MoeExpertsParams;
+    add("moe_experts", "MoeExpertsParams",
+        {K3_FIELD(P, x), K3_FIELD(P, ids), K3_FIELD(P, weights),
+         K3_FIELD(P, topK), K3_FIELD(P, numExperts), K3_FIELD(P, w1),
+         K3_FIELD(P, w3), K3_FIELD(P, w2), K3_FIELD(P, dim),
+         K3_FIELD(P, interDim), K3_FIELD(P, activation), K3_FIELD(P, beta1),
+         K3_FIELD(P, hasBeta2), K3_FIELD(P, beta2), K3_FIELD(P, out)},
+        K3_HOLDER(P, moeExpertsCpu), K3_CHECK(P, checkMoeExperts));
+  }
+  {
+    using P = AttnResParams;
+    std::vector<KernelField> f = {
+        K3_FIELD(P, blocks), K3_FIELD(P, numBlocks), K3_FIELD(P, extra),
+        K3_FIELD(P, wNorm),  K3_FIELD(P, wProj),     K3_FIELD(P, eps),
+        K3_FIELD(P, dim),    K3_FIELD(P, out)};
+    addAttnResFusedNorm<P>(f);
+    add("attn_res", "AttnResParams", std::move(f), K3_HOLDER(P, attnResCpu),
+        K3_CHECK(P, checkAttnRes));
+  }
+  {
+    using P = RuntimeAttnResCommitParams;
+    add("attn_res_commit", "AttnResCommitParams",
+        {K3_FIELD(P, src), K3_FIELD(P, blocks), K3_FIELD(P, index),
+         K3_FIELD(P, dim)},
+        K3_HOLDER(P, attnResCommitCpu), K3_CHECK(P, checkAttnResCommit));
+  }
+  {
+    using P = ArgmaxParams;
+    add("argmax", "ArgmaxParams",
+        {K3_FIELD(P, logits), K3_FIELD(P, n), K3_FIELD(P, outId)},
+        K3_HOLDER(P, argmaxCpu), K3_CHECK(P, checkArgmax));
+  }
+#undef K3_HOLDER
+#undef K3_CHECK
+  return t;
+}
+
+} // namespace
+
+//===----------------------------------------------------------------------===//
+// Public interface
+//===----------------------------------------------------------------------===//
+
+const char *elemTypeName(ElemType t) {
+  switch (t) {
+  case ElemType::None:
+    return "none";
+  case ElemType::BF16:
+    return "bf16";
+  case ElemType::F32:
+    return "f32";
+  case ElemType::I32:
+    return "i32";
+  case ElemType::I64:
+    return "i64";
+  case ElemType::U8:
+    return "u8";
+  }
+  return "?";
+}
+
+size_t elemTypeSize(ElemType t) {
+  switch (t) {
+  case ElemType::None:
+    return 0;
+  case ElemType::BF16:
+    return 2;
+  case ElemType::F32:
+  case ElemType::I32:
+    return 4;
+  case ElemType::I64:
+    return 8;
+  case ElemType::U8:
+    return 1;
+  }
+  return 0;
+}
+
+const KernelField *KernelInfo::field(const std::string &fieldName) const {
+  for (const KernelField &f : fields)
+    if (f.name == fieldName)
+      return &f;
+  return nullptr;
+}
+
+const std::vector<KernelInfo> &kernelTable() {
+  static const std::vector<KernelInfo> table = buildTable();
+  return table;
+}
+
+const KernelInfo *findKernel(const std::string &name) {
+  for (const KernelInfo &k : kernelTable())
+    if (k.name == name)
+      return &k;
+  return nullptr;
+}
+
+const std::vector<std::string> &plannedKernelNames() {
+  // PLAN.md lists these; they join the table when kernels/ provides them.
+  static const std::vector<std::string> names = {"kda_l2norm", "kda_gate",
+                                                 "sigmoid", "kda_step"};
+  return names;
+}
+
+} // namespace k3

@@ -1,0 +1,158 @@
+//===- Session.cpp - The greedy decode loop over a bound plan -------------===//
+//
+// Every request is checked before the first step so that a bad request never
+// leaves a half-decoded sequence behind, and the argmax uses the same CPU
+// entry point (argmaxCpu) as CpuDecoder so their tie rules cannot drift.
+//
+//===----------------------------------------------------------------------===//
+#include "runtime/Session.h"
+
+#include "kernels/head/HeadCpu.h"
+
+#include <nlohmann/json.hpp>
+
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+
+namespace k3 {
+
+namespace {
+
+using ojson = nlohmann::ordered_json;
+
+/// The path of the first difference between two JSON values, with both
+/// values, or "" when equal.
+std::string firstDifference(const ojson &a, const ojson &b,
+                            const std::string &path) {
+  if (a.is_object() && b.is_object()) {
+    for (auto it = a.begin(); it != a.end(); ++it) {
+      const std::string p = path.empty() ? it.key() : path + "." + it.key();
+      auto jt = b.find(it.key());
+      if (jt == b.end())
+        return p + " (plan: " + it.value().dump() + ", weights: absent)";
+      std::string d = firstDifference(it.value(), *jt, p);
+      if (!d.empty())
+        return d;
+    }
+    for (auto jt = b.begin(); jt != b.end(); ++jt)
+      if (a.find(jt.key()) == a.end())
+        return (path.empty() ? jt.key() : path + "." + jt.key()) +
+               " (plan: absent, weights: " + jt.value().dump() + ")";
+    return "";
+  }
+  if (a == b)
+    return "";
+  return (path.empty() ? std::string("config") : path) + " (plan: " +
+         a.dump() + ", weights: " + b.dump() + ")";
+}
+
+double secondsSince(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0)
+      .count();
+}
+
+} // namespace
+
+Status checkConfigsMatch(const ModelConfig &planConfig,
+                         const ModelConfig &weightsConfig) {
+  const std::string a = writeConfigJson(planConfig);
+  const std::string b = writeConfigJson(weightsConfig);
+  if (a == b)
+    return Status::ok();
+  std::string field;
+  try {
+    field = firstDifference(ojson::parse(a), ojson::parse(b), "");
+  } catch (const std::exception &) {
+    // Both come from writeConfigJson, so this is not expected; the generic
+    // message below still applies.
+  }
+  if (field.empty())
+    field = "(unknown field)";
+  return makeError("the plan was compiled for a different model than the "
+                   "weights: first difference at ",
+                   field, "; recompile the plan for these weights");
+}
+
+Expected<std::unique_ptr<Session>> Session::open(PlanDoc plan,
+                                                 const std::string &weightsDir) {
+  const std::string configPath =
+      (std::filesystem::path(weightsDir) / "config.json").string();
+  Expected<ModelConfig> weightsConfig = parseConfigFile(configPath);
+  if (!weightsConfig)
+    return weightsConfig.status();
+  K3_RETURN_IF_ERROR(checkConfigsMatch(plan.config, *weightsConfig));
+  std::unique_ptr<Session> s(new Session());
+  s->plan_ = std::move(plan);
+  Expected<TensorStore> store = TensorStore::open(weightsDir);
+  if (!store)
+    return store.status();
+  s->store_ = store.take();
+  Expected<std::unique_ptr<CpuBackend>> be =
+      CpuBackend::bind(s->plan_, s->store_);
+  if (!be)
+    return be.status().withContext("binding the plan to " + weightsDir);
+  s->backend_ = be.take();
+  return s;
+}
+
+Expected<GenerateResult> Session::generate(const std::vector<int64_t> &prompt,
+                                           int64_t maxNew, bool keepLogits,
+                                           const TokenCallback &onToken) {
+  const int64_t vocab = backend_->vocab();
+  if (prompt.empty())
+    return makeError("the prompt is empty; it needs at least one token "
+                     "(e.g. BOS = ",
+                     plan_.config.bosTokenId, ")");
+  if (maxNew < 1)
+    return makeError("max_new must be at least 1, got ", maxNew);
+  for (size_t i = 0; i < prompt.size(); ++i)
+    if (prompt[i] < 0 || prompt[i] >= vocab)
+      return makeError("prompt token ", i, " has id ", prompt[i],
+                       ", outside the vocabulary [0, ", vocab, ")");
+  const int64_t n = static_cast<int64_t>(prompt.size());
+  if (n > backend_->maxSeq() - maxNew)
+    return makeError("the prompt (", n, " tokens) + max_new (", maxNew,
+                     ") = ", n + maxNew,
+                     " tokens exceeds the plan's max_seq of ",
+                     backend_->maxSeq(),
+                     "; shorten the request or compile with a larger "
+                     "--max-seq");
+
+  GenerateResult r;
+  r.vocab = vocab;
+  r.promptTokens = n;
+  r.tokens.reserve(maxNew);
+  if (keepLogits)
+    r.logits.resize(static_cast<size_t>(maxNew * vocab));
+  backend_->resetState();
+
+  auto t0 = std::chrono::steady_clock::now();
+  for (int64_t i = 0; i < n; ++i)
+    K3_RETURN_IF_ERROR(backend_->step(prompt[i], i));
+  r.promptSeconds = secondsSince(t0);
+
+  t0 = std::chrono::steady_clock::now();
+  for (int64_t s = 0; s < maxNew; ++s) {
+    const float *logits = backend_->logits();
+    int64_t id = 0;
+    ArgmaxParams am;
+    am.logits = logits;
+    am.n = vocab;
+    am.outId = &id;
+    argmaxCpu(am);
+    r.tokens.push_back(id);
+    if (keepLogits)
+      std::memcpy(r.logits.data() + s * vocab, logits, sizeof(float) * vocab);
+    if (onToken)
+      onToken(s, id);
+    if (s + 1 < maxNew) {
+      K3_RETURN_IF_ERROR(backend_->step(id, n + s));
+      ++r.decodeSteps;
+    }
+  }
+  r.decodeSeconds = secondsSince(t0);
+  return r;
+}
+
+} // namespace k3

@@ -1,0 +1,82 @@
+//===- Session.h - The greedy decode loop over a bound plan -----*- C++ -*-===//
+//
+// A Session owns everything a run needs: the plan, the memory-mapped
+// checkpoint and the backend bound to both. generate() is the whole decode
+// of one sequence: reset the state, feed the prompt one token per step,
+// then choose each next token greedily (argmax, ties to the lowest id),
+// reporting every token as it is chosen and optionally keeping the logits
+// that chose it (K3.md §10: row s chose generated token s).
+//
+//===----------------------------------------------------------------------===//
+#ifndef K3C_RUNTIME_SESSION_H
+#define K3C_RUNTIME_SESSION_H
+
+#include "runtime/Config.h"
+#include "runtime/CpuBackend.h"
+#include "runtime/Plan.h"
+#include "runtime/Safetensors.h"
+#include "runtime/Status.h"
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace k3 {
+
+/// Compares the plan's config with the weights' config through their
+/// canonical writeConfigJson text; on a difference the error names the
+/// first differing field with both values.
+Status checkConfigsMatch(const ModelConfig &planConfig,
+                         const ModelConfig &weightsConfig);
+
+/// Called with each generated token as soon as it is chosen (index s =
+/// 0 .. maxNew-1).
+using TokenCallback = std::function<void(int64_t index, int64_t token)>;
+
+/// What one generate() call produced.
+struct GenerateResult {
+  std::vector<int64_t> tokens; ///< maxNew generated ids
+  /// maxNew * vocab fp32 when logits were requested, row s = the logits that
+  /// chose tokens[s]; empty otherwise.
+  std::vector<float> logits;
+  int64_t vocab = 0;
+  int64_t promptTokens = 0;
+  double promptSeconds = 0; ///< the steps that fed the prompt
+  int64_t decodeSteps = 0;  ///< steps after the prompt (maxNew - 1)
+  double decodeSeconds = 0; ///< those steps plus every argmax
+  /// Generated tokens per second of decode (prompt excluded); 0 when no
+  /// decode step ran.
+  double decodeTokensPerSecond() const {
+    return decodeSeconds > 0 ? decodeSteps / decodeSeconds : 0.0;
+  }
+};
+
+/// A plan bound to a checkpoint on a backend (CPU for now).
+class Session {
+public:
+  /// Reads `weightsDir`/config.json and refuses a config that differs from
+  /// the plan's, opens the checkpoint and binds the plan to it.
+  static Expected<std::unique_ptr<Session>> open(PlanDoc plan,
+                                                 const std::string &weightsDir);
+
+  /// Decodes one sequence (see the file comment). Errors, before anything
+  /// runs: empty prompt, a token outside [0, vocab), maxNew < 1, or
+  /// prompt + maxNew above the plan's max_seq.
+  Expected<GenerateResult> generate(const std::vector<int64_t> &prompt,
+                                    int64_t maxNew, bool keepLogits = false,
+                                    const TokenCallback &onToken = {});
+
+  const PlanDoc &plan() const { return plan_; }
+
+private:
+  Session() = default;
+  PlanDoc plan_;
+  TensorStore store_;
+  std::unique_ptr<CpuBackend> backend_;
+};
+
+} // namespace k3
+
+#endif // K3C_RUNTIME_SESSION_H
