@@ -5,12 +5,16 @@
 // one for Σ (V·r)·w, a max-subtracted softmax, and the α-weighted sum of the
 // raw sources in source order (blocks, then extra), rounded once. AttnRes
 // logits of a real model sit close together, so nothing here is rounded early.
+// With normWeight the rounded mix goes through cpu::rmsNormBf16 in place, the
+// very helper rms_norm uses, so the fusion equals attn_res + rms_norm bitwise.
+// attn_res_commit is a row copy (memmove: src may be the row itself).
 // Limits: at least one source.
 //
 //===----------------------------------------------------------------------===//
 #include "kernels/attnres/AttnResCpu.h"
 #include "kernels/common/CpuMath.h"
 
+#include <cstring>
 #include <vector>
 
 namespace k3 {
@@ -51,6 +55,13 @@ void attnResCpu(const AttnResParams &p) {
   }
   for (int64_t d = 0; d < D; ++d)
     p.out[d] = floatToBf16(acc[d]);
+  if (p.normWeight)
+    cpu::rmsNormBf16(p.out, p.normWeight, D, p.normEps, p.out);
+}
+
+void attnResCommitCpu(const AttnResCommitParams &p) {
+  std::memmove(p.blocks + p.index * p.dim, p.src,
+               static_cast<size_t>(p.dim) * sizeof(uint16_t));
 }
 
 } // namespace k3

@@ -7,8 +7,11 @@
 
 namespace k3 {
 
-/// Softmax-weighted sum of the block list and the extra source.
+/// Softmax-weighted sum of the block list and the extra source, optionally
+/// RMSNorm'd (normWeight).
 void attnResCpu(const AttnResParams &p);
+/// Copies src into row index of the block list.
+void attnResCommitCpu(const AttnResCommitParams &p);
 
 } // namespace k3
 

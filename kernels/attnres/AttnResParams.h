@@ -19,6 +19,9 @@ namespace k3 {
 /// Per source i (fp32): key_i = V_i · rsqrt(mean(V_i²) + eps);
 /// logit_i = Σ_d key_i[d] · wNorm[d] · wProj[d]; α = softmax(logit);
 /// out = R(Σ_i α_i V_i) over the raw bf16 sources.
+/// With normWeight set, the output is instead rms_norm(R(Σ_i α_i V_i),
+/// normWeight, normEps) with NUMERICS.md's RMSNorm rounding, bit-identical to
+/// attn_res followed by rms_norm (the fused pre-norm of the next mixer/FFN).
 struct AttnResParams {
   const uint16_t *blocks = nullptr; ///< [maxBlocks, dim] bf16, rows < numBlocks
   int64_t numBlocks = 0;
@@ -28,6 +31,17 @@ struct AttnResParams {
   float eps = 1e-5f;               ///< rms_norm_eps
   int64_t dim = 0;                 ///< D
   uint16_t *out = nullptr;         ///< [dim] bf16; must not alias a source
+  const uint16_t *normWeight = nullptr; ///< [dim] bf16, may be null
+  float normEps = 1e-5f;                ///< eps of that RMSNorm (rms_norm_eps)
+};
+
+/// `attn_res_commit`: appends a block representation to the committed list,
+/// blocks[index, :] = src (an exact bf16 copy). src may be that row itself.
+struct AttnResCommitParams {
+  uint16_t *blocks = nullptr;    ///< [maxBlocks, dim] bf16, in place
+  const uint16_t *src = nullptr; ///< [dim] bf16
+  int64_t index = 0;             ///< row, 0 <= index < maxBlocks
+  int64_t dim = 0;               ///< D
 };
 
 } // namespace k3

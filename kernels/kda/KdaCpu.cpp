@@ -8,11 +8,20 @@
 //    and β, then two passes over the head's d×d state in row (key) order:
 //    (1) decay row i by exp(g_i) and accumulate Sᵀk, (2) add k_i·u and
 //    accumulate o = Sᵀq; o rounded to bf16;
+//  * the same step as four launches for `--fusion=none`: kda_l2norm (q with
+//    scale 1/sqrt(d), k with 1) and kda_gate write fp32 q, k, g; sigmoid
+//    writes fp32 β; kda_step runs the two state passes. kda_recurrent calls
+//    the very helpers these use (l2NormHead, gateHead, stepHead), so the
+//    chain is bit-identical to it by construction (fp32 intermediates are
+//    stored unrounded, and exp(g) is taken inside the step in both);
 //  * kda_gated_norm: per head RMSNorm · o_norm weight · sigmoid(gate), one
 //    rounding;
-//  * kda_decode: those three in sequence through bf16 scratch, so it is the
-//    chain by construction (the CUDA kernel keeps the same rounding points).
-// Limits: any H, d, W >= 1. kda_decode allocates 4·C bf16 of scratch.
+//  * kda_decode: kda_conv ×3, kda_recurrent and kda_gated_norm in sequence
+//    through bf16 scratch, so it is the chain by construction (the CUDA
+//    kernel keeps the same rounding points).
+// Limits: any H, d, W >= 1; kda_l2norm needs n a multiple of headDim (a
+// trailing partial head is left unwritten). kda_decode allocates 4·C bf16 of
+// scratch, kda_recurrent 8·d fp32, kda_step 5·d fp32.
 //
 //===----------------------------------------------------------------------===//
 #include "kernels/kda/KdaCpu.h"
@@ -46,57 +55,117 @@ void kdaConvCpu(const KdaConvParams &p) {
   }
 }
 
+namespace {
+
+/// One head of l2norm: out = widen(x) / sqrt(Σ x² + eps), then · scale unless
+/// scale is 1. Shared by kda_recurrent and kda_l2norm.
+void l2NormHead(const uint16_t *x, int64_t d, float eps, float scale,
+                float *out) {
+  cpu::widen(x, d, out);
+  kdaL2NormCpu(out, d, eps);
+  if (scale != 1.0f)
+    for (int64_t i = 0; i < d; ++i)
+      out[i] = out[i] * scale;
+}
+
+/// One head of the decay gate: g[i] in (lb, 0) or (-inf, 0).
+void gateHead(const uint16_t *f, const float *dtBias, float aLog, int64_t d,
+              int32_t hasLowerBound, float lowerBound, float *g) {
+  const float a = std::exp(aLog);
+  for (int64_t i = 0; i < d; ++i) {
+    float z = bf16ToFloat(f[i]) + dtBias[i];
+    g[i] = hasLowerBound ? lowerBound * cpu::sigmoid(a * z)
+                         : -a * cpu::softplus(z);
+  }
+}
+
+/// Scratch of one head's step (d floats each).
+struct StepScratch {
+  std::vector<float> v, decay, kS, u, o;
+  explicit StepScratch(int64_t d) : v(d), decay(d), kS(d), u(d), o(d) {}
+};
+
+/// One head of the delta-rule step on the [d, d] state S (row = key).
+void stepHead(const float *q, const float *k, const uint16_t *vBf16,
+              const float *g, float beta, float *S, int64_t d, StepScratch &t,
+              uint16_t *out) {
+  float *v = t.v.data(), *decay = t.decay.data(), *kS = t.kS.data(),
+        *u = t.u.data(), *o = t.o.data();
+  cpu::widen(vBf16, d, v);
+  for (int64_t i = 0; i < d; ++i)
+    decay[i] = std::exp(g[i]);
+  // Pass 1: S ← Diag(exp(g)) S and kS = Sᵀk on the decayed state.
+  for (int64_t j = 0; j < d; ++j)
+    kS[j] = 0.0f;
+  for (int64_t i = 0; i < d; ++i) {
+    float *row = S + i * d;
+    const float e = decay[i], ki = k[i];
+    for (int64_t j = 0; j < d; ++j) {
+      row[j] = row[j] * e;
+      kS[j] += row[j] * ki;
+    }
+  }
+  for (int64_t j = 0; j < d; ++j)
+    u[j] = beta * (v[j] - kS[j]);
+  // Pass 2: S ← S + k ⊗ u and o = Sᵀq on the updated state.
+  for (int64_t j = 0; j < d; ++j)
+    o[j] = 0.0f;
+  for (int64_t i = 0; i < d; ++i) {
+    float *row = S + i * d;
+    const float ki = k[i], qi = q[i];
+    for (int64_t j = 0; j < d; ++j) {
+      row[j] += ki * u[j];
+      o[j] += row[j] * qi;
+    }
+  }
+  for (int64_t j = 0; j < d; ++j)
+    out[j] = floatToBf16(o[j]);
+}
+
+} // namespace
+
 void kdaRecurrentCpu(const KdaRecurrentParams &p) {
   const int64_t d = p.headDim;
   const float qScale = 1.0f / std::sqrt(static_cast<float>(d));
-  std::vector<float> q(d), k(d), v(d), decay(d), kS(d), u(d), o(d);
+  std::vector<float> q(d), k(d), g(d);
+  StepScratch scratch(d);
   for (int64_t h = 0; h < p.numHeads; ++h) {
     const int64_t c0 = h * d;
-    cpu::widen(p.q + c0, d, q.data());
-    cpu::widen(p.k + c0, d, k.data());
-    cpu::widen(p.v + c0, d, v.data());
-    kdaL2NormCpu(q.data(), d);
-    kdaL2NormCpu(k.data(), d);
-    for (int64_t i = 0; i < d; ++i)
-      q[i] = q[i] * qScale;
-
-    // Decay gate per key channel: g in (lb, 0) or (-inf, 0); exp(g) in (0, 1).
-    const float a = std::exp(p.aLog[h]);
-    for (int64_t i = 0; i < d; ++i) {
-      float z = bf16ToFloat(p.f[c0 + i]) + p.dtBias[c0 + i];
-      float g = p.hasLowerBound ? p.lowerBound * cpu::sigmoid(a * z)
-                                : -a * cpu::softplus(z);
-      decay[i] = std::exp(g);
-    }
+    l2NormHead(p.q + c0, d, kKdaL2NormEps, qScale, q.data());
+    l2NormHead(p.k + c0, d, kKdaL2NormEps, 1.0f, k.data());
+    gateHead(p.f + c0, p.dtBias + c0, p.aLog[h], d, p.hasLowerBound,
+             p.lowerBound, g.data());
     const float beta = cpu::sigmoid(bf16ToFloat(p.betaLogit[h]));
+    stepHead(q.data(), k.data(), p.v + c0, g.data(), beta, p.state + h * d * d,
+             d, scratch, p.out + c0);
+  }
+}
 
-    float *S = p.state + h * d * d;
-    // Pass 1: S ← Diag(exp(g)) S and kS = Sᵀk on the decayed state.
-    for (int64_t j = 0; j < d; ++j)
-      kS[j] = 0.0f;
-    for (int64_t i = 0; i < d; ++i) {
-      float *row = S + i * d;
-      const float e = decay[i], ki = k[i];
-      for (int64_t j = 0; j < d; ++j) {
-        row[j] = row[j] * e;
-        kS[j] += row[j] * ki;
-      }
-    }
-    for (int64_t j = 0; j < d; ++j)
-      u[j] = beta * (v[j] - kS[j]);
-    // Pass 2: S ← S + k ⊗ u and o = Sᵀq on the updated state.
-    for (int64_t j = 0; j < d; ++j)
-      o[j] = 0.0f;
-    for (int64_t i = 0; i < d; ++i) {
-      float *row = S + i * d;
-      const float ki = k[i], qi = q[i];
-      for (int64_t j = 0; j < d; ++j) {
-        row[j] += ki * u[j];
-        o[j] += row[j] * qi;
-      }
-    }
-    for (int64_t j = 0; j < d; ++j)
-      p.out[c0 + j] = floatToBf16(o[j]);
+void kdaL2NormStepCpu(const KdaL2NormParams &p) {
+  const int64_t d = p.headDim;
+  for (int64_t c0 = 0; c0 + d <= p.n; c0 += d)
+    l2NormHead(p.x + c0, d, p.eps, p.scale, p.out + c0);
+}
+
+void kdaGateCpu(const KdaGateParams &p) {
+  const int64_t d = p.headDim;
+  for (int64_t h = 0; h < p.numHeads; ++h)
+    gateHead(p.f + h * d, p.dtBias + h * d, p.aLog[h], d, p.hasLowerBound,
+             p.lowerBound, p.out + h * d);
+}
+
+void sigmoidCpu(const SigmoidParams &p) {
+  for (int64_t i = 0; i < p.n; ++i)
+    p.out[i] = cpu::sigmoid(bf16ToFloat(p.x[i]));
+}
+
+void kdaStepCpu(const KdaStepParams &p) {
+  const int64_t d = p.headDim;
+  StepScratch scratch(d);
+  for (int64_t h = 0; h < p.numHeads; ++h) {
+    const int64_t c0 = h * d;
+    stepHead(p.q + c0, p.k + c0, p.v + c0, p.g + c0, p.beta[h],
+             p.state + h * d * d, d, scratch, p.out + c0);
   }
 }
 

@@ -13,6 +13,15 @@ namespace k3 {
 void kdaConvCpu(const KdaConvParams &p);
 /// Gated delta-rule step of every head.
 void kdaRecurrentCpu(const KdaRecurrentParams &p);
+/// kda_recurrent split into the four launches of `--fusion=none`:
+/// per-head l2norm (+ scale) of bf16 q̃ or k̃ into fp32.
+void kdaL2NormStepCpu(const KdaL2NormParams &p);
+/// The decay gate g of every channel (fp32).
+void kdaGateCpu(const KdaGateParams &p);
+/// Elementwise fp32 sigmoid of bf16 values (β).
+void sigmoidCpu(const SigmoidParams &p);
+/// The delta-rule state update and o = R(Sᵀq) on prepared q, k, g, β.
+void kdaStepCpu(const KdaStepParams &p);
 /// Per-head RMSNorm times o_norm weight times sigmoid(gate).
 void kdaGatedNormCpu(const KdaGatedNormParams &p);
 /// Conv ×3 + recurrent step + gated norm in one call.

@@ -58,6 +58,59 @@ struct KdaRecurrentParams {
   float lowerBound = -5.0f;    ///< gate_lower_bound, used when set
 };
 
+/// `kda_l2norm` (the unfused kda_recurrent, part 1 of 4): per head of
+/// headDim values, out = x / sqrt(Σ x² + eps) · scale in fp32, in that order
+/// (the sum in dot-lane order, then one multiply by 1/sqrt(·), then one by
+/// scale; scale == 1 skips the second multiply). For q, scale must be
+/// 1.0f / std::sqrt(float(d)) computed in fp32, for k 1, to match
+/// kda_recurrent bit for bit.
+struct KdaL2NormParams {
+  const uint16_t *x = nullptr; ///< [n] bf16, q̃ or k̃ (kda_conv output)
+  float *out = nullptr;        ///< [n] fp32, normalised (and scaled)
+  int64_t n = 0;               ///< C = H·d, a multiple of headDim
+  int64_t headDim = 0;         ///< d
+  float eps = kKdaL2NormEps;   ///< inside the root
+  float scale = 1.0f;          ///< 1/sqrt(d) for q, 1 for k
+};
+
+/// `kda_gate` (part 2 of 4): the decay gate of every channel, fp32:
+/// z = f + dtBias, a = exp(aLog[c / d]), g = lowerBound · sigmoid(a·z)
+/// (hasLowerBound) or −a·softplus(z). Writes g, not exp(g).
+struct KdaGateParams {
+  const uint16_t *f = nullptr;   ///< [C] bf16, R(f_b(R(f_a h)))
+  const float *dtBias = nullptr; ///< [C] fp32
+  const float *aLog = nullptr;   ///< [H] fp32
+  float *out = nullptr;          ///< [C] fp32, g
+  int64_t numHeads = 0;          ///< H
+  int64_t headDim = 0;           ///< d
+  int32_t hasLowerBound = 0;     ///< 1: K3's sigmoid gate; 0: softplus
+  float lowerBound = -5.0f;      ///< gate_lower_bound, used when set
+};
+
+/// `sigmoid` (part 3 of 4, β): out[i] = sigmoid(x[i]) in fp32, unrounded.
+struct SigmoidParams {
+  const uint16_t *x = nullptr; ///< [n] bf16, e.g. R(b_proj h) [H]
+  float *out = nullptr;        ///< [n] fp32
+  int64_t n = 0;
+};
+
+/// `kda_step` (part 4 of 4): the delta-rule update of every head on
+/// prepared inputs: S ← Diag(exp(g)) S; S ← S + k ⊗ (β·(v − Sᵀk));
+/// o = R(Sᵀq); all fp32, the same two passes over the state as
+/// kda_recurrent. kda_l2norm(q, 1/sqrt d), kda_l2norm(k, 1), kda_gate,
+/// sigmoid(betaLogit) and this step give kda_recurrent's bits.
+struct KdaStepParams {
+  const float *q = nullptr;    ///< [C] fp32, normalised and scaled
+  const float *k = nullptr;    ///< [C] fp32, normalised
+  const uint16_t *v = nullptr; ///< [C] bf16, ṽ
+  const float *g = nullptr;    ///< [C] fp32, kda_gate output
+  const float *beta = nullptr; ///< [H] fp32, sigmoid output
+  float *state = nullptr;      ///< [H, d, d] fp32 [key][value], in place
+  uint16_t *out = nullptr;     ///< [C] bf16, o
+  int64_t numHeads = 0;        ///< H
+  int64_t headDim = 0;         ///< d
+};
+
 /// `kda_gated_norm`: per head h, y_h = R(o_h · rsqrt(mean(o_h²) + eps) · w ·
 /// sigmoid(gt_h)) with one rounding at the end (fp32 inside).
 struct KdaGatedNormParams {

@@ -8,6 +8,7 @@
 //===----------------------------------------------------------------------===//
 #include "KernelTestUtil.h"
 
+#include "kernels/attnres/AttnResCpu.h"
 #include "kernels/common/MXFP4.h"
 #include "kernels/elementwise/ElementwiseCpu.h"
 #include "kernels/gemv/GemvCpu.h"
@@ -16,6 +17,7 @@
 #include "kernels/moe/MoeCpu.h"
 #include "kernels/norm/NormCpu.h"
 
+#include <algorithm>
 #include <cmath>
 
 using namespace k3;
@@ -281,6 +283,125 @@ void runKdaFusion(bool lowerBound, uint64_t seed) {
 
 TEST(KdaFusion, DecodeEqualsChainLowerBoundGate) { runKdaFusion(true, 5); }
 TEST(KdaFusion, DecodeEqualsChainSoftplusGate) { runKdaFusion(false, 6); }
+
+namespace {
+/// kda_recurrent against its `--fusion=none` split: kda_l2norm(q, 1/sqrt d),
+/// kda_l2norm(k, 1), kda_gate, sigmoid(betaLogit), kda_step; outputs and
+/// state bit for bit over several tokens.
+void runKdaSplit(bool lowerBound, uint64_t seed) {
+  Rng rng(seed);
+  const int64_t H = 3, d = 24, C = H * d;
+  auto dtBias = randomF32(rng, C, 1.0f);
+  auto aLog = randomF32(rng, H, 1.0f);
+  std::vector<float> sA(H * d * d, 0.f), sB = sA;
+  const float qScale = 1.0f / std::sqrt(static_cast<float>(d));
+
+  for (int t = 0; t < 5; ++t) {
+    auto q = randomBf16(rng, C, 2.0f), k = randomBf16(rng, C, 2.0f),
+         v = randomBf16(rng, C, 2.0f), f = randomBf16(rng, C, 2.0f),
+         beta = randomBf16(rng, H, 3.0f);
+
+    std::vector<uint16_t> whole(C), split(C);
+    KdaRecurrentParams rp;
+    rp.q = q.data(), rp.k = k.data(), rp.v = v.data(), rp.f = f.data();
+    rp.betaLogit = beta.data(), rp.dtBias = dtBias.data(),
+    rp.aLog = aLog.data();
+    rp.state = sA.data(), rp.out = whole.data(), rp.numHeads = H,
+    rp.headDim = d;
+    rp.hasLowerBound = lowerBound, rp.lowerBound = -5.0f;
+    kdaRecurrentCpu(rp);
+
+    std::vector<float> qn(C), kn(C), g(C), b(H);
+    KdaL2NormParams lp;
+    lp.n = C, lp.headDim = d;
+    lp.x = q.data(), lp.out = qn.data(), lp.scale = qScale;
+    kdaL2NormStepCpu(lp);
+    lp.x = k.data(), lp.out = kn.data(), lp.scale = 1.0f;
+    kdaL2NormStepCpu(lp);
+    KdaGateParams gp;
+    gp.f = f.data(), gp.dtBias = dtBias.data(), gp.aLog = aLog.data();
+    gp.out = g.data(), gp.numHeads = H, gp.headDim = d;
+    gp.hasLowerBound = lowerBound, gp.lowerBound = -5.0f;
+    kdaGateCpu(gp);
+    SigmoidParams bp;
+    bp.x = beta.data(), bp.out = b.data(), bp.n = H;
+    sigmoidCpu(bp);
+    KdaStepParams sp;
+    sp.q = qn.data(), sp.k = kn.data(), sp.v = v.data(), sp.g = g.data();
+    sp.beta = b.data(), sp.state = sB.data(), sp.out = split.data();
+    sp.numHeads = H, sp.headDim = d;
+    kdaStepCpu(sp);
+
+    EXPECT_TRUE(sameBits(whole, split)) << "token " << t;
+    EXPECT_TRUE(sameBits(sA, sB)) << "token " << t;
+    // The intermediates are what they claim: unit-norm k, g below zero.
+    float kk = 0.0f;
+    for (int64_t i = 0; i < d; ++i)
+      kk += kn[i] * kn[i];
+    EXPECT_NEAR(kk, 1.0f, 1e-4f);
+    for (int64_t c = 0; c < C; ++c) {
+      EXPECT_LT(g[c], 0.0f) << c;
+      if (lowerBound) {
+        EXPECT_GT(g[c], -5.0f) << c;
+      }
+    }
+  }
+  bool anyNonZero = false;
+  for (float s : sA)
+    anyNonZero |= s != 0.0f && std::isfinite(s);
+  EXPECT_TRUE(anyNonZero);
+}
+} // namespace
+
+TEST(KdaFusion, RecurrentEqualsSplitLowerBoundGate) { runKdaSplit(true, 12); }
+TEST(KdaFusion, RecurrentEqualsSplitSoftplusGate) { runKdaSplit(false, 13); }
+
+TEST(AttnResFusion, NormEqualsAttnResThenRmsNorm) {
+  Rng rng(14);
+  const int64_t D = 72, maxBlocks = 6;
+  auto blocks = randomBf16(rng, maxBlocks * D, 2.0f);
+  auto extra = randomBf16(rng, D, 3.0f);
+  auto wNorm = randomBf16(rng, D, 1.0f);
+  auto wProj = randomBf16(rng, D, 0.5f);
+  auto nw = randomBf16(rng, D, 1.5f);
+  for (int64_t nb : {int64_t(1), int64_t(4)}) {
+    for (bool withExtra : {false, true}) {
+      std::vector<uint16_t> mix(D), chain(D), fused(D);
+      AttnResParams ap;
+      ap.blocks = blocks.data(), ap.numBlocks = nb;
+      ap.extra = withExtra ? extra.data() : nullptr;
+      ap.wNorm = wNorm.data(), ap.wProj = wProj.data(), ap.eps = 1e-5f;
+      ap.dim = D, ap.out = mix.data();
+      attnResCpu(ap);
+      RmsNormParams np;
+      np.x = mix.data(), np.w = nw.data(), np.out = chain.data(), np.n = D;
+      np.eps = 1e-6f;
+      rmsNormCpu(np);
+
+      ap.normWeight = nw.data(), ap.normEps = 1e-6f, ap.out = fused.data();
+      attnResCpu(ap);
+      EXPECT_TRUE(sameBits(chain, fused)) << nb << " " << withExtra;
+      EXPECT_FALSE(sameBits(mix, fused)) << nb << " " << withExtra;
+    }
+  }
+}
+
+TEST(AttnResCommit, CopiesRow) {
+  Rng rng(15);
+  const int64_t D = 40, maxBlocks = 4;
+  auto blocks = randomBf16(rng, maxBlocks * D, 1.0f);
+  auto src = randomBf16(rng, D, 1.0f);
+  std::vector<uint16_t> expect = blocks;
+  std::copy(src.begin(), src.end(), expect.begin() + 2 * D);
+  AttnResCommitParams cp;
+  cp.blocks = blocks.data(), cp.src = src.data(), cp.index = 2, cp.dim = D;
+  attnResCommitCpu(cp);
+  EXPECT_TRUE(sameBits(expect, blocks));
+  // A row onto itself is a no-op.
+  cp.src = blocks.data() + 2 * D;
+  attnResCommitCpu(cp);
+  EXPECT_TRUE(sameBits(expect, blocks));
+}
 
 TEST(MlaFusion, GateEqualsMulSigmoid) {
   Rng rng(7);
