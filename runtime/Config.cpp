@@ -393,6 +393,16 @@ Expected<ModelConfig> parseConfigJson(const json &top) {
 
   FieldReader r(*text, where);
   K3_RETURN_IF_ERROR(parseTextFields(r, *text, c));
+  // Token ids of a K3 config may sit at the top level instead.
+  if (text != &top) {
+    const std::pair<const char *, int64_t *> ids[] = {
+        {"bos_token_id", &c.bosTokenId},
+        {"eos_token_id", &c.eosTokenId},
+        {"pad_token_id", &c.padTokenId}};
+    for (const auto &[key, dst] : ids)
+      if (r.unset(key))
+        K3_RETURN_IF_ERROR(topReader.tokenId(key, *dst));
+  }
 
   // tie_word_embeddings may sit at either level of a K3 config; when both
   // say something they must agree.

@@ -336,6 +336,8 @@ Expected<TensorStore> TensorStore::open(const std::string &path) {
         }
         indexed.emplace_back(it.key(), shardPath);
       }
+      if (files.empty())
+        return makeError(indexPath, ": weight_map is empty");
     } else if (fs::is_regular_file(dir / kSingleFile, ec)) {
       files.push_back((dir / kSingleFile).string());
     } else {

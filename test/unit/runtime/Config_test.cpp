@@ -288,6 +288,19 @@ TEST(Config, TiedEmbeddingsAtEitherLevel) {
   EXPECT_TRUE(c->tieWordEmbeddings);
 }
 
+TEST(Config, K3TokenIdsAtTopLevel) {
+  json j = k3Json();
+  j["text_config"].erase("bos_token_id");
+  j["text_config"]["eos_token_id"] = nullptr;
+  j["bos_token_id"] = 7;
+  j["eos_token_id"] = 8;
+  Expected<ModelConfig> c = parseConfigText(j.dump());
+  ASSERT_TRUE(c) << c.message();
+  EXPECT_EQ(c->bosTokenId, 7);
+  EXPECT_EQ(c->eosTokenId, 8);
+  EXPECT_EQ(c->padTokenId, 0); // text_config wins where it has a value
+}
+
 TEST(Config, QuantizationFormatInGroupOnly) {
   json j = k3Json();
   j["quantization_config"].erase("format");
@@ -600,6 +613,9 @@ TEST(ConfigErrors, Quantization) {
   j["quantization_config"].erase("format");
   j["quantization_config"]["config_groups"]["group_0"].erase("format");
   expectParseError(j, "quantization_config: no format");
+  j = k3Json();
+  j["quantization_config"]["format"] = "mixed-precision"; // groups decide
+  EXPECT_TRUE(parseConfigText(j.dump()));
   j = k3Json();
   j["quantization_config"]["ignore"] = "lm_head";
   expectParseError(j, "quantization_config.ignore: expected an array");
