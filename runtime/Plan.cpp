@@ -304,6 +304,12 @@ const char *argKindName(PlanArg::Kind k) {
   return "?";
 }
 
+const char *targetNoun(PlanArg::Kind k) {
+  return k == PlanArg::Kind::Buffer  ? "buffer"
+         : k == PlanArg::Kind::State ? "state"
+                                     : "weight";
+}
+
 Status validateArg(const PlanDoc &plan, const KernelInfo &kernel,
                    const std::string &name, const PlanArg &arg) {
   const KernelField *f = kernel.field(name);
@@ -401,11 +407,11 @@ Status validateArg(const PlanDoc &plan, const KernelInfo &kernel,
                      "; only a WeightRef field can take it");
   if (targetElem != f->elem)
     return makeError("'", name, "' points to ", elemTypeName(f->elem),
-                     " but the ", argKindName(arg.kind), " holds ",
+                     " but the ", targetNoun(arg.kind), " holds ",
                      elemTypeName(targetElem));
   if (arg.offset >= targetBytes)
     return makeError("'", name, "': offset ", arg.offset, " is outside the ",
-                     argKindName(arg.kind) + 2, " (", targetBytes, " bytes)");
+                     targetNoun(arg.kind), " (", targetBytes, " bytes)");
   if (arg.offset % elemTypeSize(f->elem) != 0)
     return makeError("'", name, "': offset ", arg.offset,
                      " is not a multiple of the element size ",

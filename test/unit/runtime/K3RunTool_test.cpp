@@ -1,0 +1,179 @@
+//===- K3RunTool_test.cpp - The k3-run command line -----------------------===//
+//
+// Runs the built k3-run (and a model executable made from it) on a tiny
+// model: ids on stdout matching CpuDecoder, the .npy dump, and the exit
+// codes of usage errors, runtime errors and corrupted plans.
+//
+//===----------------------------------------------------------------------===//
+#include "runtime/CpuDecoder.h"
+#include "runtime/Executable.h"
+#include "runtime/ModelMaker.h"
+#include "runtime/ModelWeights.h"
+#include "runtime/Npy.h"
+#include "runtime/Presets.h"
+
+#include "PlanTestUtil.h"
+#include "TestUtil.h"
+
+#include <gtest/gtest.h>
+
+#include <sys/wait.h>
+
+#include <cstdio>
+
+namespace k3 {
+namespace {
+
+struct RunResult {
+  int exitCode = -1;
+  std::string out, err;
+};
+
+RunResult run(const std::string &cmd, const test::TempDir &dir) {
+  const std::string errFile = dir.file("stderr.txt");
+  RunResult r;
+  std::FILE *p = ::popen((cmd + " 2>" + errFile).c_str(), "r");
+  if (!p)
+    return r;
+  char buf[4096];
+  size_t n;
+  while ((n = std::fread(buf, 1, sizeof(buf), p)) > 0)
+    r.out.append(buf, n);
+  const int status = ::pclose(p);
+  r.exitCode = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  r.err = test::readFile(errFile);
+  return r;
+}
+
+class K3RunToolTest : public ::testing::Test {
+protected:
+  static void SetUpTestSuite() {
+    dir = new test::TempDir();
+    Expected<ModelConfig> c = presetConfig("tiny");
+    ASSERT_TRUE(c.hasValue());
+    config = *c;
+    ASSERT_TRUE(makeModel(config, 3, dir->file("model")).isOk());
+    plan = serializePlan(test::buildDecodePlan(config, 32));
+    test::writeFile(dir->file("m.plan"), plan);
+
+    Expected<TensorStore> store = TensorStore::open(dir->file("model"));
+    ASSERT_TRUE(store.hasValue());
+    Expected<ModelWeights> w = bindModelWeights(config, *store);
+    ASSERT_TRUE(w.hasValue());
+    Expected<CpuDecoder> dec = CpuDecoder::create(config, *w, 32);
+    ASSERT_TRUE(dec.hasValue());
+    Expected<std::vector<int64_t>> ids = dec->greedy({1, 2, 3}, 6, &logits);
+    ASSERT_TRUE(ids.hasValue());
+    expected.clear();
+    for (size_t i = 0; i < ids->size(); ++i)
+      expected += (i ? " " : "") + std::to_string((*ids)[i]);
+    expected += "\n";
+  }
+  static void TearDownTestSuite() { delete dir; }
+
+  static std::string tool() { return K3C_RUN_PATH; }
+  static std::string common() {
+    return " --weights " + dir->file("model") +
+           " --prompt-ids 1,2,3 --max-new 6";
+  }
+
+  static test::TempDir *dir;
+  static ModelConfig config;
+  static std::string plan, expected;
+  static std::vector<std::vector<float>> logits;
+};
+test::TempDir *K3RunToolTest::dir = nullptr;
+ModelConfig K3RunToolTest::config;
+std::string K3RunToolTest::plan, K3RunToolTest::expected;
+std::vector<std::vector<float>> K3RunToolTest::logits;
+
+TEST_F(K3RunToolTest, GeneratesWhatCpuDecoderGenerates) {
+  RunResult r = run(tool() + " " + dir->file("m.plan") + common() +
+                        " --logits-out " + dir->file("l.npy"),
+                    *dir);
+  EXPECT_EQ(r.exitCode, 0) << r.err;
+  EXPECT_EQ(r.out, expected);
+  EXPECT_TRUE(test::contains(r.err, "tokens/s")) << r.err;
+  Expected<NpyF32> npy = readNpyF32(dir->file("l.npy"));
+  ASSERT_TRUE(npy.hasValue()) << npy.message();
+  ASSERT_EQ(npy->rows, 6);
+  ASSERT_EQ(npy->cols, config.vocabSize);
+  for (int64_t s = 0; s < 6; ++s)
+    EXPECT_TRUE(std::equal(logits[s].begin(), logits[s].end(),
+                           npy->values.begin() + s * config.vocabSize));
+
+  r = run(tool() + " " + dir->file("m.plan") + common() + " --quiet", *dir);
+  EXPECT_EQ(r.exitCode, 0);
+  EXPECT_EQ(r.out, expected);
+  EXPECT_EQ(r.err, "");
+}
+
+TEST_F(K3RunToolTest, ExecutableMode) {
+  ASSERT_TRUE(writeExecutable(tool(), plan, dir->file("tiny-model")).isOk());
+  RunResult r = run(dir->file("tiny-model") + common(), *dir);
+  EXPECT_EQ(r.exitCode, 0) << r.err;
+  EXPECT_EQ(r.out, expected);
+  r = run(dir->file("tiny-model") + " --help", *dir);
+  EXPECT_EQ(r.exitCode, 0);
+  EXPECT_TRUE(test::contains(r.out, "built into this binary"));
+  r = run(dir->file("tiny-model") + " " + dir->file("m.plan") + common(),
+          *dir);
+  EXPECT_EQ(r.exitCode, 2);
+  EXPECT_TRUE(test::contains(r.err, "carries its own plan")) << r.err;
+}
+
+TEST_F(K3RunToolTest, UsageErrorsExitTwo) {
+  EXPECT_EQ(run(tool() + " --help", *dir).exitCode, 0);
+  for (const std::string &args :
+       {std::string(""), " " + dir->file("m.plan"),
+        " " + dir->file("m.plan") + " --weights x --prompt-ids 1",
+        " " + dir->file("m.plan") + common() + " --bogus",
+        " " + dir->file("m.plan") + " --weights x --prompt-ids 1,a "
+                                     "--max-new 3",
+        " " + dir->file("m.plan") + " --weights x --prompt-ids 1 --max-new 0",
+        " " + dir->file("m.plan") + common() + " --backend tpu"}) {
+    RunResult r = run(tool() + args, *dir);
+    EXPECT_EQ(r.exitCode, 2) << args << "\n" << r.err;
+    EXPECT_TRUE(test::contains(r.err, "error:")) << r.err;
+  }
+}
+
+TEST_F(K3RunToolTest, RuntimeErrorsExitOne) {
+  RunResult r = run(tool() + " " + dir->file("m.plan") + common() +
+                        " --backend cuda",
+                    *dir);
+  EXPECT_EQ(r.exitCode, 1);
+  EXPECT_TRUE(test::contains(r.err, "CUDA backend is not built yet")) << r.err;
+
+  test::writeFile(dir->file("cut.plan"), plan.substr(0, plan.size() / 2));
+  r = run(tool() + " " + dir->file("cut.plan") + common(), *dir);
+  EXPECT_EQ(r.exitCode, 1);
+  EXPECT_TRUE(test::contains(r.err, "plan is truncated")) << r.err;
+
+  std::string flipped = plan;
+  flipped[flipped.size() - 40] ^= 1;
+  test::writeFile(dir->file("flip.plan"), flipped);
+  r = run(tool() + " " + dir->file("flip.plan") + common(), *dir);
+  EXPECT_EQ(r.exitCode, 1);
+  EXPECT_TRUE(test::contains(r.err, "checksum mismatch")) << r.err;
+
+  r = run(tool() + " " + dir->file("m.plan") + " --weights " +
+              dir->file("model") + " --prompt-ids 1,5000 --max-new 2",
+          *dir);
+  EXPECT_EQ(r.exitCode, 1);
+  EXPECT_TRUE(test::contains(r.err, "id 5000")) << r.err;
+  EXPECT_EQ(r.out, "");
+
+  r = run(tool() + " " + dir->file("m.plan") + " --weights " +
+              dir->file("model") + " --prompt-ids 1,2,3 --max-new 30",
+          *dir);
+  EXPECT_EQ(r.exitCode, 1);
+  EXPECT_TRUE(test::contains(r.err, "max_seq of 32")) << r.err;
+
+  r = run(tool() + " " + dir->file("nope.plan") + common(), *dir);
+  EXPECT_EQ(r.exitCode, 1);
+  EXPECT_TRUE(test::contains(r.err, "cannot open")) << r.err;
+}
+
+} // namespace
+} // namespace k3

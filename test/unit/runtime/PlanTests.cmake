@@ -1,0 +1,12 @@
+#===- test/unit/runtime/PlanTests.cmake - Plan/backend/session tests ------===#
+# Included from this directory's CMakeLists.txt.
+k3c_add_unit_test(runtime_plan_test SOURCES Plan_test.cpp LIBS K3Runtime)
+k3c_add_unit_test(runtime_session_test SOURCES Session_test.cpp LIBS K3Runtime)
+k3c_add_unit_test(runtime_npy_test SOURCES Npy_test.cpp LIBS K3Runtime)
+k3c_add_unit_test(runtime_executable_test SOURCES Executable_test.cpp
+                  LIBS K3Runtime)
+k3c_add_unit_test(runtime_k3run_tool_test SOURCES K3RunTool_test.cpp
+                  LIBS K3Runtime)
+add_dependencies(runtime_k3run_tool_test k3-run)
+target_compile_definitions(runtime_k3run_tool_test PRIVATE
+                           K3C_RUN_PATH="$<TARGET_FILE:k3-run>")

@@ -1,0 +1,300 @@
+//===- Plan_test.cpp - Plan reader/writer and validation ------------------===//
+//
+// The plan file is a security boundary: each corruption must be reported as
+// what it is (truncation, checksum, version, bad index, unknown kernel or
+// field), and no mutation of the bytes may crash the reader.
+//
+//===----------------------------------------------------------------------===//
+#include "runtime/Plan.h"
+#include "runtime/PlanKernels.h"
+#include "runtime/Presets.h"
+
+#include "PlanTestUtil.h"
+#include "TestUtil.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <random>
+
+namespace k3 {
+namespace {
+
+PlanDoc tinyPlan(bool fine = false) {
+  Expected<ModelConfig> c = presetConfig("tiny");
+  EXPECT_TRUE(c.hasValue());
+  return test::buildDecodePlan(*c, 64, fine);
+}
+
+/// Re-serialises after `edit` so that header and CRC stay consistent: the
+/// error must come from validation, not from the checksum.
+template <typename F> std::string edited(F &&edit) {
+  PlanDoc plan = tinyPlan();
+  edit(plan);
+  return serializePlan(plan);
+}
+
+/// A header for `body` that matches it.
+std::string withHeader(const std::string &body, int version = 1) {
+  char h[64];
+  std::snprintf(h, sizeof(h), "K3CPLAN %d %08x %zu\n", version,
+                crc32(body.data(), body.size()), body.size());
+  return h + body;
+}
+
+TEST(PlanTest, Crc32MatchesZlib) {
+  EXPECT_EQ(crc32("123456789", 9), 0xCBF43926u);
+  EXPECT_EQ(crc32("", 0), 0u);
+}
+
+TEST(PlanTest, TinyPlanValidates) {
+  for (bool fine : {false, true}) {
+    PlanDoc plan = tinyPlan(fine);
+    Status s = validatePlan(plan);
+    EXPECT_TRUE(s.isOk()) << s.message();
+  }
+}
+
+TEST(PlanTest, RoundTrip) {
+  for (bool fine : {false, true}) {
+    PlanDoc plan = tinyPlan(fine);
+    plan.kernelPtx["linear"] = "// ptx\n.version 8.0\n";
+    plan.launches[0].grid = {4, 2, 1};
+    plan.launches[0].block = {128, 1, 1};
+    plan.launches[0].smem = 4096;
+    const std::string bytes = serializePlan(plan);
+    Expected<PlanDoc> back = parsePlan(bytes);
+    ASSERT_TRUE(back.hasValue()) << back.message();
+    EXPECT_TRUE(*back == plan);
+    // And the writer is deterministic.
+    EXPECT_EQ(serializePlan(*back), bytes);
+  }
+}
+
+TEST(PlanTest, FloatArgsKeepTheirKindAndValue) {
+  PlanDoc plan = tinyPlan();
+  const std::string bytes = serializePlan(plan);
+  Expected<PlanDoc> back = parsePlan(bytes);
+  ASSERT_TRUE(back.hasValue()) << back.message();
+  const PlanArg *eps = back->launches[1].find("normEps");
+  if (!eps) // the first launch after embed may be an attn_res_commit
+    for (const PlanLaunch &l : back->launches)
+      if ((eps = l.find("normEps")))
+        break;
+  ASSERT_NE(eps, nullptr);
+  EXPECT_EQ(eps->kind, PlanArg::Kind::Float);
+  EXPECT_EQ(static_cast<float>(eps->floatValue), 1e-5f);
+}
+
+TEST(PlanTest, NotAPlan) {
+  EXPECT_ERROR_CONTAINS(parsePlan("hello world"), "not a k3c plan");
+  EXPECT_ERROR_CONTAINS(parsePlan(""), "not a k3c plan");
+  EXPECT_ERROR_CONTAINS(parsePlan("K3CPLAN 1 zzzzzzzz 5\n{...}"),
+                        "checksum is 8 hex digits");
+  EXPECT_ERROR_CONTAINS(parsePlan("K3CPLAN 1 00000000"), "header line");
+}
+
+TEST(PlanTest, Truncated) {
+  const std::string bytes = serializePlan(tinyPlan());
+  const std::string cut = bytes.substr(0, bytes.size() - 100);
+  EXPECT_ERROR_CONTAINS(parsePlan(cut, "model.plan"), "plan is truncated");
+  EXPECT_ERROR_CONTAINS(parsePlan(cut, "model.plan"), "model.plan: ");
+  EXPECT_ERROR_CONTAINS(parsePlan(bytes + "xx"), "unexpected bytes");
+}
+
+TEST(PlanTest, FlippedByteFailsTheChecksum) {
+  std::string bytes = serializePlan(tinyPlan());
+  bytes[bytes.size() / 2] ^= 0x20;
+  EXPECT_ERROR_CONTAINS(parsePlan(bytes), "checksum mismatch");
+}
+
+TEST(PlanTest, BadVersion) {
+  const std::string v2 = edited([](PlanDoc &p) { p.version = 2; });
+  EXPECT_ERROR_CONTAINS(parsePlan(v2), "plan version 2 is not supported");
+  EXPECT_ERROR_CONTAINS(parsePlan(v2), "reads version 1");
+  // Header says 1, body says 2.
+  const std::string body = serializePlanBody([] {
+    PlanDoc p = tinyPlan();
+    p.version = 2;
+    return p;
+  }());
+  EXPECT_ERROR_CONTAINS(parsePlan(withHeader(body)), "version 2");
+}
+
+TEST(PlanTest, InvalidJsonBody) {
+  EXPECT_ERROR_CONTAINS(parsePlan(withHeader("{\"version\": 1,")),
+                        "not valid JSON");
+  EXPECT_ERROR_CONTAINS(parsePlan(withHeader("[1, 2]")), "expected a JSON");
+  EXPECT_ERROR_CONTAINS(parsePlan(withHeader("{\"version\": 1}")),
+                        "max_seq: missing");
+}
+
+TEST(PlanTest, OutOfRangeIndices) {
+  EXPECT_ERROR_CONTAINS(parsePlan(edited([](PlanDoc &p) {
+                          p.launches[0].arg("out", PlanArg::buffer(9999));
+                        })),
+                        "buffer index 9999 is out of range");
+  EXPECT_ERROR_CONTAINS(parsePlan(edited([](PlanDoc &p) {
+                          p.launches[0].arg("table", PlanArg::weight(-1));
+                        })),
+                        "weight index -1 is out of range");
+  EXPECT_ERROR_CONTAINS(parsePlan(edited([](PlanDoc &p) {
+                          for (PlanLaunch &l : p.launches)
+                            if (l.kernel == "kda_decode")
+                              l.arg("state", PlanArg::state(500));
+                        })),
+                        "state index 500 is out of range");
+  EXPECT_ERROR_CONTAINS(
+      parsePlan(edited([](PlanDoc &p) { p.logitsBuffer = 77; })),
+      "logits buffer index 77");
+  EXPECT_ERROR_CONTAINS(parsePlan(edited([](PlanDoc &p) {
+                          p.launches[0].arg("out", PlanArg::buffer(0, 1 << 20));
+                        })),
+                        "offset 1048576 is outside");
+}
+
+TEST(PlanTest, BufferOutsideArena) {
+  EXPECT_ERROR_CONTAINS(
+      parsePlan(edited([](PlanDoc &p) { p.arenaBytes -= 512; })),
+      "outside the arena");
+  EXPECT_ERROR_CONTAINS(
+      parsePlan(edited([](PlanDoc &p) { p.buffers[1].offset += 8; })),
+      "not 256-byte aligned");
+  EXPECT_ERROR_CONTAINS(
+      parsePlan(edited([](PlanDoc &p) { p.buffers[0].dtype = "f16"; })),
+      "unknown dtype 'f16'");
+}
+
+TEST(PlanTest, UnknownKernelAndField) {
+  EXPECT_ERROR_CONTAINS(
+      parsePlan(edited([](PlanDoc &p) { p.launches[2].kernel = "frobnicate"; })),
+      "unknown kernel 'frobnicate'");
+  EXPECT_ERROR_CONTAINS(parsePlan(edited([](PlanDoc &p) {
+                          p.launches[0].arg("bogus", PlanArg::integer(1));
+                        })),
+                        "'bogus' is not a field of EmbedParams");
+  EXPECT_ERROR_CONTAINS(parsePlan(edited([](PlanDoc &p) {
+                          p.launches[0].arg("bogus", PlanArg::integer(1));
+                        })),
+                        "launch 0 (embed");
+}
+
+TEST(PlanTest, WrongArgKinds) {
+  // A weight on an output pointer.
+  EXPECT_ERROR_CONTAINS(parsePlan(edited([](PlanDoc &p) {
+                          p.launches[0].arg("out", PlanArg::weight(0));
+                        })),
+                        "read-only");
+  // A number on a pointer, a pointer on a number, an input on a float.
+  EXPECT_ERROR_CONTAINS(parsePlan(edited([](PlanDoc &p) {
+                          p.launches[0].arg("out", PlanArg::integer(3));
+                        })),
+                        "is a pointer field");
+  EXPECT_ERROR_CONTAINS(parsePlan(edited([](PlanDoc &p) {
+                          p.launches[0].arg("dim", PlanArg::buffer(0));
+                        })),
+                        "is an integer field");
+  EXPECT_ERROR_CONTAINS(parsePlan(edited([](PlanDoc &p) {
+                          for (PlanLaunch &l : p.launches)
+                            if (l.kernel == "rms_norm")
+                              l.arg("eps", PlanArg::fromInput(PlanInput::Pos));
+                        })),
+                        "is a float field");
+  // A bf16 buffer where the kernel wants fp32.
+  EXPECT_ERROR_CONTAINS(parsePlan(edited([](PlanDoc &p) {
+                          p.launches.back().arg("outF32", PlanArg::buffer(0));
+                        })),
+                        "points to f32 but the buffer holds bf16");
+  // A stacked weight on a single WeightRef.
+  EXPECT_ERROR_CONTAINS(parsePlan(edited([](PlanDoc &p) {
+                          int64_t stacked = -1;
+                          for (size_t i = 0; i < p.weights.size(); ++i)
+                            if (p.weights[i].stacked())
+                              stacked = i;
+                          p.launches.back().arg("w", PlanArg::weight(stacked));
+                        })),
+                        "is stacked");
+  // An int32 field out of range.
+  EXPECT_ERROR_CONTAINS(parsePlan(edited([](PlanDoc &p) {
+                          for (PlanLaunch &l : p.launches)
+                            if (l.kernel == "router")
+                              l.arg("topK", PlanArg::integer(int64_t(1) << 40));
+                        })),
+                        "out of range");
+}
+
+TEST(PlanTest, PlannedKernelsAreNamedAsUnavailable) {
+  for (const std::string &name : plannedKernelNames()) {
+    if (findKernel(name))
+      continue; // landed since
+    EXPECT_ERROR_CONTAINS(
+        parsePlan(edited([&](PlanDoc &p) { p.launches[2].kernel = name; })),
+        "not available in this runtime build");
+  }
+}
+
+TEST(PlanTest, KernelTableFollowsThePlanDoc) {
+  // Every kernel named by PLAN.md is either in the table or listed as planned.
+  for (const char *name :
+       {"embed", "rms_norm", "linear", "linear_multi", "add", "mul_sigmoid",
+        "gated_act", "kda_conv", "kda_l2norm", "kda_gate", "sigmoid",
+        "kda_step", "kda_recurrent", "kda_gated_norm", "kda_decode",
+        "mla_cache_append", "mla_attend", "router", "gated_mlp",
+        "moe_experts", "attn_res", "attn_res_commit", "argmax"}) {
+    bool planned = false;
+    for (const std::string &p : plannedKernelNames())
+      planned |= p == name;
+    EXPECT_TRUE(findKernel(name) || planned) << name;
+  }
+  const KernelInfo *lm = findKernel("linear_multi");
+  ASSERT_NE(lm, nullptr);
+  EXPECT_NE(lm->field("w7"), nullptr);
+  EXPECT_NE(lm->field("out7"), nullptr);
+  EXPECT_NE(lm->field("n7"), nullptr);
+  EXPECT_EQ(lm->field("w8"), nullptr);
+}
+
+TEST(PlanTest, FileRoundTrip) {
+  test::TempDir dir;
+  PlanDoc plan = tinyPlan();
+  ASSERT_TRUE(writePlanFile(dir.file("m.plan"), plan).isOk());
+  Expected<PlanDoc> back = readPlanFile(dir.file("m.plan"));
+  ASSERT_TRUE(back.hasValue()) << back.message();
+  EXPECT_TRUE(*back == plan);
+  EXPECT_ERROR_CONTAINS(readPlanFile(dir.file("none.plan")), "cannot open");
+}
+
+/// Mutated bodies with a valid header: every one must parse or fail cleanly.
+TEST(PlanTest, MutationsNeverCrash) {
+  const std::string body = serializePlanBody(tinyPlan());
+  std::mt19937 rng(1234);
+  const char junk[] = "{}[]\":,0123456789-.e \x00\xff";
+  int errors = 0;
+  for (int iter = 0; iter < 300; ++iter) {
+    std::string b = body;
+    const int edits = 1 + iter % 4;
+    for (int e = 0; e < edits; ++e) {
+      const size_t at = rng() % b.size();
+      switch (rng() % 3) {
+      case 0:
+        b[at] = junk[rng() % (sizeof(junk) - 1)];
+        break;
+      case 1:
+        b.erase(at, 1 + rng() % 16);
+        break;
+      default:
+        b.insert(at, 1, junk[rng() % (sizeof(junk) - 1)]);
+        break;
+      }
+      if (b.empty())
+        b = "{";
+    }
+    Expected<PlanDoc> r = parsePlan(withHeader(b));
+    if (!r)
+      ++errors;
+  }
+  EXPECT_GT(errors, 0);
+}
+
+} // namespace
+} // namespace k3

@@ -1,0 +1,195 @@
+//===- Session_test.cpp - Plans run through the CPU backend ---------------===//
+//
+// The hand-built decode plan (PlanTestUtil.h) must reproduce CpuDecoder
+// exactly: same tokens and bit-identical logits, for the fused and the fine
+// launch sequences. Also the request and binding errors.
+//
+//===----------------------------------------------------------------------===//
+#include "runtime/CpuDecoder.h"
+#include "runtime/ModelMaker.h"
+#include "runtime/ModelWeights.h"
+#include "runtime/Presets.h"
+#include "runtime/Session.h"
+
+#include "PlanTestUtil.h"
+#include "TestUtil.h"
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+
+namespace k3 {
+namespace {
+
+constexpr int64_t kMaxSeq = 64;
+
+/// One made model per preset, shared by the tests of this file.
+class ModelDir {
+public:
+  explicit ModelDir(const std::string &preset) {
+    Expected<ModelConfig> c = presetConfig(preset);
+    EXPECT_TRUE(c.hasValue());
+    config = *c;
+    Status s = makeModel(config, 7, dir.path());
+    EXPECT_TRUE(s.isOk()) << s.message();
+  }
+  test::TempDir dir;
+  ModelConfig config;
+};
+
+ModelDir &model(const std::string &preset) {
+  static std::map<std::string, std::unique_ptr<ModelDir>> models;
+  auto &m = models[preset];
+  if (!m)
+    m = std::make_unique<ModelDir>(preset);
+  return *m;
+}
+
+std::unique_ptr<Session> openSession(const std::string &preset,
+                                     bool fine = false) {
+  ModelDir &m = model(preset);
+  Expected<std::unique_ptr<Session>> s = Session::open(
+      test::buildDecodePlan(m.config, kMaxSeq, fine), m.dir.path());
+  EXPECT_TRUE(s.hasValue()) << s.message();
+  return s ? s.take() : nullptr;
+}
+
+struct Case {
+  const char *preset;
+  bool fine;
+};
+
+class SessionMatchesCpuDecoder : public ::testing::TestWithParam<Case> {};
+
+TEST_P(SessionMatchesCpuDecoder, SixteenTokensBitIdentical) {
+  const Case c = GetParam();
+  ModelDir &m = model(c.preset);
+  Expected<TensorStore> store = TensorStore::open(m.dir.path());
+  ASSERT_TRUE(store.hasValue()) << store.message();
+  Expected<ModelWeights> w = bindModelWeights(m.config, *store);
+  ASSERT_TRUE(w.hasValue()) << w.message();
+  Expected<CpuDecoder> dec = CpuDecoder::create(m.config, *w, kMaxSeq);
+  ASSERT_TRUE(dec.hasValue()) << dec.message();
+  const std::vector<int64_t> prompt = {1, 17, 300, 5};
+  std::vector<std::vector<float>> refLogits;
+  Expected<std::vector<int64_t>> ref = dec->greedy(prompt, 16, &refLogits);
+  ASSERT_TRUE(ref.hasValue()) << ref.message();
+
+  std::unique_ptr<Session> s = openSession(c.preset, c.fine);
+  ASSERT_NE(s, nullptr);
+  std::vector<int64_t> streamed;
+  for (int run = 0; run < 2; ++run) { // the second run checks the reset
+    streamed.clear();
+    Expected<GenerateResult> r =
+        s->generate(prompt, 16, true, [&](int64_t i, int64_t t) {
+          EXPECT_EQ(i, static_cast<int64_t>(streamed.size()));
+          streamed.push_back(t);
+        });
+    ASSERT_TRUE(r.hasValue()) << r.message();
+    EXPECT_EQ(r->tokens, *ref);
+    EXPECT_EQ(streamed, *ref);
+    ASSERT_EQ(r->logits.size(), 16u * m.config.vocabSize);
+    for (int64_t row = 0; row < 16; ++row)
+      EXPECT_EQ(std::memcmp(r->logits.data() + row * m.config.vocabSize,
+                            refLogits[row].data(),
+                            sizeof(float) * m.config.vocabSize),
+                0)
+          << "logits row " << row << " differ";
+    EXPECT_EQ(r->promptTokens, 4);
+    EXPECT_EQ(r->decodeSteps, 15);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Presets, SessionMatchesCpuDecoder,
+    ::testing::Values(Case{"tiny", false}, Case{"tiny", true},
+                      Case{"tiny-linear", false}, Case{"tiny-linear", true}),
+    [](const ::testing::TestParamInfo<Case> &info) {
+      std::string n = std::string(info.param.preset) +
+                      (info.param.fine ? "_fine" : "_fused");
+      for (char &ch : n)
+        if (ch == '-')
+          ch = '_';
+      return n;
+    });
+
+TEST(SessionTest, RequestErrors) {
+  std::unique_ptr<Session> s = openSession("tiny");
+  ASSERT_NE(s, nullptr);
+  const int64_t V = s->plan().config.vocabSize;
+  EXPECT_ERROR_CONTAINS(s->generate({1, V}, 4), "id 1024");
+  EXPECT_ERROR_CONTAINS(s->generate({1, V}, 4), "[0, 1024)");
+  EXPECT_ERROR_CONTAINS(s->generate({-3}, 4), "id -3");
+  EXPECT_ERROR_CONTAINS(s->generate({}, 4), "prompt is empty");
+  EXPECT_ERROR_CONTAINS(s->generate({1}, 0), "max_new must be at least 1");
+  std::vector<int64_t> longPrompt(60, 1);
+  EXPECT_ERROR_CONTAINS(s->generate(longPrompt, 5), "(60 tokens)");
+  EXPECT_ERROR_CONTAINS(s->generate(longPrompt, 5), "max_new (5)");
+  EXPECT_ERROR_CONTAINS(s->generate(longPrompt, 5), "max_seq of 64");
+  // Exactly max_seq is fine.
+  EXPECT_TRUE(s->generate(longPrompt, 4).hasValue());
+}
+
+TEST(SessionTest, ConfigMismatch) {
+  ModelDir &m = model("tiny");
+  PlanDoc plan = test::buildDecodePlan(m.config, kMaxSeq);
+  plan.config.rmsNormEps = 1e-6f;
+  EXPECT_ERROR_CONTAINS(Session::open(plan, m.dir.path()), "rms_norm_eps");
+  EXPECT_ERROR_CONTAINS(Session::open(plan, m.dir.path()),
+                        "different model");
+  plan = test::buildDecodePlan(m.config, kMaxSeq);
+  plan.config.vocabSize = 2048;
+  EXPECT_ERROR_CONTAINS(Session::open(plan, m.dir.path()), "vocab_size");
+}
+
+TEST(SessionTest, BindErrors) {
+  ModelDir &m = model("tiny");
+  PlanDoc plan = test::buildDecodePlan(m.config, kMaxSeq);
+  plan.weights[3].name = "model.nothing_here.weight";
+  EXPECT_ERROR_CONTAINS(Session::open(plan, m.dir.path()),
+                        "weight 'model.nothing_here.weight' is missing");
+
+  plan = test::buildDecodePlan(m.config, kMaxSeq);
+  plan.weights[0].shape = {1024, 128};
+  EXPECT_ERROR_CONTAINS(Session::open(plan, m.dir.path()), "[1024, 128]");
+
+  // A launch that would write past its buffer.
+  plan = test::buildDecodePlan(m.config, kMaxSeq);
+  for (PlanLaunch &l : plan.launches)
+    if (l.kernel == "add")
+      l.arg("n", PlanArg::integer(m.config.hiddenSize + 1));
+  EXPECT_ERROR_CONTAINS(Session::open(plan, m.dir.path()),
+                        "'a' needs 257 bf16 elements");
+  // A weight used as a larger matrix than it is.
+  plan = test::buildDecodePlan(m.config, kMaxSeq);
+  plan.launches.back().arg("n", PlanArg::integer(m.config.vocabSize + 1));
+  EXPECT_ERROR_CONTAINS(Session::open(plan, m.dir.path()),
+                        "is used as [1025, 256]");
+
+  // A KV cache too short for the plan's max_seq.
+  plan = test::buildDecodePlan(m.config, kMaxSeq);
+  for (PlanState &st : plan.states)
+    if (st.kind == "mla_cache") {
+      st.shape[0] = 8;
+      st.bytes = 8 * st.shape[1] * 2;
+    }
+  EXPECT_ERROR_CONTAINS(Session::open(plan, m.dir.path()), "'cache' needs");
+
+  // More experts used than the table holds.
+  plan = test::buildDecodePlan(m.config, kMaxSeq);
+  for (PlanLaunch &l : plan.launches)
+    if (l.kernel == "moe_experts")
+      l.arg("numExperts", PlanArg::integer(m.config.numExperts * 2));
+  EXPECT_ERROR_CONTAINS(Session::open(plan, m.dir.path()), "experts");
+
+  // A required pointer left out.
+  plan = test::buildDecodePlan(m.config, kMaxSeq);
+  for (PlanLaunch &l : plan.launches)
+    if (l.kernel == "router")
+      l.args.erase(l.args.begin());
+  EXPECT_ERROR_CONTAINS(Session::open(plan, m.dir.path()),
+                        "'h' is required but not given");
+}
+
+} // namespace
+} // namespace k3

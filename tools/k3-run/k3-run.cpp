@@ -1,0 +1,232 @@
+//===- k3-run.cpp - Run a k3c plan: greedy decode from a prompt -----------===//
+//
+// A thin main over Session. Two modes: `k3-run PLAN --weights DIR ...` reads
+// the plan file; a binary made by `k3c --emit=exe` is this program with a
+// plan appended (Executable.h), and then PLAN is omitted. Generated ids go to
+// stdout as they are produced (one flush per token); the timing summary goes
+// to stderr so stdout stays machine-readable. Exit codes: 0 ok, 1 runtime
+// error (bad plan, weights, request), 2 bad command line.
+//
+//===----------------------------------------------------------------------===//
+#include "runtime/Executable.h"
+#include "runtime/Npy.h"
+#include "runtime/Plan.h"
+#include "runtime/Session.h"
+
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace {
+
+constexpr int kExitFailure = 1;
+constexpr int kExitUsage = 2;
+
+std::string g_prog = "k3-run";
+
+void printHelp(std::FILE *out, bool embedded) {
+  const char *p = g_prog.c_str();
+  if (embedded)
+    std::fprintf(out,
+                 "usage: %s --weights DIR --prompt-ids IDS --max-new N "
+                 "[options]\n\n"
+                 "Decodes greedily with the plan built into this binary.\n",
+                 p);
+  else
+    std::fprintf(out,
+                 "usage: %s PLAN --weights DIR --prompt-ids IDS --max-new N "
+                 "[options]\n\n"
+                 "Decodes greedily with a plan made by k3c.\n",
+                 p);
+  std::fprintf(
+      out,
+      "\n"
+      "The prompt is fed one token per step; each next token is the argmax\n"
+      "of the logits (ties to the lowest id), with no stop at EOS. Generated\n"
+      "ids are printed to stdout as they are produced; a timing summary goes\n"
+      "to stderr.\n"
+      "\n"
+      "options:\n"
+      "  --weights DIR        model directory (config.json + safetensors);\n"
+      "                       its config must match the plan's\n"
+      "  --prompt-ids IDS     comma-separated token ids, e.g. 1,2,3\n"
+      "  --max-new N          tokens to generate (>= 1); prompt + N must not\n"
+      "                       exceed the plan's max_seq\n"
+      "  --backend cpu|cuda   where to run (default cpu; cuda is not built "
+      "yet)\n"
+      "  --logits-out FILE    write the logits that chose each generated\n"
+      "                       token as float32 .npy [max_new, vocab]\n"
+      "  --quiet              print only the generated ids\n"
+      "  -h, --help           show this help\n"
+      "\n"
+      "exit status: 0 ok, 1 runtime error, 2 bad command line\n");
+}
+
+int usageError(const std::string &message) {
+  std::fprintf(stderr, "%s: error: %s\n", g_prog.c_str(), message.c_str());
+  std::fprintf(stderr, "run '%s --help' for usage\n", g_prog.c_str());
+  return kExitUsage;
+}
+
+int runtimeError(const std::string &message) {
+  std::fprintf(stderr, "%s: error: %s\n", g_prog.c_str(), message.c_str());
+  return kExitFailure;
+}
+
+bool parseInt(const std::string &text, int64_t &out) {
+  if (text.empty())
+    return false;
+  errno = 0;
+  char *end = nullptr;
+  long long v = std::strtoll(text.c_str(), &end, 10);
+  if (errno != 0 || *end != '\0')
+    return false;
+  out = v;
+  return true;
+}
+
+bool parseIds(const std::string &text, std::vector<int64_t> &out) {
+  out.clear();
+  size_t start = 0;
+  while (true) {
+    const size_t comma = text.find(',', start);
+    const std::string piece = text.substr(
+        start, comma == std::string::npos ? std::string::npos : comma - start);
+    int64_t v = 0;
+    if (!parseInt(piece, v))
+      return false;
+    out.push_back(v);
+    if (comma == std::string::npos)
+      return true;
+    start = comma + 1;
+  }
+}
+
+} // namespace
+
+int main(int argc, char **argv) {
+  if (argc > 0 && argv[0]) {
+    g_prog = argv[0];
+    const size_t slash = g_prog.rfind('/');
+    if (slash != std::string::npos)
+      g_prog = g_prog.substr(slash + 1);
+  }
+
+  // Executable mode: a plan after our own bytes.
+  k3::Expected<std::optional<std::string>> embedded = k3::findEmbeddedPlan();
+  if (!embedded)
+    return runtimeError(embedded.message());
+  const bool isExe = embedded->has_value();
+
+  std::string planPath, weights, promptText, backend = "cpu", logitsOut;
+  int64_t maxNew = -1;
+  bool quiet = false, haveMaxNew = false;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    auto value = [&](std::string &out) -> bool {
+      if (i + 1 >= argc)
+        return false;
+      out = argv[++i];
+      return true;
+    };
+    if (a == "-h" || a == "--help") {
+      printHelp(stdout, isExe);
+      return 0;
+    } else if (a == "--weights") {
+      if (!value(weights))
+        return usageError("--weights needs a directory");
+    } else if (a == "--prompt-ids") {
+      if (!value(promptText))
+        return usageError("--prompt-ids needs a list like 1,2,3");
+    } else if (a == "--max-new") {
+      std::string v;
+      if (!value(v) || !parseInt(v, maxNew) || maxNew < 1)
+        return usageError("--max-new needs an integer >= 1");
+      haveMaxNew = true;
+    } else if (a == "--backend") {
+      if (!value(backend))
+        return usageError("--backend needs cpu or cuda");
+    } else if (a == "--logits-out") {
+      if (!value(logitsOut))
+        return usageError("--logits-out needs a file name");
+    } else if (a == "--quiet") {
+      quiet = true;
+    } else if (!a.empty() && a[0] == '-') {
+      return usageError("unknown option '" + a + "'");
+    } else if (planPath.empty() && !isExe) {
+      planPath = a;
+    } else if (isExe) {
+      return usageError("this executable carries its own plan; unexpected "
+                        "argument '" + a + "'");
+    } else {
+      return usageError("unexpected argument '" + a + "' (one PLAN only)");
+    }
+  }
+  if (!isExe && planPath.empty())
+    return usageError("no PLAN given");
+  if (weights.empty())
+    return usageError("--weights DIR is required");
+  if (promptText.empty())
+    return usageError("--prompt-ids is required");
+  if (!haveMaxNew)
+    return usageError("--max-new is required");
+  std::vector<int64_t> prompt;
+  if (!parseIds(promptText, prompt))
+    return usageError("--prompt-ids must be comma-separated integers, got '" +
+                      promptText + "'");
+  if (backend == "cuda")
+    return runtimeError("the CUDA backend is not built yet; use --backend cpu");
+  if (backend != "cpu")
+    return usageError("--backend must be cpu or cuda, got '" + backend + "'");
+
+  k3::Expected<k3::PlanDoc> plan =
+      isExe ? k3::parsePlan(**embedded, "embedded plan")
+            : k3::readPlanFile(planPath);
+  if (!plan)
+    return runtimeError(plan.message());
+  k3::Expected<std::unique_ptr<k3::Session>> session =
+      k3::Session::open(plan.take(), weights);
+  if (!session)
+    return runtimeError(session.message());
+
+  bool printed = false;
+  k3::Expected<k3::GenerateResult> result = (*session)->generate(
+      prompt, maxNew, !logitsOut.empty(), [&](int64_t index, int64_t token) {
+        printed = true;
+        std::printf(index == 0 ? "%lld" : " %lld",
+                    static_cast<long long>(token));
+        std::fflush(stdout);
+      });
+  if (!result) {
+    if (printed)
+      std::printf("\n");
+    return runtimeError(result.message());
+  }
+  std::printf("\n");
+  std::fflush(stdout);
+  if (!logitsOut.empty()) {
+    k3::Status s = k3::writeNpyF32(logitsOut, result->logits.data(), maxNew,
+                                   result->vocab);
+    if (!s)
+      return runtimeError(s.message());
+  }
+  if (!quiet) {
+    const double promptRate = result->promptSeconds > 0
+                                  ? result->promptTokens / result->promptSeconds
+                                  : 0.0;
+    std::fprintf(stderr,
+                 "%s: %lld tokens generated (cpu); prompt %lld tokens in "
+                 "%.3f s (%.1f tokens/s); decode %lld steps in %.3f s (%.1f "
+                 "tokens/s)\n",
+                 g_prog.c_str(), static_cast<long long>(result->tokens.size()),
+                 static_cast<long long>(result->promptTokens),
+                 result->promptSeconds, promptRate,
+                 static_cast<long long>(result->decodeSteps),
+                 result->decodeSeconds, result->decodeTokensPerSecond());
+  }
+  return 0;
+}
