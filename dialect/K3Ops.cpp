@@ -566,3 +566,139 @@ LogicalResult SituOp::verify() {
     return expectPositive(*this, "linear_beta", lb->convertToDouble());
   return success();
 }
+
+//===----------------------------------------------------------------------===//
+// Fused ops
+//===----------------------------------------------------------------------===//
+
+/// A fused norm needs its eps: `what` names the norm operand.
+static LogicalResult verifyFusedNormEps(Operation *op, StringRef what,
+                                        std::optional<APFloat> eps) {
+  if (!eps)
+    return op->emitOpError() << "expects eps with " << what;
+  return expectPositive(op, "eps", eps->convertToDouble());
+}
+
+LogicalResult KdaDecodeOp::verify() {
+  KdaConfigAttr c = getConfig();
+  int64_t H = c.getHeads(), d = c.getHeadDim(), C = c.getChannels(),
+          W = c.getConv();
+  Operation *op = *this;
+  if (failed(expectShape(op, "uq", getUq(), {C})) ||
+      failed(expectShape(op, "uk", getUk(), {C})) ||
+      failed(expectShape(op, "uv", getUv(), {C})) ||
+      failed(expectShape(op, "f", getF(), {C})) ||
+      failed(expectShape(op, "beta_logit", getBetaLogit(), {H})) ||
+      failed(expectShape(op, "gate", getGate(), {C})) ||
+      failed(expectShape(op, "q_conv", getQConv(), {C, 1, W})) ||
+      failed(expectShape(op, "k_conv", getKConv(), {C, 1, W})) ||
+      failed(expectShape(op, "v_conv", getVConv(), {C, 1, W})) ||
+      failed(expectShape(op, "dt_bias", getDtBias(), {C})) ||
+      failed(expectNumelAtLeast(op, "a_log", getALog(), H)) ||
+      failed(expectShape(op, "o_norm", getONorm(), {d})) ||
+      failed(expectShape(op, "result", getResult().getType(), {C})))
+    return failure();
+  // The one conv state holds q, k and v at channel offsets 0, C and 2C.
+  ConvStateType cs = getConvState().getType();
+  if (cs.getChannels() != 3 * C || cs.getWindow() != W - 1)
+    return emitOpError() << "expects conv_state with channels = 3*heads*head_dim = "
+                         << 3 * C << " and window = conv-1 = " << W - 1
+                         << " but got channels = " << cs.getChannels()
+                         << ", window = " << cs.getWindow();
+  KdaStateType st = getState().getType();
+  if (st.getHeads() != H || st.getKeyDim() != d || st.getValueDim() != d)
+    return emitOpError() << "expects state of " << H << " heads x " << d
+                         << " x " << d << " but got " << st.getHeads()
+                         << " x " << st.getKeyDim() << " x "
+                         << st.getValueDim();
+  return expectPositive(op, "eps", getEps().convertToDouble());
+}
+
+LogicalResult MlaDecodeOp::verify() {
+  MlaConfigAttr c = getConfig();
+  FailureOr<int64_t> dOr = vectorLength(*this, "h", getH());
+  if (failed(dOr))
+    return failure();
+  int64_t D = *dOr, L = c.getKvLora(), R = c.getRope();
+  Operation *op = *this;
+  if (failed(expectShape(op, "q", getQ(), {c.getQWidth()})) ||
+      failed(expectShape(op, "kv_a_proj", getKvAProj(), {L + R, D})) ||
+      failed(expectShape(op, "kv_a_norm", getKvANorm(), {L})) ||
+      failed(expectShape(op, "kv_b_proj", getKvBProj(), {c.getKvBWidth(), L})) ||
+      failed(expectShape(op, "result", getResult().getType(), {c.getOWidth()})))
+    return failure();
+  // The config describes this op: a fusion that found no gate clears
+  // output_gate, so the lowering can trust either.
+  if (c.getOutputGate() != static_cast<bool>(getGate()))
+    return emitOpError() << "expects " << (c.getOutputGate() ? "a" : "no")
+                         << " gate operand because config has output_gate = "
+                         << (c.getOutputGate() ? "true" : "false");
+  if (getGate() &&
+      failed(expectShape(op, "gate", getGate(), {c.getOWidth()})))
+    return failure();
+  if (getCache().getType().getWidth() != L + R)
+    return emitOpError() << "expects cache width kv_lora + rope = " << L + R
+                         << " but got " << getCache().getType().getWidth();
+  return expectPositive(op, "eps", getEps().convertToDouble());
+}
+
+LogicalResult RoutedExpertsOp::verify() {
+  FailureOr<int64_t> dOr = vectorLength(*this, "x", getX());
+  FailureOr<int64_t> dmOr = failed(dOr) ? dOr : vectorLength(*this, "z", getZ());
+  if (failed(dmOr) ||
+      failed(verifyActivation(*this, getAct(), getSituBeta(),
+                              getSituLinearBeta())))
+    return failure();
+  int64_t D = *dOr, Dm = *dmOr;
+  SmallVector<int64_t> g = shapeOf(getGate().getType());
+  if (g.size() != 2)
+    return emitOpError() << "expects gate of rank 2 [experts, hidden] but got rank "
+                         << g.size();
+  int64_t E = g[0], K = getTopK();
+  if (K <= 0 || K > E)
+    return emitOpError() << "expects top_k in [1, " << E << "] but got " << K;
+  SmallVector<int64_t> w1 = shapeOf(getW1().getType());
+  if (w1.size() != 3)
+    return emitOpError() << "expects stacked expert weights of rank 3 "
+                            "[experts, intermediate, latent] but got rank "
+                         << w1.size();
+  Operation *op = *this;
+  if (failed(expectShape(op, "gate", getGate(), {E, D})) ||
+      failed(expectShape(op, "bias", getBias(), {E})) ||
+      failed(verifyGatedMlp(op, "", getW1(), getW3(), getW2(), E, w1[1], Dm,
+                            Dm)) ||
+      failed(expectShape(op, "result", getResult().getType(), {Dm})) ||
+      failed(expectPositive(op, "scaling", getScaling().convertToDouble())))
+    return failure();
+  if (getNorm() &&
+      (failed(expectShape(op, "norm", getNorm(), {Dm})) ||
+       failed(verifyFusedNormEps(op, "a fused norm", getEps()))))
+    return failure();
+  return success();
+}
+
+LogicalResult GatedMlpOp::verify() {
+  FailureOr<int64_t> kOr = vectorLength(*this, "x", getX());
+  if (failed(kOr) || failed(verifyActivation(*this, getAct(), getSituBeta(),
+                                             getSituLinearBeta())))
+    return failure();
+  SmallVector<int64_t> w1 = shapeOf(getW1().getType());
+  SmallVector<int64_t> w2 = shapeOf(getW2().getType());
+  if (w1.size() != 2 || w2.size() != 2)
+    return emitOpError() << "expects unstacked weights of rank 2 but got w1 "
+                            "of rank "
+                         << w1.size() << " and w2 of rank " << w2.size();
+  int64_t K = *kOr, I = w1[0], N = w2[0];
+  Operation *op = *this;
+  if (failed(verifyGatedMlp(op, "", getW1(), getW3(), getW2(), -1, I, K, N)) ||
+      failed(expectShape(op, "result", getResult().getType(), {N})))
+    return failure();
+  if (getNorm() &&
+      (failed(expectShape(op, "norm", getNorm(), {K})) ||
+       failed(verifyFusedNormEps(op, "a fused norm", getEps()))))
+    return failure();
+  if (getResidual() &&
+      failed(expectShape(op, "residual", getResidual(), {N})))
+    return failure();
+  return success();
+}

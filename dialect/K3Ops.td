@@ -552,4 +552,131 @@ def K3_SwigluOp : K3_Op<"swiglu", [Pure, SameOperandsAndResultType]> {
   let assemblyFormat = "$gate `,` $up attr-dict `:` type($result)";
 }
 
+//===----------------------------------------------------------------------===//
+// Fused ops
+//
+// What the fusion passes build out of fine-op chains. Each rounds at exactly
+// the points of the chain it replaces (docs/NUMERICS.md), so fused and
+// unfused graphs decode the same tokens; each maps to one kernel entry point.
+//===----------------------------------------------------------------------===//
+
+def K3_KdaDecodeOp : K3_Op<"kda_decode", [K3_StateEffects]> {
+  let summary = "one KDA token step: short convs, l2norm, gate, β, recurrence, gated norm";
+  let description = [{
+    The KDA mixer between its projections (KdaDecodeParams), as built by
+    `k3-fuse-kda` from `conv_step` ×3 (channels [0, C), [C, 2C), [2C, 3C) of
+    the conv state), `l2norm` ×2 (q scaled by 1/sqrt(d), k by 1, eps 1e-6),
+    `kda_gate`, `sigmoid`, `kda_step` and `gated_rms_norm`. `%uq`, `%uk`,
+    `%uv` are the q/k/v projections, `%f` the gate input R(f_b(R(f_a h))),
+    `%beta` the β logits R(b_proj h), `%gt` the output gate R(g_proj h).
+    q̃, k̃, ṽ and o are rounded to bf16 inside as in the chain; `eps` is the
+    gated norm's. The conv state and the recurrent state are updated in
+    place. `config.full_rank_gate` only records where `%gt` came from.
+    ```mlir
+    %y = k3.kda_decode %uq, %uk, %uv, %f, %beta, %gt, %conv, %s
+           weights(%qc, %kc, %vc, %dt, %alog, %onorm)
+           {config = #k3.kda<heads = 2, head_dim = 4, conv = 4, full_rank_gate = true, lower_bound = -5.0>,
+            eps = 1.0e-05 : f64} : (...) -> tensor<8xbf16>
+    ```
+  }];
+  let arguments = (ins K3_BF16Tensor:$uq, K3_BF16Tensor:$uk,
+      K3_BF16Tensor:$uv, K3_BF16Tensor:$f, K3_BF16Tensor:$beta_logit,
+      K3_BF16Tensor:$gate, K3_ConvStateType:$conv_state,
+      K3_KdaStateType:$state, K3_BF16Tensor:$q_conv, K3_BF16Tensor:$k_conv,
+      K3_BF16Tensor:$v_conv, K3_F32Tensor:$dt_bias, K3_F32Tensor:$a_log,
+      K3_BF16Tensor:$o_norm, K3_KdaConfigAttr:$config, F64Attr:$eps);
+  let results = (outs K3_BF16Tensor:$result);
+  let assemblyFormat = [{
+    $uq `,` $uk `,` $uv `,` $f `,` $beta_logit `,` $gate `,` $conv_state `,` $state
+    `weights` `(` $q_conv `,` $k_conv `,` $v_conv `,` $dt_bias `,` $a_log `,` $o_norm `)`
+    attr-dict `:` functional-type(operands, results)
+  }];
+  let hasVerifier = 1;
+}
+
+def K3_MlaDecodeOp : K3_Op<"mla_decode", [K3_StateEffects]> {
+  let summary = "MLA latent projection, cache append, absorbed attend and output gate";
+  let description = [{
+    `kv = R(kv_a h)`; the cache row at `%pos` becomes `[RMSNorm(kv[:L],
+    kv_a_norm, eps) | kv[L:]]`; then absorbed attention of `%q` over rows
+    0..pos (the append happens first); with `gate(%g)` the output is
+    `R(R(o) · sigmoid(g))`. Built by `k3-fuse-mla` from `linear(h, kv_a)` →
+    `mla_cache_append` → `mla_attend` (→ `mul_sigmoid`). `%h` is the
+    normalised layer input, `%q` the query projection [N(P+R)]; the result
+    is o [N·V], o_proj's input. `config.output_gate` says whether the op
+    has the gate operand.
+    ```mlir
+    %o = k3.mla_decode %h, %q weights(%kva, %kvan, %kvb) cache(%cache, %pos) gate(%g)
+           {config = #k3.mla<heads = 2, q_lora = 0, kv_lora = 8, nope = 4, rope = 4, v_dim = 4, output_gate = true>,
+            eps = 1.0e-06 : f64} : (...) -> tensor<8xbf16>
+    ```
+  }];
+  let arguments = (ins K3_BF16Tensor:$h, K3_BF16Tensor:$q,
+      K3_MatrixType:$kv_a_proj, K3_BF16Tensor:$kv_a_norm,
+      K3_MatrixType:$kv_b_proj, K3_MlaCacheType:$cache, Index:$pos,
+      Optional<K3_BF16Tensor>:$gate, K3_MlaConfigAttr:$config, F64Attr:$eps);
+  let results = (outs K3_BF16Tensor:$result);
+  let assemblyFormat = [{
+    $h `,` $q `weights` `(` $kv_a_proj `,` $kv_a_norm `,` $kv_b_proj `)`
+    `cache` `(` $cache `,` $pos `)` (`gate` `(` $gate^ `)`)?
+    attr-dict `:` functional-type(operands, results)
+  }];
+  let hasVerifier = 1;
+}
+
+def K3_RoutedExpertsOp : K3_Op<"routed_experts", [Pure]> {
+  let summary = "router, top-k routed experts, their weighted mix and the latent norm";
+  let description = [{
+    The sigmoid router on `%x` (as `k3.router`) picks `top_k` experts; each
+    runs its gated MLP on `%z` (equal to `%x` without latent MoE) and
+    `r = R(Σ_k w_k · y_k)`; with `norm(%w)` the mix is then RMSNorm-ed
+    (`eps`) as `k3.rms_norm` does. Built by `k3-fuse-moe` from `router` →
+    `expert_mix` (→ `rms_norm`).
+    ```mlir
+    %r = k3.routed_experts %h, %z router(%gate, %bias) experts(%w1, %w3, %w2) norm(%n)
+           {top_k = 2 : i64, renormalize = true, scaling = 1.0 : f64, act = #k3<activation situ>,
+            situ_beta = 4.0 : f64, eps = 1.0e-05 : f64} : (...) -> tensor<32xbf16>
+    ```
+  }];
+  let arguments = !con((ins K3_BF16Tensor:$x, K3_BF16Tensor:$z,
+                            K3_MatrixType:$gate, K3_F32Tensor:$bias,
+                            K3_MatrixType:$w1, K3_MatrixType:$w3,
+                            K3_MatrixType:$w2,
+                            Optional<K3_BF16Tensor>:$norm,
+                            I64Attr:$top_k, BoolAttr:$renormalize,
+                            F64Attr:$scaling),
+                       K3_ActArgs, (ins OptionalAttr<F64Attr>:$eps));
+  let results = (outs K3_BF16Tensor:$result);
+  let assemblyFormat = [{
+    $x `,` $z `router` `(` $gate `,` $bias `)` `experts` `(` $w1 `,` $w3 `,` $w2 `)`
+    (`norm` `(` $norm^ `)`)? attr-dict `:` functional-type(operands, results)
+  }];
+  let hasVerifier = 1;
+}
+
+def K3_GatedMlpOp : K3_Op<"gated_mlp", [AttrSizedOperandSegments, Pure]> {
+  let summary = "a whole gated MLP in one kernel: w2 · act(w1 x̂, w3 x̂) (+ residual)";
+  let description = [{
+    `x̂ = x`, or `RMSNorm(x, norm, eps)` with `norm(%w)`; `g = R(w1 x̂)`,
+    `u = R(w3 x̂)`, `a = R(act(g, u))`, `y = R(w2 a)`, and with
+    `residual(%r)`: `R(y + r)` (GatedMlpParams). Built by `k3-fuse-mlp` from
+    `linear(w1)`, `linear(w3)` → `situ`/`swiglu` → `linear(w2)`.
+    ```mlir
+    %y = k3.gated_mlp %x, %w1, %w3, %w2 norm(%n) residual(%r)
+           {act = #k3<activation silu>, eps = 1.0e-05 : f64} : (...) -> tensor<8xbf16>
+    ```
+  }];
+  let arguments = !con((ins K3_BF16Tensor:$x, K3_MatrixType:$w1,
+                            K3_MatrixType:$w3, K3_MatrixType:$w2,
+                            Optional<K3_BF16Tensor>:$norm,
+                            Optional<K3_BF16Tensor>:$residual),
+                       K3_ActArgs, (ins OptionalAttr<F64Attr>:$eps));
+  let results = (outs K3_BF16Tensor:$result);
+  let assemblyFormat = [{
+    $x `,` $w1 `,` $w3 `,` $w2 (`norm` `(` $norm^ `)`)? (`residual` `(` $residual^ `)`)?
+    attr-dict `:` functional-type(operands, results)
+  }];
+  let hasVerifier = 1;
+}
+
 #endif // K3_OPS_TD

@@ -36,6 +36,16 @@ void buildK3FusionPipeline(OpPassManager &pm, FusionStrategy strategy);
 /// Registers the passes and the pipelines "k3-fusion-none|default|max".
 void registerK3Pipelines();
 
+/// Fusion patterns, one set per k3-fuse-* pass (see Passes.td); each rewrite
+/// keeps every rounding point of the chain it replaces.
+void populateFuseNormsPatterns(RewritePatternSet &patterns);
+void populateFuseKdaPatterns(RewritePatternSet &patterns);
+void populateFuseMlaPatterns(RewritePatternSet &patterns);
+void populateFuseMoePatterns(RewritePatternSet &patterns);
+void populateFuseResidualPatterns(RewritePatternSet &patterns);
+void populateFuseAttnResPatterns(RewritePatternSet &patterns);
+void populateFuseMlpPatterns(RewritePatternSet &patterns);
+
 } // namespace k3
 } // namespace mlir
 

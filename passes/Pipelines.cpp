@@ -47,15 +47,19 @@ void mlir::k3::buildK3FusionPipeline(OpPassManager &pm,
   if (strategy != FusionStrategy::None) {
     // Order matters: the KDA/MLA/MoE matchers look at the unfused chains, and
     // the norm fusion runs after them so it folds only the norms left over.
+    // AttnRes must claim the norm after it before k3-fuse-norms folds that
+    // norm into the projections. The gated MLP fusion comes last so that it
+    // takes over the input norm and residual epilogue its projections got
+    // from k3-fuse-norms and k3-fuse-residual.
     fn.addPass(createK3FuseKda());
     fn.addPass(createK3FuseMla());
     fn.addPass(createK3FuseMoe());
-    if (strategy == FusionStrategy::Max) {
-      fn.addPass(createK3FuseMlp());
+    if (strategy == FusionStrategy::Max)
       fn.addPass(createK3FuseAttnRes());
-    }
     fn.addPass(createK3FuseNorms());
     fn.addPass(createK3FuseResidual());
+    if (strategy == FusionStrategy::Max)
+      fn.addPass(createK3FuseMlp());
   }
   fn.addPass(createCanonicalizerPass());
   fn.addPass(createCSEPass());

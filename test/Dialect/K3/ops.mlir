@@ -42,7 +42,7 @@ func.func @coarse(%tok: i32, %pos: index, %table: tensor<16x8xbf16>, %w8: tensor
   %n = k3.rms_norm %x, %w8 {eps = 1.0e-05 : f64} : tensor<8xbf16>, tensor<8xbf16> -> tensor<8xbf16>
   // CHECK: k3.kda %{{.*}} weights(
   // CHECK-SAME: gate(
-  // CHECK-SAME: #k3.kda<heads = 2, head_dim = 4, conv = 4, full_rank_gate = true, lower_bound = -5.000000e+00>
+  // CHECK-SAME: #k3.kda<heads = 2, head_dim = 4, conv = 4, full_rank_gate = true, lower_bound = -5.000000e+00 : f64>
   %a = k3.kda %n, %conv, %s weights(%m88, %m88, %m88, %cw, %cw, %cw, %m48, %m84, %f8, %alog, %m28, %w4, %m88)
          gate(%m88) {config = #k3.kda<heads = 2, head_dim = 4, conv = 4, full_rank_gate = true, lower_bound = -5.0>, eps = 1.0e-05 : f64}
          : (tensor<8xbf16>, !k3.conv_state<channels = 24, window = 3>, !k3.kda_state<heads = 2, key_dim = 4, value_dim = 4>,
@@ -149,5 +149,54 @@ func.func @fine(%x: tensor<8xbf16>, %w: tensor<16x8xbf16>, %mx: !k3.mxfp4<16x32>
   %si = k3.situ %x, %x {beta = 4.0 : f64, linear_beta = 25.0 : f64} : tensor<8xbf16>
   // CHECK: k3.swiglu
   %sw = k3.swiglu %x, %x : tensor<8xbf16>
+  return
+}
+
+// CHECK-LABEL: func.func @fused
+func.func @fused(%x: tensor<8xbf16>, %b2: tensor<2xbf16>, %cw: tensor<8x1x4xbf16>,
+                 %conv: !k3.conv_state<channels = 24, window = 3>,
+                 %s: !k3.kda_state<heads = 2, key_dim = 4, value_dim = 4>,
+                 %f8: tensor<8xf32>, %alog: tensor<2xf32>, %w4: tensor<4xbf16>,
+                 %q: tensor<16xbf16>, %kva: tensor<12x8xbf16>, %kvb: tensor<16x8xbf16>,
+                 %cache: !k3.mla_cache<max_seq = 64, width = 12>, %pos: index,
+                 %z: tensor<32xbf16>, %gate: tensor<4x8xbf16>, %bias: tensor<4xf32>,
+                 %x1: !k3.mxfp4<4x32x32>, %w32: tensor<32xbf16>,
+                 %w1: tensor<32x8xbf16>, %w2: tensor<8x32xbf16>,
+                 %e13: tensor<4x16x8xbf16>, %e2: tensor<4x8x16xbf16>) {
+  // CHECK: k3.kda_decode %{{.*}} weights(
+  // CHECK-SAME: #k3.kda<heads = 2, head_dim = 4, conv = 4, full_rank_gate = true, lower_bound = -5.000000e+00 : f64>
+  %y = k3.kda_decode %x, %x, %x, %x, %b2, %x, %conv, %s weights(%cw, %cw, %cw, %f8, %alog, %w4)
+         {config = #k3.kda<heads = 2, head_dim = 4, conv = 4, full_rank_gate = true, lower_bound = -5.0>, eps = 1.0e-05 : f64}
+         : (tensor<8xbf16>, tensor<8xbf16>, tensor<8xbf16>, tensor<8xbf16>, tensor<2xbf16>, tensor<8xbf16>,
+            !k3.conv_state<channels = 24, window = 3>, !k3.kda_state<heads = 2, key_dim = 4, value_dim = 4>,
+            tensor<8x1x4xbf16>, tensor<8x1x4xbf16>, tensor<8x1x4xbf16>, tensor<8xf32>, tensor<2xf32>, tensor<4xbf16>) -> tensor<8xbf16>
+  // CHECK: k3.mla_decode %{{.*}} weights({{.*}}) cache({{.*}}) gate(
+  %o = k3.mla_decode %x, %q weights(%kva, %x, %kvb) cache(%cache, %pos) gate(%x)
+         {config = #k3.mla<heads = 2, q_lora = 0, kv_lora = 8, nope = 4, rope = 4, v_dim = 4, output_gate = true>, eps = 1.0e-06 : f64}
+         : (tensor<8xbf16>, tensor<16xbf16>, tensor<12x8xbf16>, tensor<8xbf16>, tensor<16x8xbf16>,
+            !k3.mla_cache<max_seq = 64, width = 12>, index, tensor<8xbf16>) -> tensor<8xbf16>
+  // CHECK: k3.mla_decode %{{.*}} cache({{.*}}) {config
+  %o2 = k3.mla_decode %x, %q weights(%kva, %x, %kvb) cache(%cache, %pos)
+         {config = #k3.mla<heads = 2, q_lora = 0, kv_lora = 8, nope = 4, rope = 4, v_dim = 4>, eps = 1.0e-06 : f64}
+         : (tensor<8xbf16>, tensor<16xbf16>, tensor<12x8xbf16>, tensor<8xbf16>, tensor<16x8xbf16>,
+            !k3.mla_cache<max_seq = 64, width = 12>, index) -> tensor<8xbf16>
+  // CHECK: k3.routed_experts %{{.*}} router({{.*}}) experts({{.*}}) norm(
+  %r = k3.routed_experts %x, %z router(%gate, %bias) experts(%x1, %x1, %x1) norm(%w32)
+         {top_k = 2 : i64, renormalize = true, scaling = 1.0 : f64, act = #k3<activation situ>, situ_beta = 4.0 : f64,
+          eps = 1.0e-05 : f64}
+         : (tensor<8xbf16>, tensor<32xbf16>, tensor<4x8xbf16>, tensor<4xf32>, !k3.mxfp4<4x32x32>, !k3.mxfp4<4x32x32>,
+            !k3.mxfp4<4x32x32>, tensor<32xbf16>) -> tensor<32xbf16>
+  // CHECK: k3.routed_experts %{{.*}} experts({{.*}}) {
+  %r2 = k3.routed_experts %x, %x router(%gate, %bias) experts(%e13, %e13, %e2)
+         {top_k = 2 : i64, renormalize = false, scaling = 2.5 : f64, act = #k3<activation silu>}
+         : (tensor<8xbf16>, tensor<8xbf16>, tensor<4x8xbf16>, tensor<4xf32>, tensor<4x16x8xbf16>, tensor<4x16x8xbf16>,
+            tensor<4x8x16xbf16>) -> tensor<8xbf16>
+  // CHECK: k3.gated_mlp %{{.*}} norm({{.*}}) residual(
+  %m = k3.gated_mlp %x, %w1, %w1, %w2 norm(%x) residual(%x)
+         {act = #k3<activation situ>, situ_beta = 4.0 : f64, situ_linear_beta = 25.0 : f64, eps = 1.0e-05 : f64}
+         : (tensor<8xbf16>, tensor<32x8xbf16>, tensor<32x8xbf16>, tensor<8x32xbf16>, tensor<8xbf16>, tensor<8xbf16>) -> tensor<8xbf16>
+  // CHECK: k3.gated_mlp %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}} {act = #k3<activation silu>}
+  %m2 = k3.gated_mlp %x, %w1, %w1, %w2 {act = #k3<activation silu>}
+         : (tensor<8xbf16>, tensor<32x8xbf16>, tensor<32x8xbf16>, tensor<8x32xbf16>) -> tensor<8xbf16>
   return
 }
