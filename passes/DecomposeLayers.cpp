@@ -90,7 +90,9 @@ struct DecomposeKda : OpRewritePattern<KdaOp> {
                               rw.getF64FloatAttr(kL2NormEps),
                               rw.getF64FloatAttr(scale));
     };
-    Value q = l2(qc, 1.0 / std::sqrt(static_cast<double>(d)));
+    // The kernels compute the scale in fp32 (1.0f / sqrtf(d)); carry exactly
+    // that value so every strategy scales q by the same float.
+    Value q = l2(qc, static_cast<double>(1.0f / std::sqrt(static_cast<float>(d))));
     Value k = l2(kc, 1.0);
     Value f = linear(rw, loc, linear(rw, loc, h, op.getFAProj()),
                      op.getFBProj());

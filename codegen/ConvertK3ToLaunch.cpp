@@ -1,0 +1,515 @@
+//===- ConvertK3ToLaunch.cpp - fused k3 IR to k3l launches ----------------===//
+//
+// Walks the decode step in order. Weights and state become k3l.weight /
+// k3l.state pointers, every tensor result a k3l.alloc, and every op the
+// launches of the kernels that compute it, with arguments named after the
+// kernel's params fields (docs/PLAN.md). A fused op may lower to more than
+// one launch (k3.mla_decode: projection, append, attend).
+//
+// The walk is a straight-line lowering rather than a dialect conversion:
+// the decode step has no control flow, and every op needs the same context
+// (pointer of each operand, a fresh allocation per result), so one visitor
+// with one method per op is the simplest correct form.
+//
+//===----------------------------------------------------------------------===//
+#include "codegen/Codegen.h"
+
+#include "mlir/IR/PatternMatch.h"
+#include "llvm/ADT/TypeSwitch.h"
+
+#include <cmath>
+
+#define DEBUG_TYPE "convert-k3-to-launch"
+
+namespace mlir::k3 {
+#define GEN_PASS_DEF_CONVERTK3TOLAUNCH
+#include "codegen/Passes.h.inc"
+} // namespace mlir::k3
+
+using namespace mlir;
+using namespace mlir::k3;
+
+namespace {
+
+/// A pointer argument: field name, value, byte offset.
+struct PtrArg {
+  StringRef name;
+  Value ptr;
+  int64_t offset = 0;
+};
+/// A scalar argument: integer or float.
+struct ScalarArg {
+  StringRef name;
+  double value;
+  bool isFloat;
+};
+ScalarArg I(StringRef n, int64_t v) { return {n, static_cast<double>(v), false}; }
+ScalarArg F(StringRef n, double v) { return {n, v, true}; }
+
+int64_t numel(Type t) {
+  int64_t n = 1;
+  if (auto tt = dyn_cast<RankedTensorType>(t))
+    for (int64_t d : tt.getShape())
+      n *= d;
+  return n;
+}
+int64_t dimOf(Value v, unsigned i) {
+  if (auto t = dyn_cast<RankedTensorType>(v.getType()))
+    return t.getShape()[i];
+  return cast<Mxfp4Type>(v.getType()).getShape()[i];
+}
+int64_t len(Value v) { return numel(v.getType()); }
+int64_t ceilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+/// SiTU/SwiGLU arguments shared by gated_act, gated_mlp, moe_experts.
+void activationArgs(std::optional<Activation> act, std::optional<APFloat> b1,
+                    std::optional<APFloat> b2,
+                    SmallVectorImpl<ScalarArg> &out) {
+  bool situ = act && *act == Activation::situ;
+  out.push_back(I("activation", situ ? 0 : 1));
+  if (situ) {
+    out.push_back(F("beta1", b1 ? b1->convertToDouble() : 4.0));
+    out.push_back(I("hasBeta2", b2 ? 1 : 0));
+    if (b2)
+      out.push_back(F("beta2", b2->convertToDouble()));
+  }
+}
+
+class Lowering {
+public:
+  explicit Lowering(func::FuncOp fn) : fn_(fn), b_(fn.getContext()) {}
+
+  LogicalResult run();
+
+private:
+  Value ptr(Value v) {
+    auto it = ptrs_.find(v);
+    assert(it != ptrs_.end() && "operand lowered before its use");
+    return it->second;
+  }
+  /// A fresh scratch buffer for `result` (bf16, f32 or i32 elements).
+  Value alloc(Value result, StringRef name) {
+    auto t = cast<RankedTensorType>(result.getType());
+    Type e = t.getElementType();
+    int64_t size = e.isBF16() ? 2 : 4;
+    StringRef dtype = e.isBF16() ? "bf16" : (e.isF32() ? "f32" : "i32");
+    Value p = k3l::AllocOp::create(b_, loc_, k3l::PtrType::get(b_.getContext()),
+                                   b_.getI64IntegerAttr(numel(t) * size),
+                                   b_.getStringAttr(dtype),
+                                   b_.getI64IntegerAttr(numel(t)),
+                                   b_.getStringAttr(name), IntegerAttr());
+    ptrs_[result] = p;
+    return p;
+  }
+  void launch(StringRef kernel, Operation *op, ArrayRef<PtrArg> args,
+              ArrayRef<ScalarArg> scalars,
+              ArrayRef<std::pair<StringRef, StringRef>> inputs,
+              int64_t gridX, int64_t blockX = 256) {
+    SmallVector<Value> vals;
+    SmallVector<Attribute> names;
+    SmallVector<int64_t> offsets;
+    for (const PtrArg &a : args) {
+      if (!a.ptr)
+        continue; // optional field left null
+      vals.push_back(a.ptr);
+      names.push_back(b_.getStringAttr(a.name));
+      offsets.push_back(a.offset);
+    }
+    SmallVector<NamedAttribute> sc, in;
+    for (const ScalarArg &s : scalars)
+      sc.push_back(b_.getNamedAttr(
+          s.name, s.isFloat ? Attribute(b_.getF64FloatAttr(s.value))
+                            : Attribute(b_.getI64IntegerAttr(
+                                  static_cast<int64_t>(s.value)))));
+    for (auto [field, input] : inputs)
+      in.push_back(b_.getNamedAttr(field, b_.getStringAttr(input)));
+    k3l::LaunchOp::create(
+        b_, loc_, b_.getStringAttr(kernel), vals, b_.getArrayAttr(names),
+        b_.getDenseI64ArrayAttr(offsets), b_.getDictionaryAttr(sc),
+        b_.getDictionaryAttr(in),
+        b_.getDenseI64ArrayAttr({std::max<int64_t>(gridX, 1), 1, 1}),
+        b_.getDenseI64ArrayAttr({blockX, 1, 1}), b_.getI64IntegerAttr(0),
+        b_.getStringAttr(op->getName().getStringRef()));
+  }
+  /// Pointer of an optional operand (null when absent).
+  Value opt(Value v) { return v ? ptr(v) : Value(); }
+
+  // Leaves.
+  void lowerWeight(WeightOp op);
+  void lowerState(StateOp op);
+  // Ops.
+  LogicalResult lower(Operation *op);
+  void lowerLinear(LinearOp op, StringRef name = "linear");
+  void lowerRouterAndExperts(Operation *op, Value routerX, Value gate,
+                             Value bias, Value expertX, Value w1, Value w3,
+                             Value w2, int64_t topK, bool renorm,
+                             double scaling, Value ids, Value weights,
+                             Value mixOut, std::optional<Activation> act,
+                             std::optional<APFloat> b1,
+                             std::optional<APFloat> b2);
+
+  func::FuncOp fn_;
+  OpBuilder b_;
+  Location loc_ = UnknownLoc::get(fn_.getContext());
+  DenseMap<Value, Value> ptrs_;
+};
+
+void Lowering::lowerWeight(WeightOp op) {
+  Type t = op.getType();
+  StringRef format = "bf16";
+  SmallVector<int64_t> shape;
+  if (auto mx = dyn_cast<Mxfp4Type>(t)) {
+    format = "mxfp4";
+    shape.assign(mx.getShape().begin(), mx.getShape().end());
+  } else {
+    auto tt = cast<RankedTensorType>(t);
+    if (tt.getElementType().isF32())
+      format = "f32";
+    shape.assign(tt.getShape().begin(), tt.getShape().end());
+  }
+  ptrs_[op.getResult()] = k3l::WeightOp::create(
+      b_, loc_, k3l::PtrType::get(b_.getContext()), op.getNameAttr(),
+      b_.getStringAttr(format), b_.getDenseI64ArrayAttr(shape));
+}
+
+void Lowering::lowerState(StateOp op) {
+  Type t = op.getType();
+  StringRef kind;
+  SmallVector<int64_t> shape;
+  int64_t bytes = 0;
+  if (auto s = dyn_cast<KdaStateType>(t)) {
+    kind = "kda_state";
+    shape = {s.getHeads(), s.getKeyDim(), s.getValueDim()};
+    bytes = s.getSizeInBytes();
+  } else if (auto s = dyn_cast<ConvStateType>(t)) {
+    kind = "conv_state";
+    shape = {s.getChannels(), s.getWindow()};
+    // A conv of width 1 keeps no history; keep the slot non-empty anyway.
+    bytes = std::max<int64_t>(s.getSizeInBytes(), 4);
+  } else if (auto s = dyn_cast<MlaCacheType>(t)) {
+    kind = "mla_cache";
+    shape = {s.getMaxSeq(), s.getWidth()};
+    bytes = s.getSizeInBytes();
+  } else {
+    auto a = cast<AttnResBlocksType>(t);
+    kind = "attn_res_blocks";
+    shape = {a.getMaxBlocks(), a.getHidden()};
+    bytes = a.getSizeInBytes();
+  }
+  ptrs_[op.getResult()] = k3l::StateOp::create(
+      b_, loc_, k3l::PtrType::get(b_.getContext()), op.getSlotAttr(),
+      b_.getStringAttr(kind), b_.getI64IntegerAttr(bytes),
+      b_.getDenseI64ArrayAttr(shape));
+}
+
+void Lowering::lowerLinear(LinearOp op, StringRef name) {
+  Value x = ptr(op.getX()), w = ptr(op.getWeight());
+  bool f32 = op.getResult().getType().getElementType().isF32();
+  Value out = alloc(op.getResult(), name);
+  int64_t n = dimOf(op.getWeight(), 0), k = dimOf(op.getWeight(), 1);
+  SmallVector<ScalarArg> sc = {I("n", n), I("k", k)};
+  if (op.getNorm())
+    sc.push_back(F("normEps", op.getEps()->convertToDouble()));
+  launch("linear", op,
+         {{"x", x},
+          {"w", w},
+          {"normWeight", opt(op.getNorm())},
+          {"residual", opt(op.getResidual())},
+          {f32 ? "outF32" : "out", out}},
+         sc, {}, ceilDiv(n, 8));
+}
+
+void Lowering::lowerRouterAndExperts(
+    Operation *op, Value routerX, Value gate, Value bias, Value expertX,
+    Value w1, Value w3, Value w2, int64_t topK, bool renorm, double scaling,
+    Value ids, Value weights, Value mixOut, std::optional<Activation> act,
+    std::optional<APFloat> b1, std::optional<APFloat> b2) {
+  int64_t E = dimOf(gate, 0), D = dimOf(gate, 1);
+  launch("router", op,
+         {{"h", ptr(routerX)},
+          {"gate", ptr(gate)},
+          {"bias", ptr(bias)},
+          {"outIds", ids},
+          {"outWeights", weights}},
+         {I("numExperts", E), I("dim", D), I("topK", topK),
+          I("renormalize", renorm ? 1 : 0), F("scaling", scaling)},
+         {}, 1);
+  SmallVector<ScalarArg> sc = {I("topK", topK), I("numExperts", dimOf(w1, 0)),
+                               I("dim", dimOf(w1, 2)),
+                               I("interDim", dimOf(w1, 1))};
+  activationArgs(act, b1, b2, sc);
+  launch("moe_experts", op,
+         {{"x", ptr(expertX)},
+          {"ids", ids},
+          {"weights", weights},
+          {"w1", ptr(w1)},
+          {"w3", ptr(w3)},
+          {"w2", ptr(w2)},
+          {"out", mixOut}},
+         sc, {}, topK * ceilDiv(dimOf(w1, 1), 8));
+}
+
+LogicalResult Lowering::lower(Operation *op) {
+  loc_ = op->getLoc();
+  return TypeSwitch<Operation *, LogicalResult>(op)
+      .Case<WeightOp>([&](WeightOp o) {
+        lowerWeight(o);
+        return success();
+      })
+      .Case<StateOp>([&](StateOp o) {
+        lowerState(o);
+        return success();
+      })
+      .Case<EmbedOp>([&](EmbedOp o) {
+        Value out = alloc(o.getResult(), "embed");
+        launch("embed", o, {{"table", ptr(o.getTable())}, {"out", out}},
+               {I("vocab", dimOf(o.getTable(), 0)),
+                I("dim", dimOf(o.getTable(), 1))},
+               {{"token", "token"}}, 1);
+        return success();
+      })
+      .Case<RmsNormOp>([&](RmsNormOp o) {
+        Value out = alloc(o.getResult(), "rms_norm");
+        launch("rms_norm", o,
+               {{"x", ptr(o.getX())}, {"w", ptr(o.getWeight())}, {"out", out}},
+               {I("n", len(o.getX())), F("eps", o.getEps().convertToDouble())},
+               {}, 1);
+        return success();
+      })
+      .Case<LinearOp>([&](LinearOp o) {
+        lowerLinear(o);
+        return success();
+      })
+      .Case<AddOp>([&](AddOp o) {
+        Value out = alloc(o.getResult(), "add");
+        launch("add", o,
+               {{"a", ptr(o.getLhs())}, {"b", ptr(o.getRhs())}, {"out", out}},
+               {I("n", len(o.getLhs()))}, {}, ceilDiv(len(o.getLhs()), 256));
+        return success();
+      })
+      .Case<MulSigmoidOp>([&](MulSigmoidOp o) {
+        Value out = alloc(o.getResult(), "mul_sigmoid");
+        launch("mul_sigmoid", o,
+               {{"x", ptr(o.getX())}, {"gate", ptr(o.getGate())}, {"out", out}},
+               {I("n", len(o.getX()))}, {}, ceilDiv(len(o.getX()), 256));
+        return success();
+      })
+      .Case<SituOp, SwigluOp>([&](Operation *o) {
+        Value g = o->getOperand(0), u = o->getOperand(1);
+        Value out = alloc(o->getResult(0), "act");
+        SmallVector<ScalarArg> sc = {I("n", len(g))};
+        if (auto s = dyn_cast<SituOp>(o))
+          activationArgs(Activation::situ, s.getBeta(), s.getLinearBeta(), sc);
+        else
+          activationArgs(Activation::silu, std::nullopt, std::nullopt, sc);
+        launch("gated_act", o, {{"g", ptr(g)}, {"u", ptr(u)}, {"out", out}},
+               sc, {}, ceilDiv(len(g), 256));
+        return success();
+      })
+      .Case<ConvStepOp>([&](ConvStepOp o) {
+        int64_t C = len(o.getU());
+        int64_t W = dimOf(o.getWeight(), 2);
+        Value out = alloc(o.getResult(), "conv");
+        launch("kda_conv", o,
+               {{"u", ptr(o.getU())},
+                {"weight", ptr(o.getWeight())},
+                {"state", ptr(o.getConvState()), o.getOffset() * (W - 1) * 4},
+                {"out", out}},
+               {I("channels", C), I("width", W)}, {}, ceilDiv(C, 256));
+        return success();
+      })
+      .Case<L2NormOp>([&](L2NormOp o) {
+        Value out = alloc(o.getResult(), "l2norm");
+        launch("kda_l2norm", o, {{"x", ptr(o.getX())}, {"out", out}},
+               {I("n", len(o.getX())), I("headDim", o.getHeadDim()),
+                F("eps", o.getEps().convertToDouble()),
+                F("scale", o.getScale().convertToDouble())},
+               {}, len(o.getX()) / o.getHeadDim());
+        return success();
+      })
+      .Case<KdaGateOp>([&](KdaGateOp o) {
+        Value out = alloc(o.getResult(), "gate");
+        int64_t C = len(o.getF()), H = o.getHeads();
+        SmallVector<ScalarArg> sc = {I("numHeads", H), I("headDim", C / H),
+                                     I("hasLowerBound", o.getLowerBound() ? 1 : 0)};
+        if (o.getLowerBound())
+          sc.push_back(F("lowerBound", o.getLowerBound()->convertToDouble()));
+        launch("kda_gate", o,
+               {{"f", ptr(o.getF())},
+                {"dtBias", ptr(o.getDtBias())},
+                {"aLog", ptr(o.getALog())},
+                {"out", out}},
+               sc, {}, H);
+        return success();
+      })
+      .Case<SigmoidOp>([&](SigmoidOp o) {
+        Value out = alloc(o.getResult(), "sigmoid");
+        launch("sigmoid", o, {{"x", ptr(o.getX())}, {"out", out}},
+               {I("n", len(o.getX()))}, {}, 1);
+        return success();
+      })
+      .Case<KdaStepOp>([&](KdaStepOp o) {
+        KdaStateType st = o.getState().getType();
+        Value out = alloc(o.getResult(), "kda_step");
+        launch("kda_step", o,
+               {{"q", ptr(o.getQ())},
+                {"k", ptr(o.getK())},
+                {"v", ptr(o.getV())},
+                {"g", ptr(o.getG())},
+                {"beta", ptr(o.getBeta())},
+                {"state", ptr(o.getState())},
+                {"out", out}},
+               {I("numHeads", st.getHeads()), I("headDim", st.getKeyDim())}, {},
+               st.getHeads());
+        return success();
+      })
+      .Case<GatedRmsNormOp>([&](GatedRmsNormOp o) {
+        Value out = alloc(o.getResult(), "gated_norm");
+        int64_t C = len(o.getX()), d = o.getHeadDim();
+        launch("kda_gated_norm", o,
+               {{"o", ptr(o.getX())},
+                {"gate", ptr(o.getGate())},
+                {"weight", ptr(o.getWeight())},
+                {"out", out}},
+               {I("numHeads", C / d), I("headDim", d),
+                F("eps", o.getEps().convertToDouble())},
+               {}, C / d);
+        return success();
+      })
+      .Case<MlaCacheAppendOp>([&](MlaCacheAppendOp o) {
+        int64_t L = len(o.getNorm()), width = len(o.getKv());
+        launch("mla_cache_append", o,
+               {{"kv", ptr(o.getKv())},
+                {"normWeight", ptr(o.getNorm())},
+                {"cache", ptr(o.getCache())}},
+               {F("eps", o.getEps().convertToDouble()), I("kvLoraRank", L),
+                I("ropeDim", width - L)},
+               {{"pos", "pos"}}, 1);
+        return success();
+      })
+      .Case<MlaAttendOp>([&](MlaAttendOp o) {
+        MlaConfigAttr c = o.getConfig();
+        Value out = alloc(o.getResult(), "mla_attend");
+        launch("mla_attend", o,
+               {{"q", ptr(o.getQ())},
+                {"kvB", ptr(o.getKvBProj())},
+                {"cache", ptr(o.getCache())},
+                {"gate", opt(o.getGate())},
+                {"out", out}},
+               {I("numHeads", c.getHeads()), I("nopeDim", c.getNope()),
+                I("ropeDim", c.getRope()), I("vDim", c.getVDim()),
+                I("kvLoraRank", c.getKvLora()),
+                F("scale", 1.0 / std::sqrt(static_cast<double>(c.getNope() +
+                                                               c.getRope())))},
+               {{"length", "length"}}, c.getHeads());
+        return success();
+      })
+      .Case<RouterOp>([&](RouterOp o) {
+        Value ids = alloc(o.getIds(), "router_ids");
+        Value wts = alloc(o.getWeights(), "router_weights");
+        launch("router", o,
+               {{"h", ptr(o.getX())},
+                {"gate", ptr(o.getGate())},
+                {"bias", ptr(o.getBias())},
+                {"outIds", ids},
+                {"outWeights", wts}},
+               {I("numExperts", dimOf(o.getGate(), 0)),
+                I("dim", dimOf(o.getGate(), 1)), I("topK", o.getTopK()),
+                I("renormalize", o.getRenormalize() ? 1 : 0),
+                F("scaling", o.getScaling().convertToDouble())},
+               {}, 1);
+        return success();
+      })
+      .Case<ExpertMixOp>([&](ExpertMixOp o) {
+        Value out = alloc(o.getResult(), "expert_mix");
+        int64_t K = len(o.getIds());
+        SmallVector<ScalarArg> sc = {I("topK", K),
+                                     I("numExperts", dimOf(o.getW1(), 0)),
+                                     I("dim", dimOf(o.getW1(), 2)),
+                                     I("interDim", dimOf(o.getW1(), 1))};
+        activationArgs(o.getAct(), o.getSituBeta(), o.getSituLinearBeta(), sc);
+        launch("moe_experts", o,
+               {{"x", ptr(o.getX())},
+                {"ids", ptr(o.getIds())},
+                {"weights", ptr(o.getWeights())},
+                {"w1", ptr(o.getW1())},
+                {"w3", ptr(o.getW3())},
+                {"w2", ptr(o.getW2())},
+                {"out", out}},
+               sc, {}, K * ceilDiv(dimOf(o.getW1(), 1), 8));
+        return success();
+      })
+      .Case<AttnResOp>([&](AttnResOp o) {
+        Value out = alloc(o.getResult(), "attn_res");
+        int64_t D = len(o.getP());
+        SmallVector<ScalarArg> sc = {I("numBlocks", o.getCount()), I("dim", D),
+                                     F("eps", o.getEps().convertToDouble())};
+        if (o.getOutNorm())
+          sc.push_back(F("normEps", o.getEps().convertToDouble()));
+        launch("attn_res", o,
+               {{"blocks", ptr(o.getBlocks())},
+                {"extra", ptr(o.getP())},
+                {"wNorm", ptr(o.getNorm())},
+                {"wProj", ptr(o.getProj())},
+                {"normWeight", opt(o.getOutNorm())},
+                {"out", out}},
+               sc, {}, 1);
+        return success();
+      })
+      .Case<AttnResCommitOp>([&](AttnResCommitOp o) {
+        launch("attn_res_commit", o,
+               {{"blocks", ptr(o.getBlocks())}, {"src", ptr(o.getP())}},
+               {I("index", o.getIndex()), I("dim", len(o.getP()))}, {}, 1);
+        return success();
+      })
+      .Case<func::ReturnOp>([&](func::ReturnOp o) -> LogicalResult {
+        if (o.getNumOperands() != 1)
+          return o.emitOpError() << "expects the decode step to return logits";
+        k3l::LogitsOp::create(b_, loc_, ptr(o.getOperand(0)));
+        return success();
+      })
+      .Default([&](Operation *o) -> LogicalResult {
+        return o->emitOpError()
+               << "has no lowering to kernel launches: run the k3 fusion "
+                  "pipeline (decompose at least) first";
+      });
+}
+
+LogicalResult Lowering::run() {
+  Block &body = fn_.getBody().front();
+  SmallVector<Operation *> old;
+  for (Operation &op : body)
+    old.push_back(&op);
+  b_.setInsertionPoint(body.getTerminator());
+  for (Operation *op : old)
+    if (failed(lower(op)))
+      return failure();
+  // The new ops sit before the old terminator; drop the old ops.
+  Operation *oldReturn = body.getTerminator();
+  b_.setInsertionPointToEnd(&body);
+  func::ReturnOp::create(b_, fn_.getLoc());
+  for (Operation *op : llvm::reverse(old)) {
+    op->dropAllUses();
+    op->erase();
+  }
+  (void)oldReturn;
+  fn_.setFunctionType(FunctionType::get(
+      fn_.getContext(), fn_.getFunctionType().getInputs(), {}));
+  return success();
+}
+
+struct ConvertK3ToLaunchPass
+    : k3::impl::ConvertK3ToLaunchBase<ConvertK3ToLaunchPass> {
+  void runOnOperation() override {
+    for (auto fn : getOperation().getOps<func::FuncOp>())
+      if (failed(Lowering(fn).run()))
+        return signalPassFailure();
+  }
+};
+
+} // namespace
+
+void mlir::k3::registerCodegen(DialectRegistry &registry) {
+  registry.insert<k3l::K3LDialect>();
+  registerK3CodegenPasses();
+}

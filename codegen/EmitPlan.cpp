@@ -1,0 +1,160 @@
+//===- EmitPlan.cpp - k3l module to the plan format -----------------------===//
+//
+// The last step of k3c: the planned launch IR becomes a PlanDoc
+// (runtime/Plan.h) and its text (docs/PLAN.md). The emitter validates what
+// it wrote with the runtime's own validator, so a plan k3c writes is a plan
+// k3-run accepts. It also counts the bytes each launch moves per token for
+// the kernel report.
+//
+//===----------------------------------------------------------------------===//
+#include "codegen/Codegen.h"
+#include "import/Importer.h"
+
+#include "runtime/Plan.h"
+#include "runtime/PlanKernels.h"
+
+using namespace mlir;
+using namespace mlir::k3;
+
+namespace {
+
+// Bytes a launch's pointer argument moves per token (the kernel report).
+// Weights: all of it, except stacked experts (only top-k are read). States:
+// read and written whole, except the MLA cache (one row written by the
+// append, all max_seq rows read by the attend: the planned worst case).
+
+int64_t weightBytes(k3l::WeightOp w) {
+  int64_t n = 1;
+  for (int64_t d : w.getShape())
+    n *= d;
+  if (w.getFormat() == "mxfp4")
+    return n / 2 + n / 32;
+  return n * (w.getFormat() == "f32" ? 4 : 2);
+}
+
+} // namespace
+
+LogicalResult mlir::k3::emitPlan(ModuleOp module, llvm::StringRef fusion,
+                                 std::string &planText,
+                                 std::vector<LaunchReport> *report) {
+  auto configText = module->getAttrOfType<StringAttr>(kConfigAttrName);
+  auto maxSeq = module->getAttrOfType<IntegerAttr>(kMaxSeqAttrName);
+  auto arena = module->getAttrOfType<IntegerAttr>("k3l.arena_bytes");
+  if (!configText || !maxSeq || !arena)
+    return module.emitError() << "expects a module with " << kConfigAttrName
+                              << ", " << kMaxSeqAttrName
+                              << " and k3l.arena_bytes (run the importer, "
+                                 "convert-k3-to-launch and k3-plan-buffers)";
+  ::k3::Expected<::k3::ModelConfig> config =
+      ::k3::parseConfigText(configText.getValue().str(), "k3.config");
+  if (!config)
+    return module.emitError() << config.message();
+
+  ::k3::PlanDoc doc;
+  doc.fusion = fusion.str();
+  doc.maxSeq = maxSeq.getInt();
+  doc.config = *config;
+  doc.arenaBytes = arena.getInt();
+
+  auto fn = module.lookupSymbol<func::FuncOp>(kDecodeStepName);
+  if (!fn)
+    return module.emitError() << "expects a function @" << kDecodeStepName;
+  DenseMap<Value, ::k3::PlanArg> bound;
+  for (Operation &op : fn.getBody().front()) {
+    if (auto a = dyn_cast<k3l::AllocOp>(op)) {
+      if (!a.getOffset())
+        return a.emitOpError() << "has no arena offset: run k3-plan-buffers";
+      ::k3::PlanBuffer b;
+      b.name = a.getName().str();
+      b.offset = *a.getOffset();
+      b.bytes = a.getBytes();
+      b.dtype = a.getDtype().str();
+      b.elems = a.getElems();
+      bound[a.getResult()] = ::k3::PlanArg::buffer(doc.buffers.size());
+      doc.buffers.push_back(b);
+    } else if (auto s = dyn_cast<k3l::StateOp>(op)) {
+      ::k3::PlanState st;
+      st.name = s.getSlot().str();
+      st.kind = s.getKind().str();
+      st.bytes = s.getBytes();
+      st.shape.assign(s.getShape().begin(), s.getShape().end());
+      bound[s.getResult()] = ::k3::PlanArg::state(doc.states.size());
+      doc.states.push_back(st);
+    } else if (auto w = dyn_cast<k3l::WeightOp>(op)) {
+      bound[w.getResult()] = ::k3::PlanArg::weight(
+          doc.addWeight(w.getName().str(), w.getFormat().str(),
+                        std::vector<int64_t>(w.getShape().begin(),
+                                             w.getShape().end())));
+    } else if (auto l = dyn_cast<k3l::LaunchOp>(op)) {
+      ::k3::PlanLaunch &pl = doc.addLaunch(l.getKernel().str(), l.getOp().str());
+      for (int i = 0; i < 3; ++i) {
+        pl.grid[i] = l.getGrid()[i];
+        pl.block[i] = l.getBlock()[i];
+      }
+      pl.smem = l.getSmem();
+      const ::k3::KernelInfo *info = ::k3::findKernel(pl.kernel);
+      LaunchReport row{pl.kernel, pl.op, 0, 0};
+      int64_t topK = 0;
+      if (auto k = l.getScalars().getAs<IntegerAttr>("topK"))
+        topK = k.getInt();
+      for (auto [i, v] : llvm::enumerate(l.getArgs())) {
+        std::string name = cast<StringAttr>(l.getArgNames()[i]).str();
+        ::k3::PlanArg arg = bound.lookup(v);
+        arg.offset = l.getArgOffsets()[i];
+        pl.arg(name, arg);
+        const ::k3::KernelField *f = info ? info->field(name) : nullptr;
+        bool out = f && f->kind == ::k3::FieldKind::PtrOut;
+        int64_t bytes = 0;
+        if (auto a = v.getDefiningOp<k3l::AllocOp>()) {
+          bytes = a.getBytes();
+        } else if (auto w = v.getDefiningOp<k3l::WeightOp>()) {
+          bytes = weightBytes(w);
+          if (f && f->kind == ::k3::FieldKind::WeightTable && topK > 0)
+            bytes = bytes / w.getShape()[0] * topK;
+        } else if (auto s = v.getDefiningOp<k3l::StateOp>()) {
+          bytes = s.getBytes();
+          if (s.getKind() == "mla_cache") {
+            if (pl.kernel == "mla_cache_append")
+              row.bytesWritten += s.getShape()[1] * 2;
+            else
+              row.bytesRead += bytes;
+            continue;
+          }
+          // Recurrent and conv state: read and written in place.
+          if (out) {
+            row.bytesRead += bytes;
+            row.bytesWritten += bytes;
+            continue;
+          }
+        }
+        (out ? row.bytesWritten : row.bytesRead) += bytes;
+      }
+      for (NamedAttribute s : l.getScalars()) {
+        if (auto i = dyn_cast<IntegerAttr>(s.getValue()))
+          pl.arg(s.getName().str(), ::k3::PlanArg::integer(i.getInt()));
+        else
+          pl.arg(s.getName().str(),
+                 ::k3::PlanArg::number(
+                     cast<FloatAttr>(s.getValue()).getValueAsDouble()));
+      }
+      for (NamedAttribute in : l.getInputs()) {
+        StringRef which = cast<StringAttr>(in.getValue()).getValue();
+        ::k3::PlanInput input = which == "token" ? ::k3::PlanInput::Token
+                                : which == "pos" ? ::k3::PlanInput::Pos
+                                                 : ::k3::PlanInput::Length;
+        pl.arg(in.getName().str(), ::k3::PlanArg::fromInput(input));
+      }
+      if (report)
+        report->push_back(row);
+    } else if (auto lg = dyn_cast<k3l::LogitsOp>(op)) {
+      ::k3::PlanArg a = bound.lookup(lg.getPtr());
+      doc.logitsBuffer = a.index;
+    }
+  }
+  ::k3::Status st = ::k3::validatePlan(doc);
+  if (!st)
+    return module.emitError() << "the emitted plan is invalid: "
+                              << st.message();
+  planText = ::k3::serializePlan(doc);
+  return success();
+}

@@ -1,0 +1,146 @@
+//===- LaunchDialect.cpp - k3l ops and verifiers --------------------------===//
+//
+// The launch verifier is where "bindings fit" is checked: names agree with
+// offsets, every pointer offset lies inside its allocation, the launch shape
+// is one CUDA accepts, and every argument names a field of the kernel's
+// params struct (the runtime's kernel table, runtime/PlanKernels.h).
+//
+//===----------------------------------------------------------------------===//
+#include "codegen/LaunchDialect.h"
+#include "runtime/PlanKernels.h"
+
+#include "mlir/IR/DialectImplementation.h"
+#include "llvm/ADT/TypeSwitch.h"
+
+using namespace mlir;
+using namespace mlir::k3l;
+
+#include "codegen/LaunchDialect.cpp.inc"
+
+#define GET_TYPEDEF_CLASSES
+#include "codegen/LaunchTypes.cpp.inc"
+
+#define GET_OP_CLASSES
+#include "codegen/LaunchOps.cpp.inc"
+
+void K3LDialect::initialize() {
+  addTypes<
+#define GET_TYPEDEF_LIST
+#include "codegen/LaunchTypes.cpp.inc"
+      >();
+  addOperations<
+#define GET_OP_LIST
+#include "codegen/LaunchOps.cpp.inc"
+      >();
+}
+
+LogicalResult AllocOp::verify() {
+  if (getBytes() <= 0)
+    return emitOpError() << "expects a positive size but got " << getBytes();
+  if (getElems() <= 0)
+    return emitOpError() << "expects a positive element count but got "
+                         << getElems();
+  if (getOffset() && *getOffset() < 0)
+    return emitOpError() << "expects a non-negative offset but got "
+                         << *getOffset();
+  return success();
+}
+
+LogicalResult WeightOp::verify() {
+  StringRef f = getFormat();
+  if (f != "bf16" && f != "f32" && f != "mxfp4")
+    return emitOpError() << "expects format bf16, f32 or mxfp4 but got '" << f
+                         << "'";
+  if (getShape().empty())
+    return emitOpError() << "expects a non-empty shape";
+  return success();
+}
+
+LogicalResult StateOp::verify() {
+  StringRef k = getKind();
+  if (k != "kda_state" && k != "conv_state" && k != "mla_cache" &&
+      k != "attn_res_blocks")
+    return emitOpError() << "expects a known state kind but got '" << k << "'";
+  if (getBytes() <= 0)
+    return emitOpError() << "expects a positive size but got " << getBytes();
+  return success();
+}
+
+/// Bytes available behind a pointer value, or -1 when unknown (weights).
+static int64_t boundBytes(Value v) {
+  if (auto a = v.getDefiningOp<AllocOp>())
+    return a.getBytes();
+  if (auto s = v.getDefiningOp<StateOp>())
+    return s.getBytes();
+  return -1;
+}
+
+static bool isPointer(const ::k3::KernelField &f) {
+  using ::k3::FieldKind;
+  return f.kind == FieldKind::PtrIn || f.kind == FieldKind::PtrOut ||
+         f.kind == FieldKind::Weight || f.kind == FieldKind::WeightTable;
+}
+
+LogicalResult LaunchOp::verify() {
+  const ::k3::KernelInfo *sig = ::k3::findKernel(getKernel().str());
+  if (!sig)
+    return emitOpError() << "expects a kernel of the k3c library but got '"
+                         << getKernel() << "'";
+  if (getArgNames().size() != getArgs().size() ||
+      getArgOffsets().size() != getArgs().size())
+    return emitOpError() << "expects one name and one offset per pointer "
+                            "argument but got "
+                         << getArgs().size() << " arguments, "
+                         << getArgNames().size() << " names, "
+                         << getArgOffsets().size() << " offsets";
+  for (auto [i, v] : llvm::enumerate(getArgs())) {
+    StringRef name = cast<StringAttr>(getArgNames()[i]).getValue();
+    const ::k3::KernelField *f = sig->field(name.str());
+    if (!f || !isPointer(*f))
+      return emitOpError() << "expects '" << name << "' to be a pointer field of "
+                           << getKernel() << "'s params";
+    int64_t off = getArgOffsets()[i];
+    int64_t avail = boundBytes(v);
+    if (off < 0 || (avail >= 0 && off >= avail))
+      return emitOpError() << "binds '" << name << "' at byte " << off
+                           << " outside its " << avail << "-byte allocation";
+  }
+  for (NamedAttribute a : getScalars()) {
+    const ::k3::KernelField *f = sig->field(a.getName().str());
+    if (!f || isPointer(*f))
+      return emitOpError() << "expects '" << a.getName().getValue()
+                           << "' to be a scalar field of " << getKernel()
+                           << "'s params";
+    if (!isa<IntegerAttr, FloatAttr>(a.getValue()))
+      return emitOpError() << "expects scalar '" << a.getName().getValue()
+                           << "' to be an integer or a float";
+  }
+  for (NamedAttribute a : getInputs()) {
+    auto s = dyn_cast<StringAttr>(a.getValue());
+    const ::k3::KernelField *f = sig->field(a.getName().str());
+    if (!f || isPointer(*f))
+      return emitOpError() << "expects input '" << a.getName().getValue()
+                           << "' to bind a scalar field of " << getKernel()
+                           << "'s params";
+    if (!s || (s.getValue() != "token" && s.getValue() != "pos" &&
+               s.getValue() != "length"))
+      return emitOpError() << "expects input '" << a.getName().getValue()
+                           << "' to be token, pos or length";
+  }
+  if (getGrid().size() != 3 || getBlock().size() != 3)
+    return emitOpError() << "expects 3-D grid and block";
+  int64_t threads = 1;
+  for (int64_t d : getBlock())
+    threads *= d;
+  for (int64_t d : llvm::concat<const int64_t>(getGrid(), getBlock()))
+    if (d <= 0)
+      return emitOpError() << "expects positive grid and block dimensions";
+  if (threads > 1024)
+    return emitOpError() << "expects at most 1024 threads per block but got "
+                         << threads;
+  // Hopper: 227 KiB of shared memory per block at most.
+  if (getSmem() < 0 || getSmem() > 232448)
+    return emitOpError() << "expects shared memory in [0, 232448] bytes but got "
+                         << getSmem();
+  return success();
+}

@@ -1,0 +1,293 @@
+//===- Importer.cpp - config.json to a k3 module --------------------------===//
+#include "import/Importer.h"
+
+#include "dialect/K3Dialect.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/Builders.h"
+
+#include <string>
+
+using namespace mlir;
+using namespace mlir::k3;
+using ::k3::ModelConfig;
+
+namespace {
+
+/// Emits the ops of one decode step while walking the model's layers.
+class ModuleBuilder {
+public:
+  ModuleBuilder(MLIRContext &ctx, const ModelConfig &c, int64_t maxSeq)
+      : c_(c), maxSeq_(maxSeq), b_(&ctx), loc_(UnknownLoc::get(&ctx)) {}
+
+  OwningOpRef<ModuleOp> build();
+
+private:
+  // Types.
+  RankedTensorType bf16(ArrayRef<int64_t> shape) {
+    return RankedTensorType::get(shape, b_.getBF16Type());
+  }
+  RankedTensorType f32(ArrayRef<int64_t> shape) {
+    return RankedTensorType::get(shape, b_.getF32Type());
+  }
+  Location at(const std::string &what) {
+    return NameLoc::get(b_.getStringAttr(what));
+  }
+
+  // Leaves.
+  Value weight(const std::string &name, Type type) {
+    return WeightOp::create(b_, loc_, type, b_.getStringAttr(name));
+  }
+  Value bf16Weight(const std::string &name, ArrayRef<int64_t> shape) {
+    return weight(name + ".weight", bf16(shape));
+  }
+  Value state(const std::string &slot, Type type) {
+    return StateOp::create(b_, loc_, type, b_.getStringAttr(slot));
+  }
+  /// Stacked routed-expert weight `experts.{e}.<which>`: bf16 or MXFP4.
+  Value expertWeight(const std::string &prefix, const char *which,
+                     int64_t out, int64_t in) {
+    std::string name = prefix + "experts.{e}." + which;
+    int64_t E = c_.numExperts;
+    if (c_.expertsMxfp4)
+      return weight(name, Mxfp4Type::get(b_.getContext(), {E, out, in}));
+    return weight(name + ".weight", bf16({E, out, in}));
+  }
+
+  Value rmsNorm(Value x, Value w, double eps) {
+    return RmsNormOp::create(b_, loc_, x.getType(), x, w,
+                             b_.getF64FloatAttr(eps));
+  }
+  Value add(Value a, Value b) {
+    return AddOp::create(b_, loc_, a.getType(), a, b);
+  }
+  /// AttnRes over the committed blocks and `p` (K3.md §4).
+  Value attnRes(Value p, const std::string &prefix, const std::string &which) {
+    int64_t D = c_.hiddenSize;
+    Value norm = bf16Weight(prefix + which + "_norm", {D});
+    Value proj = bf16Weight(prefix + which + "_proj", {1, D});
+    return AttnResOp::create(b_, at(prefix + which), bf16({D}), blocks_, p,
+                             norm, proj, Value(),
+                             b_.getI64IntegerAttr(committed_),
+                             b_.getF64FloatAttr(c_.rmsNormEps));
+  }
+  ActivationAttr activation() {
+    return ActivationAttr::get(b_.getContext(),
+                               c_.hiddenAct == ::k3::Activation::SiTU
+                                   ? Activation::situ
+                                   : Activation::silu);
+  }
+  FloatAttr situBeta() {
+    return c_.hiddenAct == ::k3::Activation::SiTU
+               ? b_.getF64FloatAttr(c_.situBeta)
+               : FloatAttr();
+  }
+  FloatAttr situLinearBeta() {
+    return c_.hiddenAct == ::k3::Activation::SiTU && c_.hasSituLinearBeta
+               ? b_.getF64FloatAttr(c_.situLinearBeta)
+               : FloatAttr();
+  }
+
+  Value kda(int64_t layer, Value h);
+  Value mla(int64_t layer, Value h);
+  Value ffn(int64_t layer, Value h);
+
+  const ModelConfig &c_;
+  int64_t maxSeq_;
+  OpBuilder b_;
+  Location loc_;
+  Value token_, pos_, blocks_;
+  int64_t committed_ = 0;
+};
+
+std::string layerPrefix(const ModelConfig &c, int64_t layer) {
+  return c.tensorPrefix + "model.layers." + std::to_string(layer) + ".";
+}
+
+Value ModuleBuilder::kda(int64_t layer, Value h) {
+  const ::k3::KdaConfig &k = c_.kda;
+  int64_t D = c_.hiddenSize, H = k.numHeads, d = k.headDim, C = H * d,
+          W = k.convSize;
+  std::string p = layerPrefix(c_, layer) + "self_attn.";
+  std::string slot = "layers." + std::to_string(layer);
+  Value conv = state(slot + ".conv",
+                     ConvStateType::get(b_.getContext(), 3 * C, W - 1));
+  Value st = state(slot + ".kda", KdaStateType::get(b_.getContext(), H, d, d));
+  Value q = bf16Weight(p + "q_proj", {C, D});
+  Value kp = bf16Weight(p + "k_proj", {C, D});
+  Value v = bf16Weight(p + "v_proj", {C, D});
+  Value qc = bf16Weight(p + "q_conv1d", {C, 1, W});
+  Value kc = bf16Weight(p + "k_conv1d", {C, 1, W});
+  Value vc = bf16Weight(p + "v_conv1d", {C, 1, W});
+  Value fa = bf16Weight(p + "f_a_proj", {d, D});
+  Value fb = bf16Weight(p + "f_b_proj", {C, d});
+  Value dt = weight(p + "dt_bias", f32({C}));
+  // The checkpoint may pad A_log (K3: 128 entries) or shape it [1, 1, H, 1];
+  // the plan asks for its first H values.
+  Value alog = weight(p + "A_log", f32({H}));
+  Value bp = bf16Weight(p + "b_proj", {H, D});
+  Value on = bf16Weight(p + "o_norm", {d});
+  Value o = bf16Weight(p + "o_proj", {D, C});
+  Value g, ga, gb;
+  if (k.fullRankGate) {
+    g = bf16Weight(p + "g_proj", {C, D});
+  } else {
+    ga = bf16Weight(p + "g_a_proj", {d, D});
+    gb = bf16Weight(p + "g_b_proj", {C, d});
+  }
+  FloatAttr lb;
+  if (k.hasLowerBound)
+    lb = b_.getF64FloatAttr(k.gateLowerBound);
+  auto config = KdaConfigAttr::get(b_.getContext(), H, d, W, k.fullRankGate, lb);
+  return KdaOp::create(b_, at(p + "kda"), bf16({D}), h, conv, st, q, kp, v, qc,
+                       kc, vc, fa, fb, dt, alog, bp, on, o, g, ga, gb, config,
+                       b_.getF64FloatAttr(c_.rmsNormEps));
+}
+
+Value ModuleBuilder::mla(int64_t layer, Value h) {
+  int64_t D = c_.hiddenSize, N = c_.numAttentionHeads, P = c_.qkNopeHeadDim,
+          R = c_.qkRopeHeadDim, L = c_.kvLoraRank, V = c_.vHeadDim,
+          Q = c_.qLoraRank;
+  std::string p = layerPrefix(c_, layer) + "self_attn.";
+  Value cache = state("layers." + std::to_string(layer) + ".mla",
+                      MlaCacheType::get(b_.getContext(), maxSeq_, L + R));
+  Value qa, qan, qb, q;
+  if (Q > 0) {
+    qa = bf16Weight(p + "q_a_proj", {Q, D});
+    qan = bf16Weight(p + "q_a_layernorm", {Q});
+    qb = bf16Weight(p + "q_b_proj", {N * (P + R), Q});
+  } else {
+    q = bf16Weight(p + "q_proj", {N * (P + R), D});
+  }
+  Value kva = bf16Weight(p + "kv_a_proj_with_mqa", {L + R, D});
+  Value kvan = bf16Weight(p + "kv_a_layernorm", {L});
+  Value kvb = bf16Weight(p + "kv_b_proj", {N * (P + V), L});
+  Value o = bf16Weight(p + "o_proj", {D, N * V});
+  Value g;
+  if (c_.mlaUseOutputGate)
+    g = bf16Weight(p + "g_proj", {N * V, D});
+  auto config = MlaConfigAttr::get(b_.getContext(), N, Q, L, P, R, V,
+                                   c_.mlaUseOutputGate);
+  return MlaOp::create(b_, at(p + "mla"), bf16({D}), h, pos_, cache, qa, qan,
+                       qb, q, kva, kvan, kvb, o, g, config);
+}
+
+Value ModuleBuilder::ffn(int64_t layer, Value h) {
+  int64_t D = c_.hiddenSize;
+  std::string lp = layerPrefix(c_, layer);
+  if (c_.isDenseLayer(layer)) {
+    int64_t I = c_.intermediateSize;
+    std::string p = lp + "mlp.";
+    return DenseMlpOp::create(
+        b_, at(p + "dense_mlp"), bf16({D}), h, bf16Weight(p + "gate_proj", {I, D}),
+        bf16Weight(p + "up_proj", {I, D}), bf16Weight(p + "down_proj", {D, I}),
+        activation(), situBeta(), situLinearBeta());
+  }
+  std::string p = lp + "block_sparse_moe.";
+  int64_t E = c_.numExperts, I = c_.moeIntermediateSize, Dm = c_.moeHiddenSize(),
+          S = c_.numSharedExperts;
+  Value gate = bf16Weight(p + "gate", {E, D});
+  Value bias = weight(p + "gate.e_score_correction_bias", f32({E}));
+  Value w1 = expertWeight(p, "w1", I, Dm);
+  Value w3 = expertWeight(p, "w3", I, Dm);
+  Value w2 = expertWeight(p, "w2", Dm, I);
+  Value s1, s3, s2;
+  if (S > 0) {
+    s1 = bf16Weight(p + "shared_experts.gate_proj", {S * I, D});
+    s3 = bf16Weight(p + "shared_experts.up_proj", {S * I, D});
+    s2 = bf16Weight(p + "shared_experts.down_proj", {D, S * I});
+  }
+  auto config = MoeConfigAttr::get(
+      b_.getContext(), E, c_.numExpertsPerToken, I, S, c_.moeRenormalize,
+      b_.getF64FloatAttr(c_.routedScalingFactor));
+  if (!c_.hasLatentMoe())
+    return MoeOp::create(b_, at(p + "moe"), bf16({D}), h, gate, bias, w1, w3,
+                         w2, s1, s3, s2, config, activation(), situBeta(),
+                         situLinearBeta());
+  Value down = bf16Weight(p + "routed_expert_down_proj", {Dm, D});
+  Value up = bf16Weight(p + "routed_expert_up_proj", {D, Dm});
+  Value norm;
+  if (c_.latentMoeUseNorm)
+    norm = bf16Weight(p + "routed_expert_norm", {Dm});
+  return LatentMoeOp::create(b_, at(p + "latent_moe"), bf16({D}), h, gate,
+                             bias, down, up, norm, w1, w3, w2, s1, s3, s2,
+                             config, b_.getF64FloatAttr(c_.rmsNormEps),
+                             activation(), situBeta(), situLinearBeta());
+}
+
+OwningOpRef<ModuleOp> ModuleBuilder::build() {
+  MLIRContext *ctx = b_.getContext();
+  ctx->loadDialect<K3Dialect, func::FuncDialect>();
+  OwningOpRef<ModuleOp> module = ModuleOp::create(loc_);
+  module->getOperation()->setAttr(
+      kConfigAttrName, b_.getStringAttr(::k3::writeConfigJson(c_)));
+  module->getOperation()->setAttr(kMaxSeqAttrName,
+                                  b_.getI64IntegerAttr(maxSeq_));
+  int64_t D = c_.hiddenSize, V = c_.vocabSize;
+  b_.setInsertionPointToEnd(module->getBody());
+  auto fnType =
+      b_.getFunctionType({b_.getI32Type(), b_.getIndexType()}, {f32({V})});
+  auto fn = func::FuncOp::create(b_, loc_, kDecodeStepName, fnType);
+  Block *entry = fn.addEntryBlock();
+  b_.setInsertionPointToStart(entry);
+  token_ = entry->getArgument(0);
+  pos_ = entry->getArgument(1);
+
+  std::string mp = c_.tensorPrefix + "model.";
+  Value x = EmbedOp::create(b_, at(mp + "embed_tokens"), bf16({D}), token_,
+                            bf16Weight(mp + "embed_tokens", {V, D}));
+  bool hasAttnRes = c_.hasAttnRes();
+  if (hasAttnRes) {
+    int64_t blocks = (c_.numLayers + c_.attnResBlockSize - 1) /
+                     c_.attnResBlockSize;
+    blocks_ = state("attn_res",
+                    AttnResBlocksType::get(ctx, blocks, D));
+  }
+  for (int64_t l = 0; l < c_.numLayers; ++l) {
+    std::string lp = layerPrefix(c_, l);
+    Value inNorm = bf16Weight(lp + "input_layernorm", {D});
+    Value postNorm = bf16Weight(lp + "post_attention_layernorm", {D});
+    auto mixer = [&](Value h) {
+      Value n = rmsNorm(h, inNorm, c_.rmsNormEps);
+      return c_.isMlaLayer(l) ? mla(l, n) : kda(l, n);
+    };
+    auto mlp = [&](Value m) {
+      return ffn(l, rmsNorm(m, postNorm, c_.rmsNormEps));
+    };
+    if (!hasAttnRes) {
+      // Plain pre-norm residual: h = x + Mixer(norm(x)); x = h + FFN(norm(h)).
+      Value h = add(x, mixer(x));
+      x = add(h, mlp(h));
+      continue;
+    }
+    // K3.md §4: p is the partial block, B the committed blocks.
+    Value p = x;
+    Value h = committed_ > 0 ? attnRes(p, lp, "self_attention_res") : p;
+    bool commit = l % c_.attnResBlockSize == 0;
+    if (commit) {
+      AttnResCommitOp::create(b_, at(lp + "attn_res_commit"), blocks_, p,
+                              b_.getI64IntegerAttr(committed_));
+      ++committed_;
+    }
+    Value a = mixer(h);
+    p = commit ? a : add(p, a);
+    Value m = attnRes(p, lp, "mlp_res");
+    x = add(p, mlp(m));
+  }
+  Value final = hasAttnRes ? attnRes(x, mp, "output_attn_res") : x;
+  Value n = rmsNorm(final, bf16Weight(mp + "norm", {D}), c_.rmsNormEps);
+  std::string head =
+      c_.tieWordEmbeddings ? mp + "embed_tokens" : c_.tensorPrefix + "lm_head";
+  Value logits = LmHeadOp::create(b_, at(c_.tensorPrefix + "lm_head"), f32({V}),
+                                  n, bf16Weight(head, {V, D}));
+  func::ReturnOp::create(b_, loc_, logits);
+  return module;
+}
+
+} // namespace
+
+OwningOpRef<ModuleOp> mlir::k3::importModel(MLIRContext &ctx,
+                                            const ModelConfig &config,
+                                            int64_t maxSeq) {
+  return ModuleBuilder(ctx, config, maxSeq).build();
+}

@@ -1,0 +1,230 @@
+//===- k3c.cpp - The k3c compiler driver ----------------------------------===//
+//
+// config.json → k3 IR → fused k3 IR → k3l launches → plan (→ executable).
+// Every stage can be printed (--emit), the fusion strategy chosen
+// (--fusion) or replaced by a pipeline string (--k3-pipeline), and MLIR's
+// usual debugging flags apply (--mlir-print-ir-after-all, --mlir-timing, ...).
+//
+//===----------------------------------------------------------------------===//
+#include "codegen/Codegen.h"
+#include "import/Importer.h"
+#include "passes/Passes.h"
+
+#include "runtime/Config.h"
+#include "runtime/Executable.h"
+#include "runtime/Presets.h"
+
+#include "mlir/IR/AsmState.h"
+#include "mlir/IR/Verifier.h"
+#include "mlir/Support/FileUtilities.h"
+#include "mlir/IR/MLIRContext.h"
+#include "mlir/Pass/PassManager.h"
+#include "mlir/Pass/PassRegistry.h"
+#include "mlir/Support/Timing.h"
+#include "llvm/Support/CommandLine.h"
+#include "llvm/Support/FileSystem.h"
+#include "llvm/Support/InitLLVM.h"
+#include "llvm/Support/Path.h"
+#include "llvm/Support/ToolOutputFile.h"
+#include "llvm/Support/Format.h"
+#include "llvm/Support/raw_ostream.h"
+
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+
+using namespace mlir;
+namespace cl = llvm::cl;
+
+static cl::OptionCategory k3cCat("k3c options");
+
+static cl::opt<std::string>
+    inputPath(cl::Positional,
+              cl::desc("<model directory | config.json | preset:NAME>"),
+              cl::cat(k3cCat));
+static cl::opt<std::string> outputPath("o", cl::desc("Output file ('-' = stdout)"),
+                                       cl::value_desc("path"), cl::init("-"),
+                                       cl::cat(k3cCat));
+enum class Emit { Mlir, Fused, Launch, Plan, Exe };
+static cl::opt<Emit> emit(
+    "emit", cl::desc("What to write"), cl::init(Emit::Plan),
+    cl::values(clEnumValN(Emit::Mlir, "mlir", "the imported k3 IR"),
+               clEnumValN(Emit::Fused, "fused", "k3 IR after the fusion pipeline"),
+               clEnumValN(Emit::Launch, "launch", "k3l launch IR, buffers planned"),
+               clEnumValN(Emit::Plan, "plan", "the plan file (docs/PLAN.md)"),
+               clEnumValN(Emit::Exe, "exe", "an executable: the runtime with the plan embedded")),
+    cl::cat(k3cCat));
+static cl::opt<std::string>
+    fusion("fusion", cl::desc("Fusion strategy: none | default | max"),
+           cl::init("default"), cl::cat(k3cCat));
+static cl::opt<std::string> k3Pipeline(
+    "k3-pipeline",
+    cl::desc("Replace the strategy's k3 pipeline by this textual pipeline, "
+             "e.g. 'builtin.module(func.func(k3-decompose-layers,k3-fuse-kda))'"),
+    cl::init(""), cl::cat(k3cCat));
+static cl::opt<int64_t> maxSeq("max-seq",
+                               cl::desc("Planned maximum context (prompt + generated)"),
+                               cl::init(4096), cl::cat(k3cCat));
+static cl::opt<bool> report("report",
+                            cl::desc("Print the kernel report (bytes per token, "
+                                     "bandwidth floor) to stderr"),
+                            cl::init(false), cl::cat(k3cCat));
+static cl::opt<double> bandwidth(
+    "report-bandwidth",
+    cl::desc("Device bandwidth in GB/s for the report's floor (H200 measured ~4300)"),
+    cl::init(4300.0), cl::cat(k3cCat));
+
+/// Reads the config: a directory's config.json, a file, or preset:NAME.
+static ::k3::Expected<::k3::ModelConfig> loadConfig(const std::string &in) {
+  if (in.rfind("preset:", 0) == 0)
+    return ::k3::presetConfig(in.substr(7));
+  std::string path = in;
+  if (llvm::sys::fs::is_directory(in))
+    path = (llvm::Twine(in) + "/config.json").str();
+  return ::k3::parseConfigFile(path);
+}
+
+static void printReport(const std::vector<mlir::k3::LaunchReport> &rows,
+                        llvm::raw_ostream &os) {
+  int64_t totalR = 0, totalW = 0;
+  llvm::StringMap<std::tuple<int64_t, int64_t, int64_t>> byKernel;
+  for (const mlir::k3::LaunchReport &r : rows) {
+    auto &[n, rd, wr] = byKernel[r.kernel];
+    ++n;
+    rd += r.bytesRead;
+    wr += r.bytesWritten;
+    totalR += r.bytesRead;
+    totalW += r.bytesWritten;
+  }
+  os << llvm::format("%-18s %8s %14s %14s %12s\n", "kernel", "launches",
+                     "read B/token", "write B/token", "floor us");
+  std::vector<std::string> names;
+  for (auto &e : byKernel)
+    names.push_back(e.getKey().str());
+  llvm::sort(names);
+  double bw = bandwidth * 1e9;
+  for (const std::string &n : names) {
+    auto [cnt, rd, wr] = byKernel[n];
+    os << llvm::format("%-18s %8lld %14lld %14lld %12.3f\n", n.c_str(),
+                       (long long)cnt, (long long)rd, (long long)wr,
+                       (rd + wr) / bw * 1e6);
+  }
+  os << llvm::format("%-18s %8zu %14lld %14lld %12.3f\n", "total", rows.size(),
+                     (long long)totalR, (long long)totalW,
+                     (totalR + totalW) / bw * 1e6);
+  os << llvm::format("bandwidth floor: %.3f us/token at %.0f GB/s "
+                     "(MLA cache counted at the planned max context)\n",
+                     (totalR + totalW) / bw * 1e6, bandwidth.getValue());
+}
+
+static std::string selfDirectory() {
+  std::string exe = llvm::sys::fs::getMainExecutable(nullptr, nullptr);
+  return llvm::sys::path::parent_path(exe).str();
+}
+
+int main(int argc, char **argv) {
+  llvm::InitLLVM init(argc, argv);
+  registerAsmPrinterCLOptions();
+  registerMLIRContextCLOptions();
+  registerPassManagerCLOptions();
+  registerDefaultTimingManagerCLOptions();
+  cl::ParseCommandLineOptions(
+      argc, argv,
+      "k3c: compile a Kimi K3 / Kimi-Linear model variant to a decode plan\n\n"
+      "  k3c MODEL_DIR|config.json|preset:NAME -o OUT [--emit=mlir|fused|launch|plan|exe]\n"
+      "      [--fusion=none|default|max] [--max-seq N] [--report]\n\n"
+      "  The executable (--emit=exe) runs as: ./OUT --weights DIR --prompt-ids 1,2,3 --max-new N\n");
+  if (inputPath.empty()) {
+    llvm::errs() << "k3c: no input; give a model directory, a config.json or "
+                    "preset:NAME (see --help)\n";
+    return 2;
+  }
+  mlir::k3::FusionStrategy strategy;
+  if (!mlir::k3::parseFusionStrategy(fusion, strategy)) {
+    llvm::errs() << "k3c: unknown --fusion '" << fusion
+                 << "'; use none, default or max\n";
+    return 2;
+  }
+  if (maxSeq <= 0) {
+    llvm::errs() << "k3c: --max-seq must be positive\n";
+    return 2;
+  }
+  if (emit == Emit::Exe && outputPath == "-") {
+    llvm::errs() << "k3c: --emit=exe needs -o PATH\n";
+    return 2;
+  }
+  ::k3::Expected<::k3::ModelConfig> config = loadConfig(inputPath);
+  if (!config) {
+    llvm::errs() << "k3c: " << config.message() << "\n";
+    return 1;
+  }
+
+  DialectRegistry registry;
+  registry.insert<mlir::k3::K3Dialect, func::FuncDialect>();
+  mlir::k3::registerCodegen(registry);
+  mlir::k3::registerK3Pipelines();
+  MLIRContext ctx(registry);
+  ctx.loadAllAvailableDialects();
+
+  OwningOpRef<ModuleOp> module = mlir::k3::importModel(ctx, *config, maxSeq);
+  if (failed(verify(*module))) {
+    llvm::errs() << "k3c: internal error: the imported module does not verify\n";
+    return 1;
+  }
+
+  DefaultTimingManager tm;
+  applyDefaultTimingManagerCLOptions(tm);
+  TimingScope timing = tm.getRootScope();
+
+  auto write = [&](llvm::function_ref<void(llvm::raw_ostream &)> body) -> int {
+    std::string err;
+    auto out = openOutputFile(outputPath, &err);
+    if (!out) {
+      llvm::errs() << "k3c: " << err << "\n";
+      return 1;
+    }
+    body(out->os());
+    out->keep();
+    return 0;
+  };
+
+  if (emit == Emit::Mlir)
+    return write([&](llvm::raw_ostream &os) { module->print(os); });
+
+  PassManager pm(&ctx);
+  if (failed(applyPassManagerCLOptions(pm)))
+    return 1;
+  pm.enableTiming(timing);
+  if (!k3Pipeline.empty()) {
+    if (failed(parsePassPipeline(k3Pipeline, pm, llvm::errs())))
+      return 2;
+  } else {
+    mlir::k3::buildK3FusionPipeline(pm, strategy);
+  }
+  if (emit != Emit::Fused) {
+    pm.addPass(mlir::k3::createConvertK3ToLaunch());
+    pm.addPass(mlir::k3::createK3PlanBuffers());
+  }
+  if (failed(pm.run(*module)))
+    return 1;
+  if (emit == Emit::Fused || emit == Emit::Launch)
+    return write([&](llvm::raw_ostream &os) { module->print(os); });
+
+  std::string plan;
+  std::vector<mlir::k3::LaunchReport> rows;
+  if (failed(mlir::k3::emitPlan(*module, mlir::k3::stringifyFusionStrategy(strategy), plan,
+                          &rows)))
+    return 1;
+  if (report)
+    printReport(rows, llvm::errs());
+  if (emit == Emit::Plan)
+    return write([&](llvm::raw_ostream &os) { os << plan; });
+
+  std::string runtime = selfDirectory() + "/" K3C_RUNTIME_NAME;
+  ::k3::Status st = ::k3::writeExecutable(runtime, plan, outputPath);
+  if (!st) {
+    llvm::errs() << "k3c: " << st.message() << "\n";
+    return 1;
+  }
+  return 0;
+}
