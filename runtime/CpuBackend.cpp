@@ -68,13 +68,15 @@ CpuBackend::~CpuBackend() = default;
 //===----------------------------------------------------------------------===//
 
 /// Resolves one plan weight (one expert's when stacked) in the store.
-static Status resolveMatrixOrVector(const PlanWeight &w, const std::string &name,
+static Status resolveMatrixOrVector(const PlanWeight &w,
+                                    const std::string &name,
                                     const std::vector<int64_t> &shape,
                                     const TensorStore &store, WeightRef &ref,
                                     const uint8_t *&data, uint64_t &bytes,
                                     std::vector<float> &widened) {
   auto missing = [&](const std::string &n) {
-    return makeError("weight '", n, "' is missing from the checkpoint (the "
+    return makeError("weight '", n,
+                     "' is missing from the checkpoint (the "
                      "plan needs it; was the plan compiled for this model?)");
   };
   auto mismatch = [&](const TensorView *t, const std::string &want) {
@@ -109,7 +111,8 @@ static Status resolveMatrixOrVector(const PlanWeight &w, const std::string &name
     if (t->dtype != DType::BF16 || squeezed(t->shape) != squeezed(shape))
       return mismatch(t, "BF16 " + shapeString(shape));
     if (reinterpret_cast<uintptr_t>(t->data) % 2 != 0)
-      return makeError("weight '", name, "' is not 2-byte aligned in the "
+      return makeError("weight '", name,
+                       "' is not 2-byte aligned in the "
                        "checkpoint");
     ref.format = kWeightBf16;
     ref.bf16 = t->as<uint16_t>();
@@ -146,9 +149,8 @@ static Status resolveMatrixOrVector(const PlanWeight &w, const std::string &name
 Status CpuBackend::bindWeight(const PlanWeight &w, const TensorStore &store,
                               BoundWeight &out) {
   if (!w.stacked()) {
-    K3_RETURN_IF_ERROR(resolveMatrixOrVector(w, w.name, w.shape, store,
-                                             out.ref, out.data, out.bytes,
-                                             out.widened));
+    K3_RETURN_IF_ERROR(resolveMatrixOrVector(w, w.name, w.shape, store, out.ref,
+                                             out.data, out.bytes, out.widened));
     out.rows = w.shape[0];
     out.cols = w.shape.size() > 1 ? numelOf(w.shape) / w.shape[0] : 1;
     return Status::ok();
@@ -181,16 +183,15 @@ namespace {
 /// What one field of a launch was bound to, for the extent check.
 struct FieldBinding {
   const PlanArg *arg = nullptr;
-  uint64_t availBytes = 0;   ///< from the pointer to the end of its target
-  std::string target;        ///< "buffer 'h0'", for messages
-  int64_t weightIndex = -1;  ///< Weight / WeightTable fields
+  uint64_t availBytes = 0;  ///< from the pointer to the end of its target
+  std::string target;       ///< "buffer 'h0'", for messages
+  int64_t weightIndex = -1; ///< Weight / WeightTable fields
 };
 
 class Checker final : public ExtentChecker {
 public:
   Checker(const KernelInfo &kernel,
-          const std::map<std::string, FieldBinding> &bound,
-          const PlanDoc &plan)
+          const std::map<std::string, FieldBinding> &bound, const PlanDoc &plan)
       : kernel_(kernel), bound_(bound), plan_(plan) {}
 
   Status need(const char *field, int64_t elems) override {
@@ -235,15 +236,13 @@ private:
     return Status::ok();
   }
   Status matrix(const char *field, const PlanWeight &w,
-                const std::vector<int64_t> &shape, int64_t rows,
-                int64_t cols) {
+                const std::vector<int64_t> &shape, int64_t rows, int64_t cols) {
     const bool ok = w.format == "mxfp4"
                         ? shape == std::vector<int64_t>{rows, cols}
                         : numelOf(shape) >= rows * cols;
     if (!ok)
-      return makeError("'", field, "' is used as [", rows, ", ",
-                       cols, "] but weight '", w.name, "' is ",
-                       shapeString(w.shape));
+      return makeError("'", field, "' is used as [", rows, ", ", cols,
+                       "] but weight '", w.name, "' is ", shapeString(w.shape));
     return Status::ok();
   }
 
@@ -344,8 +343,8 @@ Status CpuBackend::bindLaunch(const PlanDoc &plan, size_t index) {
   return Status::ok();
 }
 
-Expected<std::unique_ptr<CpuBackend>> CpuBackend::bind(const PlanDoc &plan,
-                                                       const TensorStore &store) {
+Expected<std::unique_ptr<CpuBackend>>
+CpuBackend::bind(const PlanDoc &plan, const TensorStore &store) {
   K3_RETURN_IF_ERROR(validatePlan(plan));
   std::unique_ptr<CpuBackend> be(new CpuBackend());
   be->vocab_ = plan.config.vocabSize;
@@ -362,8 +361,8 @@ Expected<std::unique_ptr<CpuBackend>> CpuBackend::bind(const PlanDoc &plan,
     out.reset(static_cast<uint8_t *>(mem));
     return Status::ok();
   };
-  K3_RETURN_IF_ERROR(allocate(plan.arenaBytes, be->arena_)
-                         .withContext("arena"));
+  K3_RETURN_IF_ERROR(
+      allocate(plan.arenaBytes, be->arena_).withContext("arena"));
   be->states_.resize(plan.states.size());
   for (size_t i = 0; i < plan.states.size(); ++i) {
     K3_RETURN_IF_ERROR(allocate(plan.states[i].bytes, be->states_[i])

@@ -63,10 +63,10 @@ private:
   struct BoundWeight {
     const uint8_t *data = nullptr; ///< bf16 / f32 bytes (null for mxfp4)
     uint64_t bytes = 0;
-    WeightRef ref;                 ///< bf16 or mxfp4, non-stacked
-    std::vector<WeightRef> table;  ///< per expert, when stacked
-    int64_t rows = 0, cols = 0;    ///< matrix shape of one (expert's) matrix
-    std::vector<float> widened;    ///< f32 copy of a bf16 checkpoint vector
+    WeightRef ref;                ///< bf16 or mxfp4, non-stacked
+    std::vector<WeightRef> table; ///< per expert, when stacked
+    int64_t rows = 0, cols = 0;   ///< matrix shape of one (expert's) matrix
+    std::vector<float> widened;   ///< f32 copy of a bf16 checkpoint vector
   };
   /// A field of a params struct that takes a per-step input.
   struct InputPatch {

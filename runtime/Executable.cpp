@@ -86,7 +86,8 @@ Status writeExecutable(const std::string &runtimeBinaryPath,
     std::vector<char> buf(1 << 20);
     uint64_t left = keep;
     while (left > 0) {
-      const size_t n = static_cast<size_t>(std::min<uint64_t>(left, buf.size()));
+      const size_t n =
+          static_cast<size_t>(std::min<uint64_t>(left, buf.size()));
       if (!in.read(buf.data(), static_cast<std::streamsize>(n))) {
         std::remove(tmp.c_str());
         return makeError(runtimeBinaryPath, ": read failed");

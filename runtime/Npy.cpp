@@ -80,8 +80,8 @@ Expected<NpyF32> readNpyF32(const std::string &path) {
   NpyF32 out;
   const size_t s = dict.find("'shape': (");
   if (s == std::string::npos ||
-      std::sscanf(dict.c_str() + s, "'shape': (%" SCNd64 ", %" SCNd64 ")", &out.rows,
-                  &out.cols) != 2 ||
+      std::sscanf(dict.c_str() + s, "'shape': (%" SCNd64 ", %" SCNd64 ")",
+                  &out.rows, &out.cols) != 2 ||
       out.rows < 0 || out.cols < 0)
     return makeError(path, ": expected a 2-D shape");
   const size_t want = sizeof(float) * static_cast<size_t>(out.rows * out.cols);

@@ -150,8 +150,8 @@ int64_t PlanDoc::addBuffer(const std::string &name, const std::string &dtype,
   b.dtype = dtype;
   b.elems = elems;
   b.bytes = static_cast<uint64_t>(elems) * planDTypeSize(dtype);
-  b.offset = (arenaBytes + kPlanBufferAlign - 1) / kPlanBufferAlign *
-             kPlanBufferAlign;
+  b.offset =
+      (arenaBytes + kPlanBufferAlign - 1) / kPlanBufferAlign * kPlanBufferAlign;
   arenaBytes = b.offset + b.bytes;
   buffers.push_back(std::move(b));
   return static_cast<int64_t>(buffers.size()) - 1;
@@ -402,8 +402,8 @@ Status validateArg(const PlanDoc &plan, const KernelInfo &kernel,
     return makeError("'", name, "' is written by the kernel; weight '",
                      weight->name, "' is read-only");
   if (weight && (weight->format == "mxfp4" || weight->stacked()))
-    return makeError("'", name, "': weight '", weight->name,
-                     "' is ", weight->stacked() ? "stacked" : "mxfp4",
+    return makeError("'", name, "': weight '", weight->name, "' is ",
+                     weight->stacked() ? "stacked" : "mxfp4",
                      "; only a WeightRef field can take it");
   if (targetElem != f->elem)
     return makeError("'", name, "' points to ", elemTypeName(f->elem),
@@ -444,12 +444,11 @@ Status validatePlan(const PlanDoc &plan) {
     if (b.bytes == 0)
       return makeError(at, ": has 0 bytes");
     if (b.offset % kPlanBufferAlign != 0)
-      return makeError(at, ": offset ", b.offset, " is not ",
-                       kPlanBufferAlign, "-byte aligned");
+      return makeError(at, ": offset ", b.offset, " is not ", kPlanBufferAlign,
+                       "-byte aligned");
     if (b.offset > plan.arenaBytes || b.bytes > plan.arenaBytes - b.offset)
       return makeError(at, ": [", b.offset, ", ", b.offset + b.bytes,
-                       ") is outside the arena of ", plan.arenaBytes,
-                       " bytes");
+                       ") is outside the arena of ", plan.arenaBytes, " bytes");
     uint64_t need = 0;
     if (b.elems < 0 || !mulBytes(b.elems, es, need) || need > b.bytes)
       return makeError(at, ": ", b.elems, " ", b.dtype, " elements do not fit ",
@@ -475,7 +474,8 @@ Status validatePlan(const PlanDoc &plan) {
 
   for (size_t i = 0; i < plan.weights.size(); ++i) {
     const PlanWeight &w = plan.weights[i];
-    const std::string at = "weight " + std::to_string(i) + " ('" + w.name + "')";
+    const std::string at =
+        "weight " + std::to_string(i) + " ('" + w.name + "')";
     if (w.format != "bf16" && w.format != "f32" && w.format != "mxfp4")
       return makeError(at, ": unknown format '", w.format,
                        "' (expected bf16, f32 or mxfp4)");
@@ -495,8 +495,8 @@ Status validatePlan(const PlanDoc &plan) {
         return makeError(at, ": an mxfp4 weight is [out, in]",
                          w.stacked() ? " per expert" : "");
       if (w.shape.back() % 32 != 0)
-        return makeError(at, ": mxfp4 needs the input width (",
-                         w.shape.back(), ") to be a multiple of 32");
+        return makeError(at, ": mxfp4 needs the input width (", w.shape.back(),
+                         ") to be a multiple of 32");
     }
   }
 
@@ -525,10 +525,11 @@ Status validatePlan(const PlanDoc &plan) {
     for (size_t a = 0; a < l.args.size(); ++a) {
       for (size_t b = 0; b < a; ++b)
         if (l.args[a].first == l.args[b].first)
-          return makeError(launchName(plan, i), ": argument '",
-                           l.args[a].first, "' is given twice");
-      K3_RETURN_IF_ERROR(validateArg(plan, *k, l.args[a].first, l.args[a].second)
-                             .withContext(launchName(plan, i)));
+          return makeError(launchName(plan, i), ": argument '", l.args[a].first,
+                           "' is given twice");
+      K3_RETURN_IF_ERROR(
+          validateArg(plan, *k, l.args[a].first, l.args[a].second)
+              .withContext(launchName(plan, i)));
     }
     for (int d = 0; d < 3; ++d)
       if (l.grid[d] < 0 || l.block[d] < 0)
@@ -742,8 +743,8 @@ private:
 bool parseArg(Reader &r, const ojson &v, const std::string &path,
               PlanArg &out) {
   if (v.is_number_integer())
-    return r.getInt(v, path, out.intValue) && (out.kind = PlanArg::Kind::Int,
-                                               true);
+    return r.getInt(v, path, out.intValue) &&
+           (out.kind = PlanArg::Kind::Int, true);
   if (v.is_number_float()) {
     out.kind = PlanArg::Kind::Float;
     out.floatValue = v.get<double>();
@@ -771,10 +772,10 @@ bool parseArg(Reader &r, const ojson &v, const std::string &path,
     return true;
   }
   int found = 0;
-  for (auto [key, kind] : {std::pair<const char *, PlanArg::Kind>{
-                               "buffer", PlanArg::Kind::Buffer},
-                           {"state", PlanArg::Kind::State},
-                           {"weight", PlanArg::Kind::Weight}}) {
+  for (auto [key, kind] :
+       {std::pair<const char *, PlanArg::Kind>{"buffer", PlanArg::Kind::Buffer},
+        {"state", PlanArg::Kind::State},
+        {"weight", PlanArg::Kind::Weight}}) {
     auto it = v.find(key);
     if (it == v.end())
       continue;
@@ -840,17 +841,20 @@ bool parseBody(Reader &r, const ojson &j, PlanDoc &plan, Status &status) {
       return r.fail(p, "expected an object");
     PlanBuffer buf;
     const ojson *v;
-    if (!(v = r.member(b, p, "name")) || !r.getString(*v, p + ".name", buf.name))
+    if (!(v = r.member(b, p, "name")) ||
+        !r.getString(*v, p + ".name", buf.name))
       return false;
     if (!(v = r.member(b, p, "offset")) ||
         !r.getU64(*v, p + ".offset", buf.offset))
       return false;
-    if (!(v = r.member(b, p, "bytes")) || !r.getU64(*v, p + ".bytes", buf.bytes))
+    if (!(v = r.member(b, p, "bytes")) ||
+        !r.getU64(*v, p + ".bytes", buf.bytes))
       return false;
     if (!(v = r.member(b, p, "dtype")) ||
         !r.getString(*v, p + ".dtype", buf.dtype))
       return false;
-    if (!(v = r.member(b, p, "elems")) || !r.getInt(*v, p + ".elems", buf.elems))
+    if (!(v = r.member(b, p, "elems")) ||
+        !r.getInt(*v, p + ".elems", buf.elems))
       return false;
     plan.buffers.push_back(std::move(buf));
   }
@@ -871,7 +875,8 @@ bool parseBody(Reader &r, const ojson &j, PlanDoc &plan, Status &status) {
       return false;
     if (!(v = r.member(s, p, "bytes")) || !r.getU64(*v, p + ".bytes", st.bytes))
       return false;
-    if (!(v = r.member(s, p, "shape")) || !r.getShape(*v, p + ".shape", st.shape))
+    if (!(v = r.member(s, p, "shape")) ||
+        !r.getShape(*v, p + ".shape", st.shape))
       return false;
     plan.states.push_back(std::move(st));
   }
@@ -891,7 +896,8 @@ bool parseBody(Reader &r, const ojson &j, PlanDoc &plan, Status &status) {
     if (!(v = r.member(w, p, "format")) ||
         !r.getString(*v, p + ".format", wt.format))
       return false;
-    if (!(v = r.member(w, p, "shape")) || !r.getShape(*v, p + ".shape", wt.shape))
+    if (!(v = r.member(w, p, "shape")) ||
+        !r.getShape(*v, p + ".shape", wt.shape))
       return false;
     plan.weights.push_back(std::move(wt));
   }
@@ -920,9 +926,9 @@ bool parseBody(Reader &r, const ojson &j, PlanDoc &plan, Status &status) {
       return false;
     if ((v = r.member(l, p, "op", false)) && !r.getString(*v, p + ".op", ln.op))
       return false;
-    for (auto [key, dims] : {std::pair<const char *, std::array<int64_t, 3> *>{
-                                 "grid", &ln.grid},
-                             {"block", &ln.block}}) {
+    for (auto [key, dims] :
+         {std::pair<const char *, std::array<int64_t, 3> *>{"grid", &ln.grid},
+          {"block", &ln.block}}) {
       if (!(v = r.member(l, p, key, false)))
         continue;
       std::vector<int64_t> shape;
@@ -953,10 +959,10 @@ bool parseBody(Reader &r, const ojson &j, PlanDoc &plan, Status &status) {
     if (!kernels->is_object())
       return r.fail("kernels", "expected an object");
     for (auto it = kernels->begin(); it != kernels->end(); ++it) {
-      const ojson *ptx = it.value().is_object()
-                             ? r.member(it.value(), "kernels." + it.key(),
-                                        "ptx")
-                             : nullptr;
+      const ojson *ptx =
+          it.value().is_object()
+              ? r.member(it.value(), "kernels." + it.key(), "ptx")
+              : nullptr;
       if (!ptx)
         return r.fail("kernels." + it.key(), "expected {\"ptx\": \"...\"}");
       if (!r.getString(*ptx, "kernels." + it.key() + ".ptx",

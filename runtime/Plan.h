@@ -56,10 +56,10 @@ struct PlanArg {
     Input,  ///< {"input": "token" | "pos" | "length"}
   };
   Kind kind = Kind::Int;
-  int64_t intValue = 0;     ///< Kind::Int
-  double floatValue = 0.0;  ///< Kind::Float
-  int64_t index = 0;        ///< Buffer / State / Weight
-  uint64_t offset = 0;      ///< Buffer / State / Weight, in bytes
+  int64_t intValue = 0;               ///< Kind::Int
+  double floatValue = 0.0;            ///< Kind::Float
+  int64_t index = 0;                  ///< Buffer / State / Weight
+  uint64_t offset = 0;                ///< Buffer / State / Weight, in bytes
   PlanInput input = PlanInput::Token; ///< Kind::Input
 
   static PlanArg integer(int64_t v);
@@ -81,8 +81,8 @@ struct PlanBuffer {
   std::string name;
   uint64_t offset = 0; ///< bytes from the arena base, kPlanBufferAlign-aligned
   uint64_t bytes = 0;
-  std::string dtype;   ///< "bf16", "f32", "i32", "i64" or "u8"
-  int64_t elems = 0;   ///< bytes / element size
+  std::string dtype; ///< "bf16", "f32", "i32", "i64" or "u8"
+  int64_t elems = 0; ///< bytes / element size
 };
 
 /// Resident per-sequence state, zeroed at the start of each sequence.
@@ -101,7 +101,7 @@ struct PlanWeight {
   /// The tensor name; for "mxfp4" the prefix of `.weight_packed` /
   /// `.weight_scale`; containing "{e}" for experts stacked on dim 0.
   std::string name;
-  std::string format; ///< "bf16", "f32" or "mxfp4"
+  std::string format;         ///< "bf16", "f32" or "mxfp4"
   std::vector<int64_t> shape; ///< logical shape ([E, ...] when stacked)
   bool stacked() const { return name.find("{e}") != std::string::npos; }
 };

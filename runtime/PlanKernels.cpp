@@ -5,6 +5,9 @@
 // changes its kind here without anyone editing this file, and a descriptor
 // can never disagree with the struct it describes.
 //
+// attn_res's fused output norm (normWeight/normEps) is picked up from the
+// header by detection, so the table follows AttnResParams as it changes.
+//
 // The per-kernel check functions state how many elements each pointer field
 // is read or written at, in terms of the struct's own size fields; the
 // backend compares those against what it bound (a buffer's bytes, a
@@ -30,24 +33,6 @@
 #include <utility>
 
 namespace k3 {
-
-//===----------------------------------------------------------------------===//
-// The runtime's own entry points
-//===----------------------------------------------------------------------===//
-
-/// `attn_res_commit`: blocks[index] = src (an exact bf16 row copy). It is a
-/// plain copy, so the runtime implements it rather than a kernel family; the
-/// name avoids clashing with a kernels/ struct of the same purpose.
-struct RuntimeAttnResCommitParams {
-  const uint16_t *src = nullptr; ///< [dim] bf16
-  uint16_t *blocks = nullptr;    ///< [maxBlocks, dim] bf16
-  int64_t index = 0;             ///< row to write
-  int64_t dim = 0;               ///< D
-};
-
-static void attnResCommitCpu(const RuntimeAttnResCommitParams &p) {
-  std::memcpy(p.blocks + p.index * p.dim, p.src, sizeof(uint16_t) * p.dim);
-}
 
 //===----------------------------------------------------------------------===//
 // Field descriptors
@@ -180,8 +165,8 @@ Status checkLinearMulti(const LinearMultiParams &p, ExtentChecker &x) {
   K3_RETURN_IF_ERROR(x.optional("normWeight", p.k));
   for (int i = 0; i < p.count; ++i) {
     const std::string s = std::to_string(i);
-    K3_RETURN_IF_ERROR(positive("linear_multi", ("n" + s).c_str(),
-                                p.entries[i].n));
+    K3_RETURN_IF_ERROR(
+        positive("linear_multi", ("n" + s).c_str(), p.entries[i].n));
     K3_RETURN_IF_ERROR(x.needMatrix(("w" + s).c_str(), p.entries[i].n, p.k));
     K3_RETURN_IF_ERROR(x.need(("out" + s).c_str(), p.entries[i].n));
   }
@@ -270,11 +255,11 @@ Status checkMlaCacheAppend(const MlaCacheAppendParams &p, ExtentChecker &x) {
 }
 
 Status checkMlaAttend(const MlaAttendParams &p, ExtentChecker &x) {
-  for (auto [name, v] : {std::pair<const char *, int64_t>{"numHeads",
-                                                          p.numHeads},
-                         {"nopeDim", p.nopeDim},
-                         {"vDim", p.vDim},
-                         {"kvLoraRank", p.kvLoraRank}})
+  for (auto [name, v] :
+       {std::pair<const char *, int64_t>{"numHeads", p.numHeads},
+        {"nopeDim", p.nopeDim},
+        {"vDim", p.vDim},
+        {"kvLoraRank", p.kvLoraRank}})
     K3_RETURN_IF_ERROR(positive("mla_attend", name, v));
   if (p.ropeDim < 0)
     return makeError("mla_attend: ropeDim must be >= 0");
@@ -331,7 +316,8 @@ Status checkMoeExperts(const MoeExpertsParams &p, ExtentChecker &x) {
 
 /// AttnRes may gain a fused RMSNorm of its result (PLAN.md: normWeight,
 /// normEps); these detect it so the table follows the header.
-template <typename P, typename = void> struct HasNormWeight : std::false_type {};
+template <typename P, typename = void>
+struct HasNormWeight : std::false_type {};
 template <typename P>
 struct HasNormWeight<P, std::void_t<decltype(std::declval<P>().normWeight)>>
     : std::true_type {};
@@ -353,13 +339,47 @@ Status checkAttnRes(const AttnResParams &p, ExtentChecker &x) {
   return x.need("out", p.dim);
 }
 
-Status checkAttnResCommit(const RuntimeAttnResCommitParams &p,
-                          ExtentChecker &x) {
+Status checkAttnResCommit(const AttnResCommitParams &p, ExtentChecker &x) {
   K3_RETURN_IF_ERROR(positive("attn_res_commit", "dim", p.dim));
   if (p.index < 0)
     return makeError("attn_res_commit: index must be >= 0, got ", p.index);
   K3_RETURN_IF_ERROR(x.need("src", p.dim));
   return x.need("blocks", (p.index + 1) * p.dim);
+}
+
+Status checkKdaL2Norm(const KdaL2NormParams &p, ExtentChecker &x) {
+  K3_RETURN_IF_ERROR(positive("kda_l2norm", "n", p.n));
+  K3_RETURN_IF_ERROR(positive("kda_l2norm", "headDim", p.headDim));
+  if (p.n % p.headDim != 0)
+    return makeError("kda_l2norm: n (", p.n,
+                     ") must be a multiple of headDim (", p.headDim, ")");
+  K3_RETURN_IF_ERROR(x.need("x", p.n));
+  return x.need("out", p.n);
+}
+
+Status checkKdaGate(const KdaGateParams &p, ExtentChecker &x) {
+  K3_RETURN_IF_ERROR(positive("kda_gate", "numHeads", p.numHeads));
+  K3_RETURN_IF_ERROR(positive("kda_gate", "headDim", p.headDim));
+  const int64_t C = p.numHeads * p.headDim;
+  for (const char *f : {"f", "dtBias", "out"})
+    K3_RETURN_IF_ERROR(x.need(f, C));
+  return x.need("aLog", p.numHeads);
+}
+
+Status checkSigmoid(const SigmoidParams &p, ExtentChecker &x) {
+  K3_RETURN_IF_ERROR(positive("sigmoid", "n", p.n));
+  K3_RETURN_IF_ERROR(x.need("x", p.n));
+  return x.need("out", p.n);
+}
+
+Status checkKdaStep(const KdaStepParams &p, ExtentChecker &x) {
+  K3_RETURN_IF_ERROR(positive("kda_step", "numHeads", p.numHeads));
+  K3_RETURN_IF_ERROR(positive("kda_step", "headDim", p.headDim));
+  const int64_t C = p.numHeads * p.headDim;
+  for (const char *f : {"q", "k", "v", "g", "out"})
+    K3_RETURN_IF_ERROR(x.need(f, C));
+  K3_RETURN_IF_ERROR(x.need("beta", p.numHeads));
+  return x.need("state", C * p.headDim);
 }
 
 Status checkArgmax(const ArgmaxParams &p, ExtentChecker &x) {
@@ -467,6 +487,35 @@ std::vector<KernelInfo> buildTable() {
         K3_HOLDER(P, kdaConvCpu), K3_CHECK(P, checkKdaConv));
   }
   {
+    using P = KdaL2NormParams;
+    add("kda_l2norm", "KdaL2NormParams",
+        {K3_FIELD(P, x), K3_FIELD(P, out), K3_FIELD(P, n), K3_FIELD(P, headDim),
+         K3_FIELD(P, eps), K3_FIELD(P, scale)},
+        K3_HOLDER(P, kdaL2NormStepCpu), K3_CHECK(P, checkKdaL2Norm));
+  }
+  {
+    using P = KdaGateParams;
+    add("kda_gate", "KdaGateParams",
+        {K3_FIELD(P, f), K3_FIELD(P, dtBias), K3_FIELD(P, aLog),
+         K3_FIELD(P, out), K3_FIELD(P, numHeads), K3_FIELD(P, headDim),
+         K3_FIELD(P, hasLowerBound), K3_FIELD(P, lowerBound)},
+        K3_HOLDER(P, kdaGateCpu), K3_CHECK(P, checkKdaGate));
+  }
+  {
+    using P = SigmoidParams;
+    add("sigmoid", "SigmoidParams",
+        {K3_FIELD(P, x), K3_FIELD(P, out), K3_FIELD(P, n)},
+        K3_HOLDER(P, sigmoidCpu), K3_CHECK(P, checkSigmoid));
+  }
+  {
+    using P = KdaStepParams;
+    add("kda_step", "KdaStepParams",
+        {K3_FIELD(P, q), K3_FIELD(P, k), K3_FIELD(P, v), K3_FIELD(P, g),
+         K3_FIELD(P, beta), K3_FIELD(P, state), K3_FIELD(P, out),
+         K3_FIELD(P, numHeads), K3_FIELD(P, headDim)},
+        K3_HOLDER(P, kdaStepCpu), K3_CHECK(P, checkKdaStep));
+  }
+  {
     using P = KdaRecurrentParams;
     add("kda_recurrent", "KdaRecurrentParams",
         {K3_FIELD(P, q), K3_FIELD(P, k), K3_FIELD(P, v), K3_FIELD(P, f),
@@ -486,19 +535,29 @@ std::vector<KernelInfo> buildTable() {
   }
   {
     using P = KdaDecodeParams;
-    add("kda_decode", "KdaDecodeParams",
-        {K3_FIELD(P, uq),         K3_FIELD(P, uk),
-         K3_FIELD(P, uv),         K3_FIELD(P, convQ),
-         K3_FIELD(P, convK),      K3_FIELD(P, convV),
-         K3_FIELD(P, convStateQ), K3_FIELD(P, convStateK),
-         K3_FIELD(P, convStateV), K3_FIELD(P, f),
-         K3_FIELD(P, betaLogit),  K3_FIELD(P, dtBias),
-         K3_FIELD(P, aLog),       K3_FIELD(P, state),
-         K3_FIELD(P, gate),       K3_FIELD(P, normWeight),
-         K3_FIELD(P, out),        K3_FIELD(P, numHeads),
-         K3_FIELD(P, headDim),    K3_FIELD(P, convWidth),
-         K3_FIELD(P, hasLowerBound), K3_FIELD(P, lowerBound),
-         K3_FIELD(P, normEps)},
+    add("kda_decode", "KdaDecodeParams", {K3_FIELD(P, uq),
+                                          K3_FIELD(P, uk),
+                                          K3_FIELD(P, uv),
+                                          K3_FIELD(P, convQ),
+                                          K3_FIELD(P, convK),
+                                          K3_FIELD(P, convV),
+                                          K3_FIELD(P, convStateQ),
+                                          K3_FIELD(P, convStateK),
+                                          K3_FIELD(P, convStateV),
+                                          K3_FIELD(P, f),
+                                          K3_FIELD(P, betaLogit),
+                                          K3_FIELD(P, dtBias),
+                                          K3_FIELD(P, aLog),
+                                          K3_FIELD(P, state),
+                                          K3_FIELD(P, gate),
+                                          K3_FIELD(P, normWeight),
+                                          K3_FIELD(P, out),
+                                          K3_FIELD(P, numHeads),
+                                          K3_FIELD(P, headDim),
+                                          K3_FIELD(P, convWidth),
+                                          K3_FIELD(P, hasLowerBound),
+                                          K3_FIELD(P, lowerBound),
+                                          K3_FIELD(P, normEps)},
         K3_HOLDER(P, kdaDecodeCpu), K3_CHECK(P, checkKdaDecode));
   }
   {
@@ -531,10 +590,10 @@ std::vector<KernelInfo> buildTable() {
     using P = GatedMlpParams;
     add("gated_mlp", "GatedMlpParams",
         {K3_FIELD(P, x), K3_FIELD(P, normWeight), K3_FIELD(P, normEps),
-         K3_FIELD(P, w1), K3_FIELD(P, w3), K3_FIELD(P, w2),
-         K3_FIELD(P, inDim), K3_FIELD(P, interDim), K3_FIELD(P, outDim),
-         K3_FIELD(P, activation), K3_FIELD(P, beta1), K3_FIELD(P, hasBeta2),
-         K3_FIELD(P, beta2), K3_FIELD(P, residual), K3_FIELD(P, out)},
+         K3_FIELD(P, w1), K3_FIELD(P, w3), K3_FIELD(P, w2), K3_FIELD(P, inDim),
+         K3_FIELD(P, interDim), K3_FIELD(P, outDim), K3_FIELD(P, activation),
+         K3_FIELD(P, beta1), K3_FIELD(P, hasBeta2), K3_FIELD(P, beta2),
+         K3_FIELD(P, residual), K3_FIELD(P, out)},
         K3_HOLDER(P, gatedMlpCpu), K3_CHECK(P, checkGatedMlp));
   }
   {
@@ -549,16 +608,16 @@ std::vector<KernelInfo> buildTable() {
   }
   {
     using P = AttnResParams;
-    std::vector<KernelField> f = {
-        K3_FIELD(P, blocks), K3_FIELD(P, numBlocks), K3_FIELD(P, extra),
-        K3_FIELD(P, wNorm),  K3_FIELD(P, wProj),     K3_FIELD(P, eps),
-        K3_FIELD(P, dim),    K3_FIELD(P, out)};
+    std::vector<KernelField> f = {K3_FIELD(P, blocks), K3_FIELD(P, numBlocks),
+                                  K3_FIELD(P, extra),  K3_FIELD(P, wNorm),
+                                  K3_FIELD(P, wProj),  K3_FIELD(P, eps),
+                                  K3_FIELD(P, dim),    K3_FIELD(P, out)};
     addAttnResFusedNorm<P>(f);
     add("attn_res", "AttnResParams", std::move(f), K3_HOLDER(P, attnResCpu),
         K3_CHECK(P, checkAttnRes));
   }
   {
-    using P = RuntimeAttnResCommitParams;
+    using P = AttnResCommitParams;
     add("attn_res_commit", "AttnResCommitParams",
         {K3_FIELD(P, src), K3_FIELD(P, blocks), K3_FIELD(P, index),
          K3_FIELD(P, dim)},
@@ -636,9 +695,9 @@ const KernelInfo *findKernel(const std::string &name) {
 }
 
 const std::vector<std::string> &plannedKernelNames() {
-  // PLAN.md lists these; they join the table when kernels/ provides them.
-  static const std::vector<std::string> names = {"kda_l2norm", "kda_gate",
-                                                 "sigmoid", "kda_step"};
+  // PLAN.md kernels that kernels/ does not provide yet: none at present.
+  // A name listed here gets "not available in this runtime build yet".
+  static const std::vector<std::string> names = {};
   return names;
 }
 

@@ -80,8 +80,8 @@ public:
 
 /// One entry point of the kernel table.
 struct KernelInfo {
-  std::string name;                ///< "linear"
-  std::string paramsName;          ///< "LinearParams"
+  std::string name;       ///< "linear"
+  std::string paramsName; ///< "LinearParams"
   std::vector<KernelField> fields;
   /// A default-initialised params struct; null when the entry point has no
   /// CPU implementation in this build.

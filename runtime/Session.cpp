@@ -43,8 +43,8 @@ std::string firstDifference(const ojson &a, const ojson &b,
   }
   if (a == b)
     return "";
-  return (path.empty() ? std::string("config") : path) + " (plan: " +
-         a.dump() + ", weights: " + b.dump() + ")";
+  return (path.empty() ? std::string("config") : path) + " (plan: " + a.dump() +
+         ", weights: " + b.dump() + ")";
 }
 
 double secondsSince(std::chrono::steady_clock::time_point t0) {
@@ -74,8 +74,8 @@ Status checkConfigsMatch(const ModelConfig &planConfig,
                    field, "; recompile the plan for these weights");
 }
 
-Expected<std::unique_ptr<Session>> Session::open(PlanDoc plan,
-                                                 const std::string &weightsDir) {
+Expected<std::unique_ptr<Session>>
+Session::open(PlanDoc plan, const std::string &weightsDir) {
   const std::string configPath =
       (std::filesystem::path(weightsDir) / "config.json").string();
   Expected<ModelConfig> weightsConfig = parseConfigFile(configPath);
@@ -112,12 +112,11 @@ Expected<GenerateResult> Session::generate(const std::vector<int64_t> &prompt,
                        ", outside the vocabulary [0, ", vocab, ")");
   const int64_t n = static_cast<int64_t>(prompt.size());
   if (n > backend_->maxSeq() - maxNew)
-    return makeError("the prompt (", n, " tokens) + max_new (", maxNew,
-                     ") = ", n + maxNew,
-                     " tokens exceeds the plan's max_seq of ",
-                     backend_->maxSeq(),
-                     "; shorten the request or compile with a larger "
-                     "--max-seq");
+    return makeError(
+        "the prompt (", n, " tokens) + max_new (", maxNew, ") = ", n + maxNew,
+        " tokens exceeds the plan's max_seq of ", backend_->maxSeq(),
+        "; shorten the request or compile with a larger "
+        "--max-seq");
 
   GenerateResult r;
   r.vocab = vocab;

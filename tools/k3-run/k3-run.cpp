@@ -161,7 +161,8 @@ int main(int argc, char **argv) {
       planPath = a;
     } else if (isExe) {
       return usageError("this executable carries its own plan; unexpected "
-                        "argument '" + a + "'");
+                        "argument '" +
+                        a + "'");
     } else {
       return usageError("unexpected argument '" + a + "' (one PLAN only)");
     }

@@ -12,7 +12,9 @@ namespace {
 
 TEST(ExecutableTest, TrailerRoundTrip) {
   test::TempDir dir;
-  const std::string binary = std::string("\x7f" "ELF fake runtime\0\1\2", 21);
+  const std::string binary = std::string("\x7f"
+                                         "ELF fake runtime\0\1\2",
+                                         21);
   test::writeFile(dir.file("k3-run"), binary);
   const std::string plan = "K3CPLAN 1 00000000 2\n{}";
   ASSERT_TRUE(

@@ -116,8 +116,7 @@ TEST_F(K3RunToolTest, ExecutableMode) {
   r = run(dir->file("tiny-model") + " --help", *dir);
   EXPECT_EQ(r.exitCode, 0);
   EXPECT_TRUE(test::contains(r.out, "built into this binary"));
-  r = run(dir->file("tiny-model") + " " + dir->file("m.plan") + common(),
-          *dir);
+  r = run(dir->file("tiny-model") + " " + dir->file("m.plan") + common(), *dir);
   EXPECT_EQ(r.exitCode, 2);
   EXPECT_TRUE(test::contains(r.err, "carries its own plan")) << r.err;
 }
@@ -128,8 +127,9 @@ TEST_F(K3RunToolTest, UsageErrorsExitTwo) {
        {std::string(""), " " + dir->file("m.plan"),
         " " + dir->file("m.plan") + " --weights x --prompt-ids 1",
         " " + dir->file("m.plan") + common() + " --bogus",
-        " " + dir->file("m.plan") + " --weights x --prompt-ids 1,a "
-                                     "--max-new 3",
+        " " + dir->file("m.plan") +
+            " --weights x --prompt-ids 1,a "
+            "--max-new 3",
         " " + dir->file("m.plan") + " --weights x --prompt-ids 1 --max-new 0",
         " " + dir->file("m.plan") + common() + " --backend tpu"}) {
     RunResult r = run(tool() + args, *dir);
@@ -139,9 +139,8 @@ TEST_F(K3RunToolTest, UsageErrorsExitTwo) {
 }
 
 TEST_F(K3RunToolTest, RuntimeErrorsExitOne) {
-  RunResult r = run(tool() + " " + dir->file("m.plan") + common() +
-                        " --backend cuda",
-                    *dir);
+  RunResult r = run(
+      tool() + " " + dir->file("m.plan") + common() + " --backend cuda", *dir);
   EXPECT_EQ(r.exitCode, 1);
   EXPECT_TRUE(test::contains(r.err, "CUDA backend is not built yet")) << r.err;
 

@@ -1,4 +1,5 @@
-//===- Npy_test.cpp - .npy logits dumps ------------------------------------===//
+//===- Npy_test.cpp - .npy logits dumps
+//------------------------------------===//
 #include "runtime/Npy.h"
 
 #include "TestUtil.h"

@@ -4,10 +4,12 @@
 // emit for a whole decode step: the same launches CpuDecoder makes, in the
 // same order, over arena buffers and resident states (K3.md §4 with AttnRes,
 // KDA and MLA mixers, dense MLP or latent MoE with shared experts). Run
-// through a Session it must reproduce CpuDecoder bit for bit. With `fine`,
-// the KDA mixer uses kda_conv x3 + kda_recurrent + kda_gated_norm and the
-// MLA gate is a separate mul_sigmoid (the --fusion=none forms, which the
-// kernel headers promise are bit-identical to the fused ones).
+// through a Session it must reproduce CpuDecoder bit for bit. PlanStyle::Fine
+// uses kda_conv x3 + kda_recurrent + kda_gated_norm and a separate
+// mul_sigmoid for the MLA gate; PlanStyle::Finest further splits
+// kda_recurrent into kda_l2norm x2 + kda_gate + sigmoid + kda_step and uses
+// attn_res's fused output norm in front of the router. The kernel headers
+// promise all of these are bit-identical to the fused forms.
 //
 // It doubles as a worked example of the plan contract for the compiler.
 //
@@ -24,8 +26,12 @@
 
 namespace k3::test {
 
+enum class PlanStyle { Fused, Fine, Finest };
+
 inline PlanDoc buildDecodePlan(const ModelConfig &c, int64_t maxSeq,
-                               bool fine = false) {
+                               PlanStyle style = PlanStyle::Fused) {
+  const bool fine = style != PlanStyle::Fused;
+  const bool finest = style == PlanStyle::Finest;
   using A = PlanArg;
   PlanDoc plan;
   plan.maxSeq = maxSeq;
@@ -39,8 +45,7 @@ inline PlanDoc buildDecodePlan(const ModelConfig &c, int64_t maxSeq,
                 R = c.qkRopeHeadDim, Vd = c.vHeadDim, L = c.kvLoraRank;
   const int64_t Dm = c.moeHiddenSize(), I = c.moeIntermediateSize,
                 E = c.numExperts, SI = c.numSharedExperts * I;
-  const int64_t wide =
-      std::max({C, N * (P + R), N * Vd, L + R, D, int64_t(1)});
+  const int64_t wide = std::max({C, N * (P + R), N * Vd, L + R, D, int64_t(1)});
   const int64_t topK = std::max<int64_t>(c.numExpertsPerToken, 1);
   const int32_t act = c.hiddenAct == Activation::SiTU ? kActSiTU : kActSwiGLU;
 
@@ -58,6 +63,11 @@ inline PlanDoc buildDecodePlan(const ModelConfig &c, int64_t maxSeq,
   const A small1 = bf("small1", d), small2 = bf("small2", d),
           beta = bf("beta", H), qa = bf("qa", c.qLoraRank), z = bf("z", Dm),
           r = bf("r", Dm);
+  const A ql = A::buffer(plan.addBuffer("ql", "f32", std::max<int64_t>(C, 1)));
+  const A kl = A::buffer(plan.addBuffer("kl", "f32", std::max<int64_t>(C, 1)));
+  const A gl = A::buffer(plan.addBuffer("gl", "f32", std::max<int64_t>(C, 1)));
+  const A betaF =
+      A::buffer(plan.addBuffer("beta_f32", "f32", std::max<int64_t>(H, 1)));
   const A ids = A::buffer(plan.addBuffer("ids", "i32", topK));
   const A rw = A::buffer(plan.addBuffer("route_weights", "f32", topK));
   plan.logitsBuffer = plan.addBuffer("logits", "f32", V);
@@ -77,7 +87,8 @@ inline PlanDoc buildDecodePlan(const ModelConfig &c, int64_t maxSeq,
   if (c.hasAttnRes()) {
     const int64_t maxBlocks =
         (c.numLayers + c.attnResBlockSize - 1) / c.attnResBlockSize;
-    blocks = plan.addState("attn_res_blocks", "attn_res_blocks", {maxBlocks, D});
+    blocks =
+        plan.addState("attn_res_blocks", "attn_res_blocks", {maxBlocks, D});
   }
 
   plan.addLaunch("embed")
@@ -169,16 +180,25 @@ inline PlanDoc buildDecodePlan(const ModelConfig &c, int64_t maxSeq,
       const A oNorm = wt(sa + "o_norm.weight", {d});
       if (!fine) {
         plan.addLaunch("kda_decode")
-            .arg("uq", uq).arg("uk", uk).arg("uv", uv)
-            .arg("convQ", convQ).arg("convK", convK).arg("convV", convV)
+            .arg("uq", uq)
+            .arg("uk", uk)
+            .arg("uv", uv)
+            .arg("convQ", convQ)
+            .arg("convK", convK)
+            .arg("convV", convV)
             .arg("convStateQ", A::state(cs, 0))
             .arg("convStateK", A::state(cs, third))
             .arg("convStateV", A::state(cs, 2 * third))
-            .arg("f", f).arg("betaLogit", beta)
-            .arg("dtBias", dtBias).arg("aLog", aLog)
-            .arg("state", A::state(st)).arg("gate", gt)
-            .arg("normWeight", oNorm).arg("out", y)
-            .arg("numHeads", i64(H)).arg("headDim", i64(d))
+            .arg("f", f)
+            .arg("betaLogit", beta)
+            .arg("dtBias", dtBias)
+            .arg("aLog", aLog)
+            .arg("state", A::state(st))
+            .arg("gate", gt)
+            .arg("normWeight", oNorm)
+            .arg("out", y)
+            .arg("numHeads", i64(H))
+            .arg("headDim", i64(d))
             .arg("convWidth", i64(W))
             .arg("hasLowerBound", i64(c.kda.hasLowerBound ? 1 : 0))
             .arg("lowerBound", num(c.kda.gateLowerBound))
@@ -188,19 +208,70 @@ inline PlanDoc buildDecodePlan(const ModelConfig &c, int64_t maxSeq,
                 ws[3] = {convQ, convK, convV};
         for (int i = 0; i < 3; ++i)
           plan.addLaunch("kda_conv")
-              .arg("u", us[i]).arg("weight", ws[i])
-              .arg("state", A::state(cs, i * third)).arg("out", ts[i])
-              .arg("channels", i64(C)).arg("width", i64(W));
-        plan.addLaunch("kda_recurrent")
-            .arg("q", tq).arg("k", tk).arg("v", tv).arg("f", f)
-            .arg("betaLogit", beta).arg("dtBias", dtBias).arg("aLog", aLog)
-            .arg("state", A::state(st)).arg("out", o)
-            .arg("numHeads", i64(H)).arg("headDim", i64(d))
-            .arg("hasLowerBound", i64(c.kda.hasLowerBound ? 1 : 0))
-            .arg("lowerBound", num(c.kda.gateLowerBound));
+              .arg("u", us[i])
+              .arg("weight", ws[i])
+              .arg("state", A::state(cs, i * third))
+              .arg("out", ts[i])
+              .arg("channels", i64(C))
+              .arg("width", i64(W));
+        if (!finest) {
+          plan.addLaunch("kda_recurrent")
+              .arg("q", tq)
+              .arg("k", tk)
+              .arg("v", tv)
+              .arg("f", f)
+              .arg("betaLogit", beta)
+              .arg("dtBias", dtBias)
+              .arg("aLog", aLog)
+              .arg("state", A::state(st))
+              .arg("out", o)
+              .arg("numHeads", i64(H))
+              .arg("headDim", i64(d))
+              .arg("hasLowerBound", i64(c.kda.hasLowerBound ? 1 : 0))
+              .arg("lowerBound", num(c.kda.gateLowerBound));
+        } else {
+          plan.addLaunch("kda_l2norm")
+              .arg("x", tq)
+              .arg("out", ql)
+              .arg("n", i64(C))
+              .arg("headDim", i64(d))
+              .arg("scale", num(1.0f / std::sqrt(static_cast<float>(d))));
+          plan.addLaunch("kda_l2norm")
+              .arg("x", tk)
+              .arg("out", kl)
+              .arg("n", i64(C))
+              .arg("headDim", i64(d));
+          plan.addLaunch("kda_gate")
+              .arg("f", f)
+              .arg("dtBias", dtBias)
+              .arg("aLog", aLog)
+              .arg("out", gl)
+              .arg("numHeads", i64(H))
+              .arg("headDim", i64(d))
+              .arg("hasLowerBound", i64(c.kda.hasLowerBound ? 1 : 0))
+              .arg("lowerBound", num(c.kda.gateLowerBound));
+          plan.addLaunch("sigmoid")
+              .arg("x", beta)
+              .arg("out", betaF)
+              .arg("n", i64(H));
+          plan.addLaunch("kda_step")
+              .arg("q", ql)
+              .arg("k", kl)
+              .arg("v", tv)
+              .arg("g", gl)
+              .arg("beta", betaF)
+              .arg("state", A::state(st))
+              .arg("out", o)
+              .arg("numHeads", i64(H))
+              .arg("headDim", i64(d));
+        }
         plan.addLaunch("kda_gated_norm")
-            .arg("o", o).arg("gate", gt).arg("weight", oNorm).arg("out", y)
-            .arg("numHeads", i64(H)).arg("headDim", i64(d))
+            .arg("o", o)
+            .arg("gate", gt)
+            .arg("weight", oNorm)
+            .arg("out", y)
+            .arg("numHeads", i64(H))
+            .arg("headDim", i64(d))
             .arg("eps", num(c.rmsNormEps));
       }
       PlanLaunch &op = plan.addLaunch("linear");
@@ -257,7 +328,9 @@ inline PlanDoc buildDecodePlan(const ModelConfig &c, int64_t maxSeq,
           at.arg("gate", gt);
         else
           plan.addLaunch("mul_sigmoid")
-              .arg("x", y).arg("gate", gt).arg("out", y)
+              .arg("x", y)
+              .arg("gate", gt)
+              .arg("out", y)
               .arg("n", i64(N * Vd));
       }
       PlanLaunch &op = plan.addLaunch("linear");
@@ -267,14 +340,19 @@ inline PlanDoc buildDecodePlan(const ModelConfig &c, int64_t maxSeq,
         op.arg("residual", x);
     }
 
-    A mIn = p;
-    if (c.hasAttnRes()) {
-      attnRes(numBlocks, p, lp + "mlp_res", m);
-      mIn = m;
-    }
-
     // The FFN: x = R(p + ffn(m)).
     const A postLn = wt(lp + "post_attention_layernorm.weight", {D});
+    A mIn = p;
+    // Finest: the MoE pre-norm rides on attn_res (its fused output norm).
+    const bool normInAttnRes = finest && c.hasAttnRes() && !c.isDenseLayer(l);
+    if (c.hasAttnRes()) {
+      attnRes(numBlocks, p, lp + "mlp_res", normInAttnRes ? hn : m);
+      if (normInAttnRes)
+        plan.launches.back()
+            .arg("normWeight", postLn)
+            .arg("normEps", num(c.rmsNormEps));
+      mIn = m;
+    }
     auto gatedMlp = [&](PlanLaunch &g) -> PlanLaunch & {
       return g.arg("activation", i64(act))
           .arg("beta1", num(c.situBeta))
@@ -285,27 +363,38 @@ inline PlanDoc buildDecodePlan(const ModelConfig &c, int64_t maxSeq,
       const std::string mlp = lp + "mlp.";
       const int64_t Id = c.intermediateSize;
       gatedMlp(plan.addLaunch("gated_mlp"))
-          .arg("x", mIn).arg("normWeight", postLn)
+          .arg("x", mIn)
+          .arg("normWeight", postLn)
           .arg("normEps", num(c.rmsNormEps))
           .arg("w1", lin(mlp + "gate_proj", Id, D))
           .arg("w3", lin(mlp + "up_proj", Id, D))
           .arg("w2", lin(mlp + "down_proj", D, Id))
-          .arg("inDim", i64(D)).arg("interDim", i64(Id)).arg("outDim", i64(D))
-          .arg("residual", p).arg("out", x);
+          .arg("inDim", i64(D))
+          .arg("interDim", i64(Id))
+          .arg("outDim", i64(D))
+          .arg("residual", p)
+          .arg("out", x);
       continue;
     }
     const std::string moe = lp + "block_sparse_moe.";
-    plan.addLaunch("rms_norm")
-        .arg("x", mIn).arg("w", postLn).arg("out", hn).arg("n", i64(D))
-        .arg("eps", num(c.rmsNormEps));
+    if (!normInAttnRes)
+      plan.addLaunch("rms_norm")
+          .arg("x", mIn)
+          .arg("w", postLn)
+          .arg("out", hn)
+          .arg("n", i64(D))
+          .arg("eps", num(c.rmsNormEps));
     plan.addLaunch("router")
         .arg("h", hn)
         .arg("gate", lin(moe + "gate", E, D))
         .arg("bias", wt(moe + "gate.e_score_correction_bias", {E}, "f32"))
-        .arg("numExperts", i64(E)).arg("dim", i64(D)).arg("topK", i64(topK))
+        .arg("numExperts", i64(E))
+        .arg("dim", i64(D))
+        .arg("topK", i64(topK))
         .arg("renormalize", i64(c.moeRenormalize ? 1 : 0))
         .arg("scaling", num(c.routedScalingFactor))
-        .arg("outIds", ids).arg("outWeights", rw);
+        .arg("outIds", ids)
+        .arg("outWeights", rw);
     auto expert = [&](const char *w, int64_t rows, int64_t cols) {
       const std::string base = moe + "experts.{e}." + w;
       return c.expertsMxfp4 ? wt(base, {E, rows, cols}, "mxfp4")
@@ -320,7 +409,9 @@ inline PlanDoc buildDecodePlan(const ModelConfig &c, int64_t maxSeq,
       plan.addLaunch("linear")
           .arg("x", hn)
           .arg("w", lin(moe + "routed_expert_down_proj", Dm, D))
-          .arg("n", i64(Dm)).arg("k", i64(D)).arg("out", z);
+          .arg("n", i64(Dm))
+          .arg("k", i64(D))
+          .arg("out", z);
       // moe_experts must run after the down projection: move it to the end.
       PlanLaunch moved = plan.launches[plan.launches.size() - 2];
       plan.launches.erase(plan.launches.end() - 2);
@@ -330,11 +421,15 @@ inline PlanDoc buildDecodePlan(const ModelConfig &c, int64_t maxSeq,
         plan.addLaunch("rms_norm")
             .arg("x", r)
             .arg("w", wt(moe + "routed_expert_norm.weight", {Dm}))
-            .arg("out", r).arg("n", i64(Dm)).arg("eps", num(c.rmsNormEps));
+            .arg("out", r)
+            .arg("n", i64(Dm))
+            .arg("eps", num(c.rmsNormEps));
       plan.addLaunch("linear")
           .arg("x", r)
           .arg("w", lin(moe + "routed_expert_up_proj", D, Dm))
-          .arg("n", i64(D)).arg("k", i64(Dm)).arg("out", routed);
+          .arg("n", i64(D))
+          .arg("k", i64(Dm))
+          .arg("out", routed);
     } else {
       plan.launches.back().arg("x", hn).arg("out", routed);
     }
@@ -346,12 +441,18 @@ inline PlanDoc buildDecodePlan(const ModelConfig &c, int64_t maxSeq,
           .arg("w1", lin(sh + "gate_proj", SI, D))
           .arg("w3", lin(sh + "up_proj", SI, D))
           .arg("w2", lin(sh + "down_proj", D, SI))
-          .arg("inDim", i64(D)).arg("interDim", i64(SI)).arg("outDim", i64(D))
-          .arg("residual", routed).arg("out", ffn);
+          .arg("inDim", i64(D))
+          .arg("interDim", i64(SI))
+          .arg("outDim", i64(D))
+          .arg("residual", routed)
+          .arg("out", ffn);
       ffnOut = ffn;
     }
-    plan.addLaunch("add").arg("a", p).arg("b", ffnOut).arg("out", x).arg(
-        "n", i64(D));
+    plan.addLaunch("add")
+        .arg("a", p)
+        .arg("b", ffnOut)
+        .arg("out", x)
+        .arg("n", i64(D));
   }
 
   A finIn = x;

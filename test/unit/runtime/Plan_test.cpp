@@ -20,10 +20,10 @@
 namespace k3 {
 namespace {
 
-PlanDoc tinyPlan(bool fine = false) {
+PlanDoc tinyPlan(test::PlanStyle style = test::PlanStyle::Fused) {
   Expected<ModelConfig> c = presetConfig("tiny");
   EXPECT_TRUE(c.hasValue());
-  return test::buildDecodePlan(*c, 64, fine);
+  return test::buildDecodePlan(*c, 64, style);
 }
 
 /// Re-serialises after `edit` so that header and CRC stay consistent: the
@@ -48,16 +48,18 @@ TEST(PlanTest, Crc32MatchesZlib) {
 }
 
 TEST(PlanTest, TinyPlanValidates) {
-  for (bool fine : {false, true}) {
-    PlanDoc plan = tinyPlan(fine);
+  for (test::PlanStyle style : {test::PlanStyle::Fused, test::PlanStyle::Fine,
+                                test::PlanStyle::Finest}) {
+    PlanDoc plan = tinyPlan(style);
     Status s = validatePlan(plan);
     EXPECT_TRUE(s.isOk()) << s.message();
   }
 }
 
 TEST(PlanTest, RoundTrip) {
-  for (bool fine : {false, true}) {
-    PlanDoc plan = tinyPlan(fine);
+  for (test::PlanStyle style : {test::PlanStyle::Fused, test::PlanStyle::Fine,
+                                test::PlanStyle::Finest}) {
+    PlanDoc plan = tinyPlan(style);
     plan.kernelPtx["linear"] = "// ptx\n.version 8.0\n";
     plan.launches[0].grid = {4, 2, 1};
     plan.launches[0].block = {128, 1, 1};
@@ -166,9 +168,10 @@ TEST(PlanTest, BufferOutsideArena) {
 }
 
 TEST(PlanTest, UnknownKernelAndField) {
-  EXPECT_ERROR_CONTAINS(
-      parsePlan(edited([](PlanDoc &p) { p.launches[2].kernel = "frobnicate"; })),
-      "unknown kernel 'frobnicate'");
+  EXPECT_ERROR_CONTAINS(parsePlan(edited([](PlanDoc &p) {
+                          p.launches[2].kernel = "frobnicate";
+                        })),
+                        "unknown kernel 'frobnicate'");
   EXPECT_ERROR_CONTAINS(parsePlan(edited([](PlanDoc &p) {
                           p.launches[0].arg("bogus", PlanArg::integer(1));
                         })),
@@ -236,11 +239,12 @@ TEST(PlanTest, PlannedKernelsAreNamedAsUnavailable) {
 TEST(PlanTest, KernelTableFollowsThePlanDoc) {
   // Every kernel named by PLAN.md is either in the table or listed as planned.
   for (const char *name :
-       {"embed", "rms_norm", "linear", "linear_multi", "add", "mul_sigmoid",
-        "gated_act", "kda_conv", "kda_l2norm", "kda_gate", "sigmoid",
-        "kda_step", "kda_recurrent", "kda_gated_norm", "kda_decode",
-        "mla_cache_append", "mla_attend", "router", "gated_mlp",
-        "moe_experts", "attn_res", "attn_res_commit", "argmax"}) {
+       {"embed",         "rms_norm",        "linear",     "linear_multi",
+        "add",           "mul_sigmoid",     "gated_act",  "kda_conv",
+        "kda_l2norm",    "kda_gate",        "sigmoid",    "kda_step",
+        "kda_recurrent", "kda_gated_norm",  "kda_decode", "mla_cache_append",
+        "mla_attend",    "router",          "gated_mlp",  "moe_experts",
+        "attn_res",      "attn_res_commit", "argmax"}) {
     bool planned = false;
     for (const std::string &p : plannedKernelNames())
       planned |= p == name;

@@ -1,7 +1,7 @@
 //===- Session_test.cpp - Plans run through the CPU backend ---------------===//
 //
 // The hand-built decode plan (PlanTestUtil.h) must reproduce CpuDecoder
-// exactly: same tokens and bit-identical logits, for the fused and the fine
+// exactly: same tokens and bit-identical logits, for the fused, fine and finest
 // launch sequences. Also the request and binding errors.
 //
 //===----------------------------------------------------------------------===//
@@ -45,18 +45,20 @@ ModelDir &model(const std::string &preset) {
   return *m;
 }
 
+using test::PlanStyle;
+
 std::unique_ptr<Session> openSession(const std::string &preset,
-                                     bool fine = false) {
+                                     PlanStyle style = PlanStyle::Fused) {
   ModelDir &m = model(preset);
   Expected<std::unique_ptr<Session>> s = Session::open(
-      test::buildDecodePlan(m.config, kMaxSeq, fine), m.dir.path());
+      test::buildDecodePlan(m.config, kMaxSeq, style), m.dir.path());
   EXPECT_TRUE(s.hasValue()) << s.message();
   return s ? s.take() : nullptr;
 }
 
 struct Case {
   const char *preset;
-  bool fine;
+  PlanStyle style;
 };
 
 class SessionMatchesCpuDecoder : public ::testing::TestWithParam<Case> {};
@@ -75,7 +77,7 @@ TEST_P(SessionMatchesCpuDecoder, SixteenTokensBitIdentical) {
   Expected<std::vector<int64_t>> ref = dec->greedy(prompt, 16, &refLogits);
   ASSERT_TRUE(ref.hasValue()) << ref.message();
 
-  std::unique_ptr<Session> s = openSession(c.preset, c.fine);
+  std::unique_ptr<Session> s = openSession(c.preset, c.style);
   ASSERT_NE(s, nullptr);
   std::vector<int64_t> streamed;
   for (int run = 0; run < 2; ++run) { // the second run checks the reset
@@ -100,18 +102,25 @@ TEST_P(SessionMatchesCpuDecoder, SixteenTokensBitIdentical) {
   }
 }
 
+std::string caseName(const ::testing::TestParamInfo<Case> &info) {
+  static const char *const kStyles[] = {"_fused", "_fine", "_finest"};
+  std::string n = std::string(info.param.preset) +
+                  kStyles[static_cast<int>(info.param.style)];
+  for (char &ch : n)
+    if (ch == '-')
+      ch = '_';
+  return n;
+}
+
 INSTANTIATE_TEST_SUITE_P(
     Presets, SessionMatchesCpuDecoder,
-    ::testing::Values(Case{"tiny", false}, Case{"tiny", true},
-                      Case{"tiny-linear", false}, Case{"tiny-linear", true}),
-    [](const ::testing::TestParamInfo<Case> &info) {
-      std::string n = std::string(info.param.preset) +
-                      (info.param.fine ? "_fine" : "_fused");
-      for (char &ch : n)
-        if (ch == '-')
-          ch = '_';
-      return n;
-    });
+    ::testing::Values(Case{"tiny", PlanStyle::Fused},
+                      Case{"tiny", PlanStyle::Fine},
+                      Case{"tiny", PlanStyle::Finest},
+                      Case{"tiny-linear", PlanStyle::Fused},
+                      Case{"tiny-linear", PlanStyle::Fine},
+                      Case{"tiny-linear", PlanStyle::Finest}),
+    caseName);
 
 TEST(SessionTest, RequestErrors) {
   std::unique_ptr<Session> s = openSession("tiny");
@@ -135,8 +144,7 @@ TEST(SessionTest, ConfigMismatch) {
   PlanDoc plan = test::buildDecodePlan(m.config, kMaxSeq);
   plan.config.rmsNormEps = 1e-6f;
   EXPECT_ERROR_CONTAINS(Session::open(plan, m.dir.path()), "rms_norm_eps");
-  EXPECT_ERROR_CONTAINS(Session::open(plan, m.dir.path()),
-                        "different model");
+  EXPECT_ERROR_CONTAINS(Session::open(plan, m.dir.path()), "different model");
   plan = test::buildDecodePlan(m.config, kMaxSeq);
   plan.config.vocabSize = 2048;
   EXPECT_ERROR_CONTAINS(Session::open(plan, m.dir.path()), "vocab_size");
