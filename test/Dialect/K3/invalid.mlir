@@ -494,3 +494,173 @@ func.func @f(%b: !k3.attn_res_blocks<max_blocks = 3, hidden = 8>, %p: tensor<8xb
          : (!k3.attn_res_blocks<max_blocks = 3, hidden = 8>, tensor<8xbf16>, tensor<8xbf16>, tensor<1x8xbf16>) -> tensor<8xbf16>
   return
 }
+
+// -----
+// Fused ops.
+func.func @f(%x: tensor<8xbf16>, %b2: tensor<2xbf16>, %cw: tensor<8x1x4xbf16>,
+             %conv: !k3.conv_state<channels = 16, window = 3>, %s: !k3.kda_state<heads = 2, key_dim = 4, value_dim = 4>,
+             %f8: tensor<8xf32>, %alog: tensor<2xf32>, %w4: tensor<4xbf16>) {
+  // expected-error @+1 {{'k3.kda_decode' op expects conv_state with channels = 3*heads*head_dim = 24 and window = conv-1 = 3 but got channels = 16, window = 3}}
+  %y = k3.kda_decode %x, %x, %x, %x, %b2, %x, %conv, %s weights(%cw, %cw, %cw, %f8, %alog, %w4)
+         {config = #k3.kda<heads = 2, head_dim = 4, conv = 4>, eps = 1.0e-05 : f64}
+         : (tensor<8xbf16>, tensor<8xbf16>, tensor<8xbf16>, tensor<8xbf16>, tensor<2xbf16>, tensor<8xbf16>,
+            !k3.conv_state<channels = 16, window = 3>, !k3.kda_state<heads = 2, key_dim = 4, value_dim = 4>,
+            tensor<8x1x4xbf16>, tensor<8x1x4xbf16>, tensor<8x1x4xbf16>, tensor<8xf32>, tensor<2xf32>, tensor<4xbf16>) -> tensor<8xbf16>
+  return
+}
+
+// -----
+func.func @f(%x: tensor<8xbf16>, %b2: tensor<2xbf16>, %cw: tensor<8x1x4xbf16>,
+             %conv: !k3.conv_state<channels = 24, window = 3>, %s: !k3.kda_state<heads = 4, key_dim = 2, value_dim = 2>,
+             %f8: tensor<8xf32>, %alog: tensor<2xf32>, %w4: tensor<4xbf16>) {
+  // expected-error @+1 {{'k3.kda_decode' op expects state of 2 heads x 4 x 4 but got 4 x 2 x 2}}
+  %y = k3.kda_decode %x, %x, %x, %x, %b2, %x, %conv, %s weights(%cw, %cw, %cw, %f8, %alog, %w4)
+         {config = #k3.kda<heads = 2, head_dim = 4, conv = 4>, eps = 1.0e-05 : f64}
+         : (tensor<8xbf16>, tensor<8xbf16>, tensor<8xbf16>, tensor<8xbf16>, tensor<2xbf16>, tensor<8xbf16>,
+            !k3.conv_state<channels = 24, window = 3>, !k3.kda_state<heads = 4, key_dim = 2, value_dim = 2>,
+            tensor<8x1x4xbf16>, tensor<8x1x4xbf16>, tensor<8x1x4xbf16>, tensor<8xf32>, tensor<2xf32>, tensor<4xbf16>) -> tensor<8xbf16>
+  return
+}
+
+// -----
+func.func @f(%x: tensor<8xbf16>, %cw: tensor<8x1x4xbf16>,
+             %conv: !k3.conv_state<channels = 24, window = 3>, %s: !k3.kda_state<heads = 2, key_dim = 4, value_dim = 4>,
+             %f8: tensor<8xf32>, %alog: tensor<2xf32>, %w4: tensor<4xbf16>) {
+  // expected-error @+1 {{'k3.kda_decode' op expects beta_logit of shape [2] but got [8]}}
+  %y = k3.kda_decode %x, %x, %x, %x, %x, %x, %conv, %s weights(%cw, %cw, %cw, %f8, %alog, %w4)
+         {config = #k3.kda<heads = 2, head_dim = 4, conv = 4>, eps = 1.0e-05 : f64}
+         : (tensor<8xbf16>, tensor<8xbf16>, tensor<8xbf16>, tensor<8xbf16>, tensor<8xbf16>, tensor<8xbf16>,
+            !k3.conv_state<channels = 24, window = 3>, !k3.kda_state<heads = 2, key_dim = 4, value_dim = 4>,
+            tensor<8x1x4xbf16>, tensor<8x1x4xbf16>, tensor<8x1x4xbf16>, tensor<8xf32>, tensor<2xf32>, tensor<4xbf16>) -> tensor<8xbf16>
+  return
+}
+
+// -----
+func.func @f(%x: tensor<8xbf16>, %q: tensor<16xbf16>, %kva: tensor<12x8xbf16>, %kvb: tensor<16x8xbf16>,
+             %cache: !k3.mla_cache<max_seq = 64, width = 12>, %pos: index) {
+  // expected-error @+1 {{'k3.mla_decode' op expects a gate operand because config has output_gate = true}}
+  %o = k3.mla_decode %x, %q weights(%kva, %x, %kvb) cache(%cache, %pos)
+         {config = #k3.mla<heads = 2, q_lora = 0, kv_lora = 8, nope = 4, rope = 4, v_dim = 4, output_gate = true>, eps = 1.0e-06 : f64}
+         : (tensor<8xbf16>, tensor<16xbf16>, tensor<12x8xbf16>, tensor<8xbf16>, tensor<16x8xbf16>,
+            !k3.mla_cache<max_seq = 64, width = 12>, index) -> tensor<8xbf16>
+  return
+}
+
+// -----
+func.func @f(%x: tensor<8xbf16>, %q: tensor<16xbf16>, %kva: tensor<12x8xbf16>, %kvb: tensor<16x8xbf16>,
+             %cache: !k3.mla_cache<max_seq = 64, width = 12>, %pos: index) {
+  // expected-error @+1 {{'k3.mla_decode' op expects no gate operand because config has output_gate = false}}
+  %o = k3.mla_decode %x, %q weights(%kva, %x, %kvb) cache(%cache, %pos) gate(%x)
+         {config = #k3.mla<heads = 2, q_lora = 0, kv_lora = 8, nope = 4, rope = 4, v_dim = 4>, eps = 1.0e-06 : f64}
+         : (tensor<8xbf16>, tensor<16xbf16>, tensor<12x8xbf16>, tensor<8xbf16>, tensor<16x8xbf16>,
+            !k3.mla_cache<max_seq = 64, width = 12>, index, tensor<8xbf16>) -> tensor<8xbf16>
+  return
+}
+
+// -----
+func.func @f(%x: tensor<8xbf16>, %q: tensor<16xbf16>, %kva: tensor<12x8xbf16>, %kvb: tensor<16x8xbf16>,
+             %cache: !k3.mla_cache<max_seq = 64, width = 16>, %pos: index) {
+  // expected-error @+1 {{'k3.mla_decode' op expects cache width kv_lora + rope = 12 but got 16}}
+  %o = k3.mla_decode %x, %q weights(%kva, %x, %kvb) cache(%cache, %pos)
+         {config = #k3.mla<heads = 2, q_lora = 0, kv_lora = 8, nope = 4, rope = 4, v_dim = 4>, eps = 1.0e-06 : f64}
+         : (tensor<8xbf16>, tensor<16xbf16>, tensor<12x8xbf16>, tensor<8xbf16>, tensor<16x8xbf16>,
+            !k3.mla_cache<max_seq = 64, width = 16>, index) -> tensor<8xbf16>
+  return
+}
+
+// -----
+func.func @f(%x: tensor<8xbf16>, %q: tensor<16xbf16>, %kva: tensor<8x8xbf16>, %kvb: tensor<16x8xbf16>,
+             %cache: !k3.mla_cache<max_seq = 64, width = 12>, %pos: index) {
+  // expected-error @+1 {{'k3.mla_decode' op expects kv_a_proj of shape [12, 8] but got [8, 8]}}
+  %o = k3.mla_decode %x, %q weights(%kva, %x, %kvb) cache(%cache, %pos)
+         {config = #k3.mla<heads = 2, q_lora = 0, kv_lora = 8, nope = 4, rope = 4, v_dim = 4>, eps = 1.0e-06 : f64}
+         : (tensor<8xbf16>, tensor<16xbf16>, tensor<8x8xbf16>, tensor<8xbf16>, tensor<16x8xbf16>,
+            !k3.mla_cache<max_seq = 64, width = 12>, index) -> tensor<8xbf16>
+  return
+}
+
+// -----
+func.func @f(%x: tensor<8xbf16>, %gate: tensor<4x8xbf16>, %bias: tensor<4xf32>, %e13: tensor<4x16x8xbf16>,
+             %e2: tensor<4x8x16xbf16>) {
+  // expected-error @+1 {{'k3.routed_experts' op expects eps with a fused norm}}
+  %r = k3.routed_experts %x, %x router(%gate, %bias) experts(%e13, %e13, %e2) norm(%x)
+         {top_k = 2 : i64, renormalize = true, scaling = 1.0 : f64, act = #k3<activation silu>}
+         : (tensor<8xbf16>, tensor<8xbf16>, tensor<4x8xbf16>, tensor<4xf32>, tensor<4x16x8xbf16>, tensor<4x16x8xbf16>,
+            tensor<4x8x16xbf16>, tensor<8xbf16>) -> tensor<8xbf16>
+  return
+}
+
+// -----
+func.func @f(%x: tensor<8xbf16>, %gate: tensor<4x8xbf16>, %bias: tensor<4xf32>, %e13: tensor<4x16x8xbf16>,
+             %e2: tensor<4x8x16xbf16>) {
+  // expected-error @+1 {{'k3.routed_experts' op expects top_k in [1, 4] but got 5}}
+  %r = k3.routed_experts %x, %x router(%gate, %bias) experts(%e13, %e13, %e2)
+         {top_k = 5 : i64, renormalize = true, scaling = 1.0 : f64, act = #k3<activation silu>}
+         : (tensor<8xbf16>, tensor<8xbf16>, tensor<4x8xbf16>, tensor<4xf32>, tensor<4x16x8xbf16>, tensor<4x16x8xbf16>,
+            tensor<4x8x16xbf16>) -> tensor<8xbf16>
+  return
+}
+
+// -----
+func.func @f(%x: tensor<8xbf16>, %gate: tensor<8xbf16>, %bias: tensor<4xf32>, %e13: tensor<4x16x8xbf16>,
+             %e2: tensor<4x8x16xbf16>) {
+  // expected-error @+1 {{'k3.routed_experts' op expects gate of rank 2 [experts, hidden] but got rank 1}}
+  %r = k3.routed_experts %x, %x router(%gate, %bias) experts(%e13, %e13, %e2)
+         {top_k = 2 : i64, renormalize = true, scaling = 1.0 : f64, act = #k3<activation silu>}
+         : (tensor<8xbf16>, tensor<8xbf16>, tensor<8xbf16>, tensor<4xf32>, tensor<4x16x8xbf16>, tensor<4x16x8xbf16>,
+            tensor<4x8x16xbf16>) -> tensor<8xbf16>
+  return
+}
+
+// -----
+func.func @f(%x: tensor<8xbf16>, %gate: tensor<4x8xbf16>, %bias: tensor<4xf32>, %w: tensor<16x8xbf16>) {
+  // expected-error @+1 {{'k3.routed_experts' op expects stacked expert weights of rank 3 [experts, intermediate, latent] but got rank 2}}
+  %r = k3.routed_experts %x, %x router(%gate, %bias) experts(%w, %w, %w)
+         {top_k = 2 : i64, renormalize = true, scaling = 1.0 : f64, act = #k3<activation silu>}
+         : (tensor<8xbf16>, tensor<8xbf16>, tensor<4x8xbf16>, tensor<4xf32>, tensor<16x8xbf16>, tensor<16x8xbf16>,
+            tensor<16x8xbf16>) -> tensor<8xbf16>
+  return
+}
+
+// -----
+func.func @f(%x: tensor<8xbf16>, %z: tensor<32xbf16>, %gate: tensor<4x8xbf16>, %bias: tensor<4xf32>,
+             %e13: tensor<4x16x8xbf16>, %e2: tensor<4x8x16xbf16>) {
+  // expected-error @+1 {{'k3.routed_experts' op expects w1 of shape [4, 16, 32] but got [4, 16, 8]}}
+  %r = k3.routed_experts %x, %z router(%gate, %bias) experts(%e13, %e13, %e2)
+         {top_k = 2 : i64, renormalize = true, scaling = 1.0 : f64, act = #k3<activation silu>}
+         : (tensor<8xbf16>, tensor<32xbf16>, tensor<4x8xbf16>, tensor<4xf32>, tensor<4x16x8xbf16>, tensor<4x16x8xbf16>,
+            tensor<4x8x16xbf16>) -> tensor<32xbf16>
+  return
+}
+
+// -----
+func.func @f(%x: tensor<8xbf16>, %e13: tensor<4x32x8xbf16>, %w2: tensor<8x32xbf16>) {
+  // expected-error @+1 {{'k3.gated_mlp' op expects unstacked weights of rank 2 but got w1 of rank 3 and w2 of rank 2}}
+  %y = k3.gated_mlp %x, %e13, %e13, %w2 {act = #k3<activation silu>}
+         : (tensor<8xbf16>, tensor<4x32x8xbf16>, tensor<4x32x8xbf16>, tensor<8x32xbf16>) -> tensor<8xbf16>
+  return
+}
+
+// -----
+func.func @f(%x: tensor<8xbf16>, %w1: tensor<32x8xbf16>, %w2: tensor<8x32xbf16>) {
+  // expected-error @+1 {{'k3.gated_mlp' op expects eps with a fused norm}}
+  %y = k3.gated_mlp %x, %w1, %w1, %w2 norm(%x) {act = #k3<activation silu>}
+         : (tensor<8xbf16>, tensor<32x8xbf16>, tensor<32x8xbf16>, tensor<8x32xbf16>, tensor<8xbf16>) -> tensor<8xbf16>
+  return
+}
+
+// -----
+func.func @f(%x: tensor<8xbf16>, %w1: tensor<32x8xbf16>, %w2: tensor<16x32xbf16>) {
+  // expected-error @+1 {{'k3.gated_mlp' op expects residual of shape [16] but got [8]}}
+  %y = k3.gated_mlp %x, %w1, %w1, %w2 residual(%x) {act = #k3<activation silu>}
+         : (tensor<8xbf16>, tensor<32x8xbf16>, tensor<32x8xbf16>, tensor<16x32xbf16>, tensor<8xbf16>) -> tensor<16xbf16>
+  return
+}
+
+// -----
+func.func @f(%x: tensor<8xbf16>, %w1: tensor<32x8xbf16>, %w2: tensor<8x32xbf16>) {
+  // expected-error @+1 {{'k3.gated_mlp' op expects situ_beta for the situ activation}}
+  %y = k3.gated_mlp %x, %w1, %w1, %w2 {act = #k3<activation situ>}
+         : (tensor<8xbf16>, tensor<32x8xbf16>, tensor<32x8xbf16>, tensor<8x32xbf16>) -> tensor<8xbf16>
+  return
+}

@@ -1,0 +1,162 @@
+// RUN: k3-opt %s -split-input-file -k3-fuse-kda | FileCheck %s
+
+// The KDA chain between the projections becomes one k3.kda_decode.
+// CHECK-LABEL: func.func @kda
+// CHECK-SAME: (%[[UQ:[^:]*]]: tensor<8xbf16>, %[[UK:[^:]*]]: tensor<8xbf16>, %[[UV:[^:]*]]: tensor<8xbf16>, %[[F:[^:]*]]: tensor<8xbf16>,
+// CHECK-SAME: %[[B:[^:]*]]: tensor<2xbf16>, %[[GT:[^:]*]]: tensor<8xbf16>, %[[CW:[^:]*]]: tensor<8x1x4xbf16>, %[[CS:[^:]*]]: !k3.conv_state
+// CHECK-SAME: %[[S:[^:]*]]: !k3.kda_state<{{.*}}>, %[[DT:[^:]*]]: tensor<8xf32>, %[[AL:[^:]*]]: tensor<2xf32>, %[[ON:[^:]*]]: tensor<4xbf16>)
+// CHECK-NOT: k3.conv_step
+// CHECK-NOT: k3.l2norm
+// CHECK-NOT: k3.kda_gate
+// CHECK-NOT: k3.sigmoid
+// CHECK-NOT: k3.kda_step
+// CHECK: %[[Y:.*]] = k3.kda_decode %[[UQ]], %[[UK]], %[[UV]], %[[F]], %[[B]], %[[GT]], %[[CS]], %[[S]]
+// CHECK-SAME: weights(%[[CW]], %[[CW]], %[[CW]], %[[DT]], %[[AL]], %[[ON]])
+// CHECK-SAME: config = #k3.kda<heads = 2, head_dim = 4, conv = 4, full_rank_gate = true, lower_bound = -5.000000e+00 : f64>
+// CHECK-SAME: eps = 1.000000e-05 : f64
+// CHECK-NOT: k3.gated_rms_norm
+// CHECK: return %[[Y]]
+func.func @kda(%uq: tensor<8xbf16>, %uk: tensor<8xbf16>, %uv: tensor<8xbf16>, %f: tensor<8xbf16>,
+               %b: tensor<2xbf16>, %gt: tensor<8xbf16>, %cw: tensor<8x1x4xbf16>,
+               %cs: !k3.conv_state<channels = 24, window = 3>,
+               %s: !k3.kda_state<heads = 2, key_dim = 4, value_dim = 4>,
+               %dt: tensor<8xf32>, %alog: tensor<2xf32>, %on: tensor<4xbf16>) -> tensor<8xbf16> {
+  %qc = k3.conv_step %uq, %cw, %cs {offset = 0 : i64}
+          : (tensor<8xbf16>, tensor<8x1x4xbf16>, !k3.conv_state<channels = 24, window = 3>) -> tensor<8xbf16>
+  %kc = k3.conv_step %uk, %cw, %cs {offset = 8 : i64}
+          : (tensor<8xbf16>, tensor<8x1x4xbf16>, !k3.conv_state<channels = 24, window = 3>) -> tensor<8xbf16>
+  %vc = k3.conv_step %uv, %cw, %cs {offset = 16 : i64}
+          : (tensor<8xbf16>, tensor<8x1x4xbf16>, !k3.conv_state<channels = 24, window = 3>) -> tensor<8xbf16>
+  %q = k3.l2norm %qc {head_dim = 4 : i64, eps = 1.0e-06 : f64, scale = 0.5 : f64} : tensor<8xbf16> -> tensor<8xf32>
+  %k = k3.l2norm %kc {head_dim = 4 : i64, eps = 1.0e-06 : f64, scale = 1.0 : f64} : tensor<8xbf16> -> tensor<8xf32>
+  %g = k3.kda_gate %f, %dt, %alog {heads = 2 : i64, lower_bound = -5.0 : f64}
+         : (tensor<8xbf16>, tensor<8xf32>, tensor<2xf32>) -> tensor<8xf32>
+  %beta = k3.sigmoid %b : tensor<2xbf16> -> tensor<2xf32>
+  %o = k3.kda_step %q, %k, %vc, %g, %beta, %s
+         : (tensor<8xf32>, tensor<8xf32>, tensor<8xbf16>, tensor<8xf32>, tensor<2xf32>,
+            !k3.kda_state<heads = 2, key_dim = 4, value_dim = 4>) -> tensor<8xbf16>
+  %y = k3.gated_rms_norm %o, %gt, %on {head_dim = 4 : i64, eps = 1.0e-05 : f64}
+         : (tensor<8xbf16>, tensor<8xbf16>, tensor<4xbf16>) -> tensor<8xbf16>
+  return %y : tensor<8xbf16>
+}
+
+// -----
+
+// A low-rank output gate (g_b(g_a h)) is recorded in the config; the softplus
+// gate (no lower_bound) carries over.
+// CHECK-LABEL: func.func @kda_low_rank
+// CHECK: k3.kda_decode
+// CHECK-SAME: config = #k3.kda<heads = 2, head_dim = 4, conv = 4>
+func.func @kda_low_rank(%h: tensor<8xbf16>, %ga: tensor<4x8xbf16>, %gb: tensor<8x4xbf16>,
+                        %uq: tensor<8xbf16>, %f: tensor<8xbf16>, %b: tensor<2xbf16>, %cw: tensor<8x1x4xbf16>,
+                        %cs: !k3.conv_state<channels = 24, window = 3>,
+                        %s: !k3.kda_state<heads = 2, key_dim = 4, value_dim = 4>,
+                        %dt: tensor<8xf32>, %alog: tensor<2xf32>, %on: tensor<4xbf16>) -> tensor<8xbf16> {
+  %qc = k3.conv_step %uq, %cw, %cs {offset = 0 : i64}
+          : (tensor<8xbf16>, tensor<8x1x4xbf16>, !k3.conv_state<channels = 24, window = 3>) -> tensor<8xbf16>
+  %kc = k3.conv_step %uq, %cw, %cs {offset = 8 : i64}
+          : (tensor<8xbf16>, tensor<8x1x4xbf16>, !k3.conv_state<channels = 24, window = 3>) -> tensor<8xbf16>
+  %vc = k3.conv_step %uq, %cw, %cs {offset = 16 : i64}
+          : (tensor<8xbf16>, tensor<8x1x4xbf16>, !k3.conv_state<channels = 24, window = 3>) -> tensor<8xbf16>
+  %q = k3.l2norm %qc {head_dim = 4 : i64, eps = 1.0e-06 : f64, scale = 0.5 : f64} : tensor<8xbf16> -> tensor<8xf32>
+  %k = k3.l2norm %kc {head_dim = 4 : i64, eps = 1.0e-06 : f64, scale = 1.0 : f64} : tensor<8xbf16> -> tensor<8xf32>
+  %g = k3.kda_gate %f, %dt, %alog {heads = 2 : i64} : (tensor<8xbf16>, tensor<8xf32>, tensor<2xf32>) -> tensor<8xf32>
+  %beta = k3.sigmoid %b : tensor<2xbf16> -> tensor<2xf32>
+  %o = k3.kda_step %q, %k, %vc, %g, %beta, %s
+         : (tensor<8xf32>, tensor<8xf32>, tensor<8xbf16>, tensor<8xf32>, tensor<2xf32>,
+            !k3.kda_state<heads = 2, key_dim = 4, value_dim = 4>) -> tensor<8xbf16>
+  %gta = k3.linear %h, %ga : (tensor<8xbf16>, tensor<4x8xbf16>) -> tensor<4xbf16>
+  %gt = k3.linear %gta, %gb : (tensor<4xbf16>, tensor<8x4xbf16>) -> tensor<8xbf16>
+  %y = k3.gated_rms_norm %o, %gt, %on {head_dim = 4 : i64, eps = 1.0e-05 : f64}
+         : (tensor<8xbf16>, tensor<8xbf16>, tensor<4xbf16>) -> tensor<8xbf16>
+  return %y : tensor<8xbf16>
+}
+
+// -----
+
+// Not fused: the q/k conv offsets are swapped (k would be read from q's
+// channels of the conv state).
+// CHECK-LABEL: func.func @swapped_offsets
+// CHECK-NOT: k3.kda_decode
+// CHECK: k3.conv_step
+// CHECK: k3.kda_step
+// CHECK: k3.gated_rms_norm
+func.func @swapped_offsets(%uq: tensor<8xbf16>, %f: tensor<8xbf16>, %b: tensor<2xbf16>, %gt: tensor<8xbf16>,
+                           %cw: tensor<8x1x4xbf16>, %cs: !k3.conv_state<channels = 24, window = 3>,
+                           %s: !k3.kda_state<heads = 2, key_dim = 4, value_dim = 4>,
+                           %dt: tensor<8xf32>, %alog: tensor<2xf32>, %on: tensor<4xbf16>) -> tensor<8xbf16> {
+  %qc = k3.conv_step %uq, %cw, %cs {offset = 8 : i64}
+          : (tensor<8xbf16>, tensor<8x1x4xbf16>, !k3.conv_state<channels = 24, window = 3>) -> tensor<8xbf16>
+  %kc = k3.conv_step %uq, %cw, %cs {offset = 0 : i64}
+          : (tensor<8xbf16>, tensor<8x1x4xbf16>, !k3.conv_state<channels = 24, window = 3>) -> tensor<8xbf16>
+  %vc = k3.conv_step %uq, %cw, %cs {offset = 16 : i64}
+          : (tensor<8xbf16>, tensor<8x1x4xbf16>, !k3.conv_state<channels = 24, window = 3>) -> tensor<8xbf16>
+  %q = k3.l2norm %qc {head_dim = 4 : i64, eps = 1.0e-06 : f64, scale = 0.5 : f64} : tensor<8xbf16> -> tensor<8xf32>
+  %k = k3.l2norm %kc {head_dim = 4 : i64, eps = 1.0e-06 : f64, scale = 1.0 : f64} : tensor<8xbf16> -> tensor<8xf32>
+  %g = k3.kda_gate %f, %dt, %alog {heads = 2 : i64} : (tensor<8xbf16>, tensor<8xf32>, tensor<2xf32>) -> tensor<8xf32>
+  %beta = k3.sigmoid %b : tensor<2xbf16> -> tensor<2xf32>
+  %o = k3.kda_step %q, %k, %vc, %g, %beta, %s
+         : (tensor<8xf32>, tensor<8xf32>, tensor<8xbf16>, tensor<8xf32>, tensor<2xf32>,
+            !k3.kda_state<heads = 2, key_dim = 4, value_dim = 4>) -> tensor<8xbf16>
+  %y = k3.gated_rms_norm %o, %gt, %on {head_dim = 4 : i64, eps = 1.0e-05 : f64}
+         : (tensor<8xbf16>, tensor<8xbf16>, tensor<4xbf16>) -> tensor<8xbf16>
+  return %y : tensor<8xbf16>
+}
+
+// -----
+
+// Not fused: the q l2norm scale is not 1/sqrt(head_dim), which the kernel
+// hard-codes.
+// CHECK-LABEL: func.func @wrong_scale
+// CHECK-NOT: k3.kda_decode
+// CHECK: k3.l2norm {{.*}}scale = 2.500000e-01
+func.func @wrong_scale(%uq: tensor<8xbf16>, %f: tensor<8xbf16>, %b: tensor<2xbf16>, %gt: tensor<8xbf16>,
+                       %cw: tensor<8x1x4xbf16>, %cs: !k3.conv_state<channels = 24, window = 3>,
+                       %s: !k3.kda_state<heads = 2, key_dim = 4, value_dim = 4>,
+                       %dt: tensor<8xf32>, %alog: tensor<2xf32>, %on: tensor<4xbf16>) -> tensor<8xbf16> {
+  %qc = k3.conv_step %uq, %cw, %cs {offset = 0 : i64}
+          : (tensor<8xbf16>, tensor<8x1x4xbf16>, !k3.conv_state<channels = 24, window = 3>) -> tensor<8xbf16>
+  %kc = k3.conv_step %uq, %cw, %cs {offset = 8 : i64}
+          : (tensor<8xbf16>, tensor<8x1x4xbf16>, !k3.conv_state<channels = 24, window = 3>) -> tensor<8xbf16>
+  %vc = k3.conv_step %uq, %cw, %cs {offset = 16 : i64}
+          : (tensor<8xbf16>, tensor<8x1x4xbf16>, !k3.conv_state<channels = 24, window = 3>) -> tensor<8xbf16>
+  %q = k3.l2norm %qc {head_dim = 4 : i64, eps = 1.0e-06 : f64, scale = 0.25 : f64} : tensor<8xbf16> -> tensor<8xf32>
+  %k = k3.l2norm %kc {head_dim = 4 : i64, eps = 1.0e-06 : f64, scale = 1.0 : f64} : tensor<8xbf16> -> tensor<8xf32>
+  %g = k3.kda_gate %f, %dt, %alog {heads = 2 : i64} : (tensor<8xbf16>, tensor<8xf32>, tensor<2xf32>) -> tensor<8xf32>
+  %beta = k3.sigmoid %b : tensor<2xbf16> -> tensor<2xf32>
+  %o = k3.kda_step %q, %k, %vc, %g, %beta, %s
+         : (tensor<8xf32>, tensor<8xf32>, tensor<8xbf16>, tensor<8xf32>, tensor<2xf32>,
+            !k3.kda_state<heads = 2, key_dim = 4, value_dim = 4>) -> tensor<8xbf16>
+  %y = k3.gated_rms_norm %o, %gt, %on {head_dim = 4 : i64, eps = 1.0e-05 : f64}
+         : (tensor<8xbf16>, tensor<8xbf16>, tensor<4xbf16>) -> tensor<8xbf16>
+  return %y : tensor<8xbf16>
+}
+
+// -----
+
+// Not fused: the recurrence output o is also returned, so it must stay.
+// CHECK-LABEL: func.func @o_escapes
+// CHECK-NOT: k3.kda_decode
+// CHECK: %[[O:.*]] = k3.kda_step
+// CHECK: k3.gated_rms_norm %[[O]]
+func.func @o_escapes(%uq: tensor<8xbf16>, %f: tensor<8xbf16>, %b: tensor<2xbf16>, %gt: tensor<8xbf16>,
+                     %cw: tensor<8x1x4xbf16>, %cs: !k3.conv_state<channels = 24, window = 3>,
+                     %s: !k3.kda_state<heads = 2, key_dim = 4, value_dim = 4>,
+                     %dt: tensor<8xf32>, %alog: tensor<2xf32>, %on: tensor<4xbf16>) -> (tensor<8xbf16>, tensor<8xbf16>) {
+  %qc = k3.conv_step %uq, %cw, %cs {offset = 0 : i64}
+          : (tensor<8xbf16>, tensor<8x1x4xbf16>, !k3.conv_state<channels = 24, window = 3>) -> tensor<8xbf16>
+  %kc = k3.conv_step %uq, %cw, %cs {offset = 8 : i64}
+          : (tensor<8xbf16>, tensor<8x1x4xbf16>, !k3.conv_state<channels = 24, window = 3>) -> tensor<8xbf16>
+  %vc = k3.conv_step %uq, %cw, %cs {offset = 16 : i64}
+          : (tensor<8xbf16>, tensor<8x1x4xbf16>, !k3.conv_state<channels = 24, window = 3>) -> tensor<8xbf16>
+  %q = k3.l2norm %qc {head_dim = 4 : i64, eps = 1.0e-06 : f64, scale = 0.5 : f64} : tensor<8xbf16> -> tensor<8xf32>
+  %k = k3.l2norm %kc {head_dim = 4 : i64, eps = 1.0e-06 : f64, scale = 1.0 : f64} : tensor<8xbf16> -> tensor<8xf32>
+  %g = k3.kda_gate %f, %dt, %alog {heads = 2 : i64} : (tensor<8xbf16>, tensor<8xf32>, tensor<2xf32>) -> tensor<8xf32>
+  %beta = k3.sigmoid %b : tensor<2xbf16> -> tensor<2xf32>
+  %o = k3.kda_step %q, %k, %vc, %g, %beta, %s
+         : (tensor<8xf32>, tensor<8xf32>, tensor<8xbf16>, tensor<8xf32>, tensor<2xf32>,
+            !k3.kda_state<heads = 2, key_dim = 4, value_dim = 4>) -> tensor<8xbf16>
+  %y = k3.gated_rms_norm %o, %gt, %on {head_dim = 4 : i64, eps = 1.0e-05 : f64}
+         : (tensor<8xbf16>, tensor<8xbf16>, tensor<4xbf16>) -> tensor<8xbf16>
+  return %y, %o : tensor<8xbf16>, tensor<8xbf16>
+}
