@@ -131,6 +131,15 @@ private:
         b_.getDenseI64ArrayAttr({blockX, 1, 1}), b_.getI64IntegerAttr(0),
         b_.getStringAttr(op->getName().getStringRef()));
   }
+  /// A scratch buffer that no k3 value names (intermediates of fused ops).
+  Value scratch(int64_t elems, StringRef dtype, StringRef name) {
+    int64_t size = dtype == "bf16" ? 2 : 4;
+    return k3l::AllocOp::create(b_, loc_, k3l::PtrType::get(b_.getContext()),
+                                b_.getI64IntegerAttr(elems * size),
+                                b_.getStringAttr(dtype),
+                                b_.getI64IntegerAttr(elems),
+                                b_.getStringAttr(name), IntegerAttr());
+  }
   /// Pointer of an optional operand (null when absent).
   Value opt(Value v) { return v ? ptr(v) : Value(); }
 
@@ -460,6 +469,110 @@ LogicalResult Lowering::lower(Operation *op) {
         launch("attn_res_commit", o,
                {{"blocks", ptr(o.getBlocks())}, {"src", ptr(o.getP())}},
                {I("index", o.getIndex()), I("dim", len(o.getP()))}, {}, 1);
+        return success();
+      })
+      .Case<KdaDecodeOp>([&](KdaDecodeOp o) {
+        KdaConfigAttr c = o.getConfig();
+        int64_t H = c.getHeads(), d = c.getHeadDim(), C = c.getChannels(),
+                W = c.getConv();
+        int64_t slice = C * (W - 1) * 4; // bytes of one of q/k/v's conv state
+        Value cs = ptr(o.getConvState());
+        Value out = alloc(o.getResult(), "kda");
+        SmallVector<ScalarArg> sc = {I("numHeads", H), I("headDim", d),
+                                     I("convWidth", W),
+                                     I("hasLowerBound", c.getLowerBound() ? 1 : 0),
+                                     F("normEps", o.getEps().convertToDouble())};
+        if (c.getLowerBound())
+          sc.push_back(F("lowerBound", c.getLowerBound().getValueAsDouble()));
+        launch("kda_decode", o,
+               {{"uq", ptr(o.getUq())},
+                {"uk", ptr(o.getUk())},
+                {"uv", ptr(o.getUv())},
+                {"convQ", ptr(o.getQConv())},
+                {"convK", ptr(o.getKConv())},
+                {"convV", ptr(o.getVConv())},
+                {"convStateQ", cs, 0},
+                {"convStateK", cs, slice},
+                {"convStateV", cs, 2 * slice},
+                {"f", ptr(o.getF())},
+                {"betaLogit", ptr(o.getBetaLogit())},
+                {"dtBias", ptr(o.getDtBias())},
+                {"aLog", ptr(o.getALog())},
+                {"state", ptr(o.getState())},
+                {"gate", ptr(o.getGate())},
+                {"normWeight", ptr(o.getONorm())},
+                {"out", out}},
+               sc, {}, H);
+        return success();
+      })
+      .Case<MlaDecodeOp>([&](MlaDecodeOp o) {
+        // Three launches until one kernel does all: the latent projection,
+        // the cache append, the attend with its output gate.
+        MlaConfigAttr c = o.getConfig();
+        int64_t L = c.getKvLora(), R = c.getRope();
+        int64_t D = len(o.getH());
+        Value kv = scratch(L + R, "bf16", "mla_kv");
+        launch("linear", o,
+               {{"x", ptr(o.getH())}, {"w", ptr(o.getKvAProj())}, {"out", kv}},
+               {I("n", L + R), I("k", D)}, {}, ceilDiv(L + R, 8));
+        launch("mla_cache_append", o,
+               {{"kv", kv},
+                {"normWeight", ptr(o.getKvANorm())},
+                {"cache", ptr(o.getCache())}},
+               {F("eps", o.getEps().convertToDouble()), I("kvLoraRank", L),
+                I("ropeDim", R)},
+               {{"pos", "pos"}}, 1);
+        Value out = alloc(o.getResult(), "mla");
+        launch("mla_attend", o,
+               {{"q", ptr(o.getQ())},
+                {"kvB", ptr(o.getKvBProj())},
+                {"cache", ptr(o.getCache())},
+                {"gate", opt(o.getGate())},
+                {"out", out}},
+               {I("numHeads", c.getHeads()), I("nopeDim", c.getNope()),
+                I("ropeDim", R), I("vDim", c.getVDim()), I("kvLoraRank", L),
+                F("scale", 1.0 / std::sqrt(static_cast<double>(c.getNope() + R)))},
+               {{"length", "length"}}, c.getHeads());
+        return success();
+      })
+      .Case<RoutedExpertsOp>([&](RoutedExpertsOp o) {
+        int64_t K = o.getTopK(), Dm = len(o.getZ());
+        Value ids = scratch(K, "i32", "router_ids");
+        Value wts = scratch(K, "f32", "router_weights");
+        Value mix = o.getNorm() ? scratch(Dm, "bf16", "expert_mix")
+                                : alloc(o.getResult(), "routed_experts");
+        lowerRouterAndExperts(o, o.getX(), o.getGate(), o.getBias(), o.getZ(),
+                              o.getW1(), o.getW3(), o.getW2(), K,
+                              o.getRenormalize(),
+                              o.getScaling().convertToDouble(), ids, wts, mix,
+                              o.getAct(), o.getSituBeta(),
+                              o.getSituLinearBeta());
+        if (o.getNorm()) {
+          Value out = alloc(o.getResult(), "routed_experts");
+          launch("rms_norm", o,
+                 {{"x", mix}, {"w", ptr(o.getNorm())}, {"out", out}},
+                 {I("n", Dm), F("eps", o.getEps()->convertToDouble())}, {}, 1);
+        }
+        return success();
+      })
+      .Case<GatedMlpOp>([&](GatedMlpOp o) {
+        Value out = alloc(o.getResult(), "gated_mlp");
+        int64_t I_ = dimOf(o.getW1(), 0), in = dimOf(o.getW1(), 1),
+                outDim = dimOf(o.getW2(), 0);
+        SmallVector<ScalarArg> sc = {I("inDim", in), I("interDim", I_),
+                                     I("outDim", outDim)};
+        if (o.getNorm())
+          sc.push_back(F("normEps", o.getEps()->convertToDouble()));
+        activationArgs(o.getAct(), o.getSituBeta(), o.getSituLinearBeta(), sc);
+        launch("gated_mlp", o,
+               {{"x", ptr(o.getX())},
+                {"normWeight", opt(o.getNorm())},
+                {"w1", ptr(o.getW1())},
+                {"w3", ptr(o.getW3())},
+                {"w2", ptr(o.getW2())},
+                {"residual", opt(o.getResidual())},
+                {"out", out}},
+               sc, {}, ceilDiv(I_, 8));
         return success();
       })
       .Case<func::ReturnOp>([&](func::ReturnOp o) -> LogicalResult {
