@@ -109,6 +109,9 @@ LogicalResult mlir::k3::emitPlan(ModuleOp module, llvm::StringRef fusion,
           bytes = a.getBytes();
         } else if (auto w = v.getDefiningOp<k3l::WeightOp>()) {
           bytes = weightBytes(w);
+          // The embedding reads one row of its table.
+          if (pl.kernel == "embed")
+            bytes = w.getShape()[1] * 2;
           if (f && f->kind == ::k3::FieldKind::WeightTable && topK > 0)
             bytes = bytes / w.getShape()[0] * topK;
         } else if (auto s = v.getDefiningOp<k3l::StateOp>()) {
@@ -120,6 +123,9 @@ LogicalResult mlir::k3::emitPlan(ModuleOp module, llvm::StringRef fusion,
               row.bytesRead += bytes;
             continue;
           }
+          // A conv-state argument covers one of q/k/v: a third of the slot.
+          if (s.getKind() == "conv_state")
+            bytes /= 3;
           // Recurrent and conv state: read and written in place.
           if (out) {
             row.bytesRead += bytes;
