@@ -601,16 +601,16 @@ LogicalResult KdaDecodeOp::verify() {
   // The one conv state holds q, k and v at channel offsets 0, C and 2C.
   ConvStateType cs = getConvState().getType();
   if (cs.getChannels() != 3 * C || cs.getWindow() != W - 1)
-    return emitOpError() << "expects conv_state with channels = 3*heads*head_dim = "
-                         << 3 * C << " and window = conv-1 = " << W - 1
-                         << " but got channels = " << cs.getChannels()
-                         << ", window = " << cs.getWindow();
+    return emitOpError()
+           << "expects conv_state with channels = 3*heads*head_dim = " << 3 * C
+           << " and window = conv-1 = " << W - 1
+           << " but got channels = " << cs.getChannels()
+           << ", window = " << cs.getWindow();
   KdaStateType st = getState().getType();
   if (st.getHeads() != H || st.getKeyDim() != d || st.getValueDim() != d)
     return emitOpError() << "expects state of " << H << " heads x " << d
-                         << " x " << d << " but got " << st.getHeads()
-                         << " x " << st.getKeyDim() << " x "
-                         << st.getValueDim();
+                         << " x " << d << " but got " << st.getHeads() << " x "
+                         << st.getKeyDim() << " x " << st.getValueDim();
   return expectPositive(op, "eps", getEps().convertToDouble());
 }
 
@@ -624,7 +624,8 @@ LogicalResult MlaDecodeOp::verify() {
   if (failed(expectShape(op, "q", getQ(), {c.getQWidth()})) ||
       failed(expectShape(op, "kv_a_proj", getKvAProj(), {L + R, D})) ||
       failed(expectShape(op, "kv_a_norm", getKvANorm(), {L})) ||
-      failed(expectShape(op, "kv_b_proj", getKvBProj(), {c.getKvBWidth(), L})) ||
+      failed(
+          expectShape(op, "kv_b_proj", getKvBProj(), {c.getKvBWidth(), L})) ||
       failed(expectShape(op, "result", getResult().getType(), {c.getOWidth()})))
     return failure();
   // The config describes this op: a fusion that found no gate clears
@@ -633,8 +634,7 @@ LogicalResult MlaDecodeOp::verify() {
     return emitOpError() << "expects " << (c.getOutputGate() ? "a" : "no")
                          << " gate operand because config has output_gate = "
                          << (c.getOutputGate() ? "true" : "false");
-  if (getGate() &&
-      failed(expectShape(op, "gate", getGate(), {c.getOWidth()})))
+  if (getGate() && failed(expectShape(op, "gate", getGate(), {c.getOWidth()})))
     return failure();
   if (getCache().getType().getWidth() != L + R)
     return emitOpError() << "expects cache width kv_lora + rope = " << L + R
@@ -644,16 +644,17 @@ LogicalResult MlaDecodeOp::verify() {
 
 LogicalResult RoutedExpertsOp::verify() {
   FailureOr<int64_t> dOr = vectorLength(*this, "x", getX());
-  FailureOr<int64_t> dmOr = failed(dOr) ? dOr : vectorLength(*this, "z", getZ());
-  if (failed(dmOr) ||
-      failed(verifyActivation(*this, getAct(), getSituBeta(),
-                              getSituLinearBeta())))
+  FailureOr<int64_t> dmOr =
+      failed(dOr) ? dOr : vectorLength(*this, "z", getZ());
+  if (failed(dmOr) || failed(verifyActivation(*this, getAct(), getSituBeta(),
+                                              getSituLinearBeta())))
     return failure();
   int64_t D = *dOr, Dm = *dmOr;
   SmallVector<int64_t> g = shapeOf(getGate().getType());
   if (g.size() != 2)
-    return emitOpError() << "expects gate of rank 2 [experts, hidden] but got rank "
-                         << g.size();
+    return emitOpError()
+           << "expects gate of rank 2 [experts, hidden] but got rank "
+           << g.size();
   int64_t E = g[0], K = getTopK();
   if (K <= 0 || K > E)
     return emitOpError() << "expects top_k in [1, " << E << "] but got " << K;
@@ -670,9 +671,8 @@ LogicalResult RoutedExpertsOp::verify() {
       failed(expectShape(op, "result", getResult().getType(), {Dm})) ||
       failed(expectPositive(op, "scaling", getScaling().convertToDouble())))
     return failure();
-  if (getNorm() &&
-      (failed(expectShape(op, "norm", getNorm(), {Dm})) ||
-       failed(verifyFusedNormEps(op, "a fused norm", getEps()))))
+  if (getNorm() && (failed(expectShape(op, "norm", getNorm(), {Dm})) ||
+                    failed(verifyFusedNormEps(op, "a fused norm", getEps()))))
     return failure();
   return success();
 }
@@ -693,12 +693,10 @@ LogicalResult GatedMlpOp::verify() {
   if (failed(verifyGatedMlp(op, "", getW1(), getW3(), getW2(), -1, I, K, N)) ||
       failed(expectShape(op, "result", getResult().getType(), {N})))
     return failure();
-  if (getNorm() &&
-      (failed(expectShape(op, "norm", getNorm(), {K})) ||
-       failed(verifyFusedNormEps(op, "a fused norm", getEps()))))
+  if (getNorm() && (failed(expectShape(op, "norm", getNorm(), {K})) ||
+                    failed(verifyFusedNormEps(op, "a fused norm", getEps()))))
     return failure();
-  if (getResidual() &&
-      failed(expectShape(op, "residual", getResidual(), {N})))
+  if (getResidual() && failed(expectShape(op, "residual", getResidual(), {N})))
     return failure();
   return success();
 }

@@ -76,10 +76,10 @@ struct NormIntoAttnRes : OpRewritePattern<RmsNormOp> {
       at = norm;
     }
     rw.setInsertionPoint(at);
-    auto fused = AttnResOp::create(
-        rw, ar.getLoc(), norm.getResult().getType(), ar.getBlocks(),
-        ar.getP(), ar.getNorm(), ar.getProj(), norm.getWeight(),
-        ar.getCountAttr(), ar.getEpsAttr());
+    auto fused =
+        AttnResOp::create(rw, ar.getLoc(), norm.getResult().getType(),
+                          ar.getBlocks(), ar.getP(), ar.getNorm(), ar.getProj(),
+                          norm.getWeight(), ar.getCountAttr(), ar.getEpsAttr());
     rw.replaceOp(norm, fused.getResult());
     rw.eraseOp(ar);
     return success();

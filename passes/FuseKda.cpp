@@ -43,8 +43,7 @@ bool sameConstant(double a, double b) {
 
 /// The op defining `v` if it is an OpT used only once (by the chain), in
 /// `block`; null otherwise.
-template <typename OpT>
-OpT singleUseDef(Value v, Block *block) {
+template <typename OpT> OpT singleUseDef(Value v, Block *block) {
   auto op = v.getDefiningOp<OpT>();
   if (!op || !v.hasOneUse() || op->getBlock() != block)
     return nullptr;
@@ -134,8 +133,8 @@ struct FuseKdaChain : OpRewritePattern<GatedRmsNormOp> {
                                          "state's");
     auto beta = singleUseDef<SigmoidOp>(step.getBeta(), block);
     if (!beta)
-      return rw.notifyMatchFailure(norm,
-                                   "beta is not a single-use k3.sigmoid result");
+      return rw.notifyMatchFailure(
+          norm, "beta is not a single-use k3.sigmoid result");
 
     // The fused op updates both states at the norm; nothing else may touch
     // them between the first conv step and there.

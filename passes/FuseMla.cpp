@@ -93,10 +93,9 @@ struct FuseMlaChain : OpRewritePattern<MlaAttendOp> {
     }
 
     // The config describes the fused op: output_gate = it has the gate.
-    auto config = MlaConfigAttr::get(rw.getContext(), c.getHeads(),
-                                     c.getQLora(), c.getKvLora(), c.getNope(),
-                                     c.getRope(), c.getVDim(),
-                                     static_cast<bool>(gate));
+    auto config = MlaConfigAttr::get(
+        rw.getContext(), c.getHeads(), c.getQLora(), c.getKvLora(), c.getNope(),
+        c.getRope(), c.getVDim(), static_cast<bool>(gate));
     rw.setInsertionPoint(root);
     auto fused = MlaDecodeOp::create(
         rw, attend.getLoc(), root->getResult(0).getType(), kv.getX(),

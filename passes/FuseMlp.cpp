@@ -73,10 +73,10 @@ struct FuseGatedMlp : OpRewritePattern<LinearOp> {
     }
     rw.setInsertionPoint(down);
     auto fused = GatedMlpOp::create(
-        rw, down.getLoc(), down.getResult().getType(), g.getX(),
-        g.getWeight(), u.getWeight(), down.getWeight(), g.getNorm(),
-        down.getResidual(), ActivationAttr::get(rw.getContext(), kind), beta,
-        linearBeta, g.getNorm() ? g.getEpsAttr() : FloatAttr());
+        rw, down.getLoc(), down.getResult().getType(), g.getX(), g.getWeight(),
+        u.getWeight(), down.getWeight(), g.getNorm(), down.getResidual(),
+        ActivationAttr::get(rw.getContext(), kind), beta, linearBeta,
+        g.getNorm() ? g.getEpsAttr() : FloatAttr());
     rw.replaceOp(down, fused.getResult());
     rw.eraseOp(act);
     rw.eraseOp(g);

@@ -49,10 +49,10 @@ struct FoldNormIntoLinears : OpRewritePattern<RmsNormOp> {
     }
     for (LinearOp lin : linears) {
       rw.setInsertionPoint(lin);
-      auto fused = LinearOp::create(rw, lin.getLoc(), lin.getResult().getType(),
-                                    norm.getX(), lin.getWeight(),
-                                    norm.getWeight(), lin.getResidual(),
-                                    norm.getEpsAttr());
+      auto fused =
+          LinearOp::create(rw, lin.getLoc(), lin.getResult().getType(),
+                           norm.getX(), lin.getWeight(), norm.getWeight(),
+                           lin.getResidual(), norm.getEpsAttr());
       rw.replaceOp(lin, fused.getResult());
     }
     rw.eraseOp(norm);

@@ -38,8 +38,7 @@ LinearOp epilogueCandidate(Value v) {
 struct AddIntoLinearEpilogue : OpRewritePattern<AddOp> {
   using OpRewritePattern::OpRewritePattern;
 
-  LogicalResult matchAndRewrite(AddOp add,
-                                PatternRewriter &rw) const override {
+  LogicalResult matchAndRewrite(AddOp add, PatternRewriter &rw) const override {
     LinearOp lhs = epilogueCandidate(add.getLhs());
     LinearOp rhs = epilogueCandidate(add.getRhs());
     if (!lhs && !rhs)
