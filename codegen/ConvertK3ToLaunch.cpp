@@ -46,6 +46,15 @@ struct ScalarArg {
 ScalarArg I(StringRef n, int64_t v) { return {n, static_cast<double>(v), false}; }
 ScalarArg F(StringRef n, double v) { return {n, v, true}; }
 
+/// The router scalars `sc`, plus `forceExpert` when `op` carries the test
+/// mutant attribute `k3.mutant.force_expert` (see k3-inject-mutant).
+SmallVector<ScalarArg> forceExpertArg(Operation *op,
+                                      SmallVector<ScalarArg> sc) {
+  if (auto f = op->getAttrOfType<IntegerAttr>("k3.mutant.force_expert"))
+    sc.push_back(I("forceExpert", f.getInt()));
+  return sc;
+}
+
 int64_t numel(Type t) {
   int64_t n = 1;
   if (auto tt = dyn_cast<RankedTensorType>(t))
@@ -240,8 +249,9 @@ void Lowering::lowerRouterAndExperts(
           {"bias", ptr(bias)},
           {"outIds", ids},
           {"outWeights", weights}},
-         {I("numExperts", E), I("dim", D), I("topK", topK),
-          I("renormalize", renorm ? 1 : 0), F("scaling", scaling)},
+         forceExpertArg(op, {I("numExperts", E), I("dim", D), I("topK", topK),
+                             I("renormalize", renorm ? 1 : 0),
+                             F("scaling", scaling)}),
          {}, 1);
   SmallVector<ScalarArg> sc = {I("topK", topK), I("numExperts", dimOf(w1, 0)),
                                I("dim", dimOf(w1, 2)),
@@ -422,10 +432,11 @@ LogicalResult Lowering::lower(Operation *op) {
                 {"bias", ptr(o.getBias())},
                 {"outIds", ids},
                 {"outWeights", wts}},
-               {I("numExperts", dimOf(o.getGate(), 0)),
-                I("dim", dimOf(o.getGate(), 1)), I("topK", o.getTopK()),
-                I("renormalize", o.getRenormalize() ? 1 : 0),
-                F("scaling", o.getScaling().convertToDouble())},
+               forceExpertArg(
+                   o, {I("numExperts", dimOf(o.getGate(), 0)),
+                       I("dim", dimOf(o.getGate(), 1)), I("topK", o.getTopK()),
+                       I("renormalize", o.getRenormalize() ? 1 : 0),
+                       F("scaling", o.getScaling().convertToDouble())}),
                {}, 1);
         return success();
       })

@@ -33,6 +33,14 @@ llvm::StringRef stringifyFusionStrategy(FusionStrategy s);
 /// The k3 → fused k3 pipeline of a strategy: decompose, fuse, canonicalise.
 void buildK3FusionPipeline(OpPassManager &pm, FusionStrategy strategy);
 
+/// The fusion pipeline of `strategy` with the test mutant `kind` of
+/// k3-inject-mutant inserted: before the pipeline for "attn-res-skip" and
+/// "skip-layer" (coarse IR), after k3-decompose-layers for "router-expert0",
+/// which needs `strategy` none (the fusions do not carry its attribute).
+/// Fails, building nothing, on an unknown kind or a fused router-expert0.
+LogicalResult buildK3MutantPipeline(OpPassManager &pm, FusionStrategy strategy,
+                                    llvm::StringRef kind, int64_t layer);
+
 /// Registers the passes and the pipelines "k3-fusion-none|default|max".
 void registerK3Pipelines();
 

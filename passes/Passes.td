@@ -102,4 +102,33 @@ def K3FuseMlp : Pass<"k3-fuse-mlp", "::mlir::func::FuncOp"> {
   }];
 }
 
+def K3InjectMutant : Pass<"k3-inject-mutant", "::mlir::func::FuncOp"> {
+  let summary = "Make a deliberately wrong decode step (a test mutant)";
+  let description = [{
+    Breaks the graph on purpose, so that tests can show the end-to-end check
+    against the float64 reference notices a wrong model. Never part of a
+    real pipeline. Kinds:
+
+    - `attn-res-skip` (coarse IR): every `k3.attn_res` is replaced by its
+      `p` operand, i.e. the mix only ever sees the partial block.
+    - `skip-layer` (coarse IR): layer `layer` contributes nothing; the
+      residual adds fed by its mixer (`k3.kda` / `k3.mla`) and its FFN
+      (`k3.dense_mlp` / `k3.moe` / `k3.latent_moe`) become their residual
+      operand. Layers are found by the `layers.N.` part of the ops' NameLoc.
+      Fails when the layer is out of range, or when one of its sublayers
+      feeds no residual add (an AttnRes commit layer, where `p = a`).
+    - `router-expert0` (decomposed IR, after `k3-decompose-layers`): every
+      `k3.router` gets `k3.mutant.force_expert = 0 : i64`, which
+      `convert-k3-to-launch` lowers to the router's `forceExpert` scalar:
+      every slot routes to expert 0. The fusion passes do not carry the
+      attribute, so use this kind with fusion strategy `none`.
+  }];
+  let options = [
+    Option<"kind", "kind", "std::string", /*default=*/"\"\"",
+           "attn-res-skip | router-expert0 | skip-layer">,
+    Option<"layer", "layer", "int64_t", /*default=*/"1",
+           "the layer that skip-layer removes">,
+  ];
+}
+
 #endif // K3_PASSES_TD

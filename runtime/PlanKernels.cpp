@@ -278,6 +278,9 @@ Status checkRouter(const RouterParams &p, ExtentChecker &x) {
   if (p.topK < 1 || p.topK > p.numExperts)
     return makeError("router: topK must be in [1, numExperts = ", p.numExperts,
                      "], got ", p.topK);
+  if (p.forceExpert >= p.numExperts)
+    return makeError("router: forceExpert must be < numExperts = ",
+                     p.numExperts, ", got ", p.forceExpert);
   K3_RETURN_IF_ERROR(x.need("h", p.dim));
   K3_RETURN_IF_ERROR(x.need("gate", p.numExperts * p.dim));
   K3_RETURN_IF_ERROR(x.optional("bias", p.numExperts));
@@ -583,7 +586,7 @@ std::vector<KernelInfo> buildTable() {
         {K3_FIELD(P, h), K3_FIELD(P, gate), K3_FIELD(P, bias),
          K3_FIELD(P, numExperts), K3_FIELD(P, dim), K3_FIELD(P, topK),
          K3_FIELD(P, renormalize), K3_FIELD(P, scaling), K3_FIELD(P, outIds),
-         K3_FIELD(P, outWeights)},
+         K3_FIELD(P, outWeights), K3_FIELD(P, forceExpert)},
         K3_HOLDER(P, routerCpu), K3_CHECK(P, checkRouter));
   }
   {

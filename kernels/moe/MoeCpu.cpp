@@ -27,7 +27,14 @@ void routerCpu(const RouterParams &p) {
   }
   std::vector<char> taken(p.numExperts, 0);
   float sum = 0.0f;
-  for (int32_t k = 0; k < p.topK; ++k) {
+  // A test mutant (k3-inject-mutant): every slot takes expert forceExpert
+  // with its unbiased score, renormalised and scaled below as usual.
+  for (int32_t k = 0; p.forceExpert >= 0 && k < p.topK; ++k) {
+    p.outIds[k] = p.forceExpert;
+    p.outWeights[k] = s[p.forceExpert];
+    sum += s[p.forceExpert];
+  }
+  for (int32_t k = 0; p.forceExpert < 0 && k < p.topK; ++k) {
     int64_t best = -1;
     for (int64_t e = 0; e < p.numExperts; ++e) {
       if (taken[e])

@@ -34,6 +34,7 @@ struct RouterParams {
   float scaling = 1.0f;           ///< routed_scaling_factor
   int32_t *outIds = nullptr;      ///< [topK] int32
   float *outWeights = nullptr;    ///< [topK] fp32
+  int32_t forceExpert = -1; ///< >= 0: mutant, every slot routes to this expert
 };
 
 /// `gated_mlp` (dense layer 0, shared experts, one expert):

@@ -62,6 +62,16 @@ static cl::opt<std::string> k3Pipeline(
     cl::desc("Replace the strategy's k3 pipeline by this textual pipeline, "
              "e.g. 'builtin.module(func.func(k3-decompose-layers,k3-fuse-kda))'"),
     cl::init(""), cl::cat(k3cCat));
+static cl::opt<std::string> mutant(
+    "mutant",
+    cl::desc("Test only: compile a deliberately wrong graph (k3-inject-mutant "
+             "kind: attn-res-skip | router-expert0 | skip-layer); "
+             "router-expert0 implies --fusion=none"),
+    cl::init(""));
+static cl::opt<int64_t> mutantLayer("mutant-layer",
+                                    cl::desc("The layer --mutant=skip-layer "
+                                             "removes"),
+                                    cl::init(1));
 static cl::opt<int64_t> maxSeq("max-seq",
                                cl::desc("Planned maximum context (prompt + generated)"),
                                cl::init(4096), cl::cat(k3cCat));
@@ -145,6 +155,15 @@ int main(int argc, char **argv) {
                  << "'; use none, default or max\n";
     return 2;
   }
+  if (mutant == "router-expert0" && strategy != mlir::k3::FusionStrategy::None) {
+    llvm::errs() << "k3c: note: --mutant=router-expert0 uses --fusion=none\n";
+    strategy = mlir::k3::FusionStrategy::None;
+  }
+  if (!mutant.empty() && !k3Pipeline.empty()) {
+    llvm::errs() << "k3c: --mutant and --k3-pipeline do not combine; add "
+                    "k3-inject-mutant to the pipeline string instead\n";
+    return 2;
+  }
   if (maxSeq <= 0) {
     llvm::errs() << "k3c: --max-seq must be positive\n";
     return 2;
@@ -198,6 +217,13 @@ int main(int argc, char **argv) {
   if (!k3Pipeline.empty()) {
     if (failed(parsePassPipeline(k3Pipeline, pm, llvm::errs())))
       return 2;
+  } else if (!mutant.empty()) {
+    if (failed(mlir::k3::buildK3MutantPipeline(pm, strategy, mutant,
+                                               mutantLayer))) {
+      llvm::errs() << "k3c: unknown --mutant '" << mutant
+                   << "'; use attn-res-skip, router-expert0 or skip-layer\n";
+      return 2;
+    }
   } else {
     mlir::k3::buildK3FusionPipeline(pm, strategy);
   }
