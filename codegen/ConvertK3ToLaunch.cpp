@@ -270,6 +270,14 @@ void Lowering::lowerRouterAndExperts(
 
 LogicalResult Lowering::lower(Operation *op) {
   loc_ = op->getLoc();
+  // Tensors and state must come from ops lowered earlier (weights, state
+  // slots, other launches); only the step's token and pos are arguments.
+  for (Value v : op->getOperands())
+    if (!isa<IntegerType, IndexType>(v.getType()) && !ptrs_.count(v))
+      return op->emitOpError()
+             << "uses a value with no lowering (a tensor or state that is "
+                "not a k3.weight, k3.state or an op result): only the token "
+                "and the position may be arguments of the decode step";
   return TypeSwitch<Operation *, LogicalResult>(op)
       .Case<WeightOp>([&](WeightOp o) {
         lowerWeight(o);
@@ -589,6 +597,10 @@ LogicalResult Lowering::lower(Operation *op) {
       .Case<func::ReturnOp>([&](func::ReturnOp o) -> LogicalResult {
         if (o.getNumOperands() != 1)
           return o.emitOpError() << "expects the decode step to return logits";
+        auto t = dyn_cast<RankedTensorType>(o.getOperand(0).getType());
+        if (!t || t.getRank() != 1 || !t.getElementType().isF32())
+          return o.emitOpError()
+                 << "expects the decode step to return fp32 logits [vocab]";
         k3l::LogitsOp::create(b_, loc_, ptr(o.getOperand(0)));
         return success();
       })

@@ -35,14 +35,16 @@ void K3LDialect::initialize() {
 }
 
 LogicalResult AllocOp::verify() {
-  if (getBytes() <= 0)
-    return emitOpError() << "expects a positive size but got " << getBytes();
-  if (getElems() <= 0)
+  // I64Attr accessors are unsigned: read the attributes signed.
+  int64_t bytes = getBytesAttr().getInt(), elems = getElemsAttr().getInt();
+  if (bytes <= 0)
+    return emitOpError() << "expects a positive size but got " << bytes;
+  if (elems <= 0)
     return emitOpError() << "expects a positive element count but got "
-                         << getElems();
-  if (getOffset() && *getOffset() < 0)
+                         << elems;
+  if (getOffsetAttr() && getOffsetAttr().getInt() < 0)
     return emitOpError() << "expects a non-negative offset but got "
-                         << *getOffset();
+                         << getOffsetAttr().getInt();
   return success();
 }
 
@@ -61,17 +63,18 @@ LogicalResult StateOp::verify() {
   if (k != "kda_state" && k != "conv_state" && k != "mla_cache" &&
       k != "attn_res_blocks")
     return emitOpError() << "expects a known state kind but got '" << k << "'";
-  if (getBytes() <= 0)
-    return emitOpError() << "expects a positive size but got " << getBytes();
+  if (getBytesAttr().getInt() <= 0)
+    return emitOpError() << "expects a positive size but got "
+                         << getBytesAttr().getInt();
   return success();
 }
 
 /// Bytes available behind a pointer value, or -1 when unknown (weights).
 static int64_t boundBytes(Value v) {
   if (auto a = v.getDefiningOp<AllocOp>())
-    return a.getBytes();
+    return a.getBytesAttr().getInt();
   if (auto s = v.getDefiningOp<StateOp>())
-    return s.getBytes();
+    return s.getBytesAttr().getInt();
   return -1;
 }
 
@@ -139,8 +142,9 @@ LogicalResult LaunchOp::verify() {
     return emitOpError() << "expects at most 1024 threads per block but got "
                          << threads;
   // Hopper: 227 KiB of shared memory per block at most.
-  if (getSmem() < 0 || getSmem() > 232448)
+  int64_t smem = getSmemAttr().getInt();
+  if (smem < 0 || smem > 232448)
     return emitOpError() << "expects shared memory in [0, 232448] bytes but got "
-                         << getSmem();
+                         << smem;
   return success();
 }

@@ -36,7 +36,7 @@ struct K3PlanBuffersPass : k3::impl::K3PlanBuffersBase<K3PlanBuffersPass> {
     if (alignment <= 0 || (alignment & (alignment - 1))) {
       getOperation().emitError() << "k3-plan-buffers: alignment must be a "
                                     "power of two, got "
-                                 << alignment;
+                                 << static_cast<int64_t>(alignment);
       return signalPassFailure();
     }
     SmallVector<Interval> live;

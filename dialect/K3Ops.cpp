@@ -333,10 +333,11 @@ LogicalResult LatentMoeOp::verify() {
 
 LogicalResult AttnResOp::verify() {
   int64_t D = getBlocks().getType().getHidden();
-  if (getCount() < 0 || getCount() > getBlocks().getType().getMaxBlocks())
+  int64_t count = getCountAttr().getInt(); // I64Attr getters are unsigned
+  if (count < 0 || count > getBlocks().getType().getMaxBlocks())
     return emitOpError() << "expects count in [0, "
                          << getBlocks().getType().getMaxBlocks()
-                         << "] but got " << getCount();
+                         << "] but got " << count;
   if (getOutNorm() && failed(expectShape(*this, "out_norm", getOutNorm(), {D})))
     return failure();
   if (failed(expectShape(*this, "p", getP(), {D})) ||
@@ -351,9 +352,10 @@ LogicalResult AttnResCommitOp::verify() {
   AttnResBlocksType b = getBlocks().getType();
   if (failed(expectShape(*this, "p", getP(), {b.getHidden()})))
     return failure();
-  if (getIndex() < 0 || getIndex() >= b.getMaxBlocks())
+  int64_t index = getIndexAttr().getInt(); // I64Attr getters are unsigned
+  if (index < 0 || index >= b.getMaxBlocks())
     return emitOpError() << "expects index in [0, " << b.getMaxBlocks()
-                         << ") but got " << getIndex();
+                         << ") but got " << index;
   return success();
 }
 
@@ -414,9 +416,10 @@ LogicalResult ConvStepOp::verify() {
   if (cs.getWindow() != w[2] - 1)
     return emitOpError() << "expects conv_state window = W-1 = " << w[2] - 1
                          << " but got " << cs.getWindow();
-  if (getOffset() < 0 || getOffset() + C > cs.getChannels())
-    return emitOpError() << "expects channels [" << getOffset() << ", "
-                         << getOffset() + C << ") inside the conv_state's "
+  int64_t offset = getOffsetAttr().getInt(); // I64Attr getters are unsigned
+  if (offset < 0 || offset + C > cs.getChannels())
+    return emitOpError() << "expects channels [" << offset << ", "
+                         << offset + C << ") inside the conv_state's "
                          << cs.getChannels() << " channels";
   return expectShape(*this, "result", getResult().getType(), {C});
 }

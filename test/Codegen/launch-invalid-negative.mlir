@@ -1,10 +1,5 @@
-// Negative sizes, counts, offsets and shared memory must be refused by the k3l
-// verifiers. Expected to fail for now: the I64Attr accessors (getBytes, getElems, getOffset,
-// getSmem) return uint64_t, so the `< 0` / `<= 0` checks in LaunchDialect.cpp
-// never fire for negative values; bytes = -4 verifies, and smem = -1 is caught
-// only by the upper bound and reported as 18446744073709551615. Remove the
-// expected failure once the verifiers compare signed values (getBytesAttr().getInt()).
-// XFAIL: *
+// Negative sizes, counts, offsets and shared memory are refused by the k3l
+// verifiers (they read the I64 attributes signed).
 // RUN: k3-opt %s -split-input-file -verify-diagnostics
 
 func.func @f() {
