@@ -13,6 +13,7 @@
 #include "mlir/Transforms/Passes.h"
 
 #include "llvm/ADT/STLExtras.h"
+#include "llvm/ADT/StringExtras.h"
 #include "llvm/ADT/SmallVector.h"
 
 #include <optional>
@@ -47,7 +48,7 @@ std::optional<int64_t> layerOf(Location loc) {
     size_t at = s.find("layers.");
     if (at == StringRef::npos)
       return WalkResult::advance();
-    StringRef digits = s.substr(at + 7).take_while(llvm::isDigit);
+    StringRef digits = s.substr(at + 7).take_while([](char c) { return llvm::isDigit(c); });
     int64_t n;
     if (digits.empty() || digits.getAsInteger(10, n))
       return WalkResult::advance();
