@@ -118,28 +118,30 @@ private:
     });
     if (layer < 0 || layer >= numLayers)
       return fn.emitError("k3-inject-mutant: skip-layer layer ")
-             << layer << " is out of range (the function has " << numLayers
+             << static_cast<int64_t>(layer) << " is out of range (the function has " << numLayers
              << " layers with a mixer or FFN named by a 'layers.N.' location)";
 
-    SmallVector<std::pair<AddOp, Value>> adds; // (add, its residual operand)
+    // (add, the sublayer output it adds); the residual operand is read only
+    // when the add is replaced, as it may itself be an earlier replaced add.
+    SmallVector<std::pair<AddOp, Value>> adds;
     for (Operation *sub : sublayers) {
       Value out = sub->getResult(0);
       size_t before = adds.size();
       for (Operation *user : out.getUsers())
         if (auto add = dyn_cast<AddOp>(user))
-          adds.push_back(
-              {add, add.getLhs() == out ? add.getRhs() : add.getLhs()});
+          adds.push_back({add, out});
       if (adds.size() == before)
         return fn.emitError("k3-inject-mutant: skip-layer: the ")
-               << sub->getName() << " of layer " << layer
+               << sub->getName() << " of layer " << static_cast<int64_t>(layer)
                << " feeds no residual add (an AttnRes commit layer, where "
                   "p = a, has no residual around its mixer); pick another "
                   "layer";
     }
     if (adds.empty())
       return fn.emitError("k3-inject-mutant: skip-layer: layer ")
-             << layer << " has no residual adds";
-    for (auto [add, residual] : adds) {
+             << static_cast<int64_t>(layer) << " has no residual adds";
+    for (auto [add, out] : adds) {
+      Value residual = add.getLhs() == out ? add.getRhs() : add.getLhs();
       add.getResult().replaceAllUsesWith(residual);
       add.erase();
     }
