@@ -39,6 +39,15 @@ Expected<Vec> vecOf(const TensorView *t, int64_t n, int64_t layer,
 
 } // namespace
 
+double rms(const Vec &x) {
+  if (x.empty())
+    return 0.0;
+  double s = 0.0;
+  for (double v : x)
+    s += v * v;
+  return std::sqrt(s / static_cast<double>(x.size()));
+}
+
 Expected<std::unique_ptr<RefModel>>
 RefModel::create(const ModelConfig &c, const ModelWeights &w, int64_t maxSeq) {
   std::unique_ptr<RefModel> m(new RefModel());
@@ -295,6 +304,7 @@ void RefModel::reset() {
   choices_.clear();
   outputAlphas_.clear();
   margins_.clear();
+  stats_.clear();
 }
 
 Vec RefModel::step(int64_t token) {
@@ -304,22 +314,33 @@ Vec RefModel::step(int64_t token) {
   const bool useAttnRes = c.hasAttnRes();
   std::vector<std::vector<int64_t>> stepChoices;
   Vec stepMargins;
+  std::vector<LayerStats> stepStats(c.numLayers);
 
   Vec x = embed(embed_, c.vocabSize, c.hiddenSize, token);
   std::vector<Vec> blocks; // B: committed block representations (bf16)
   for (int64_t l = 0; l < c.numLayers; ++l) {
     Layer &L = layers_[l];
+    LayerStats &st = stepStats[l];
     auto mixer = [&](const Vec &in) {
       Vec h = rmsNorm(in, L.inputNorm, eps);
-      return L.isMla ? mla(L.mla, mlaCaches_[l], h)
-                     : kda(L.kda, kdaStates_[l], h);
+      Vec a = L.isMla ? mla(L.mla, mlaCaches_[l], h)
+                      : kda(L.kda, kdaStates_[l], h);
+      st.mixer = rms(a);
+      return a;
     };
     auto ffn = [&](const Vec &in) {
       Vec h = rmsNorm(in, L.postNorm, eps);
-      if (L.isDense)
-        return gatedMlp(L.mlp.gate, L.mlp.up, L.mlp.down, h, act_);
+      if (L.isDense) {
+        Vec f = gatedMlp(L.mlp.gate, L.mlp.up, L.mlp.down, h, act_);
+        st.ffn = rms(f);
+        return f;
+      }
       Routing r;
-      Vec out = moe(L.moe, h, &r);
+      Vec routed, shared;
+      Vec out = moe(L.moe, h, &r, &routed, &shared);
+      st.ffn = rms(out);
+      st.routed = rms(routed);
+      st.shared = rms(shared);
       stepChoices.push_back(r.experts);
       // Gap between the last chosen and the best unchosen ranking score.
       double kth = r.scores[r.experts.back()] + L.moe.bias[r.experts.back()];
@@ -334,7 +355,9 @@ Vec RefModel::step(int64_t token) {
 
     if (!useAttnRes) {
       // Plain pre-norm residual (Kimi-Linear).
+      st.stream = rms(x);
       Vec h = add(x, mixer(x));
+      st.ffnStream = rms(h);
       x = add(h, ffn(h));
       continue;
     }
@@ -343,20 +366,27 @@ Vec RefModel::step(int64_t token) {
     Vec p = x;
     bool hasP = true;
     Vec h = p;
+    Vec alpha;
     if (!blocks.empty()) {
       std::vector<Vec> src = blocks;
       src.push_back(p);
-      h = attnRes(src, L.attnResNorm, L.attnResProj, eps);
+      h = attnRes(src, L.attnResNorm, L.attnResProj, eps, &alpha);
+      for (double v : alpha)
+        st.maxAlpha = std::max(st.maxAlpha, v);
     }
     if (l % c.attnResBlockSize == 0) {
       blocks.push_back(p);
       hasP = false;
     }
+    st.stream = hasP ? rms(p) : 0.0;
     Vec a = mixer(h);
     p = hasP ? add(p, a) : a;
+    st.ffnStream = rms(p);
     std::vector<Vec> src = blocks;
     src.push_back(p);
-    Vec m = attnRes(src, L.mlpResNorm, L.mlpResProj, eps);
+    Vec m = attnRes(src, L.mlpResNorm, L.mlpResProj, eps, &alpha);
+    for (double v : alpha)
+      st.maxAlpha = std::max(st.maxAlpha, v);
     x = add(p, ffn(m));
   }
 
@@ -371,6 +401,7 @@ Vec RefModel::step(int64_t token) {
   Vec logits = lmHead(lmHead_, rmsNorm(last, finalNorm_, eps));
   choices_.push_back(std::move(stepChoices));
   margins_.push_back(std::move(stepMargins));
+  stats_.push_back(std::move(stepStats));
   ++pos_;
   return logits;
 }
@@ -412,6 +443,7 @@ Expected<RefDecode> referenceGreedy(const ModelConfig &config,
   d.expertChoices = (*model)->expertChoices();
   d.outputAlphas = (*model)->outputAlphas();
   d.routingMargins = (*model)->routingMargins();
+  d.layerStats = (*model)->layerStats();
   return d;
 }
 

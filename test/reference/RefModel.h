@@ -21,6 +21,22 @@
 namespace k3 {
 namespace ref {
 
+/// RMS sizes of one layer's activations at one step (0 where absent).
+struct LayerStats {
+  double stream = 0; ///< the stream the mixer output is added to (0: none)
+  double mixer = 0;  ///< mixer output a (after o_proj)
+  double ffnStream = 0; ///< the stream the FFN output is added to
+  double ffn = 0;    ///< FFN output f (dense MLP, or routed + shared)
+  double routed = 0; ///< MoE routed term (after the latent up-projection)
+  double shared = 0; ///< MoE shared-expert term
+  /// AttnRes (K3): largest α of the pre-mixer and pre-FFN AttnRes; 0 when
+  /// the layer has none.
+  double maxAlpha = 0;
+};
+
+/// Root mean square of `x` (0 for an empty vector).
+double rms(const Vec &x);
+
 class RefModel {
 public:
   /// Checks `weights` against `config` and prepares empty state for up to
@@ -55,6 +71,12 @@ public:
   const std::vector<Vec> &routingMargins() const { return margins_; }
   /// AttnRes weights α of the final (output) AttnRes at every step.
   const std::vector<Vec> &outputAlphas() const { return outputAlphas_; }
+  /// Activation sizes at every step: [step][layer]. Shows whether a made
+  /// model is well conditioned (sublayer outputs a modest correction to
+  /// the stream they are added to).
+  const std::vector<std::vector<LayerStats>> &layerStats() const {
+    return stats_;
+  }
 
 private:
   RefModel() = default;
@@ -84,6 +106,7 @@ private:
   std::vector<std::vector<std::vector<int64_t>>> choices_;
   std::vector<Vec> outputAlphas_;
   std::vector<Vec> margins_;
+  std::vector<std::vector<LayerStats>> stats_;
 };
 
 /// A whole reference greedy decode, for end-to-end checks of any decoder.
@@ -94,6 +117,7 @@ struct RefDecode {
   std::vector<std::vector<std::vector<int64_t>>> expertChoices;
   std::vector<Vec> outputAlphas;   ///< final AttnRes α per step (K3 only)
   std::vector<Vec> routingMargins; ///< [step][moe layer], see RefModel
+  std::vector<std::vector<LayerStats>> layerStats; ///< [step][layer]
 };
 
 /// Builds a RefModel for prompt + maxNew positions and decodes greedily.

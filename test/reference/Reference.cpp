@@ -571,7 +571,8 @@ Vec expertMix(const std::vector<Vec> &outputs, const Vec &weights) {
   return bf16Round(acc);
 }
 
-Vec moe(const MoeRef &layer, const Vec &h, Routing *routing) {
+Vec moe(const MoeRef &layer, const Vec &h, Routing *routing, Vec *routedOut,
+        Vec *sharedOut) {
   Routing r = route(layer.router, layer.bias, h, layer.topk, layer.renormalize,
                     layer.scaling);
   Vec z = layer.latent ? linear(layer.routedDown, h) : h;
@@ -588,10 +589,16 @@ Vec moe(const MoeRef &layer, const Vec &h, Routing *routing) {
   }
   if (routing)
     *routing = r;
+  if (routedOut)
+    *routedOut = routed;
+  if (sharedOut)
+    sharedOut->clear();
   if (!layer.hasShared)
     return routed;
   Vec shared = gatedMlp(layer.shared.gate, layer.shared.up, layer.shared.down,
                         h, layer.act);
+  if (sharedOut)
+    *sharedOut = shared;
   return add(routed, shared);
 }
 

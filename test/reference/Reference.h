@@ -306,7 +306,11 @@ struct MoeRef {
 };
 
 /// A whole MoE FFN on h = post_attention_layernorm output (NUMERICS.md MoE).
-Vec moe(const MoeRef &layer, const Vec &h, Routing *routing = nullptr);
+/// `routedOut` / `sharedOut`, when given, receive the two bf16 terms of the
+/// final sum (routed after the latent up-projection; shared empty when the
+/// layer has none), so a caller can see how much each moves the residual.
+Vec moe(const MoeRef &layer, const Vec &h, Routing *routing = nullptr,
+        Vec *routedOut = nullptr, Vec *sharedOut = nullptr);
 
 //===--- AttnRes and head -------------------------------------------------===//
 

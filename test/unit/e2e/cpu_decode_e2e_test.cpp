@@ -169,9 +169,13 @@ void expectRoutingVaries(const E2eResult &r, int64_t topk) {
 // 1.5e-2, mean 9e-3); tiny-linear at step 1 (row 1: 0.36, a routing flip at
 // margin 1.0e-3). Every kernel agrees with the reference to a rounding flip
 // on its own (test/unit/reference), so this is the model's conditioning,
-// not a kernel bug. Robust prefix, measured: tiny 5 rows, max row rel err
-// 1.06e-2 (mean 8.7e-3); tiny-linear 0 rows (margin 1.7e-3 at position 1).
-// The bound is 2e-2, about 2x the measured value.
+// not a kernel bug. With the better-conditioned ModelMaker scales (FFN
+// outputs ~0.1 of the stream, gentle KDA gates, row-scaled lm_head), still
+// not a full-64 pass for tiny: tiny parts at step 11 (robust prefix 0 rows:
+// a margin < 2e-3 in the prompt); tiny-linear holds all 64 tokens (max row
+// rel err 1.95e-2 at row 47, mean 7.2e-3; robust prefix 2 rows, 7.8e-3).
+// Over seeds 1-10 plus these, 15 of 22 pairs hold 64 tokens
+// (e2e_conditioning_report). The bound is 2e-2.
 constexpr double kTinyLogitsTol = 2e-2;
 constexpr double kTinyLinearLogitsTol = 2e-2;
 
