@@ -38,7 +38,7 @@
 // ALIGN64: module attributes {k3l.arena_bytes = 1152 : i64}
 // ALIGN64: k3l.alloc {{{.*}}name = "e", offset = 1024 : i64}
 
-// BADALIGN: error: k3-plan-buffers: alignment must be a power of two, got 3
+// BADALIGN: error: k3-plan-buffers: alignment must be a power of two, got 48
 func.func @decode_step(%tok: i32, %pos: index) {
   %a = k3l.alloc {bytes = 512 : i64, dtype = "bf16", elems = 256 : i64, name = "a"} : !k3l.ptr
   %b = k3l.alloc {bytes = 512 : i64, dtype = "bf16", elems = 256 : i64, name = "b"} : !k3l.ptr

@@ -29,6 +29,7 @@
 // Layer 0 the same way: the embedding goes straight into layer 1.
 // SKIP0-LABEL: func.func @step
 // SKIP0: %[[X:.*]] = k3.embed
+// SKIP0: k3.dense_mlp
 // SKIP0: %[[A1:.*]] = k3.kda
 // SKIP0-NEXT: k3.add %[[X]], %[[A1]]
 
