@@ -43,7 +43,9 @@ struct ScalarArg {
   double value;
   bool isFloat;
 };
-ScalarArg I(StringRef n, int64_t v) { return {n, static_cast<double>(v), false}; }
+ScalarArg I(StringRef n, int64_t v) {
+  return {n, static_cast<double>(v), false};
+}
 ScalarArg F(StringRef n, double v) { return {n, v, true}; }
 
 /// The router scalars `sc`, plus `forceExpert` when `op` carries the test
@@ -102,18 +104,17 @@ private:
     Type e = t.getElementType();
     int64_t size = e.isBF16() ? 2 : 4;
     StringRef dtype = e.isBF16() ? "bf16" : (e.isF32() ? "f32" : "i32");
-    Value p = k3l::AllocOp::create(b_, loc_, k3l::PtrType::get(b_.getContext()),
-                                   b_.getI64IntegerAttr(numel(t) * size),
-                                   b_.getStringAttr(dtype),
-                                   b_.getI64IntegerAttr(numel(t)),
-                                   b_.getStringAttr(name), IntegerAttr());
+    Value p = k3l::AllocOp::create(
+        b_, loc_, k3l::PtrType::get(b_.getContext()),
+        b_.getI64IntegerAttr(numel(t) * size), b_.getStringAttr(dtype),
+        b_.getI64IntegerAttr(numel(t)), b_.getStringAttr(name), IntegerAttr());
     ptrs_[result] = p;
     return p;
   }
   void launch(StringRef kernel, Operation *op, ArrayRef<PtrArg> args,
               ArrayRef<ScalarArg> scalars,
-              ArrayRef<std::pair<StringRef, StringRef>> inputs,
-              int64_t gridX, int64_t blockX = 256) {
+              ArrayRef<std::pair<StringRef, StringRef>> inputs, int64_t gridX,
+              int64_t blockX = 256) {
     SmallVector<Value> vals;
     SmallVector<Attribute> names;
     SmallVector<int64_t> offsets;
@@ -143,11 +144,10 @@ private:
   /// A scratch buffer that no k3 value names (intermediates of fused ops).
   Value scratch(int64_t elems, StringRef dtype, StringRef name) {
     int64_t size = dtype == "bf16" ? 2 : 4;
-    return k3l::AllocOp::create(b_, loc_, k3l::PtrType::get(b_.getContext()),
-                                b_.getI64IntegerAttr(elems * size),
-                                b_.getStringAttr(dtype),
-                                b_.getI64IntegerAttr(elems),
-                                b_.getStringAttr(name), IntegerAttr());
+    return k3l::AllocOp::create(
+        b_, loc_, k3l::PtrType::get(b_.getContext()),
+        b_.getI64IntegerAttr(elems * size), b_.getStringAttr(dtype),
+        b_.getI64IntegerAttr(elems), b_.getStringAttr(name), IntegerAttr());
   }
   /// Pointer of an optional operand (null when absent).
   Value opt(Value v) { return v ? ptr(v) : Value(); }
@@ -158,13 +158,16 @@ private:
   // Ops.
   LogicalResult lower(Operation *op);
   void lowerLinear(LinearOp op, StringRef name = "linear");
-  void lowerRouterAndExperts(Operation *op, Value routerX, Value gate,
-                             Value bias, Value expertX, Value w1, Value w3,
-                             Value w2, int64_t topK, bool renorm,
-                             double scaling, Value ids, Value weights,
-                             Value mixOut, std::optional<Activation> act,
-                             std::optional<APFloat> b1,
-                             std::optional<APFloat> b2);
+  /// The `router` launch of `op` (k3.router or k3.routed_experts): top-k
+  /// ids and mixing weights into `ids` / `weights`.
+  void lowerRouter(Operation *op, Value x, Value gate, Value bias, int64_t topK,
+                   bool renorm, double scaling, Value ids, Value weights);
+  /// The `moe_experts` launch of `op`: the weighted mix of the chosen
+  /// experts' gated MLPs on `x` into `out`.
+  void lowerExperts(Operation *op, Value x, Value ids, Value weights,
+                    int64_t topK, Value w1, Value w3, Value w2, Value out,
+                    std::optional<Activation> act, std::optional<APFloat> b1,
+                    std::optional<APFloat> b2);
 
   func::FuncOp fn_;
   OpBuilder b_;
@@ -237,34 +240,39 @@ void Lowering::lowerLinear(LinearOp op, StringRef name) {
          sc, {}, ceilDiv(n, 8));
 }
 
-void Lowering::lowerRouterAndExperts(
-    Operation *op, Value routerX, Value gate, Value bias, Value expertX,
-    Value w1, Value w3, Value w2, int64_t topK, bool renorm, double scaling,
-    Value ids, Value weights, Value mixOut, std::optional<Activation> act,
-    std::optional<APFloat> b1, std::optional<APFloat> b2) {
-  int64_t E = dimOf(gate, 0), D = dimOf(gate, 1);
+void Lowering::lowerRouter(Operation *op, Value x, Value gate, Value bias,
+                           int64_t topK, bool renorm, double scaling, Value ids,
+                           Value weights) {
   launch("router", op,
-         {{"h", ptr(routerX)},
+         {{"h", ptr(x)},
           {"gate", ptr(gate)},
           {"bias", ptr(bias)},
           {"outIds", ids},
           {"outWeights", weights}},
-         forceExpertArg(op, {I("numExperts", E), I("dim", D), I("topK", topK),
+         forceExpertArg(op, {I("numExperts", dimOf(gate, 0)),
+                             I("dim", dimOf(gate, 1)), I("topK", topK),
                              I("renormalize", renorm ? 1 : 0),
                              F("scaling", scaling)}),
          {}, 1);
+}
+
+void Lowering::lowerExperts(Operation *op, Value x, Value ids, Value weights,
+                            int64_t topK, Value w1, Value w3, Value w2,
+                            Value out, std::optional<Activation> act,
+                            std::optional<APFloat> b1,
+                            std::optional<APFloat> b2) {
   SmallVector<ScalarArg> sc = {I("topK", topK), I("numExperts", dimOf(w1, 0)),
                                I("dim", dimOf(w1, 2)),
                                I("interDim", dimOf(w1, 1))};
   activationArgs(act, b1, b2, sc);
   launch("moe_experts", op,
-         {{"x", ptr(expertX)},
+         {{"x", ptr(x)},
           {"ids", ids},
           {"weights", weights},
           {"w1", ptr(w1)},
           {"w3", ptr(w3)},
           {"w2", ptr(w2)},
-          {"out", mixOut}},
+          {"out", out}},
          sc, {}, topK * ceilDiv(dimOf(w1, 1), 8));
 }
 
@@ -329,8 +337,8 @@ LogicalResult Lowering::lower(Operation *op) {
           activationArgs(Activation::situ, s.getBeta(), s.getLinearBeta(), sc);
         else
           activationArgs(Activation::silu, std::nullopt, std::nullopt, sc);
-        launch("gated_act", o, {{"g", ptr(g)}, {"u", ptr(u)}, {"out", out}},
-               sc, {}, ceilDiv(len(g), 256));
+        launch("gated_act", o, {{"g", ptr(g)}, {"u", ptr(u)}, {"out", out}}, sc,
+               {}, ceilDiv(len(g), 256));
         return success();
       })
       .Case<ConvStepOp>([&](ConvStepOp o) {
@@ -340,7 +348,8 @@ LogicalResult Lowering::lower(Operation *op) {
         launch("kda_conv", o,
                {{"u", ptr(o.getU())},
                 {"weight", ptr(o.getWeight())},
-                {"state", ptr(o.getConvState()), o.getOffset() * (W - 1) * 4},
+                {"state", ptr(o.getConvState()),
+                 static_cast<int64_t>(o.getOffset()) * (W - 1) * 4},
                 {"out", out}},
                {I("channels", C), I("width", W)}, {}, ceilDiv(C, 256));
         return success();
@@ -357,8 +366,9 @@ LogicalResult Lowering::lower(Operation *op) {
       .Case<KdaGateOp>([&](KdaGateOp o) {
         Value out = alloc(o.getResult(), "gate");
         int64_t C = len(o.getF()), H = o.getHeads();
-        SmallVector<ScalarArg> sc = {I("numHeads", H), I("headDim", C / H),
-                                     I("hasLowerBound", o.getLowerBound() ? 1 : 0)};
+        SmallVector<ScalarArg> sc = {
+            I("numHeads", H), I("headDim", C / H),
+            I("hasLowerBound", o.getLowerBound() ? 1 : 0)};
         if (o.getLowerBound())
           sc.push_back(F("lowerBound", o.getLowerBound()->convertToDouble()));
         launch("kda_gate", o,
@@ -432,39 +442,22 @@ LogicalResult Lowering::lower(Operation *op) {
         return success();
       })
       .Case<RouterOp>([&](RouterOp o) {
+        // Allocations in a fixed order (not as call arguments, whose
+        // evaluation order is unspecified): buffer order is plan output.
         Value ids = alloc(o.getIds(), "router_ids");
         Value wts = alloc(o.getWeights(), "router_weights");
-        launch("router", o,
-               {{"h", ptr(o.getX())},
-                {"gate", ptr(o.getGate())},
-                {"bias", ptr(o.getBias())},
-                {"outIds", ids},
-                {"outWeights", wts}},
-               forceExpertArg(
-                   o, {I("numExperts", dimOf(o.getGate(), 0)),
-                       I("dim", dimOf(o.getGate(), 1)), I("topK", o.getTopK()),
-                       I("renormalize", o.getRenormalize() ? 1 : 0),
-                       F("scaling", o.getScaling().convertToDouble())}),
-               {}, 1);
+        lowerRouter(o, o.getX(), o.getGate(), o.getBias(), o.getTopK(),
+                    o.getRenormalize(), o.getScaling().convertToDouble(), ids,
+                    wts);
         return success();
       })
       .Case<ExpertMixOp>([&](ExpertMixOp o) {
         Value out = alloc(o.getResult(), "expert_mix");
-        int64_t K = len(o.getIds());
-        SmallVector<ScalarArg> sc = {I("topK", K),
-                                     I("numExperts", dimOf(o.getW1(), 0)),
-                                     I("dim", dimOf(o.getW1(), 2)),
-                                     I("interDim", dimOf(o.getW1(), 1))};
-        activationArgs(o.getAct(), o.getSituBeta(), o.getSituLinearBeta(), sc);
-        launch("moe_experts", o,
-               {{"x", ptr(o.getX())},
-                {"ids", ptr(o.getIds())},
-                {"weights", ptr(o.getWeights())},
-                {"w1", ptr(o.getW1())},
-                {"w3", ptr(o.getW3())},
-                {"w2", ptr(o.getW2())},
-                {"out", out}},
-               sc, {}, K * ceilDiv(dimOf(o.getW1(), 1), 8));
+        Value ids = ptr(o.getIds());
+        Value wts = ptr(o.getWeights());
+        lowerExperts(o, o.getX(), ids, wts, len(o.getIds()), o.getW1(),
+                     o.getW3(), o.getW2(), out, o.getAct(), o.getSituBeta(),
+                     o.getSituLinearBeta());
         return success();
       })
       .Case<AttnResOp>([&](AttnResOp o) {
@@ -497,10 +490,10 @@ LogicalResult Lowering::lower(Operation *op) {
         int64_t slice = C * (W - 1) * 4; // bytes of one of q/k/v's conv state
         Value cs = ptr(o.getConvState());
         Value out = alloc(o.getResult(), "kda");
-        SmallVector<ScalarArg> sc = {I("numHeads", H), I("headDim", d),
-                                     I("convWidth", W),
-                                     I("hasLowerBound", c.getLowerBound() ? 1 : 0),
-                                     F("normEps", o.getEps().convertToDouble())};
+        SmallVector<ScalarArg> sc = {
+            I("numHeads", H), I("headDim", d), I("convWidth", W),
+            I("hasLowerBound", c.getLowerBound() ? 1 : 0),
+            F("normEps", o.getEps().convertToDouble())};
         if (c.getLowerBound())
           sc.push_back(F("lowerBound", c.getLowerBound().getValueAsDouble()));
         launch("kda_decode", o,
@@ -542,16 +535,17 @@ LogicalResult Lowering::lower(Operation *op) {
                 I("ropeDim", R)},
                {{"pos", "pos"}}, 1);
         Value out = alloc(o.getResult(), "mla");
-        launch("mla_attend", o,
-               {{"q", ptr(o.getQ())},
-                {"kvB", ptr(o.getKvBProj())},
-                {"cache", ptr(o.getCache())},
-                {"gate", opt(o.getGate())},
-                {"out", out}},
-               {I("numHeads", c.getHeads()), I("nopeDim", c.getNope()),
-                I("ropeDim", R), I("vDim", c.getVDim()), I("kvLoraRank", L),
-                F("scale", 1.0 / std::sqrt(static_cast<double>(c.getNope() + R)))},
-               {{"length", "length"}}, c.getHeads());
+        launch(
+            "mla_attend", o,
+            {{"q", ptr(o.getQ())},
+             {"kvB", ptr(o.getKvBProj())},
+             {"cache", ptr(o.getCache())},
+             {"gate", opt(o.getGate())},
+             {"out", out}},
+            {I("numHeads", c.getHeads()), I("nopeDim", c.getNope()),
+             I("ropeDim", R), I("vDim", c.getVDim()), I("kvLoraRank", L),
+             F("scale", 1.0 / std::sqrt(static_cast<double>(c.getNope() + R)))},
+            {{"length", "length"}}, c.getHeads());
         return success();
       })
       .Case<RoutedExpertsOp>([&](RoutedExpertsOp o) {
@@ -560,12 +554,11 @@ LogicalResult Lowering::lower(Operation *op) {
         Value wts = scratch(K, "f32", "router_weights");
         Value mix = o.getNorm() ? scratch(Dm, "bf16", "expert_mix")
                                 : alloc(o.getResult(), "routed_experts");
-        lowerRouterAndExperts(o, o.getX(), o.getGate(), o.getBias(), o.getZ(),
-                              o.getW1(), o.getW3(), o.getW2(), K,
-                              o.getRenormalize(),
-                              o.getScaling().convertToDouble(), ids, wts, mix,
-                              o.getAct(), o.getSituBeta(),
-                              o.getSituLinearBeta());
+        lowerRouter(o, o.getX(), o.getGate(), o.getBias(), K,
+                    o.getRenormalize(), o.getScaling().convertToDouble(), ids,
+                    wts);
+        lowerExperts(o, o.getZ(), ids, wts, K, o.getW1(), o.getW3(), o.getW2(),
+                     mix, o.getAct(), o.getSituBeta(), o.getSituLinearBeta());
         if (o.getNorm()) {
           Value out = alloc(o.getResult(), "routed_experts");
           launch("rms_norm", o,
@@ -629,8 +622,8 @@ LogicalResult Lowering::run() {
     op->erase();
   }
   (void)oldReturn;
-  fn_.setFunctionType(FunctionType::get(
-      fn_.getContext(), fn_.getFunctionType().getInputs(), {}));
+  fn_.setFunctionType(FunctionType::get(fn_.getContext(),
+                                        fn_.getFunctionType().getInputs(), {}));
   return success();
 }
 

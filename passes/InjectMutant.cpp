@@ -13,8 +13,8 @@
 #include "mlir/Transforms/Passes.h"
 
 #include "llvm/ADT/STLExtras.h"
-#include "llvm/ADT/StringExtras.h"
 #include "llvm/ADT/SmallVector.h"
+#include "llvm/ADT/StringExtras.h"
 
 #include <optional>
 #include <string>
@@ -48,7 +48,8 @@ std::optional<int64_t> layerOf(Location loc) {
     size_t at = s.find("layers.");
     if (at == StringRef::npos)
       return WalkResult::advance();
-    StringRef digits = s.substr(at + 7).take_while([](char c) { return llvm::isDigit(c); });
+    StringRef digits =
+        s.substr(at + 7).take_while([](char c) { return llvm::isDigit(c); });
     int64_t n;
     if (digits.empty() || digits.getAsInteger(10, n))
       return WalkResult::advance();
@@ -118,7 +119,8 @@ private:
     });
     if (layer < 0 || layer >= numLayers)
       return fn.emitError("k3-inject-mutant: skip-layer layer ")
-             << static_cast<int64_t>(layer) << " is out of range (the function has " << numLayers
+             << static_cast<int64_t>(layer)
+             << " is out of range (the function has " << numLayers
              << " layers with a mixer or FFN named by a 'layers.N.' location)";
 
     // (add, the sublayer output it adds); the residual operand is read only
@@ -160,8 +162,8 @@ private:
     });
     if (marked == 0)
       return fn.emitError("k3-inject-mutant: router-expert0 found no "
-                          "k3.router; run it after k3-decompose-layers on a "
-                          "model with MoE layers");
+                          "k3.router or k3.routed_experts; run it after "
+                          "k3-decompose-layers on a model with MoE layers");
     return success();
   }
 };
@@ -180,14 +182,12 @@ LogicalResult mlir::k3::buildK3MutantPipeline(OpPassManager &pm,
     buildK3FusionPipeline(pm, strategy);
     return success();
   }
-  if (kind != "router-expert0" || strategy != FusionStrategy::None)
+  if (kind != "router-expert0")
     return failure();
-  // buildK3FusionPipeline(none) with the mutant right after decomposition.
-  OpPassManager &fn = pm.nest<func::FuncOp>();
-  fn.addPass(createK3DecomposeLayers());
-  fn.addPass(createCSEPass());
-  fn.addPass(createK3InjectMutant(options));
-  fn.addPass(createCanonicalizerPass());
-  fn.addPass(createCSEPass());
+  // The routers exist only after decomposition; mark them (k3.router, or
+  // the k3.routed_experts a fusion made of them) once the strategy's
+  // pipeline has run, so every strategy is mutated the same way.
+  buildK3FusionPipeline(pm, strategy);
+  pm.nest<func::FuncOp>().addPass(createK3InjectMutant(options));
   return success();
 }

@@ -35,9 +35,8 @@ void buildK3FusionPipeline(OpPassManager &pm, FusionStrategy strategy);
 
 /// The fusion pipeline of `strategy` with the test mutant `kind` of
 /// k3-inject-mutant inserted: before the pipeline for "attn-res-skip" and
-/// "skip-layer" (coarse IR), after k3-decompose-layers for "router-expert0",
-/// which needs `strategy` none (the fusions do not carry its attribute).
-/// Fails, building nothing, on an unknown kind or a fused router-expert0.
+/// "skip-layer" (coarse IR), after it for "router-expert0" (which marks the
+/// decomposed or fused routers). Fails, building nothing, on an unknown kind.
 LogicalResult buildK3MutantPipeline(OpPassManager &pm, FusionStrategy strategy,
                                     llvm::StringRef kind, int64_t layer);
 

@@ -117,11 +117,11 @@ def K3InjectMutant : Pass<"k3-inject-mutant", "::mlir::func::FuncOp"> {
       operand. Layers are found by the `layers.N.` part of the ops' NameLoc.
       Fails when the layer is out of range, or when one of its sublayers
       feeds no residual add (an AttnRes commit layer, where `p = a`).
-    - `router-expert0` (decomposed IR, after `k3-decompose-layers`): every
-      `k3.router` gets `k3.mutant.force_expert = 0 : i64`, which
-      `convert-k3-to-launch` lowers to the router's `forceExpert` scalar:
-      every slot routes to expert 0. The fusion passes do not carry the
-      attribute, so use this kind with fusion strategy `none`.
+    - `router-expert0` (decomposed or fused IR, after `k3-decompose-layers`
+      and any fusion): every `k3.router` and `k3.routed_experts` gets
+      `k3.mutant.force_expert = 0 : i64`, which `convert-k3-to-launch` lowers
+      to the router's `forceExpert` scalar: every slot routes to expert 0.
+      The fusion passes do not carry the attribute, so run it after them.
   }];
   let options = [
     Option<"kind", "kind", "std::string", /*default=*/"\"\"",

@@ -601,6 +601,15 @@ void CpuDecoder::runFfn(Layer &ly, const uint16_t *m, const uint16_t *residual,
   addCpu(sum);
 }
 
+void CpuDecoder::traceRow(const uint16_t *v) {
+  if (!trace_)
+    return;
+  std::vector<float> row(config_.hiddenSize);
+  for (int64_t i = 0; i < config_.hiddenSize; ++i)
+    row[i] = bf16ToFloat(v[i]);
+  trace_->push_back(std::move(row));
+}
+
 Expected<std::vector<float>> CpuDecoder::step(int64_t token) {
   const ModelConfig &c = config_;
   if (token < 0 || token >= c.vocabSize)
@@ -649,11 +658,13 @@ Expected<std::vector<float>> CpuDecoder::step(int64_t token) {
     }
     // p = a, or R(p + a) through o_proj's residual epilogue.
     const uint16_t *residual = pIsNone ? nullptr : x_.data();
+    traceRow(h);
     if (ly.isMla)
       runMla(ly, h, residual, p_.data());
     else
       runKda(ly, h, residual, p_.data());
 
+    traceRow(p_.data());
     const uint16_t *m = p_.data();
     if (c.hasAttnRes()) {
       ar.numBlocks = numBlocks_;
@@ -664,7 +675,9 @@ Expected<std::vector<float>> CpuDecoder::step(int64_t token) {
       attnResCpu(ar);
       m = m_.data();
     }
+    traceRow(m);
     runFfn(ly, m, p_.data(), x_.data()); // x = R(p + f)
+    traceRow(x_.data());
   }
 
   const uint16_t *fin = x_.data();

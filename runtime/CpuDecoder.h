@@ -58,12 +58,22 @@ public:
   greedy(const std::vector<int64_t> &prompt, int64_t maxNew,
          std::vector<std::vector<float>> *logits = nullptr);
 
+  /// Debugging aid for numerics work: when set, every step appends, per
+  /// layer, the mixer input (h), the stream after the mixer (p), the FFN
+  /// input (m) and the stream after the FFN (x), as fp32
+  /// rows of [hidden]. May be null (the default: no tracing).
+  void setTrace(std::vector<std::vector<float>> *trace) { trace_ = trace; }
+
   /// Positions fed so far.
   int64_t position() const { return pos_; }
   int64_t maxSeq() const { return maxSeq_; }
 
 private:
   CpuDecoder() = default;
+
+  /// Appends bf16 row `v` [hidden] to trace_ when tracing.
+  void traceRow(const uint16_t *v);
+  std::vector<std::vector<float>> *trace_ = nullptr;
 
   /// Everything one layer reads, resolved to raw pointers at create(), and
   /// its per-sequence state.

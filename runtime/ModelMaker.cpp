@@ -3,20 +3,22 @@
 // Every tensor draws from its own splitmix64 stream, seeded from the model
 // seed and the tensor's name, so values do not depend on tensor order, on the
 // standard library (no std:: distributions), or on sharding. Approximately
-// normal values are Irwin-Hall sums of four uniforms.
+// normal values are Irwin-Hall sums of four uniforms. The embedding, router,
+// lm_head and AttnRes projections also carry planted structure (struct
+// Plant) derived from the model seed: a routing code, a bigram, a marker.
 //
 // Scales (input activations have RMS about 1 after each norm), chosen so the
 // made models are well conditioned (see initFor for each choice and why):
 //  - projections: std 1/sqrt(in), so outputs keep RMS about 1;
 //  - mixer o_proj: std 1/sqrt(in); expert w2, routed_expert_up_proj and
-//    shared down_proj: std 0.03/sqrt(in); dense down_proj 0.05/sqrt(in):
+//    shared down_proj: std 0.06/sqrt(in); dense down_proj 0.05/sqrt(in):
 //    FFN outputs are small corrections to the residual stream;
 //  - norm weights 1 ± 0.1, embeddings std 1, conv weights std 0.5;
-//  - router gate std 2/sqrt(D) and a small e_score_correction_bias, so the
-//    top-k set changes from token to token;
+//  - router gate std 2/sqrt(D) plus the planted code boost, and a small
+//    e_score_correction_bias;
 //  - A_log = log(U[1, 16]), dt_bias U[-5, -2], f_b std 0.5/sqrt(in);
-//  - AttnRes projections std 1/sqrt(D) (logits of order 1);
-//  - lm_head rows std 2/sqrt(D) · exp(1.3 N(0, 1)): confident logits.
+//  - AttnRes projections std 0.5/sqrt(D) plus the marker boost;
+//  - lm_head rows std 2/sqrt(D) plus the planted bigram.
 //
 //===----------------------------------------------------------------------===//
 #include "runtime/ModelMaker.h"
@@ -87,27 +89,122 @@ bool endsWith(const std::string &s, const std::string &t) {
          s.compare(s.size() - t.size(), t.size(), t) == 0;
 }
 
+/// Structure planted in a made model so that it is confident the way a
+/// trained one is. Derived from the model seed alone.
+///
+/// Why: with purely random weights the made models are chaotic at bf16
+/// precision. Measured (conditioning_report's per-layer trace, tiny seed
+/// 1234): CpuDecoder and the float64 reference agree bit for bit until one
+/// legitimate rounding flip (one element of an AttnRes output, 6.9e-4
+/// relative); the next KDA layer turns it into 86 differing elements (4e-3),
+/// and within a few tokens a router near-tie (margins below 1e-3 in about 1
+/// decision in 100) or a top-2 logit near-tie resolves the other way. Any
+/// two correct implementations (fp32 kernels in another order, a GPU) part
+/// the same way, so "identical greedy tokens" needs margins by construction:
+///
+/// - Embedding row t: std 1 (its own stream, so lm_head can recompute it),
+///   except that its first `codeDims` (= E) entries are a routing code:
+///   +codeAmp on a random top-k subset of them and -codeAmp on the rest.
+/// - Router row e of each MoE layer: random (std 2/sqrt(D)), plus
+///   routerBoost at code column perm(e), a permutation of the layer's own:
+///   each layer sends each token to its own top-k set, with the k-th and
+///   (k+1)-th scores far apart (sigmoid near 1 vs near 0).
+/// - lm_head row j: random (std 2/sqrt(D)), plus (headPlant / D) times the
+///   embedding of pred(j) outside the code columns, pred a random
+///   permutation: the current token's embedding gives its successor a
+///   clear lead (a planted bigram), while every layer still moves the logits.
+/// - AttnRes models: embedding column `marker` is +markerAmp for every token
+///   (a fixed "massive activation", as trained models grow) and every AttnRes
+///   projection has +attnResBoost there, so the embedding block keeps a
+///   share of each AttnRes mix and its code reaches every router.
+///
+/// With these values (tuned with e2e_conditioning_report) all 42 tiny and
+/// tiny-linear models of seeds 1-20 and the tests' seeds decode 64 tokens
+/// identical to the reference; max row logits error 1.0e-2 (tiny) and
+/// 6.7e-3 (tiny-linear); smallest router margin 4.9e-4 and smallest top-2
+/// logit gap 5.4 met in any of them. Routing still changes from token to
+/// token (400+ distinct expert sets in 500 decisions) and the output AttnRes
+/// still mixes (max α 0.93).
+struct Plant {
+  uint64_t seed = 0;
+  int64_t dim = 0, vocab = 0;
+  int64_t codeDims = 0, codeOnes = 0; ///< 0: no code (no MoE, or E > D/2)
+  float codeAmp = 5.0f;
+  float routerBoost = 16.0f;
+  float headPlant = 250.0f;
+  int64_t marker = -1; ///< -1: no marker (no AttnRes)
+  float markerAmp = 4.0f;
+  float attnResBoost = 0.5f;
+  float attnResStd = 0.5f;    ///< AttnRes projections: std attnResStd/sqrt(D)
+  std::vector<int64_t> pred_; ///< [vocab] a permutation
+
+  explicit Plant(const ModelConfig &c, uint64_t modelSeed) {
+    Rng mix(modelSeed ^ 0x706c616e74ull); // "plant"
+    seed = mix.next();
+    dim = c.hiddenSize;
+    vocab = c.vocabSize;
+    if (c.numExperts > 0 && c.numExperts <= c.hiddenSize / 2 &&
+        c.numExpertsPerToken < c.numExperts) {
+      codeDims = c.numExperts;
+      codeOnes = c.numExpertsPerToken;
+    }
+    if (c.hasAttnRes() && codeDims + 1 < dim)
+      marker = codeDims;
+    // pred: a uniformly random permutation of the vocabulary.
+    pred_.resize(static_cast<size_t>(vocab));
+    for (int64_t i = 0; i < vocab; ++i)
+      pred_[i] = i;
+    for (int64_t i = vocab - 1; i > 0; --i)
+      std::swap(pred_[i], pred_[mix.next() % static_cast<uint64_t>(i + 1)]);
+  }
+
+  int64_t pred(int64_t j) const { return pred_[static_cast<size_t>(j)]; }
+
+  /// Embedding row t (values before bf16 rounding) into `out` [dim].
+  void embedRow(int64_t t, float *out) const {
+    Rng r(seed ^ (static_cast<uint64_t>(t) * 0x9e3779b97f4a7c15ull));
+    for (int64_t d = 0; d < dim; ++d)
+      out[d] = r.normal();
+    if (codeDims == 0)
+      return;
+    // A k-subset of the code columns: partial Fisher-Yates.
+    std::vector<int64_t> idx(static_cast<size_t>(codeDims));
+    for (int64_t i = 0; i < codeDims; ++i)
+      idx[i] = i;
+    for (int64_t i = 0; i < codeOnes; ++i) {
+      int64_t j = i + static_cast<int64_t>(r.next() % (codeDims - i));
+      std::swap(idx[i], idx[j]);
+    }
+    for (int64_t i = 0; i < codeDims; ++i)
+      out[idx[i]] = i < codeOnes ? codeAmp : -codeAmp;
+    if (marker >= 0)
+      out[marker] = markerAmp;
+  }
+};
+
 /// How the values of one tensor are drawn.
 struct Init {
-  enum Kind { Normal, Uniform, NormWeight, ALog, RowScaled } kind = Normal;
+  enum Kind {
+    Normal,
+    Uniform,
+    NormWeight,
+    ALog,
+    PlantedEmbed,
+    PlantedHead,
+    PlantedRouter,
+    PlantedAttnRes
+  } kind = Normal;
   float a = 0, b = 0; ///< Normal: std; Uniform: [a, b)
   int64_t count = 0;  ///< ALog: heads with values (the rest is padding)
-  /// RowScaled: std a · exp(b · n_r) with n_r drawn per row from rowSeed,
-  /// rows of `count` values.
-  uint64_t rowSeed = 0;
 };
 
 /// Chooses the init from the tensor's name and shape (K3.md §10 names).
 ///
-/// The scales make the model well conditioned the way a trained one is, so
-/// that two correct decoders (fp32 kernels, float64 reference) that differ
-/// only by rounding flips keep choosing the same tokens. Measured with
-/// test/unit/e2e/conditioning_report (CpuDecoder vs RefModel, 64 greedy
-/// tokens): the old scales (every sublayer writing 0.2-0.6 RMS into a stream
-/// of 0.1-1.6, a steep KDA gate, Gaussian lm_head) parted at step 7 (tiny)
-/// and step 1 (tiny-linear), and 2 of 22 seed/preset pairs (seeds 1-10
-/// plus the e2e test's) held 64 tokens; these scales hold 15 of 22
-/// (tiny-linear seed 4321 all 64; tiny seed 1234 parts at step 11).
+/// The scales keep activations at realistic sizes (sublayer outputs a
+/// correction to the stream, gentle KDA gates); Plant adds the structure
+/// that makes greedy decoding well conditioned. Scales alone (without
+/// Plant) held 64 identical tokens in 15 of 22 seed/preset pairs; with it,
+/// 32 of 32 (test/unit/e2e/conditioning_report).
 Init initFor(const ModelConfig &c, const TensorSpec &s) {
   const float D = static_cast<float>(c.hiddenSize);
   const std::string &n = s.name;
@@ -140,29 +237,24 @@ Init initFor(const ModelConfig &c, const TensorSpec &s) {
     return init;
   }
   if (endsWith(n, "embed_tokens.weight")) {
-    init.a = 1.0f;
+    init.kind = Init::PlantedEmbed;
     return init;
   }
   if (endsWith(n, "lm_head.weight")) {
-    // Row std 2/sqrt(D) · exp(1.3 n_r), n_r ~ N(0, 1) per row: like
-    // a trained unembedding, some tokens' rows are much longer than
-    // others', so the top-1 logit usually stands clear of the top-2 (mean
-    // gap ~8-15 vs ~0.6 for equal rows) and a rounding-level change of the
-    // hidden state does not flip the greedy token. With equal rows the gap
-    // of the max of V Gaussians is ~0.3 std, whatever the scale, and about
-    // one step in 64 flipped. Decodes mostly use 10-20 distinct tokens in 64.
-    init.kind = Init::RowScaled;
+    init.kind = Init::PlantedHead;
     init.a = 2.0f / std::sqrt(D);
-    init.b = 1.3f;
-    init.count = s.shape.back(); // rowSeed: set by the caller from the seed
+    init.count = s.shape.back();
     return init;
   }
   if (endsWith(n, "block_sparse_moe.gate.weight")) {
-    // Router logits of std ~2: sigmoid scores spread over (0.1, 0.9), so
-    // the top-k set changes from token to token while the k-th and
-    // (k+1)-th scores are usually apart (larger logits saturate the
-    // sigmoid and bunch the top scores together).
+    init.kind = Init::PlantedRouter;
     init.a = 2.0f / std::sqrt(D);
+    init.count = s.shape.back();
+    return init;
+  }
+  if (endsWith(n, "_res_proj.weight")) {
+    init.kind = Init::PlantedAttnRes;
+    init.a = 1.0f / std::sqrt(D); // times plant.attnResStd
     return init;
   }
   if (endsWith(n, "conv1d.weight")) {
@@ -183,13 +275,13 @@ Init initFor(const ModelConfig &c, const TensorSpec &s) {
   } else if (endsWith(n, ".w2.weight") || endsWith(n, ".w2.weight_packed") ||
              endsWith(n, "routed_expert_up_proj.weight") ||
              endsWith(n, "shared_experts.down_proj.weight")) {
-    // Routed and shared expert outputs of RMS ~0.03, about 0.1 of the
-    // stream: a router near-tie resolved the other way swaps one of k
-    // experts (a quarter of the routed term at top-4, and the latent
-    // routed_expert_norm renormalises the mix, so the swap moves it by
-    // ~70%); it must move the stream by a few percent, not dominate it
-    // (at 0.5 it moved it by 20-30% and the decodes parted).
-    k = 0.03f;
+    // Routed and shared expert outputs of RMS ~0.06, about 0.1 of the
+    // stream. Large enough that routing matters to the logits (a router
+    // forced to expert 0 moves them by 6-7%, three times the e2e bound;
+    // at 0.03 only 3%), small enough that the experts do not dominate the
+    // stream (at 0.1 the tiny models' logits error against the reference
+    // grew to 1.25e-2 and their top-2 gaps shrank to 1.4).
+    k = 0.06f;
   } else if (endsWith(n, "mlp.down_proj.weight")) {
     k = 0.05f; // dense layer 0: a correction to the first stream as well
   } else if (endsWith(n, "f_b_proj.weight")) {
@@ -199,36 +291,86 @@ Init initFor(const ModelConfig &c, const TensorSpec &s) {
   return init;
 }
 
-/// Fills `out` with the next `count` values of the tensor's stream;
-/// `offset` is the index of the first one (for A_log padding).
-void draw(Rng &rng, const Init &init, int64_t offset, float *out,
-          int64_t count) {
-  for (int64_t i = 0; i < count; ++i) {
-    switch (init.kind) {
-    case Init::Normal:
-      out[i] = init.a * rng.normal();
-      break;
-    case Init::Uniform:
-      out[i] = rng.uniform(init.a, init.b);
-      break;
-    case Init::NormWeight:
-      out[i] = 1.0f + rng.uniform(-0.1f, 0.1f);
-      break;
-    case Init::RowScaled: {
-      int64_t row = (offset + i) / init.count;
-      // The row's scale comes from its own stream, so chunking and the
-      // order of rows do not matter.
-      Rng r(init.rowSeed ^ (static_cast<uint64_t>(row) * 0x9e3779b97f4a7c15ull));
-      out[i] = init.a * std::exp(init.b * r.normal()) * rng.normal();
-      break;
-    }
-    case Init::ALog:
-      out[i] =
-          offset + i < init.count ? std::log(rng.uniform(1.0f, 16.0f)) : 0.0f;
-      break;
-    }
+/// Draws the values of one tensor, in pieces of any size.
+class Drawer {
+public:
+  Drawer(const Plant &plant, const Init &init, Rng rng, uint64_t tensorSeed)
+      : plant_(plant), init_(init), rng_(rng), tensorSeed_(tensorSeed) {}
+
+  /// Fills `out` with the next `count` values; `offset` is the index of
+  /// the first one.
+  void draw(int64_t offset, float *out, int64_t count) {
+    for (int64_t i = 0; i < count; ++i)
+      out[i] = value(offset + i);
   }
-}
+
+private:
+  float value(int64_t at) {
+    switch (init_.kind) {
+    case Init::Normal:
+      return init_.a * rng_.normal();
+    case Init::Uniform:
+      return rng_.uniform(init_.a, init_.b);
+    case Init::NormWeight:
+      return 1.0f + rng_.uniform(-0.1f, 0.1f);
+    case Init::ALog:
+      return at < init_.count ? std::log(rng_.uniform(1.0f, 16.0f)) : 0.0f;
+    case Init::PlantedEmbed: {
+      int64_t row = at / plant_.dim, col = at % plant_.dim;
+      cacheEmbedRow(row);
+      return rowCache_[col];
+    }
+    case Init::PlantedHead: {
+      int64_t row = at / init_.count, col = at % init_.count;
+      float v = init_.a * rng_.normal();
+      if (col < plant_.codeDims)
+        return v;
+      cacheEmbedRow(plant_.pred(row));
+      return v +
+             plant_.headPlant / static_cast<float>(plant_.dim) * rowCache_[col];
+    }
+    case Init::PlantedAttnRes: {
+      float v = plant_.attnResStd * init_.a * rng_.normal();
+      return at == plant_.marker ? v + plant_.attnResBoost : v;
+    }
+    case Init::PlantedRouter: {
+      int64_t row = at / init_.count, col = at % init_.count;
+      float v = init_.a * rng_.normal();
+      if (plant_.codeDims == 0)
+        return v;
+      if (perm_.empty()) {
+        // This layer's own permutation of the code columns.
+        perm_.resize(static_cast<size_t>(plant_.codeDims));
+        for (int64_t i = 0; i < plant_.codeDims; ++i)
+          perm_[i] = i;
+        Rng r(tensorSeed_ ^ 0x7065726dull); // "perm"
+        for (int64_t i = plant_.codeDims - 1; i > 0; --i)
+          std::swap(perm_[i], perm_[r.next() % static_cast<uint64_t>(i + 1)]);
+      }
+      if (row < plant_.codeDims && col == perm_[row])
+        v += plant_.routerBoost;
+      return v;
+    }
+    }
+    return 0.0f;
+  }
+
+  void cacheEmbedRow(int64_t row) {
+    if (row == cachedRow_)
+      return;
+    rowCache_.resize(static_cast<size_t>(plant_.dim));
+    plant_.embedRow(row, rowCache_.data());
+    cachedRow_ = row;
+  }
+
+  const Plant &plant_;
+  Init init_;
+  Rng rng_;
+  uint64_t tensorSeed_;
+  int64_t cachedRow_ = -1;
+  std::vector<float> rowCache_;
+  std::vector<int64_t> perm_;
+};
 
 /// A shard being filled: its file name and the specs it holds.
 struct Shard {
@@ -240,7 +382,8 @@ struct Shard {
 class Maker {
 public:
   Maker(const ModelConfig &c, uint64_t seed, ProgressFn progress)
-      : config_(c), seed_(seed), progress_(std::move(progress)) {}
+      : config_(c), seed_(seed), plant_(c, seed),
+        progress_(std::move(progress)) {}
 
   Status writeShard(const std::string &path, const Shard &shard) {
     Expected<std::unique_ptr<SafetensorsWriter>> w =
@@ -277,10 +420,9 @@ private:
 
   /// A bf16 or f32 tensor, in chunks so huge embeddings need little memory.
   Status writeDense(SafetensorsWriter &w, const TensorSpec &s) {
-    Rng rng = tensorRng(seed_, s.name);
     Init init = initFor(config_, s);
-    if (init.kind == Init::RowScaled)
-      init.rowSeed = tensorRng(seed_, s.name + "#rows").next();
+    Drawer drawer(plant_, init, tensorRng(seed_, s.name),
+                  tensorRng(seed_, s.name + "#plant").next());
     int64_t numel = 1;
     for (int64_t d : s.shape)
       numel *= d;
@@ -290,7 +432,7 @@ private:
     for (int64_t start = 0; start < numel; start += kChunk) {
       int64_t n = std::min(kChunk, numel - start);
       values.resize(static_cast<size_t>(n));
-      draw(rng, init, start, values.data(), n);
+      drawer.draw(start, values.data(), n);
       if (s.dtype == DType::BF16) {
         bytes.resize(static_cast<size_t>(n) * 2);
         bf16_t *out = reinterpret_cast<bf16_t *>(bytes.data());
@@ -312,10 +454,10 @@ private:
   /// An MXFP4 expert matrix: draw it in float, quantise, write both parts.
   Status writeMxfp4(SafetensorsWriter &w, const TensorSpec &packedSpec) {
     int64_t rows = packedSpec.shape[0], in = packedSpec.shape[1] * 2;
-    Rng rng = tensorRng(seed_, packedSpec.name);
     Init init = initFor(config_, packedSpec);
+    Drawer drawer(plant_, init, tensorRng(seed_, packedSpec.name), 0);
     std::vector<float> values(static_cast<size_t>(rows * in));
-    draw(rng, init, 0, values.data(), rows * in);
+    drawer.draw(0, values.data(), rows * in);
     std::vector<uint8_t> packed, scale;
     quantizeMxfp4(values.data(), rows, in, packed, scale);
     K3_RETURN_IF_ERROR(w.writeNext(packed.data(), packed.size()));
@@ -326,6 +468,7 @@ private:
 
   const ModelConfig &config_;
   uint64_t seed_;
+  Plant plant_;
   ProgressFn progress_;
 };
 

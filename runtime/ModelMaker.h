@@ -3,7 +3,7 @@
 // Writes a model directory (config.json + safetensors, Hugging Face names and
 // layouts) filled with deterministic pseudo-random weights, scaled so that
 // activations keep realistic magnitudes through every layer and routing and
-// logits vary between tokens. Tests, benchmarks and the compiler's
+// logits vary between tokens, with clear margins. Tests, benchmarks and the compiler's
 // end-to-end checks run on these instead of the real multi-hundred-GB
 // checkpoints.
 //
@@ -30,7 +30,10 @@ using ProgressFn = std::function<void(uint64_t bytesDone, uint64_t bytesTotal)>;
 /// a shard of its own) named model-0000i-of-0000n.safetensors, with
 /// model.safetensors.index.json. Routed experts are MXFP4 when
 /// config.expertsMxfp4. The same config and seed give byte-identical files;
-/// each tensor's values depend only on the seed and the tensor's name.
+/// each tensor's values depend only on the seed, the tensor's name and the
+/// config's sizes. The models are confident by construction (a planted
+/// routing code, bigram and AttnRes marker; see ModelMaker.cpp), so greedy
+/// decoding does not sit on near-ties that rounding could flip.
 /// Tensors are generated and written one at a time, so memory stays at about
 /// one tensor (the largest is usually the embedding or lm_head).
 Status makeModel(const ModelConfig &config, uint64_t seed,

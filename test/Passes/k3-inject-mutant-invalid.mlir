@@ -23,3 +23,15 @@ func.func @commit_layer(%x: tensor<8xbf16>, %w1: tensor<32x8xbf16>, %w2: tensor<
          loc("model.layers.1.mlp.dense_mlp")
   return %d1 : tensor<8xbf16>
 }
+
+// -----
+
+// Layer 1 exists, layer 0 has no sublayer at all.
+// expected-error @below {{skip-layer: layer 1 has no residual adds}}
+func.func @no_layer_zero(%x: tensor<8xbf16>, %w1: tensor<32x8xbf16>, %w2: tensor<8x32xbf16>) -> tensor<8xbf16> {
+  %d = k3.dense_mlp %x, %w1, %w1, %w2 {act = #k3<activation silu>}
+         : (tensor<8xbf16>, tensor<32x8xbf16>, tensor<32x8xbf16>, tensor<8x32xbf16>) -> tensor<8xbf16>
+         loc("model.layers.2.mlp.dense_mlp")
+  %y = k3.add %x, %d : tensor<8xbf16>
+  return %y : tensor<8xbf16>
+}

@@ -5,6 +5,7 @@
 // RUN: k3-opt %s -k3-inject-mutant="kind=skip-layer layer=1" | FileCheck %s --check-prefix=SKIP1
 // RUN: k3-opt %s -k3-inject-mutant="kind=skip-layer layer=0" | FileCheck %s --check-prefix=SKIP0
 // RUN: k3-opt %s -k3-decompose-layers -k3-inject-mutant=kind=router-expert0 | FileCheck %s --check-prefix=ROUTER
+// RUN: k3-opt %s -k3-decompose-layers -k3-fuse-moe -k3-inject-mutant=kind=router-expert0 | FileCheck %s --check-prefix=FUSED
 // RUN: k3-opt %s -k3-decompose-layers | FileCheck %s --check-prefix=CLEAN
 
 // The output AttnRes is gone; the final norm reads its p operand.
@@ -36,6 +37,10 @@
 // After decomposition every router is forced to expert 0.
 // ROUTER-LABEL: func.func @step
 // ROUTER: k3.router {{.*}}k3.mutant.force_expert = 0 : i64
+// After the MoE fusion the fused op carries the mark instead.
+// FUSED-LABEL: func.func @step
+// FUSED-NOT: k3.router
+// FUSED: k3.routed_experts {{.*}}k3.mutant.force_expert = 0 : i64
 // CLEAN-LABEL: func.func @step
 // CLEAN: k3.router
 // CLEAN-NOT: k3.mutant.force_expert

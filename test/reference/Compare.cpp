@@ -54,27 +54,11 @@ static std::string tokensAround(const std::vector<int64_t> &v, int64_t from,
   return os.str();
 }
 
-int64_t robustPrefixRows(const std::vector<std::vector<double>> &routingMargins,
-                         const LogitRows &refLogits, int64_t promptLen,
-                         double routeTol, double gapTol) {
-  const int64_t rows = static_cast<int64_t>(refLogits.size());
-  // Row s is produced at position promptLen - 1 + s; a fragile routing at
-  // position q disturbs every row at or after q.
-  int64_t limit = rows;
-  for (int64_t q = 0; q < static_cast<int64_t>(routingMargins.size()); ++q) {
-    bool fragile = false;
-    for (double m : routingMargins[q])
-      fragile |= m < routeTol;
-    if (fragile) {
-      limit = std::min(limit, std::max<int64_t>(0, q - (promptLen - 1)));
-      break;
-    }
-  }
-  for (int64_t s = 0; s < limit; ++s) {
-    const auto &r = refLogits[s];
-    double a = -std::numeric_limits<double>::infinity(), b = a, mx = 0.0;
+double minTop2Gap(const LogitRows &rows) {
+  double gap = std::numeric_limits<double>::infinity();
+  for (const auto &r : rows) {
+    double a = -std::numeric_limits<double>::infinity(), b = a;
     for (double v : r) {
-      mx = std::max(mx, std::fabs(v));
       if (v > a) {
         b = a;
         a = v;
@@ -82,10 +66,9 @@ int64_t robustPrefixRows(const std::vector<std::vector<double>> &routingMargins,
         b = v;
       }
     }
-    if (a - b < gapTol * mx)
-      return s + 1; // this row's token may flip; later rows see other input
+    gap = std::min(gap, a - b);
   }
-  return limit;
+  return gap;
 }
 
 DecodeCompareResult compareDecode(const std::vector<int64_t> &refTokens,
@@ -103,8 +86,6 @@ DecodeCompareResult compareDecode(const std::vector<int64_t> &refTokens,
   }
   int64_t n =
       static_cast<int64_t>(std::min(refTokens.size(), gotTokens.size()));
-  if (options.strictRows >= 0)
-    n = std::min(n, options.strictRows);
   for (int64_t s = 0; s < n; ++s)
     if (refTokens[s] != gotTokens[s]) {
       r.firstTokenMismatch = s;
@@ -128,15 +109,6 @@ DecodeCompareResult compareDecode(const std::vector<int64_t> &refTokens,
       static_cast<int64_t>(std::min(refLogits.size(), gotLogits.size()));
   if (r.firstTokenMismatch >= 0)
     rows = std::min(rows, r.firstTokenMismatch + 1);
-  if (options.strictRows >= 0) {
-    // Rows past the robust prefix: finite, nothing more.
-    for (size_t s = std::min(rows, options.strictRows); s < gotLogits.size();
-         ++s)
-      for (double v : gotLogits[s])
-        if (!std::isfinite(v))
-          ++r.nonFinite;
-    rows = std::min(rows, options.strictRows);
-  }
   double sum = 0.0;
   for (int64_t s = 0; s < rows; ++s) {
     for (double v : gotLogits[s])

@@ -30,11 +30,6 @@ struct DecodeCompareOptions {
   double maxRowRelErr = 2e-2;
   /// Tokens must match exactly (greedy decode of the same model).
   bool requireIdenticalTokens = true;
-  /// Only the first `strictRows` steps are held to the two rules above (−1:
-  /// all). Later rows are only checked to be finite. Set from
-  /// robustPrefixRows() when the model is chaotic enough that any two
-  /// correct implementations part ways after a near-tie.
-  int64_t strictRows = -1;
 };
 
 struct DecodeCompareResult {
@@ -63,16 +58,9 @@ DecodeCompareResult compareDecode(const std::vector<int64_t> &refTokens,
                                   const LogitRows &gotLogits,
                                   const DecodeCompareOptions &options = {});
 
-/// How many leading generated rows of a reference decode are robust: rows
-/// before the first position where the reference itself sits on a near-tie
-/// that fp32 noise may legitimately resolve the other way. `routingMargins`
-/// is [position][moe layer] over every fed position (prompt included);
-/// a position is fragile when a margin is below `routeTol`, and a row when
-/// its top-2 logit gap is below `gapTol` · max|logit| (that row's token may
-/// flip; it is still compared, later ones are not).
-int64_t robustPrefixRows(const std::vector<std::vector<double>> &routingMargins,
-                         const LogitRows &refLogits, int64_t promptLen,
-                         double routeTol, double gapTol);
+/// The smallest top-1 minus top-2 gap over `rows` (how close the decode came
+/// to a greedy near-tie; +inf when there are no rows).
+double minTop2Gap(const LogitRows &rows);
 
 /// max_i |got[i] − ref[i]| / max_i |ref[i]| (∞ on NaN or size mismatch).
 double rowRelErr(const std::vector<double> &ref,

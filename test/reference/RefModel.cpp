@@ -323,8 +323,8 @@ Vec RefModel::step(int64_t token) {
     LayerStats &st = stepStats[l];
     auto mixer = [&](const Vec &in) {
       Vec h = rmsNorm(in, L.inputNorm, eps);
-      Vec a = L.isMla ? mla(L.mla, mlaCaches_[l], h)
-                      : kda(L.kda, kdaStates_[l], h);
+      Vec a =
+          L.isMla ? mla(L.mla, mlaCaches_[l], h) : kda(L.kda, kdaStates_[l], h);
       st.mixer = rms(a);
       return a;
     };
@@ -356,9 +356,17 @@ Vec RefModel::step(int64_t token) {
     if (!useAttnRes) {
       // Plain pre-norm residual (Kimi-Linear).
       st.stream = rms(x);
+      if (trace_)
+        trace_->push_back(x);
       Vec h = add(x, mixer(x));
       st.ffnStream = rms(h);
+      if (trace_) {
+        trace_->push_back(h);
+        trace_->push_back(h);
+      }
       x = add(h, ffn(h));
+      if (trace_)
+        trace_->push_back(x);
       continue;
     }
 
@@ -379,15 +387,23 @@ Vec RefModel::step(int64_t token) {
       hasP = false;
     }
     st.stream = hasP ? rms(p) : 0.0;
+    if (trace_)
+      trace_->push_back(h);
     Vec a = mixer(h);
     p = hasP ? add(p, a) : a;
     st.ffnStream = rms(p);
+    if (trace_)
+      trace_->push_back(p);
     std::vector<Vec> src = blocks;
     src.push_back(p);
     Vec m = attnRes(src, L.mlpResNorm, L.mlpResProj, eps, &alpha);
     for (double v : alpha)
       st.maxAlpha = std::max(st.maxAlpha, v);
+    if (trace_)
+      trace_->push_back(m);
     x = add(p, ffn(m));
+    if (trace_)
+      trace_->push_back(x);
   }
 
   Vec last = x;

@@ -23,12 +23,12 @@ namespace ref {
 
 /// RMS sizes of one layer's activations at one step (0 where absent).
 struct LayerStats {
-  double stream = 0; ///< the stream the mixer output is added to (0: none)
-  double mixer = 0;  ///< mixer output a (after o_proj)
+  double stream = 0;    ///< the stream the mixer output is added to (0: none)
+  double mixer = 0;     ///< mixer output a (after o_proj)
   double ffnStream = 0; ///< the stream the FFN output is added to
-  double ffn = 0;    ///< FFN output f (dense MLP, or routed + shared)
-  double routed = 0; ///< MoE routed term (after the latent up-projection)
-  double shared = 0; ///< MoE shared-expert term
+  double ffn = 0;       ///< FFN output f (dense MLP, or routed + shared)
+  double routed = 0;    ///< MoE routed term (after the latent up-projection)
+  double shared = 0;    ///< MoE shared-expert term
   /// AttnRes (K3): largest α of the pre-mixer and pre-FFN AttnRes; 0 when
   /// the layer has none.
   double maxAlpha = 0;
@@ -60,6 +60,10 @@ public:
   void reset();
 
   int64_t position() const { return pos_; }
+
+  /// When set, every step appends per layer the stream after the mixer (p)
+  /// and after the FFN (x), the same rows CpuDecoder::setTrace records.
+  void setTrace(std::vector<Vec> *trace) { trace_ = trace; }
 
   /// Experts chosen at every step so far: [step][moe layer] -> top-k ids.
   const std::vector<std::vector<std::vector<int64_t>>> &expertChoices() const {
@@ -107,6 +111,7 @@ private:
   std::vector<Vec> outputAlphas_;
   std::vector<Vec> margins_;
   std::vector<std::vector<LayerStats>> stats_;
+  std::vector<Vec> *trace_ = nullptr;
 };
 
 /// A whole reference greedy decode, for end-to-end checks of any decoder.

@@ -15,18 +15,18 @@
 #include "runtime/Presets.h"
 
 #include "mlir/IR/AsmState.h"
-#include "mlir/IR/Verifier.h"
-#include "mlir/Support/FileUtilities.h"
 #include "mlir/IR/MLIRContext.h"
+#include "mlir/IR/Verifier.h"
 #include "mlir/Pass/PassManager.h"
 #include "mlir/Pass/PassRegistry.h"
+#include "mlir/Support/FileUtilities.h"
 #include "mlir/Support/Timing.h"
 #include "llvm/Support/CommandLine.h"
 #include "llvm/Support/FileSystem.h"
+#include "llvm/Support/Format.h"
 #include "llvm/Support/InitLLVM.h"
 #include "llvm/Support/Path.h"
 #include "llvm/Support/ToolOutputFile.h"
-#include "llvm/Support/Format.h"
 #include "llvm/Support/raw_ostream.h"
 
 #include <cstdio>
@@ -42,47 +42,53 @@ static cl::opt<std::string>
     inputPath(cl::Positional,
               cl::desc("<model directory | config.json | preset:NAME>"),
               cl::cat(k3cCat));
-static cl::opt<std::string> outputPath("o", cl::desc("Output file ('-' = stdout)"),
+static cl::opt<std::string> outputPath("o",
+                                       cl::desc("Output file ('-' = stdout)"),
                                        cl::value_desc("path"), cl::init("-"),
                                        cl::cat(k3cCat));
 enum class Emit { Mlir, Fused, Launch, Plan, Exe };
 static cl::opt<Emit> emit(
     "emit", cl::desc("What to write"), cl::init(Emit::Plan),
-    cl::values(clEnumValN(Emit::Mlir, "mlir", "the imported k3 IR"),
-               clEnumValN(Emit::Fused, "fused", "k3 IR after the fusion pipeline"),
-               clEnumValN(Emit::Launch, "launch", "k3l launch IR, buffers planned"),
-               clEnumValN(Emit::Plan, "plan", "the plan file (docs/PLAN.md)"),
-               clEnumValN(Emit::Exe, "exe", "an executable: the runtime with the plan embedded")),
+    cl::values(
+        clEnumValN(Emit::Mlir, "mlir", "the imported k3 IR"),
+        clEnumValN(Emit::Fused, "fused", "k3 IR after the fusion pipeline"),
+        clEnumValN(Emit::Launch, "launch", "k3l launch IR, buffers planned"),
+        clEnumValN(Emit::Plan, "plan", "the plan file (docs/PLAN.md)"),
+        clEnumValN(Emit::Exe, "exe",
+                   "an executable: the runtime with the plan embedded")),
     cl::cat(k3cCat));
 static cl::opt<std::string>
     fusion("fusion", cl::desc("Fusion strategy: none | default | max"),
            cl::init("default"), cl::cat(k3cCat));
 static cl::opt<std::string> k3Pipeline(
     "k3-pipeline",
-    cl::desc("Replace the strategy's k3 pipeline by this textual pipeline, "
-             "e.g. 'builtin.module(func.func(k3-decompose-layers,k3-fuse-kda))'"),
+    cl::desc(
+        "Replace the strategy's k3 pipeline by this textual pipeline, "
+        "e.g. 'builtin.module(func.func(k3-decompose-layers,k3-fuse-kda))'"),
     cl::init(""), cl::cat(k3cCat));
 static cl::opt<std::string> mutant(
     "mutant",
     cl::desc("Test only: compile a deliberately wrong graph (k3-inject-mutant "
-             "kind: attn-res-skip | router-expert0 | skip-layer); "
-             "router-expert0 implies --fusion=none"),
+             "kind: attn-res-skip | router-expert0 | skip-layer), with "
+             "any --fusion"),
     cl::init(""));
 static cl::opt<int64_t> mutantLayer("mutant-layer",
                                     cl::desc("The layer --mutant=skip-layer "
                                              "removes"),
                                     cl::init(1));
-static cl::opt<int64_t> maxSeq("max-seq",
-                               cl::desc("Planned maximum context (prompt + generated)"),
-                               cl::init(4096), cl::cat(k3cCat));
-static cl::opt<bool> report("report",
-                            cl::desc("Print the kernel report (bytes per token, "
-                                     "bandwidth floor) to stderr"),
-                            cl::init(false), cl::cat(k3cCat));
-static cl::opt<double> bandwidth(
-    "report-bandwidth",
-    cl::desc("Device bandwidth in GB/s for the report's floor (H200 measured ~4300)"),
-    cl::init(4300.0), cl::cat(k3cCat));
+static cl::opt<int64_t>
+    maxSeq("max-seq", cl::desc("Planned maximum context (prompt + generated)"),
+           cl::init(4096), cl::cat(k3cCat));
+static cl::opt<bool>
+    report("report",
+           cl::desc("Print the kernel report (bytes per token, "
+                    "bandwidth floor) to stderr"),
+           cl::init(false), cl::cat(k3cCat));
+static cl::opt<double>
+    bandwidth("report-bandwidth",
+              cl::desc("Device bandwidth in GB/s for the report's floor (H200 "
+                       "measured ~4300)"),
+              cl::init(4300.0), cl::cat(k3cCat));
 
 /// Reads the config: a directory's config.json, a file, or preset:NAME.
 static ::k3::Expected<::k3::ModelConfig> loadConfig(const std::string &in) {
@@ -141,9 +147,11 @@ int main(int argc, char **argv) {
   cl::ParseCommandLineOptions(
       argc, argv,
       "k3c: compile a Kimi K3 / Kimi-Linear model variant to a decode plan\n\n"
-      "  k3c MODEL_DIR|config.json|preset:NAME -o OUT [--emit=mlir|fused|launch|plan|exe]\n"
+      "  k3c MODEL_DIR|config.json|preset:NAME -o OUT "
+      "[--emit=mlir|fused|launch|plan|exe]\n"
       "      [--fusion=none|default|max] [--max-seq N] [--report]\n\n"
-      "  The executable (--emit=exe) runs as: ./OUT --weights DIR --prompt-ids 1,2,3 --max-new N\n");
+      "  The executable (--emit=exe) runs as: ./OUT --weights DIR --prompt-ids "
+      "1,2,3 --max-new N\n");
   if (inputPath.empty()) {
     llvm::errs() << "k3c: no input; give a model directory, a config.json or "
                     "preset:NAME (see --help)\n";
@@ -154,10 +162,6 @@ int main(int argc, char **argv) {
     llvm::errs() << "k3c: unknown --fusion '" << fusion
                  << "'; use none, default or max\n";
     return 2;
-  }
-  if (mutant == "router-expert0" && strategy != mlir::k3::FusionStrategy::None) {
-    llvm::errs() << "k3c: note: --mutant=router-expert0 uses --fusion=none\n";
-    strategy = mlir::k3::FusionStrategy::None;
   }
   if (!mutant.empty() && !k3Pipeline.empty()) {
     llvm::errs() << "k3c: --mutant and --k3-pipeline do not combine; add "
@@ -187,7 +191,8 @@ int main(int argc, char **argv) {
 
   OwningOpRef<ModuleOp> module = mlir::k3::importModel(ctx, *config, maxSeq);
   if (failed(verify(*module))) {
-    llvm::errs() << "k3c: internal error: the imported module does not verify\n";
+    llvm::errs()
+        << "k3c: internal error: the imported module does not verify\n";
     return 1;
   }
 
@@ -238,8 +243,8 @@ int main(int argc, char **argv) {
 
   std::string plan;
   std::vector<mlir::k3::LaunchReport> rows;
-  if (failed(mlir::k3::emitPlan(*module, mlir::k3::stringifyFusionStrategy(strategy), plan,
-                          &rows)))
+  if (failed(mlir::k3::emitPlan(
+          *module, mlir::k3::stringifyFusionStrategy(strategy), plan, &rows)))
     return 1;
   if (report)
     printReport(rows, llvm::errs());

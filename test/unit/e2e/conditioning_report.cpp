@@ -46,7 +46,8 @@ int main(int argc, char **argv) {
                 "[NEW_TOKENS [-v]]]");
   const std::string name = argv[1];
   const uint64_t seed = std::strtoull(argv[2], nullptr, 10);
-  const uint64_t promptSeed = argc > 3 ? std::strtoull(argv[3], nullptr, 10) : 0;
+  const uint64_t promptSeed =
+      argc > 3 ? std::strtoull(argv[3], nullptr, 10) : 0;
   const int64_t maxNew = argc > 4 ? std::strtoll(argv[4], nullptr, 10) : 64;
   const bool verbose = argc > 5 && std::string(argv[5]) == "-v";
 
@@ -106,12 +107,34 @@ int main(int argc, char **argv) {
     if (!rm)
       return fail(rm.message());
     dec->reset();
+    std::vector<ref::Vec> refTrace;
+    std::vector<std::vector<float>> gotTrace;
+    (*rm)->setTrace(&refTrace);
+    dec->setTrace(&gotTrace);
     for (int64_t t : prompt) {
+      refTrace.clear();
+      gotTrace.clear();
       ref::Vec r = (*rm)->step(t);
       auto g = dec->step(t);
       if (!g)
         return fail(g.message());
-      promptErr.push_back(ref::rowRelErr(r, std::vector<double>(g->begin(), g->end())));
+      promptErr.push_back(
+          ref::rowRelErr(r, std::vector<double>(g->begin(), g->end())));
+      if (verbose && refTrace.size() == gotTrace.size()) {
+        // Where the error enters: the stream after each mixer (p) and FFN
+        // (x), layer by layer, and how many elements differ at all.
+        std::printf("  step %zu trace (p/x rel err, #diff):",
+                    promptErr.size() - 1);
+        for (size_t i = 0; i < refTrace.size(); ++i) {
+          std::vector<double> gd(gotTrace[i].begin(), gotTrace[i].end());
+          int64_t nd = 0;
+          for (size_t j = 0; j < gd.size(); ++j)
+            nd += gd[j] != refTrace[i][j];
+          std::printf(" %c%zu %.1e/%lld", "hpmx"[i % 4], i / 4,
+                      ref::rowRelErr(refTrace[i], gd), (long long)nd);
+        }
+        std::printf("\n");
+      }
     }
   }
 
@@ -174,9 +197,8 @@ int main(int argc, char **argv) {
               "(<1e-3: %lld, <1e-2: %lld of %lld)  gap min %.3f mean %.2f  "
               "logit_std %.2f  distinct %zu  route_sets %zu  out_alpha %.3f\n",
               name.c_str(), (unsigned long long)seed,
-              (unsigned long long)promptSeed,
-              (long long)cmp.firstTokenMismatch, cmp.maxRowRelErr,
-              cmp.meanRowRelErr, firstRowErr, minMargin,
+              (unsigned long long)promptSeed, (long long)cmp.firstTokenMismatch,
+              cmp.maxRowRelErr, cmp.meanRowRelErr, firstRowErr, minMargin,
               (long long)marginsBelow1e3, (long long)marginsBelow1e2,
               (long long)margins, minGap, sumGap / refd->logits.size(),
               sumStd / refd->logits.size(), distinct.size(), sets.size(),
@@ -186,6 +208,17 @@ int main(int argc, char **argv) {
     std::printf(" %.1e", e);
   std::printf("\n");
   if (verbose) {
+    // Smallest router margin of each MoE layer over the decode.
+    std::vector<double> layerMin;
+    for (const auto &pos : refd->routingMargins) {
+      layerMin.resize(pos.size(), 1e300);
+      for (size_t i = 0; i < pos.size(); ++i)
+        layerMin[i] = std::min(layerMin[i], pos[i]);
+    }
+    std::printf("  min router margin per MoE layer:");
+    for (double m : layerMin)
+      std::printf(" %.1e", m);
+    std::printf("\n");
     // Per layer, mean over steps.
     const auto &st = refd->layerStats;
     for (int64_t l = 0; l < config->numLayers; ++l) {

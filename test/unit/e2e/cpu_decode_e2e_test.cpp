@@ -81,20 +81,14 @@ void makeAndBind(const std::string &name, uint64_t seed, MadeModel &m) {
 const std::vector<int64_t> kPrompt = {1, 17, 245, 3, 999, 512, 64, 800};
 constexpr int64_t kNewTokens = 64;
 
-/// Near-tie thresholds of robustPrefixRows: a routing margin below 2e-3 or
-/// a top-2 logit gap below 1e-3 of max|logit| can be resolved either way by
-/// fp32 noise (observed: a routing flip at margin 7.5e-4).
-constexpr double kRouteTol = 2e-3;
-constexpr double kGapTol = 1e-3;
-
 struct E2eResult {
-  int64_t strictRows = 0;
   ref::DecodeCompareResult cmp;
   ref::RefDecode ref;
   std::vector<int64_t> got;
 };
 
-/// Decodes with both and compares; `tolerance` is the per-row logits bound.
+/// Decodes with both and compares every one of the 64 rows; `tolerance` is
+/// the per-row logits bound.
 void decodeBoth(const MadeModel &m, double tolerance, E2eResult &r) {
   auto dec = CpuDecoder::create(
       m.config, m.weights, static_cast<int64_t>(kPrompt.size()) + kNewTokens);
@@ -110,19 +104,17 @@ void decodeBoth(const MadeModel &m, double tolerance, E2eResult &r) {
 
   ref::DecodeCompareOptions opt;
   opt.maxRowRelErr = tolerance;
-  r.strictRows = ref::robustPrefixRows(r.ref.routingMargins, r.ref.logits,
-                                       static_cast<int64_t>(kPrompt.size()),
-                                       kRouteTol, kGapTol);
-  std::cout << "[e2e] robust prefix: " << r.strictRows << " of " << kNewTokens
-            << " rows\n";
-  auto full = ref::compareDecode(r.ref.tokens, r.ref.logits, r.got,
-                                 ref::logitRowsFromFloat(gotLogits), opt);
-  std::cout << "[e2e] whole decode (informational): " << full.diagnostic;
-  opt.strictRows = r.strictRows;
   r.cmp = ref::compareDecode(r.ref.tokens, r.ref.logits, r.got,
                              ref::logitRowsFromFloat(gotLogits), opt);
-  std::cout << "[e2e] " << r.cmp.diagnostic;
-  std::cout << "[e2e] tokens:";
+  // How far the reference stayed from a near-tie (informational: a made
+  // model is built with margins; see struct Plant in ModelMaker.cpp).
+  double minMargin = 1e300;
+  for (const auto &pos : r.ref.routingMargins)
+    for (double mg : pos)
+      minMargin = std::min(minMargin, mg);
+  std::cout << "[e2e] " << r.cmp.diagnostic << "[e2e] reference margins: "
+            << "router " << minMargin << ", top-2 logit gap "
+            << ref::minTop2Gap(r.ref.logits) << "\n[e2e] tokens:";
   for (int64_t t : r.got)
     std::cout << " " << t;
   std::cout << "\n";
@@ -160,22 +152,13 @@ void expectRoutingVaries(const E2eResult &r, int64_t topk) {
   EXPECT_GT(static_cast<int64_t>(used.size()), topk);
 }
 
-// Why only a robust prefix is held to "identical tokens": the made tiny
-// models are chaotic. Measured (2026-11, these seeds): the REFERENCE against
-// itself with one embedding element moved by 1 bf16 ulp differs by 1-90% in
-// logits within a few steps (a router near-tie resolves the other way and
-// the expert output dominates the residual). CpuDecoder vs reference over
-// all 64 tokens: tiny first differs at step 7 (rows 0-7: max row rel err
-// 1.5e-2, mean 9e-3); tiny-linear at step 1 (row 1: 0.36, a routing flip at
-// margin 1.0e-3). Every kernel agrees with the reference to a rounding flip
-// on its own (test/unit/reference), so this is the model's conditioning,
-// not a kernel bug. With the better-conditioned ModelMaker scales (FFN
-// outputs ~0.1 of the stream, gentle KDA gates, row-scaled lm_head), still
-// not a full-64 pass for tiny: tiny parts at step 11 (robust prefix 0 rows:
-// a margin < 2e-3 in the prompt); tiny-linear holds all 64 tokens (max row
-// rel err 1.95e-2 at row 47, mean 7.2e-3; robust prefix 2 rows, 7.8e-3).
-// Over seeds 1-10 plus these, 15 of 22 pairs hold 64 tokens
-// (e2e_conditioning_report). The bound is 2e-2.
+// The made models are confident by construction (ModelMaker.cpp, struct
+// Plant: a routing code, a planted bigram), so fp32-vs-float64 rounding
+// cannot resolve a near-tie differently and all 64 tokens must agree. Over
+// seeds 1-20 and these, the largest per-row logits error measured was 1.0e-2
+// (tiny) and 6.7e-3 (tiny-linear); the bound leaves room for that, and is
+// well below what a wrong graph gives (mutant_decode_test: 6e-2 for a router
+// forced to expert 0, 0.25-0.3 for a skipped layer).
 constexpr double kTinyLogitsTol = 2e-2;
 constexpr double kTinyLinearLogitsTol = 2e-2;
 
@@ -189,6 +172,7 @@ TEST(E2eCpuDecode, TinyMatchesReference) {
   ASSERT_NO_FATAL_FAILURE(decodeBoth(m, kTinyLogitsTol, r));
   EXPECT_TRUE(r.cmp.ok) << r.cmp.diagnostic;
   EXPECT_EQ(r.cmp.firstTokenMismatch, -1);
+  EXPECT_EQ(r.cmp.rowsCompared, kNewTokens);
   expectNonDegenerate(r, m.config.vocabSize);
   expectRoutingVaries(r, m.config.numExpertsPerToken);
   // The output AttnRes mixes several sources, not a one-hot pick.
@@ -207,6 +191,7 @@ TEST(E2eCpuDecode, TinyLinearMatchesReference) {
   ASSERT_NO_FATAL_FAILURE(decodeBoth(m, kTinyLinearLogitsTol, r));
   EXPECT_TRUE(r.cmp.ok) << r.cmp.diagnostic;
   EXPECT_EQ(r.cmp.firstTokenMismatch, -1);
+  EXPECT_EQ(r.cmp.rowsCompared, kNewTokens);
   expectNonDegenerate(r, m.config.vocabSize);
   expectRoutingVaries(r, m.config.numExpertsPerToken);
 }

@@ -178,7 +178,7 @@ TEST(ModelMaker, Mxfp4ExpertsHaveTheRightLayout) {
     }
     for (float v : values)
       ASSERT_TRUE(std::isfinite(v));
-    double want = (std::string(w) == "w2" ? 0.03 : 1.0) / std::sqrt(128.0);
+    double want = (std::string(w) == "w2" ? 0.06 : 1.0) / std::sqrt(128.0);
     EXPECT_NEAR(rms(values), want, 0.25 * want) << w;
   }
 }
@@ -190,7 +190,24 @@ TEST(ModelMaker, ValueScales) {
   Expected<TensorStore> s = TensorStore::open(dir.path());
   ASSERT_TRUE(s);
   const std::string m = "language_model.model.";
-  EXPECT_NEAR(rms(bf16Values(*s->find(m + "embed_tokens.weight"))), 1.0, 0.05);
+  const int64_t D = 256, V = 1024, E = 16, K = 4;
+  // Embeddings: std 1, except the planted routing code (columns 0..E-1:
+  // +5 on exactly top-k of them, -5 on the rest) and the AttnRes marker
+  // (column E: +4 for every token).
+  std::vector<float> emb = bf16Values(*s->find(m + "embed_tokens.weight"));
+  std::vector<float> plain;
+  for (int64_t t = 0; t < V; ++t) {
+    const float *row = emb.data() + t * D;
+    int64_t ones = 0;
+    for (int64_t e = 0; e < E; ++e) {
+      ASSERT_TRUE(row[e] == 5.0f || row[e] == -5.0f) << t << " " << e;
+      ones += row[e] > 0;
+    }
+    EXPECT_EQ(ones, K) << "token " << t;
+    EXPECT_EQ(row[E], 4.0f);
+    plain.insert(plain.end(), row + E + 1, row + D);
+  }
+  EXPECT_NEAR(rms(plain), 1.0, 0.05);
   for (float v : bf16Values(*s->find(m + "layers.2.input_layernorm.weight"))) {
     EXPECT_GE(v, 0.89f);
     EXPECT_LE(v, 1.11f);
@@ -199,19 +216,65 @@ TEST(ModelMaker, ValueScales) {
               1.0 / 16, 0.01);
   EXPECT_NEAR(rms(bf16Values(*s->find(m + "layers.2.self_attn.o_proj.weight"))),
               1.0 / 16, 0.01);
-  EXPECT_NEAR(
-      rms(bf16Values(*s->find(m + "layers.2.block_sparse_moe.gate.weight"))),
-      2.0 / 16, 0.02);
-  // lm_head rows have std 2/sqrt(D) · exp(1.3 n_r): the median row is at
-  // the base std, and row lengths spread over more than 10x.
-  std::vector<float> head = bf16Values(*s->find("language_model.lm_head.weight"));
-  std::vector<double> rowRms;
-  for (size_t r = 0; r < head.size() / 256; ++r)
-    rowRms.push_back(rms(std::vector<float>(head.begin() + r * 256,
-                                            head.begin() + (r + 1) * 256)));
-  std::sort(rowRms.begin(), rowRms.end());
-  EXPECT_NEAR(rowRms[rowRms.size() / 2], 2.0 / 16, 0.04);
-  EXPECT_GT(rowRms.back() / rowRms.front(), 10.0);
+  // Routers: std 2/sqrt(D), plus one boost of 16 per expert row at a code
+  // column; the boosted columns are a permutation, different per layer.
+  std::vector<std::vector<int64_t>> perms;
+  for (const char *layer : {"layers.2.", "layers.5."}) {
+    std::vector<float> gate =
+        bf16Values(*s->find(m + layer + "block_sparse_moe.gate.weight"));
+    std::vector<float> rest;
+    std::vector<int64_t> perm;
+    for (int64_t e = 0; e < E; ++e)
+      for (int64_t d = 0; d < D; ++d) {
+        float v = gate[e * D + d];
+        if (v > 8.0f) {
+          EXPECT_LT(d, E) << "boost outside the code columns";
+          perm.push_back(d);
+        } else {
+          rest.push_back(v);
+        }
+      }
+    std::vector<int64_t> sorted = perm;
+    std::sort(sorted.begin(), sorted.end());
+    ASSERT_EQ(sorted.size(), static_cast<size_t>(E)) << layer;
+    for (int64_t e = 0; e < E; ++e)
+      EXPECT_EQ(sorted[e], e) << layer;
+    EXPECT_NEAR(rms(rest), 2.0 / 16, 0.02);
+    perms.push_back(perm);
+  }
+  EXPECT_NE(perms[0], perms[1]) << "every router should route its own way";
+  // AttnRes projections: std 0.5/sqrt(D) plus 0.5 at the marker column.
+  std::vector<float> ar =
+      bf16Values(*s->find(m + "layers.2.mlp_res_proj.weight"));
+  EXPECT_NEAR(ar[E], 0.5, 0.15);
+  ar.erase(ar.begin() + E);
+  EXPECT_NEAR(rms(ar), 0.5 / 16, 0.01);
+  // lm_head: a planted bigram. The row most aligned with token t's plain
+  // embedding is a different row for every t (a permutation), and its lead
+  // over the runner-up is large.
+  std::vector<float> head =
+      bf16Values(*s->find("language_model.lm_head.weight"));
+  std::vector<int64_t> best(V);
+  double minLead = 1e300;
+  for (int64_t t = 0; t < V; ++t) {
+    double a = -1e300, b = -1e300;
+    for (int64_t j = 0; j < V; ++j) {
+      double dot = 0;
+      for (int64_t d = E + 1; d < D; ++d)
+        dot += static_cast<double>(head[j * D + d]) * emb[t * D + d];
+      if (dot > a) {
+        b = a;
+        a = dot;
+        best[t] = j;
+      } else if (dot > b) {
+        b = dot;
+      }
+    }
+    minLead = std::min(minLead, a - b);
+  }
+  std::sort(best.begin(), best.end());
+  EXPECT_EQ(std::unique(best.begin(), best.end()) - best.begin(), V);
+  EXPECT_GT(minLead, 50.0);
 
   // A_log: log(U[1, 16]) for the real heads, zero padding to 128.
   const TensorView *aLog = s->find(m + "layers.2.self_attn.A_log");
