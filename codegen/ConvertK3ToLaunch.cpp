@@ -158,6 +158,10 @@ private:
   // Ops.
   LogicalResult lower(Operation *op);
   void lowerLinear(LinearOp op, StringRef name = "linear");
+  /// The `mla_attend` launch of `op` (k3.mla_attend or k3.mla_decode):
+  /// absorbed attention over the cache with the optional output gate.
+  void lowerMlaAttend(Operation *op, MlaConfigAttr c, Value q, Value kvB,
+                      Value cache, Value gate, Value out);
   /// The `router` launch of `op` (k3.router or k3.routed_experts): top-k
   /// ids and mixing weights into `ids` / `weights`.
   void lowerRouter(Operation *op, Value x, Value gate, Value bias, int64_t topK,
@@ -238,6 +242,22 @@ void Lowering::lowerLinear(LinearOp op, StringRef name) {
           {"residual", opt(op.getResidual())},
           {f32 ? "outF32" : "out", out}},
          sc, {}, ceilDiv(n, 8));
+}
+
+void Lowering::lowerMlaAttend(Operation *op, MlaConfigAttr c, Value q,
+                              Value kvB, Value cache, Value gate, Value out) {
+  launch("mla_attend", op,
+         {{"q", ptr(q)},
+          {"kvB", ptr(kvB)},
+          {"cache", ptr(cache)},
+          {"gate", opt(gate)},
+          {"out", out}},
+         {I("numHeads", c.getHeads()), I("nopeDim", c.getNope()),
+          I("ropeDim", c.getRope()), I("vDim", c.getVDim()),
+          I("kvLoraRank", c.getKvLora()),
+          F("scale",
+            1.0 / std::sqrt(static_cast<double>(c.getNope() + c.getRope())))},
+         {{"length", "length"}}, c.getHeads());
 }
 
 void Lowering::lowerRouter(Operation *op, Value x, Value gate, Value bias,
@@ -425,20 +445,8 @@ LogicalResult Lowering::lower(Operation *op) {
         return success();
       })
       .Case<MlaAttendOp>([&](MlaAttendOp o) {
-        MlaConfigAttr c = o.getConfig();
-        Value out = alloc(o.getResult(), "mla_attend");
-        launch("mla_attend", o,
-               {{"q", ptr(o.getQ())},
-                {"kvB", ptr(o.getKvBProj())},
-                {"cache", ptr(o.getCache())},
-                {"gate", opt(o.getGate())},
-                {"out", out}},
-               {I("numHeads", c.getHeads()), I("nopeDim", c.getNope()),
-                I("ropeDim", c.getRope()), I("vDim", c.getVDim()),
-                I("kvLoraRank", c.getKvLora()),
-                F("scale", 1.0 / std::sqrt(static_cast<double>(c.getNope() +
-                                                               c.getRope())))},
-               {{"length", "length"}}, c.getHeads());
+        lowerMlaAttend(o, o.getConfig(), o.getQ(), o.getKvBProj(), o.getCache(),
+                       o.getGate(), alloc(o.getResult(), "mla_attend"));
         return success();
       })
       .Case<RouterOp>([&](RouterOp o) {
@@ -534,18 +542,8 @@ LogicalResult Lowering::lower(Operation *op) {
                {F("eps", o.getEps().convertToDouble()), I("kvLoraRank", L),
                 I("ropeDim", R)},
                {{"pos", "pos"}}, 1);
-        Value out = alloc(o.getResult(), "mla");
-        launch(
-            "mla_attend", o,
-            {{"q", ptr(o.getQ())},
-             {"kvB", ptr(o.getKvBProj())},
-             {"cache", ptr(o.getCache())},
-             {"gate", opt(o.getGate())},
-             {"out", out}},
-            {I("numHeads", c.getHeads()), I("nopeDim", c.getNope()),
-             I("ropeDim", R), I("vDim", c.getVDim()), I("kvLoraRank", L),
-             F("scale", 1.0 / std::sqrt(static_cast<double>(c.getNope() + R)))},
-            {{"length", "length"}}, c.getHeads());
+        lowerMlaAttend(o, c, o.getQ(), o.getKvBProj(), o.getCache(),
+                       o.getGate(), alloc(o.getResult(), "mla"));
         return success();
       })
       .Case<RoutedExpertsOp>([&](RoutedExpertsOp o) {

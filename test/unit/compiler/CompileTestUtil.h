@@ -128,6 +128,17 @@ inline void referenceDecode(const ::k3::ModelConfig &config,
   out = r.take();
 }
 
+/// A gtest name for a (preset, strategy) parameter: "tiny_linear_default".
+inline std::string
+paramName(const ::testing::TestParamInfo<std::tuple<std::string, std::string>>
+              &info) {
+  std::string n = std::get<0>(info.param) + "_" + std::get<1>(info.param);
+  for (char &c : n)
+    if (c == '-')
+      c = '_';
+  return n;
+}
+
 } // namespace k3test
 
 #endif // K3C_TEST_UNIT_COMPILER_COMPILETESTUTIL_H

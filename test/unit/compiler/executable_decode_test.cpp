@@ -101,12 +101,6 @@ INSTANTIATE_TEST_SUITE_P(
     Presets, ExecutableDecode,
     ::testing::Combine(::testing::Values("tiny", "tiny-linear"),
                        ::testing::Values("none", "default", "max")),
-    [](const auto &info) {
-      std::string n = std::get<0>(info.param) + "_" + std::get<1>(info.param);
-      for (char &c : n)
-        if (c == '-')
-          c = '_';
-      return n;
-    });
+    k3test::paramName);
 
 } // namespace
