@@ -75,8 +75,6 @@ ModelConfig linearLike() {
   c.kda.fullRankGate = false;
   c.kda.hasLowerBound = false;
   c.mlaUseOutputGate = false;
-  c.qLoraRank = 0;
-  c.routedExpertHiddenSize = 0;
   c.latentMoeUseNorm = false;
   c.routedScalingFactor = 2.446f;
   c.expertsMxfp4 = false;
@@ -86,110 +84,71 @@ ModelConfig linearLike() {
   return c;
 }
 
-ModelConfig tiny() {
-  ModelConfig c = k3Like();
-  c.vocabSize = 1024;
-  c.hiddenSize = 256;
-  c.numLayers = 8;
-  c.intermediateSize = 512;
-  c.kda.numHeads = 4;
-  c.kda.headDim = 64;
-  c.numAttentionHeads = 4;
-  c.numKeyValueHeads = 4;
-  c.qLoraRank = 128;
-  c.kvLoraRank = 64;
-  c.qkNopeHeadDim = 32;
-  c.qkRopeHeadDim = 32;
-  c.vHeadDim = 32;
-  c.numExperts = 16;
-  c.numExpertsPerToken = 4;
-  c.routedExpertHiddenSize = 128;
-  c.moeIntermediateSize = 128;
-  c.numSharedExperts = 2;
-  c.attnResBlockSize = 3;
-  c.maxPositionEmbeddings = 4096;
-  c.bosTokenId = 1;
-  c.eosTokenId = 2;
-  c.padTokenId = 0;
+/// The sizes that tell presets apart; the rest comes from k3Like() or
+/// linearLike().
+struct Geometry {
+  int64_t vocab, hidden, layers, intermediate;
+  int64_t kdaHeads, kdaHeadDim;
+  int64_t heads, qLora, kvLora, nope, rope, vDim;
+  int64_t experts, topK, latent, moeIntermediate, shared;
+  int64_t attnResBlock, maxPositions;
+  int64_t bos, eos, pad;
+};
+
+ModelConfig withGeometry(ModelConfig c, const Geometry &g) {
+  c.vocabSize = g.vocab;
+  c.hiddenSize = g.hidden;
+  c.numLayers = g.layers;
+  c.intermediateSize = g.intermediate;
+  c.kda.numHeads = g.kdaHeads;
+  c.kda.headDim = g.kdaHeadDim;
+  c.numAttentionHeads = g.heads;
+  c.numKeyValueHeads = g.heads;
+  c.qLoraRank = g.qLora;
+  c.kvLoraRank = g.kvLora;
+  c.qkNopeHeadDim = g.nope;
+  c.qkRopeHeadDim = g.rope;
+  c.vHeadDim = g.vDim;
+  c.numExperts = g.experts;
+  c.numExpertsPerToken = g.topK;
+  c.routedExpertHiddenSize = g.latent;
+  c.moeIntermediateSize = g.moeIntermediate;
+  c.numSharedExperts = g.shared;
+  c.attnResBlockSize = g.attnResBlock;
+  c.maxPositionEmbeddings = g.maxPositions;
+  c.bosTokenId = g.bos;
+  c.eosTokenId = g.eos;
+  c.padTokenId = g.pad;
   return c;
+}
+
+// Kimi tokenizer ids of the real models.
+constexpr int64_t kBos = 163584, kEos = 163585, kPad = 163839;
+
+ModelConfig tiny() {
+  return withGeometry(k3Like(),
+                      {1024, 256, 8, 512, 4,   64, 4, 128,  64, 32, 32,
+                       32,   16,  4, 128, 128, 2,  3, 4096, 1,  2,  0});
 }
 
 ModelConfig tinyLinear() {
-  ModelConfig c = linearLike();
-  c.vocabSize = 1024;
-  c.hiddenSize = 256;
-  c.numLayers = 8;
-  c.intermediateSize = 512;
-  c.kda.numHeads = 4;
-  c.kda.headDim = 64;
-  c.numAttentionHeads = 4;
-  c.numKeyValueHeads = 4;
-  c.kvLoraRank = 64;
-  c.qkNopeHeadDim = 32;
-  c.qkRopeHeadDim = 32;
-  c.vHeadDim = 32;
-  c.numExperts = 16;
-  c.numExpertsPerToken = 4;
-  c.moeIntermediateSize = 128;
-  c.numSharedExperts = 1;
-  c.maxPositionEmbeddings = 4096;
-  c.bosTokenId = 1;
-  c.eosTokenId = 2;
-  c.padTokenId = 0;
-  return c;
+  return withGeometry(linearLike(),
+                      {1024, 256, 8, 512, 4,   64, 4, 0,    64, 32, 32,
+                       32,   16,  4, 0,   128, 1,  0, 4096, 1,  2,  0});
 }
 
 ModelConfig realK3() {
-  ModelConfig c = k3Like();
-  c.vocabSize = 163840;
-  c.hiddenSize = 7168;
-  c.numLayers = 93;
-  c.intermediateSize = 33792;
-  c.kda.numHeads = 96;
-  c.kda.headDim = 128;
-  c.numAttentionHeads = 96;
-  c.numKeyValueHeads = 96;
-  c.qLoraRank = 1536;
-  c.kvLoraRank = 512;
-  c.qkNopeHeadDim = 128;
-  c.qkRopeHeadDim = 64;
-  c.vHeadDim = 128;
-  c.numExperts = 896;
-  c.numExpertsPerToken = 16;
-  c.routedExpertHiddenSize = 3584;
-  c.moeIntermediateSize = 3072;
-  c.numSharedExperts = 2;
-  c.attnResBlockSize = 12;
-  c.maxPositionEmbeddings = 262144;
-  c.bosTokenId = 163584;
-  c.eosTokenId = 163585;
-  c.padTokenId = 163839;
-  return c;
+  return withGeometry(k3Like(),
+                      {163840, 7168, 93,     33792, 96,   128, 96,   1536,
+                       512,    128,  64,     128,   896,  16,  3584, 3072,
+                       2,      12,   262144, kBos,  kEos, kPad});
 }
 
 ModelConfig kimiLinear48b() {
-  ModelConfig c = linearLike();
-  c.vocabSize = 163840;
-  c.hiddenSize = 2304;
-  c.numLayers = 27;
-  c.intermediateSize = 9216;
-  c.kda.numHeads = 32;
-  c.kda.headDim = 128;
-  c.numAttentionHeads = 32;
-  c.numKeyValueHeads = 32;
-  c.kvLoraRank = 512;
-  c.qkNopeHeadDim = 128;
-  c.qkRopeHeadDim = 64;
-  c.vHeadDim = 128;
-  c.numExperts = 256;
-  c.numExpertsPerToken = 8;
-  c.moeIntermediateSize = 1024;
-  c.numSharedExperts = 1;
-  c.maxPositionEmbeddings = 1048576;
-  c.bosTokenId = 163584;
-  c.eosTokenId = 163585;
-  c.padTokenId = 163839;
-  return c;
+  return withGeometry(linearLike(),
+                      {163840, 2304, 27,      9216, 32,   128, 32, 0,
+                       512,    128,  64,      128,  256,  8,   0,  1024,
+                       1,      0,    1048576, kBos, kEos, kPad});
 }
 
 const Preset kPresets[] = {
