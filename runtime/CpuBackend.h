@@ -19,6 +19,7 @@
 
 #include "kernels/common/WeightRef.h"
 #include "runtime/Plan.h"
+#include "runtime/PlanBinding.h"
 #include "runtime/PlanKernels.h"
 #include "runtime/Safetensors.h"
 #include "runtime/Status.h"
@@ -59,40 +60,17 @@ public:
 private:
   CpuBackend() = default;
 
-  /// A plan weight resolved in the checkpoint.
-  struct BoundWeight {
-    const uint8_t *data = nullptr; ///< bf16 / f32 bytes (null for mxfp4)
-    uint64_t bytes = 0;
-    WeightRef ref;                ///< bf16 or mxfp4, non-stacked
-    std::vector<WeightRef> table; ///< per expert, when stacked
-    int64_t rows = 0, cols = 0;   ///< matrix shape of one (expert's) matrix
-    std::vector<float> widened;   ///< f32 copy of a bf16 checkpoint vector
-  };
-  /// A field of a params struct that takes a per-step input.
-  struct InputPatch {
-    size_t offset = 0;
-    bool is32 = false;
-    PlanInput input = PlanInput::Token;
-  };
-  struct Launch {
-    std::unique_ptr<KernelParams> params;
-    std::vector<InputPatch> inputs;
-  };
   struct Aligned {
     void operator()(uint8_t *p) const;
   };
   using Block = std::unique_ptr<uint8_t, Aligned>;
 
-  Status bindWeight(const PlanWeight &w, const TensorStore &store,
-                    BoundWeight &out);
-  Status bindLaunch(const PlanDoc &plan, size_t index);
-
   int64_t vocab_ = 0, maxSeq_ = 0;
   Block arena_;
   std::vector<Block> states_;
   std::vector<uint64_t> stateBytes_;
-  std::vector<BoundWeight> weights_;
-  std::vector<Launch> launches_;
+  std::vector<ResolvedWeight> weights_;
+  std::vector<BoundLaunch> launches_;
   const float *logits_ = nullptr;
 };
 

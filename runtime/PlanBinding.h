@@ -1,0 +1,79 @@
+//===- PlanBinding.h - Binding a plan's launches to memory ------*- C++ -*-===//
+//
+// What every backend does the same way: resolve the plan's weights in a
+// checkpoint (format and shape checked, stacked experts become per-expert
+// tables, bf16 vectors widened to f32), and fill each launch's params struct
+// from its args through the kernel table, checking that every pointer the
+// kernel will touch is bound and large enough. Only the addresses differ: the
+// CPU backend binds host memory, the CUDA backend the device copies.
+//
+//===----------------------------------------------------------------------===//
+#ifndef K3C_RUNTIME_PLANBINDING_H
+#define K3C_RUNTIME_PLANBINDING_H
+
+#include "kernels/common/WeightRef.h"
+#include "runtime/Plan.h"
+#include "runtime/PlanKernels.h"
+#include "runtime/Safetensors.h"
+#include "runtime/Status.h"
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+namespace k3 {
+
+/// A plan weight found in the checkpoint (host memory, mmapped).
+struct ResolvedWeight {
+  const uint8_t *data = nullptr; ///< bf16 / f32 bytes (null for mxfp4)
+  uint64_t bytes = 0;
+  WeightRef ref;                ///< bf16 or mxfp4, non-stacked
+  std::vector<WeightRef> table; ///< per expert, when stacked
+  std::vector<float> widened;   ///< f32 copy of a bf16 checkpoint vector
+};
+
+/// Finds `w` in `store` and checks its format and shape. Errors name the
+/// checkpoint tensor and what the plan expected.
+Status resolveWeight(const PlanWeight &w, const TensorStore &store,
+                     ResolvedWeight &out);
+
+/// Where a backend keeps the plan's memory. Pointers are host or device
+/// addresses; the binder only stores them in params structs.
+struct PlanMemory {
+  uint8_t *arena = nullptr;
+  std::vector<uint8_t *> states; ///< per plan state
+  std::vector<uint64_t> stateBytes;
+  /// Per plan weight: the flat data (bf16 / f32), the WeightRef, and the
+  /// table of per-expert WeightRefs (stacked weights).
+  struct Weight {
+    const uint8_t *data = nullptr;
+    uint64_t bytes = 0;
+    WeightRef ref;
+    const WeightRef *table = nullptr;
+  };
+  std::vector<Weight> weights;
+};
+
+/// A launch with its params filled; step inputs are patched per step.
+struct BoundLaunch {
+  const KernelInfo *kernel = nullptr;
+  std::unique_ptr<KernelParams> params;
+  struct Input {
+    size_t offset = 0;
+    bool is32 = false;
+    PlanInput input = PlanInput::Token;
+  };
+  std::vector<Input> inputs;
+
+  /// Writes the step's token, position and length into the params.
+  void setInputs(int64_t token, int64_t pos);
+};
+
+/// Fills launch `index` of `plan` against `mem`. Errors name the launch and
+/// the field. `plan` must be validated (validatePlan).
+Status bindLaunch(const PlanDoc &plan, size_t index, const PlanMemory &mem,
+                  BoundLaunch &out);
+
+} // namespace k3
+
+#endif // K3C_RUNTIME_PLANBINDING_H
