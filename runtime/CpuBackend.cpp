@@ -67,9 +67,10 @@ CpuBackend::bind(const PlanDoc &plan, const TensorStore &store) {
   return be;
 }
 
-void CpuBackend::resetState() {
+Status CpuBackend::resetState() {
   for (size_t i = 0; i < states_.size(); ++i)
     std::memset(states_[i].get(), 0, stateBytes_[i]);
+  return Status::ok();
 }
 
 Status CpuBackend::step(int64_t token, int64_t pos) {

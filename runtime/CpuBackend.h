@@ -18,6 +18,7 @@
 #define K3C_RUNTIME_CPUBACKEND_H
 
 #include "kernels/common/WeightRef.h"
+#include "runtime/Backend.h"
 #include "runtime/Plan.h"
 #include "runtime/PlanBinding.h"
 #include "runtime/PlanKernels.h"
@@ -32,9 +33,9 @@
 namespace k3 {
 
 /// A plan bound to a checkpoint, executable on the CPU.
-class CpuBackend {
+class CpuBackend final : public Backend {
 public:
-  ~CpuBackend();
+  ~CpuBackend() override;
   CpuBackend(const CpuBackend &) = delete;
   CpuBackend &operator=(const CpuBackend &) = delete;
 
@@ -45,17 +46,18 @@ public:
                                                     const TensorStore &store);
 
   /// Zeroes every resident state (start of a sequence).
-  void resetState();
+  Status resetState() override;
 
   /// Runs one decode step: the launches in order with `token` at position
   /// `pos`. Errors (before anything runs): token outside [0, vocab), pos
   /// outside [0, max_seq).
-  Status step(int64_t token, int64_t pos);
+  Status step(int64_t token, int64_t pos) override;
 
   /// The step's logits: fp32 [vocab], valid after step() until the next.
-  const float *logits() const { return logits_; }
-  int64_t vocab() const { return vocab_; }
-  int64_t maxSeq() const { return maxSeq_; }
+  const float *logits() const override { return logits_; }
+  int64_t vocab() const override { return vocab_; }
+  int64_t maxSeq() const override { return maxSeq_; }
+  std::string name() const override { return "cpu"; }
 
 private:
   CpuBackend() = default;

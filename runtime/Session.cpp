@@ -8,6 +8,8 @@
 #include "runtime/Session.h"
 
 #include "kernels/head/HeadCpu.h"
+#include "runtime/CpuBackend.h"
+#include "runtime/cuda/CudaBackend.h"
 
 #include <nlohmann/json.hpp>
 
@@ -75,7 +77,7 @@ Status checkConfigsMatch(const ModelConfig &planConfig,
 }
 
 Expected<std::unique_ptr<Session>>
-Session::open(PlanDoc plan, const std::string &weightsDir) {
+Session::open(PlanDoc plan, const std::string &weightsDir, BackendKind kind) {
   const std::string configPath =
       (std::filesystem::path(weightsDir) / "config.json").string();
   Expected<ModelConfig> weightsConfig = parseConfigFile(configPath);
@@ -88,11 +90,20 @@ Session::open(PlanDoc plan, const std::string &weightsDir) {
   if (!store)
     return store.status();
   s->store_ = store.take();
-  Expected<std::unique_ptr<CpuBackend>> be =
-      CpuBackend::bind(s->plan_, s->store_);
-  if (!be)
-    return be.status().withContext("binding the plan to " + weightsDir);
-  s->backend_ = be.take();
+  if (kind == BackendKind::Cuda) {
+    Expected<std::unique_ptr<CudaBackend>> be =
+        CudaBackend::bind(s->plan_, s->store_);
+    if (!be)
+      return be.status().withContext("binding the plan to " + weightsDir +
+                                     " on the GPU");
+    s->backend_ = be.take();
+  } else {
+    Expected<std::unique_ptr<CpuBackend>> be =
+        CpuBackend::bind(s->plan_, s->store_);
+    if (!be)
+      return be.status().withContext("binding the plan to " + weightsDir);
+    s->backend_ = be.take();
+  }
   return s;
 }
 
@@ -124,7 +135,7 @@ Expected<GenerateResult> Session::generate(const std::vector<int64_t> &prompt,
   r.tokens.reserve(maxNew);
   if (keepLogits)
     r.logits.resize(static_cast<size_t>(maxNew * vocab));
-  backend_->resetState();
+  K3_RETURN_IF_ERROR(backend_->resetState());
 
   auto t0 = std::chrono::steady_clock::now();
   for (int64_t i = 0; i < n; ++i)

@@ -12,7 +12,7 @@
 #define K3C_RUNTIME_SESSION_H
 
 #include "runtime/Config.h"
-#include "runtime/CpuBackend.h"
+#include "runtime/Backend.h"
 #include "runtime/Plan.h"
 #include "runtime/Safetensors.h"
 #include "runtime/Status.h"
@@ -53,13 +53,16 @@ struct GenerateResult {
   }
 };
 
-/// A plan bound to a checkpoint on a backend (CPU for now).
+/// A plan bound to a checkpoint on a backend.
 class Session {
 public:
   /// Reads `weightsDir`/config.json and refuses a config that differs from
-  /// the plan's, opens the checkpoint and binds the plan to it.
-  static Expected<std::unique_ptr<Session>> open(PlanDoc plan,
-                                                 const std::string &weightsDir);
+  /// the plan's, opens the checkpoint and binds the plan to it on `kind`
+  /// (errors of the CUDA backend: no GPU or driver, a kernel without a CUDA
+  /// implementation).
+  static Expected<std::unique_ptr<Session>>
+  open(PlanDoc plan, const std::string &weightsDir,
+       BackendKind kind = BackendKind::Cpu);
 
   /// Decodes one sequence (see the file comment). Errors, before anything
   /// runs: empty prompt, a token outside [0, vocab), maxNew < 1, or
@@ -69,12 +72,14 @@ public:
                                     const TokenCallback &onToken = {});
 
   const PlanDoc &plan() const { return plan_; }
+  /// The backend's name ("cpu", "cuda (NVIDIA H200 (sm_90))").
+  std::string backendName() const { return backend_->name(); }
 
 private:
   Session() = default;
   PlanDoc plan_;
   TensorStore store_;
-  std::unique_ptr<CpuBackend> backend_;
+  std::unique_ptr<Backend> backend_;
 };
 
 } // namespace k3

@@ -1,0 +1,145 @@
+//===- CudaCommon.cuh - Device helpers shared by the CUDA kernels -*- CUDA -*-===//
+//
+// bf16 storage (the same round-to-nearest-even as kernels/common/BF16.h, so a
+// CUDA kernel rounds where the CPU kernel rounds), MXFP4 decoding (K3.md §7),
+// the activations of K3.md §6, and warp / block reductions.
+//
+// Conventions of every k3c CUDA kernel: one entry point
+// `extern "C" __global__ void k3_<plan kernel name>(const <Params> p)` taking
+// the family's params struct by value (the runtime passes the very bytes the
+// CPU backend would use, with device pointers); blockDim.x a multiple of 32
+// and at most 1024 (plans use 256); correctness never depends on the grid
+// size (loops stride over the grid), only speed does.
+//
+//===----------------------------------------------------------------------===//
+#ifndef K3C_KERNELS_COMMON_CUDACOMMON_CUH
+#define K3C_KERNELS_COMMON_CUDACOMMON_CUH
+
+#include "kernels/common/WeightRef.h"
+
+#include <cstdint>
+
+namespace k3 {
+namespace dev {
+
+/// Widens a bf16 (exact).
+__device__ __forceinline__ float bf16ToF(uint16_t v) {
+  return __uint_as_float(static_cast<uint32_t>(v) << 16);
+}
+
+/// Rounds to the nearest bf16, ties to even; NaN stays a quiet NaN.
+__device__ __forceinline__ uint16_t fToBf16(float f) {
+  uint32_t bits = __float_as_uint(f);
+  if ((bits & 0x7fffffffu) > 0x7f800000u)
+    return static_cast<uint16_t>((bits >> 16) | 0x0040u);
+  uint32_t rounding = 0x7fffu + ((bits >> 16) & 1u);
+  return static_cast<uint16_t>((bits + rounding) >> 16);
+}
+
+/// Rounds through bf16 and back.
+__device__ __forceinline__ float roundBf16(float f) {
+  return bf16ToF(fToBf16(f));
+}
+
+/// Value of an E2M1 code (bit 3 sign, low bits index 0, .5, 1, 1.5, 2, 3, 4, 6).
+__device__ __forceinline__ float e2m1ToF(uint32_t code) {
+  // Magnitudes ×2 are 0 1 2 3 4 6 8 12: packed as nibbles of one constant.
+  const uint32_t twice = (0xC8643210u >> ((code & 7u) * 4u)) & 0xFu;
+  const float mag = static_cast<float>(twice) * 0.5f;
+  return (code & 8u) ? -mag : mag;
+}
+
+/// 2^(e - 127) for an E8M0 scale (255 is NaN).
+__device__ __forceinline__ float e8m0ToF(uint32_t e) {
+  if (e == 255u)
+    return __uint_as_float(0x7fc00000u);
+  if (e == 0u)
+    return __uint_as_float(0x00400000u); // 2^-127, a subnormal
+  return __uint_as_float(e << 23);
+}
+
+__device__ __forceinline__ float sigmoidF(float x) {
+  return 1.0f / (1.0f + expf(-x));
+}
+__device__ __forceinline__ float siluF(float x) { return x / (1.0f + expf(-x)); }
+__device__ __forceinline__ float softcapF(float x, float beta) {
+  return beta * tanhf(x / beta);
+}
+/// softplus as the CPU kernels compute it (linear above 20).
+__device__ __forceinline__ float softplusF(float z) {
+  return z > 20.0f ? z : log1pf(expf(z));
+}
+
+/// The gated activation of an MLP (K3.md §6): SiTU or SwiGLU.
+__device__ __forceinline__ float gatedActF(int32_t activation, float beta1,
+                                           int32_t hasBeta2, float beta2,
+                                           float g, float u) {
+  if (activation == kActSwiGLU)
+    return siluF(g) * u;
+  const float up = hasBeta2 ? softcapF(u, beta2) : u;
+  return softcapF(g, beta1) * sigmoidF(g) * up;
+}
+
+__device__ __forceinline__ float warpSum(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1)
+    v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+__device__ __forceinline__ float warpMax(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1)
+    v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+
+/// Sum over the block; every thread gets the result. `scratch` holds 32
+/// floats of shared memory; the call synchronises the block twice.
+__device__ __forceinline__ float blockSum(float v, float *scratch) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int warps = (blockDim.x + 31) >> 5;
+  v = warpSum(v);
+  __syncthreads(); // scratch may still be read by a previous reduction
+  if (lane == 0)
+    scratch[warp] = v;
+  __syncthreads();
+  float t = lane < warps ? scratch[lane] : 0.0f;
+  return warpSum(t);
+}
+
+/// Max over the block; every thread gets the result (see blockSum).
+__device__ __forceinline__ float blockMax(float v, float *scratch) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int warps = (blockDim.x + 31) >> 5;
+  v = warpMax(v);
+  __syncthreads();
+  if (lane == 0)
+    scratch[warp] = v;
+  __syncthreads();
+  float t = lane < warps ? scratch[lane] : -__int_as_float(0x7f800000);
+  return warpMax(t);
+}
+
+/// Global thread index and stride for grid-stride loops.
+__device__ __forceinline__ int64_t globalThread() {
+  return static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+}
+__device__ __forceinline__ int64_t gridThreads() {
+  return static_cast<int64_t>(gridDim.x) * blockDim.x;
+}
+
+/// Weight element (row, col) of a bf16 or MXFP4 matrix with `cols` columns.
+__device__ __forceinline__ float weightAt(const WeightRef &w, int64_t cols,
+                                         int64_t row, int64_t col) {
+  if (w.format == kWeightBf16)
+    return bf16ToF(w.bf16[row * cols + col]);
+  const uint8_t byte = w.packed[row * (cols / 2) + col / 2];
+  const uint32_t code = (col & 1) ? (byte >> 4) : (byte & 0xFu);
+  return e2m1ToF(code) * e8m0ToF(w.scale[row * (cols / 32) + col / 32]);
+}
+
+} // namespace dev
+} // namespace k3
+
+#endif // K3C_KERNELS_COMMON_CUDACOMMON_CUH

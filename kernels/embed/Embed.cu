@@ -1,0 +1,18 @@
+//===- Embed.cu - Embedding lookup (CUDA) ---------------------------------===//
+//
+// k3_embed: out[i] = table[token, i], an exact bf16 copy (EmbedParams).
+// Grid: any; threads stride over dim. A token outside [0, vocab) writes
+// zeros, as the CPU kernel does (the runtime refuses such tokens earlier).
+//
+//===----------------------------------------------------------------------===//
+#include "kernels/common/CudaCommon.cuh"
+#include "kernels/embed/EmbedParams.h"
+
+using namespace k3;
+
+extern "C" __global__ void k3_embed(const EmbedParams p) {
+  const bool valid = p.token >= 0 && p.token < p.vocab;
+  const uint16_t *row = p.table + (valid ? p.token : 0) * p.dim;
+  for (int64_t i = dev::globalThread(); i < p.dim; i += dev::gridThreads())
+    p.out[i] = valid ? row[i] : uint16_t(0);
+}

@@ -1,0 +1,41 @@
+//===- Backend.h - What a plan runs on --------------------------*- C++ -*-===//
+//
+// A plan bound to a checkpoint on one kind of hardware. The Session drives
+// it one decode step at a time: the CPU backend runs the CPU kernels, the
+// CUDA backend the PTX ones, over the same plan and the same binder.
+//
+//===----------------------------------------------------------------------===//
+#ifndef K3C_RUNTIME_BACKEND_H
+#define K3C_RUNTIME_BACKEND_H
+
+#include "runtime/Status.h"
+
+#include <cstdint>
+#include <string>
+
+namespace k3 {
+
+/// Which backend a Session binds the plan to.
+enum class BackendKind { Cpu, Cuda };
+
+class Backend {
+public:
+  virtual ~Backend() = default;
+  /// Zeroes every resident state (start of a sequence).
+  virtual Status resetState() = 0;
+  /// Runs one decode step: the launches in order with `token` at position
+  /// `pos`. Errors (before anything runs): token outside [0, vocab), pos
+  /// outside [0, max_seq); a failed launch.
+  virtual Status step(int64_t token, int64_t pos) = 0;
+  /// The step's logits on the host: fp32 [vocab], valid after step() until
+  /// the next.
+  virtual const float *logits() const = 0;
+  virtual int64_t vocab() const = 0;
+  virtual int64_t maxSeq() const = 0;
+  /// "cpu", or "cuda (NVIDIA H200 (sm_90))".
+  virtual std::string name() const = 0;
+};
+
+} // namespace k3
+
+#endif // K3C_RUNTIME_BACKEND_H

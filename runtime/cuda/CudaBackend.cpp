@@ -1,0 +1,247 @@
+//===- CudaBackend.cpp - Runs a plan with the CUDA kernels ----------------===//
+#include "runtime/cuda/CudaBackend.h"
+
+#include "kernels/PtxModules.h"
+
+#include <cstring>
+
+namespace k3 {
+
+namespace {
+
+/// Every `k3_<name>` entry point of the embedded PTX modules, loaded once per
+/// process (a module load JIT-compiles the PTX for the device).
+Expected<const std::map<std::string, cuda::CUfunction> *>
+loadKernels(cuda::Driver &driver) {
+  static std::map<std::string, cuda::CUfunction> functions;
+  static bool loaded = false;
+  static Status failure;
+  if (!loaded) {
+    loaded = true;
+    if (embeddedPtxModules().empty()) {
+      failure = makeError("this build has no CUDA kernels (nvcc was not found "
+                          "when it was configured); use --backend cpu");
+    }
+    for (const PtxModule &m : embeddedPtxModules()) {
+      Expected<cuda::CUmodule> mod = driver.loadModule(m.ptx);
+      if (!mod) {
+        failure = mod.status().withContext(std::string("PTX module '") +
+                                           m.name + "'");
+        break;
+      }
+      for (const KernelInfo &k : kernelTable()) {
+        if (functions.count(k.name))
+          continue;
+        Expected<cuda::CUfunction> f = driver.function(*mod, "k3_" + k.name);
+        if (f)
+          functions[k.name] = *f;
+      }
+    }
+  }
+  if (!failure.isOk())
+    return failure;
+  return &functions;
+}
+
+} // namespace
+
+Expected<cuda::CUfunction> findCudaKernel(const std::string &kernel) {
+  Expected<cuda::Driver *> driver = cuda::Driver::get();
+  if (!driver)
+    return driver.status();
+  Expected<const std::map<std::string, cuda::CUfunction> *> kernels =
+      loadKernels(**driver);
+  if (!kernels)
+    return kernels.status();
+  auto it = (*kernels)->find(kernel);
+  if (it == (*kernels)->end())
+    return makeError("kernel '", kernel,
+                     "' has no CUDA implementation in this build");
+  return it->second;
+}
+
+std::string CudaBackend::name() const {
+  return "cuda (" + driver_->deviceName() + ")";
+}
+
+Expected<std::unique_ptr<CudaBackend>>
+CudaBackend::bind(const PlanDoc &plan, const TensorStore &store) {
+  K3_RETURN_IF_ERROR(validatePlan(plan));
+  Expected<cuda::Driver *> driver = cuda::Driver::get();
+  if (!driver)
+    return driver.status();
+  Expected<const std::map<std::string, cuda::CUfunction> *> kernels =
+      loadKernels(**driver);
+  if (!kernels)
+    return kernels.status();
+
+  std::unique_ptr<CudaBackend> be(new CudaBackend());
+  be->driver_ = *driver;
+  cuda::Driver &d = **driver;
+  be->vocab_ = plan.config.vocabSize;
+  be->maxSeq_ = plan.maxSeq;
+  be->logits_.assign(static_cast<size_t>(be->vocab_), 0.0f);
+
+  // Every kernel first: a missing one is the most likely error.
+  for (size_t i = 0; i < plan.launches.size(); ++i) {
+    auto it = (*kernels)->find(plan.launches[i].kernel);
+    if (it == (*kernels)->end())
+      return makeError("launch ", i, ": kernel '", plan.launches[i].kernel,
+                       "' has no CUDA implementation in this build");
+    be->functions_.push_back(it->second);
+    const PlanLaunch &l = plan.launches[i];
+    Grid g;
+    for (int a = 0; a < 3; ++a) {
+      g.grid[a] = l.grid[a];
+      g.block[a] = l.block[a];
+    }
+    g.smem = l.smem;
+    be->grids_.push_back(g);
+  }
+
+  PlanMemory mem;
+  auto alloc = [](uint64_t bytes, cuda::DeviceBuffer &out) -> Status {
+    Expected<cuda::DeviceBuffer> b = cuda::DeviceBuffer::create(bytes);
+    if (!b)
+      return b.status();
+    out = b.take();
+    return Status::ok();
+  };
+  K3_RETURN_IF_ERROR(alloc(plan.arenaBytes, be->arena_).withContext("arena"));
+  mem.arena = be->arena_.as<uint8_t>();
+  be->states_.resize(plan.states.size());
+  for (size_t i = 0; i < plan.states.size(); ++i) {
+    K3_RETURN_IF_ERROR(alloc(plan.states[i].bytes, be->states_[i])
+                           .withContext("state '" + plan.states[i].name + "'"));
+    mem.states.push_back(be->states_[i].as<uint8_t>());
+    mem.stateBytes.push_back(plan.states[i].bytes);
+  }
+
+  // Weights: resolve in the checkpoint as the CPU backend does, then copy
+  // each piece to the device and rebuild the WeightRefs around the copies.
+  auto upload = [&](const void *src, uint64_t bytes,
+                    const std::string &what) -> Expected<const uint8_t *> {
+    Expected<cuda::DeviceBuffer> b = cuda::DeviceBuffer::upload(src, bytes);
+    if (!b)
+      return b.status().withContext("uploading " + what);
+    be->weightData_.push_back(b.take());
+    return be->weightData_.back().as<const uint8_t>();
+  };
+  auto uploadRef = [&](const WeightRef &host, const PlanWeight &w,
+                       const std::vector<int64_t> &shape,
+                       WeightRef &out) -> Status {
+    out = host;
+    const uint64_t rows = static_cast<uint64_t>(shape[0]);
+    const uint64_t cols = shape.size() > 1 ? static_cast<uint64_t>(shape[1]) : 1;
+    if (host.format == kWeightMxfp4) {
+      Expected<const uint8_t *> p =
+          upload(host.packed, rows * cols / 2, w.name + " (packed)");
+      if (!p)
+        return p.status();
+      Expected<const uint8_t *> s =
+          upload(host.scale, rows * cols / 32, w.name + " (scale)");
+      if (!s)
+        return s.status();
+      out.packed = *p;
+      out.scale = *s;
+      return Status::ok();
+    }
+    if (host.bf16) {
+      Expected<const uint8_t *> p = upload(host.bf16, rows * cols * 2, w.name);
+      if (!p)
+        return p.status();
+      out.bf16 = reinterpret_cast<const uint16_t *>(*p);
+    }
+    return Status::ok();
+  };
+  for (size_t i = 0; i < plan.weights.size(); ++i) {
+    const PlanWeight &w = plan.weights[i];
+    ResolvedWeight host;
+    K3_RETURN_IF_ERROR(resolveWeight(w, store, host));
+    PlanMemory::Weight dw;
+    if (w.stacked()) {
+      const std::vector<int64_t> each(w.shape.begin() + 1, w.shape.end());
+      std::vector<WeightRef> table(host.table.size());
+      for (size_t e = 0; e < table.size(); ++e)
+        K3_RETURN_IF_ERROR(uploadRef(host.table[e], w, each, table[e]));
+      Expected<const uint8_t *> t =
+          upload(table.data(), table.size() * sizeof(WeightRef),
+                 w.name + " (expert table)");
+      if (!t)
+        return t.status();
+      dw.table = reinterpret_cast<const WeightRef *>(*t);
+    } else if (w.format == "mxfp4" || w.format == "bf16") {
+      K3_RETURN_IF_ERROR(uploadRef(host.ref, w, w.shape, dw.ref));
+      if (w.format == "bf16") {
+        dw.data = reinterpret_cast<const uint8_t *>(dw.ref.bf16);
+        dw.bytes = host.bytes;
+      }
+    } else { // f32 vector
+      Expected<const uint8_t *> p = upload(host.data, host.bytes, w.name);
+      if (!p)
+        return p.status();
+      dw.data = *p;
+      dw.bytes = host.bytes;
+    }
+    mem.weights.push_back(dw);
+  }
+
+  be->launches_.resize(plan.launches.size());
+  for (size_t i = 0; i < plan.launches.size(); ++i)
+    K3_RETURN_IF_ERROR(bindLaunch(plan, i, mem, be->launches_[i]));
+  be->logitsOffset_ = plan.buffers[plan.logitsBuffer].offset;
+
+  Expected<cuda::CUstream> stream = d.createStream();
+  if (!stream)
+    return stream.status();
+  be->stream_ = *stream;
+  Expected<cuda::CUevent> e0 = d.createEvent(), e1 = d.createEvent();
+  if (!e0)
+    return e0.status();
+  if (!e1)
+    return e1.status();
+  be->start_ = *e0;
+  be->end_ = *e1;
+  K3_RETURN_IF_ERROR(be->resetState());
+  return be;
+}
+
+Status CudaBackend::resetState() {
+  for (cuda::DeviceBuffer &s : states_)
+    K3_RETURN_IF_ERROR(driver_->memset8(s.get(), 0, s.bytes()));
+  return Status::ok();
+}
+
+Status CudaBackend::step(int64_t token, int64_t pos) {
+  if (token < 0 || token >= vocab_)
+    return makeError("token id ", token, " is outside the vocabulary [0, ",
+                     vocab_, ")");
+  if (pos < 0 || pos >= maxSeq_)
+    return makeError("position ", pos, " is outside the plan's context [0, ",
+                     maxSeq_, ")");
+  K3_RETURN_IF_ERROR(driver_->record(start_, stream_));
+  for (size_t i = 0; i < launches_.size(); ++i) {
+    BoundLaunch &l = launches_[i];
+    l.setInputs(token, pos);
+    const Grid &g = grids_[i];
+    K3_RETURN_IF_ERROR(driver_
+                           ->launch(functions_[i], g.grid, g.block, g.smem,
+                                    stream_, l.params->data())
+                           .withContext("launch " + std::to_string(i) + " (" +
+                                        l.kernel->name + ")"));
+  }
+  K3_RETURN_IF_ERROR(driver_->record(end_, stream_));
+  K3_RETURN_IF_ERROR(driver_->copyToHostAsync(
+      logits_.data(), arena_.get() + logitsOffset_,
+      logits_.size() * sizeof(float), stream_));
+  K3_RETURN_IF_ERROR(
+      driver_->synchronize(stream_).withContext("decode step at position " +
+                                                std::to_string(pos)));
+  Expected<float> ms = driver_->elapsedMs(start_, end_);
+  if (!ms)
+    return ms.status();
+  lastStepMs_ = *ms;
+  return Status::ok();
+}
+
+} // namespace k3

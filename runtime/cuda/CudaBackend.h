@@ -1,0 +1,74 @@
+//===- CudaBackend.h - Runs a plan with the CUDA kernels --------*- C++ -*-===//
+//
+// The GPU twin of CpuBackend: the arena, the resident states and the weights
+// live in device memory (weights are copied once at bind time; stacked
+// experts get a device table of per-expert WeightRefs), every launch's params
+// struct is filled by the same binder with device addresses, and a step
+// patches the step inputs and launches `k3_<kernel>` from the PTX built into
+// the binary, in plan order on one stream. The logits come back to the host
+// after the last launch.
+//
+//===----------------------------------------------------------------------===//
+#ifndef K3C_RUNTIME_CUDA_CUDABACKEND_H
+#define K3C_RUNTIME_CUDA_CUDABACKEND_H
+
+#include "runtime/Backend.h"
+#include "runtime/Plan.h"
+#include "runtime/PlanBinding.h"
+#include "runtime/Safetensors.h"
+#include "runtime/cuda/CudaDriver.h"
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace k3 {
+
+/// The CUDA entry point `k3_<kernel>` of the embedded PTX (modules load once
+/// per process). Errors: no GPU or driver, no CUDA kernels in this build, no
+/// such entry point.
+Expected<cuda::CUfunction> findCudaKernel(const std::string &kernel);
+
+class CudaBackend final : public Backend {
+public:
+  /// Validates `plan`, loads the embedded PTX, uploads the weights and binds
+  /// every launch. Errors: no GPU or driver, a kernel without a CUDA
+  /// implementation in this build (named), the binding errors of CpuBackend.
+  static Expected<std::unique_ptr<CudaBackend>> bind(const PlanDoc &plan,
+                                                     const TensorStore &store);
+
+  Status resetState() override;
+  Status step(int64_t token, int64_t pos) override;
+  const float *logits() const override { return logits_.data(); }
+  int64_t vocab() const override { return vocab_; }
+  int64_t maxSeq() const override { return maxSeq_; }
+  std::string name() const override;
+
+  /// Device time of the last step's launches (ms), for benchmarks.
+  float lastStepMs() const { return lastStepMs_; }
+
+private:
+  CudaBackend() = default;
+
+  cuda::Driver *driver_ = nullptr;
+  cuda::CUstream stream_ = nullptr;
+  cuda::CUevent start_ = nullptr, end_ = nullptr;
+  int64_t vocab_ = 0, maxSeq_ = 0;
+  cuda::DeviceBuffer arena_;
+  std::vector<cuda::DeviceBuffer> states_;
+  std::vector<cuda::DeviceBuffer> weightData_; ///< bf16/f32/packed/scale
+  std::vector<BoundLaunch> launches_;
+  struct Grid {
+    int64_t grid[3], block[3], smem;
+  };
+  std::vector<Grid> grids_;
+  std::vector<cuda::CUfunction> functions_;
+  uint64_t logitsOffset_ = 0;
+  std::vector<float> logits_;
+  float lastStepMs_ = 0;
+};
+
+} // namespace k3
+
+#endif // K3C_RUNTIME_CUDA_CUDABACKEND_H

@@ -1,0 +1,152 @@
+//===- CudaTestUtil.h - Running one CUDA kernel against its CPU twin -*- C++ -*-===//
+//
+// What every kernel test on the GPU does: skip (not fail) where there is no
+// GPU; upload fresh random inputs; poison the outputs (0xFF bytes: a bf16 or
+// f32 NaN) on both sides before the run; run the CPU implementation and the
+// CUDA entry point on the same params struct (host pointers for one, device
+// pointers for the other); compare by relative error.
+//
+//===----------------------------------------------------------------------===//
+#ifndef K3C_TEST_UNIT_CUDA_CUDATESTUTIL_H
+#define K3C_TEST_UNIT_CUDA_CUDATESTUTIL_H
+
+#include "kernels/common/BF16.h"
+#include "runtime/cuda/CudaBackend.h"
+#include "runtime/cuda/CudaDriver.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+namespace k3test {
+
+/// Skips the calling test when there is no usable GPU (CI has none).
+#define K3_REQUIRE_GPU()                                                       \
+  do {                                                                         \
+    ::k3::Expected<::k3::cuda::Driver *> d = ::k3::cuda::Driver::get();        \
+    if (!d)                                                                    \
+      GTEST_SKIP() << "no GPU: " << d.message();                               \
+  } while (0)
+
+/// Deterministic random data: normal(0, std) as bf16 / f32.
+class Rand {
+public:
+  explicit Rand(uint64_t seed) : gen_(seed) {}
+  std::vector<uint16_t> bf16(size_t n, float std = 1.0f) {
+    std::normal_distribution<float> d(0.0f, std);
+    std::vector<uint16_t> v(n);
+    for (auto &x : v)
+      x = ::k3::floatToBf16(d(gen_));
+    return v;
+  }
+  std::vector<float> f32(size_t n, float std = 1.0f) {
+    std::normal_distribution<float> d(0.0f, std);
+    std::vector<float> v(n);
+    for (auto &x : v)
+      x = d(gen_);
+    return v;
+  }
+  std::vector<float> uniform(size_t n, float lo, float hi) {
+    std::uniform_real_distribution<float> d(lo, hi);
+    std::vector<float> v(n);
+    for (auto &x : v)
+      x = d(gen_);
+    return v;
+  }
+  std::vector<uint8_t> bytes(size_t n) {
+    std::uniform_int_distribution<int> d(0, 255);
+    std::vector<uint8_t> v(n);
+    for (auto &x : v)
+      x = static_cast<uint8_t>(d(gen_));
+    return v;
+  }
+  std::mt19937_64 &gen() { return gen_; }
+
+private:
+  std::mt19937_64 gen_;
+};
+
+/// A device copy of a host vector; `get<T>()` is the device pointer.
+struct Dev {
+  ::k3::cuda::DeviceBuffer buf;
+  template <typename T> static Dev of(const std::vector<T> &host) {
+    Dev d;
+    auto b = ::k3::cuda::DeviceBuffer::upload(host.data(),
+                                              host.size() * sizeof(T));
+    EXPECT_TRUE(b.hasValue()) << b.message();
+    if (b)
+      d.buf = b.take();
+    return d;
+  }
+  /// `n` elements of T, every byte 0xFF (NaN for bf16 / f32).
+  template <typename T> static Dev poisoned(size_t n) {
+    return of(std::vector<uint8_t>(n * sizeof(T), 0xFF));
+  }
+  template <typename T> T *get() const { return buf.as<T>(); }
+  template <typename T> std::vector<T> download(size_t n) const {
+    std::vector<T> out(n);
+    auto d = ::k3::cuda::Driver::get();
+    EXPECT_TRUE(d.hasValue());
+    ::k3::Status s = (*d)->copyToHost(out.data(), buf.get(), n * sizeof(T));
+    EXPECT_TRUE(s.isOk()) << (s.isOk() ? "" : s.message());
+    return out;
+  }
+};
+
+/// Launches `k3_<kernel>` with `params` (device pointers inside) and waits.
+template <typename Params>
+::k3::Status launch(const std::string &kernel, Params params, int64_t gridX,
+                    int64_t blockX = 256, int64_t smem = 0) {
+  auto f = ::k3::findCudaKernel(kernel);
+  if (!f)
+    return f.status();
+  auto d = ::k3::cuda::Driver::get();
+  if (!d)
+    return d.status();
+  const int64_t grid[3] = {gridX, 1, 1}, block[3] = {blockX, 1, 1};
+  K3_RETURN_IF_ERROR((*d)->launch(*f, grid, block, smem, nullptr, &params));
+  return (*d)->synchronize(nullptr);
+}
+
+/// max_i |got − want| / max_i |want| (∞ on NaN or a size mismatch).
+inline double relErr(const std::vector<float> &want,
+                     const std::vector<float> &got) {
+  if (want.size() != got.size())
+    return INFINITY;
+  double num = 0, den = 0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    if (!std::isfinite(got[i]) || !std::isfinite(want[i]))
+      return INFINITY;
+    num = std::max(num, std::fabs(double(got[i]) - double(want[i])));
+    den = std::max(den, std::fabs(double(want[i])));
+  }
+  return den > 0 ? num / den : num;
+}
+
+inline std::vector<float> widen(const std::vector<uint16_t> &v) {
+  std::vector<float> out(v.size());
+  for (size_t i = 0; i < v.size(); ++i)
+    out[i] = ::k3::bf16ToFloat(v[i]);
+  return out;
+}
+
+/// Fraction of elements whose bits differ.
+template <typename T>
+double fractionDiffering(const std::vector<T> &a, const std::vector<T> &b) {
+  if (a.size() != b.size() || a.empty())
+    return 1.0;
+  size_t n = 0;
+  for (size_t i = 0; i < a.size(); ++i)
+    n += std::memcmp(&a[i], &b[i], sizeof(T)) != 0;
+  return double(n) / double(a.size());
+}
+
+} // namespace k3test
+
+#endif // K3C_TEST_UNIT_CUDA_CUDATESTUTIL_H
