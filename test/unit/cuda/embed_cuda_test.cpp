@@ -35,10 +35,11 @@ TEST(EmbedCuda, MatchesCpuBitForBit) {
       EXPECT_EQ(got, want) << "vocab " << vocab << " dim " << dim << " token "
                            << token;
       // The copy is not trivially right: rows differ from each other.
-      if (token != 0)
+      if (token != 0) {
         EXPECT_NE(got,
                   std::vector<uint16_t>(table.begin(), table.begin() + dim))
             << "row 0 returned for token " << token;
+      }
     }
   }
 }
