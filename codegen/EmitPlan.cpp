@@ -8,7 +8,9 @@
 //
 //===----------------------------------------------------------------------===//
 #include "codegen/Codegen.h"
+
 #include "import/Importer.h"
+#include "kernels/PtxModules.h"
 
 #include "runtime/Plan.h"
 #include "runtime/PlanKernels.h"
@@ -81,12 +83,12 @@ LogicalResult mlir::k3::emitPlan(ModuleOp module, llvm::StringRef fusion,
       bound[s.getResult()] = ::k3::PlanArg::state(doc.states.size());
       doc.states.push_back(st);
     } else if (auto w = dyn_cast<k3l::WeightOp>(op)) {
-      bound[w.getResult()] = ::k3::PlanArg::weight(
-          doc.addWeight(w.getName().str(), w.getFormat().str(),
-                        std::vector<int64_t>(w.getShape().begin(),
-                                             w.getShape().end())));
+      bound[w.getResult()] = ::k3::PlanArg::weight(doc.addWeight(
+          w.getName().str(), w.getFormat().str(),
+          std::vector<int64_t>(w.getShape().begin(), w.getShape().end())));
     } else if (auto l = dyn_cast<k3l::LaunchOp>(op)) {
-      ::k3::PlanLaunch &pl = doc.addLaunch(l.getKernel().str(), l.getOp().str());
+      ::k3::PlanLaunch &pl =
+          doc.addLaunch(l.getKernel().str(), l.getOp().str());
       for (int i = 0; i < 3; ++i) {
         pl.grid[i] = l.getGrid()[i];
         pl.block[i] = l.getBlock()[i];
@@ -159,8 +161,13 @@ LogicalResult mlir::k3::emitPlan(ModuleOp module, llvm::StringRef fusion,
   }
   ::k3::Status st = ::k3::validatePlan(doc);
   if (!st)
-    return module.emitError() << "the emitted plan is invalid: "
-                              << st.message();
+    return module.emitError()
+           << "the emitted plan is invalid: " << st.message();
+  // A k3c built with CUDA carries the PTX of every kernel the plan launches
+  // (the module that defines it), so the plan runs on a GPU by itself.
+  for (const ::k3::PlanLaunch &l : doc.launches)
+    if (const ::k3::PtxModule *m = ::k3::ptxModuleFor(l.kernel))
+      doc.kernelPtx.emplace(l.kernel, std::string(m->ptx, m->size));
   planText = ::k3::serializePlan(doc);
   return success();
 }

@@ -1,4 +1,5 @@
-//===- PtxModules.h - The CUDA kernels' PTX built into the binary -*- C++ -*-===//
+//===- PtxModules.h - The CUDA kernels' PTX built into the binary -*- C++
+//-*-===//
 //
 // With CUDA enabled at build time, every kernels/<family>/<Family>.cu is
 // compiled to PTX for sm_90 and embedded here; without it the list is empty.
@@ -9,6 +10,7 @@
 #define K3C_KERNELS_PTXMODULES_H
 
 #include <cstddef>
+#include <string>
 #include <vector>
 
 namespace k3 {
@@ -22,6 +24,9 @@ struct PtxModule {
 
 /// The embedded modules (empty in a build without CUDA).
 const std::vector<PtxModule> &embeddedPtxModules();
+
+/// The embedded module that defines the entry point `k3_<kernel>`, or null.
+const PtxModule *ptxModuleFor(const std::string &kernel);
 
 } // namespace k3
 

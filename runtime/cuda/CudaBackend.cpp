@@ -9,38 +9,47 @@ namespace k3 {
 
 namespace {
 
-/// Every `k3_<name>` entry point of the embedded PTX modules, loaded once per
-/// process (a module load JIT-compiles the PTX for the device).
-Expected<const std::map<std::string, cuda::CUfunction> *>
-loadKernels(cuda::Driver &driver) {
-  static std::map<std::string, cuda::CUfunction> functions;
-  static bool loaded = false;
-  static Status failure;
-  if (!loaded) {
-    loaded = true;
-    if (embeddedPtxModules().empty()) {
-      failure = makeError("this build has no CUDA kernels (nvcc was not found "
-                          "when it was configured); use --backend cpu");
-    }
-    for (const PtxModule &m : embeddedPtxModules()) {
-      Expected<cuda::CUmodule> mod = driver.loadModule(m.ptx);
-      if (!mod) {
-        failure = mod.status().withContext(std::string("PTX module '") +
-                                           m.name + "'");
-        break;
-      }
-      for (const KernelInfo &k : kernelTable()) {
-        if (functions.count(k.name))
-          continue;
-        Expected<cuda::CUfunction> f = driver.function(*mod, "k3_" + k.name);
-        if (f)
-          functions[k.name] = *f;
-      }
-    }
+/// Loaded PTX modules by text (a load JIT-compiles the PTX for the device,
+/// so each distinct text is loaded once per process).
+Expected<cuda::CUmodule> moduleFor(cuda::Driver &driver, const std::string &ptx,
+                                   const std::string &what) {
+  static std::map<std::string, cuda::CUmodule> loaded;
+  auto it = loaded.find(ptx);
+  if (it != loaded.end())
+    return it->second;
+  Expected<cuda::CUmodule> mod = driver.loadModule(ptx);
+  if (!mod)
+    return mod.status().withContext(what);
+  loaded.emplace(ptx, *mod);
+  return *mod;
+}
+
+/// `k3_<kernel>` from `ptx` when given (a plan's own PTX), else from the PTX
+/// built into this binary.
+Expected<cuda::CUfunction> kernelFunction(cuda::Driver &driver,
+                                          const std::string &kernel,
+                                          const std::string *ptx) {
+  std::string text;
+  std::string what;
+  if (ptx) {
+    text = *ptx;
+    what = "the plan's PTX for kernel '" + kernel + "'";
+  } else {
+    if (embeddedPtxModules().empty())
+      return makeError("this build has no CUDA kernels (nvcc was not found "
+                       "when it was configured) and the plan carries no PTX; "
+                       "use --backend cpu");
+    const PtxModule *m = ptxModuleFor(kernel);
+    if (!m)
+      return makeError("kernel '", kernel,
+                       "' has no CUDA implementation in this build");
+    text.assign(m->ptx, m->size);
+    what = std::string("PTX module '") + m->name + "'";
   }
-  if (!failure.isOk())
-    return failure;
-  return &functions;
+  Expected<cuda::CUmodule> mod = moduleFor(driver, text, what);
+  if (!mod)
+    return mod.status();
+  return driver.function(*mod, "k3_" + kernel);
 }
 
 } // namespace
@@ -49,15 +58,7 @@ Expected<cuda::CUfunction> findCudaKernel(const std::string &kernel) {
   Expected<cuda::Driver *> driver = cuda::Driver::get();
   if (!driver)
     return driver.status();
-  Expected<const std::map<std::string, cuda::CUfunction> *> kernels =
-      loadKernels(**driver);
-  if (!kernels)
-    return kernels.status();
-  auto it = (*kernels)->find(kernel);
-  if (it == (*kernels)->end())
-    return makeError("kernel '", kernel,
-                     "' has no CUDA implementation in this build");
-  return it->second;
+  return kernelFunction(**driver, kernel, nullptr);
 }
 
 std::string CudaBackend::name() const {
@@ -70,10 +71,6 @@ CudaBackend::bind(const PlanDoc &plan, const TensorStore &store) {
   Expected<cuda::Driver *> driver = cuda::Driver::get();
   if (!driver)
     return driver.status();
-  Expected<const std::map<std::string, cuda::CUfunction> *> kernels =
-      loadKernels(**driver);
-  if (!kernels)
-    return kernels.status();
 
   std::unique_ptr<CudaBackend> be(new CudaBackend());
   be->driver_ = *driver;
@@ -82,14 +79,16 @@ CudaBackend::bind(const PlanDoc &plan, const TensorStore &store) {
   be->maxSeq_ = plan.maxSeq;
   be->logits_.assign(static_cast<size_t>(be->vocab_), 0.0f);
 
-  // Every kernel first: a missing one is the most likely error.
+  // Every kernel first: a missing one is the most likely error. The plan's
+  // own PTX wins over the binary's (it is what the plan was compiled with).
   for (size_t i = 0; i < plan.launches.size(); ++i) {
-    auto it = (*kernels)->find(plan.launches[i].kernel);
-    if (it == (*kernels)->end())
-      return makeError("launch ", i, ": kernel '", plan.launches[i].kernel,
-                       "' has no CUDA implementation in this build");
-    be->functions_.push_back(it->second);
     const PlanLaunch &l = plan.launches[i];
+    auto ptx = plan.kernelPtx.find(l.kernel);
+    Expected<cuda::CUfunction> f = kernelFunction(
+        d, l.kernel, ptx == plan.kernelPtx.end() ? nullptr : &ptx->second);
+    if (!f)
+      return f.status().withContext("launch " + std::to_string(i));
+    be->functions_.push_back(*f);
     Grid g;
     for (int a = 0; a < 3; ++a) {
       g.grid[a] = l.grid[a];
@@ -132,7 +131,8 @@ CudaBackend::bind(const PlanDoc &plan, const TensorStore &store) {
                        WeightRef &out) -> Status {
     out = host;
     const uint64_t rows = static_cast<uint64_t>(shape[0]);
-    const uint64_t cols = shape.size() > 1 ? static_cast<uint64_t>(shape[1]) : 1;
+    const uint64_t cols =
+        shape.size() > 1 ? static_cast<uint64_t>(shape[1]) : 1;
     if (host.format == kWeightMxfp4) {
       Expected<const uint8_t *> p =
           upload(host.packed, rows * cols / 2, w.name + " (packed)");
@@ -231,12 +231,11 @@ Status CudaBackend::step(int64_t token, int64_t pos) {
                                         l.kernel->name + ")"));
   }
   K3_RETURN_IF_ERROR(driver_->record(end_, stream_));
-  K3_RETURN_IF_ERROR(driver_->copyToHostAsync(
-      logits_.data(), arena_.get() + logitsOffset_,
-      logits_.size() * sizeof(float), stream_));
   K3_RETURN_IF_ERROR(
-      driver_->synchronize(stream_).withContext("decode step at position " +
-                                                std::to_string(pos)));
+      driver_->copyToHostAsync(logits_.data(), arena_.get() + logitsOffset_,
+                               logits_.size() * sizeof(float), stream_));
+  K3_RETURN_IF_ERROR(driver_->synchronize(stream_).withContext(
+      "decode step at position " + std::to_string(pos)));
   Expected<float> ms = driver_->elapsedMs(start_, end_);
   if (!ms)
     return ms.status();
