@@ -96,14 +96,15 @@ struct Decode {
   ::k3::ref::LogitRows logits;
 };
 
-/// Runs plan text on the CPU backend over the weights in `dir`.
+/// Runs plan text on `backend` over the weights in `dir`.
 inline void runPlan(const std::string &text, const std::string &dir,
                     const std::vector<int64_t> &prompt, int64_t maxNew,
-                    Decode &out) {
+                    Decode &out,
+                    ::k3::BackendKind backend = ::k3::BackendKind::Cpu) {
   ::k3::Expected<::k3::PlanDoc> plan = ::k3::parsePlan(text);
   ASSERT_TRUE(plan.hasValue()) << plan.message();
   ::k3::Expected<std::unique_ptr<::k3::Session>> session =
-      ::k3::Session::open(plan.take(), dir);
+      ::k3::Session::open(plan.take(), dir, backend);
   ASSERT_TRUE(session.hasValue()) << session.message();
   ::k3::Expected<::k3::GenerateResult> got =
       (*session)->generate(prompt, maxNew, /*keepLogits=*/true);
