@@ -1,0 +1,401 @@
+//===- kernel_bench.cpp - The CUDA kernels at Kimi K3's sizes -------------===//
+//
+// Times each decode kernel at the real K3 shapes on random data in device
+// memory and prints one row per case: median µs over many runs (CUDA
+// events around each launch, after warm-up), the bytes the kernel must move
+// (its floor), the achieved GB/s and the fraction of the bandwidth floor
+// (bytes / peak). Weights are sized so the data does not stay in the 60 MB L2
+// between runs (several copies are rotated where one would fit).
+//
+//   kernel_bench [--peak-gbps 4300] [--runs 200] [--json FILE] [--only NAME]
+//
+// Needs a GPU; exits 0 with a message where there is none.
+//
+//===----------------------------------------------------------------------===//
+#include "kernels/attnres/AttnResParams.h"
+#include "kernels/common/BF16.h"
+#include "kernels/common/MXFP4.h"
+#include "kernels/gemv/GemvParams.h"
+#include "kernels/kda/KdaParams.h"
+#include "kernels/mla/MlaParams.h"
+#include "kernels/moe/MoeParams.h"
+#include "kernels/norm/NormParams.h"
+#include "runtime/cuda/CudaBackend.h"
+#include "runtime/cuda/CudaDriver.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <functional>
+#include <random>
+#include <string>
+#include <vector>
+
+using namespace k3;
+
+namespace {
+
+cuda::Driver *gDriver = nullptr;
+int gRuns = 200;
+
+/// Device memory that lives until the end of the program.
+std::vector<cuda::DeviceBuffer> gKeep;
+
+/// `bytes` of device memory filled with random bf16 N(0, std) values (or
+/// random bytes), generated on the host once per size and reused.
+void *randomDevice(size_t bytes, float std = 1.0f, bool rawBytes = false) {
+  static std::mt19937_64 gen(42);
+  std::vector<uint8_t> host(bytes);
+  if (rawBytes) {
+    for (auto &b : host)
+      b = static_cast<uint8_t>(gen() & 0x77); // finite E2M1 codes / scales
+  } else {
+    std::normal_distribution<float> d(0.0f, std);
+    uint16_t *h = reinterpret_cast<uint16_t *>(host.data());
+    for (size_t i = 0; i < bytes / 2; ++i)
+      h[i] = floatToBf16(d(gen));
+  }
+  auto b = cuda::DeviceBuffer::upload(host.data(), bytes);
+  if (!b) {
+    std::fprintf(stderr, "kernel_bench: %s\n", b.message().c_str());
+    std::exit(1);
+  }
+  gKeep.push_back(b.take());
+  return gKeep.back().as<void>();
+}
+
+/// An MXFP4 scale array of plausible exponents (2^-8 .. 2^-4).
+void *scalesDevice(size_t n) {
+  std::vector<uint8_t> host(n);
+  for (size_t i = 0; i < n; ++i)
+    host[i] = static_cast<uint8_t>(119 + i % 5);
+  auto b = cuda::DeviceBuffer::upload(host.data(), n);
+  gKeep.push_back(b.take());
+  return gKeep.back().as<void>();
+}
+
+void *zerosDevice(size_t bytes) {
+  auto b = cuda::DeviceBuffer::create(bytes);
+  gKeep.push_back(b.take());
+  if (!gDriver->memset8(gKeep.back().get(), 0, bytes).isOk())
+    std::exit(1);
+  return gKeep.back().as<void>();
+}
+
+struct Result {
+  std::string name;
+  double us = 0;
+  double bytes = 0;
+};
+
+/// Median time of `launch(i)` over gRuns runs (i rotates weight copies).
+template <typename Params>
+bool timeKernel(const std::string &kernel, std::vector<Params> variants,
+                int64_t grid, double &medianUs) {
+  Expected<cuda::CUfunction> f = findCudaKernel(kernel);
+  if (!f) {
+    std::fprintf(stderr, "  %s: %s\n", kernel.c_str(), f.message().c_str());
+    return false;
+  }
+  Expected<cuda::CUevent> e0 = gDriver->createEvent(),
+                          e1 = gDriver->createEvent();
+  const int64_t g[3] = {grid, 1, 1}, b[3] = {256, 1, 1};
+  std::vector<float> ms;
+  for (int i = -10; i < gRuns; ++i) {
+    Params &p = variants[static_cast<size_t>((i + 10)) % variants.size()];
+    if (!gDriver->record(*e0, nullptr).isOk() ||
+        !gDriver->launch(*f, g, b, 0, nullptr, &p).isOk() ||
+        !gDriver->record(*e1, nullptr).isOk())
+      return false;
+    Expected<float> t = gDriver->elapsedMs(*e0, *e1);
+    if (!t) {
+      std::fprintf(stderr, "  %s: %s\n", kernel.c_str(), t.message().c_str());
+      return false;
+    }
+    if (i >= 0)
+      ms.push_back(*t);
+  }
+  std::sort(ms.begin(), ms.end());
+  medianUs = ms[ms.size() / 2] * 1000.0;
+  return true;
+}
+
+/// Copies of a weight so the rotation exceeds the L2 (60 MB on H200).
+int copiesFor(double bytes) {
+  return std::max(1, std::min(8, static_cast<int>(200e6 / bytes) + 1));
+}
+
+// K3 sizes (K3.md §1).
+constexpr int64_t D = 7168, C = 12288, H = 96, Dh = 128;
+constexpr int64_t L = 512, R = 64, P = 128, V = 128, N = 96;
+constexpr int64_t Dm = 3584, I = 3072, E = 896, TopK = 16;
+
+void benchLinear(std::vector<Result> &out, const std::string &label, int64_t n,
+                 int64_t k, bool mxfp4, bool f32Out) {
+  const double wBytes = mxfp4 ? n * k / 2.0 + n * k / 32.0 : n * k * 2.0;
+  std::vector<LinearParams> vs;
+  void *x = randomDevice(k * 2);
+  void *y = zerosDevice(n * 4);
+  for (int c = 0; c < copiesFor(wBytes); ++c) {
+    LinearParams p;
+    p.x = static_cast<uint16_t *>(x);
+    p.n = n;
+    p.k = k;
+    if (mxfp4) {
+      p.w.format = kWeightMxfp4;
+      p.w.packed = static_cast<uint8_t *>(randomDevice(n * k / 2, 1, true));
+      p.w.scale = static_cast<uint8_t *>(scalesDevice(n * k / 32));
+    } else {
+      p.w.bf16 = static_cast<uint16_t *>(randomDevice(n * k * 2, 0.01f));
+    }
+    if (f32Out)
+      p.outF32 = static_cast<float *>(y);
+    else
+      p.out = static_cast<uint16_t *>(y);
+    vs.push_back(p);
+  }
+  double us;
+  if (timeKernel("linear", vs, (n + 7) / 8, us))
+    out.push_back({label, us, wBytes + k * 2.0 + n * (f32Out ? 4.0 : 2.0)});
+}
+
+void benchKda(std::vector<Result> &out) {
+  const double stateBytes = H * Dh * Dh * 4.0;
+  std::vector<KdaDecodeParams> vs;
+  for (int c = 0; c < copiesFor(2 * stateBytes); ++c) {
+    KdaDecodeParams p;
+    p.uq = static_cast<uint16_t *>(randomDevice(C * 2));
+    p.uk = static_cast<uint16_t *>(randomDevice(C * 2));
+    p.uv = static_cast<uint16_t *>(randomDevice(C * 2));
+    p.convQ = static_cast<uint16_t *>(randomDevice(C * 4 * 2, 0.5f));
+    p.convK = static_cast<uint16_t *>(randomDevice(C * 4 * 2, 0.5f));
+    p.convV = static_cast<uint16_t *>(randomDevice(C * 4 * 2, 0.5f));
+    p.convStateQ = static_cast<float *>(zerosDevice(C * 3 * 4));
+    p.convStateK = static_cast<float *>(zerosDevice(C * 3 * 4));
+    p.convStateV = static_cast<float *>(zerosDevice(C * 3 * 4));
+    p.f = static_cast<uint16_t *>(randomDevice(C * 2, 0.5f));
+    p.betaLogit = static_cast<uint16_t *>(randomDevice(H * 2));
+    p.dtBias = static_cast<float *>(zerosDevice(C * 4));
+    p.aLog = static_cast<float *>(zerosDevice(H * 4));
+    p.state = static_cast<float *>(zerosDevice(H * Dh * Dh * 4));
+    p.gate = static_cast<uint16_t *>(randomDevice(C * 2));
+    p.normWeight = static_cast<uint16_t *>(randomDevice(Dh * 2));
+    p.out = static_cast<uint16_t *>(zerosDevice(C * 2));
+    p.numHeads = H;
+    p.headDim = Dh;
+    p.hasLowerBound = 1;
+    vs.push_back(p);
+  }
+  double us;
+  if (timeKernel("kda_decode", vs, H, us))
+    out.push_back({"kda_decode 96x128 (state r+w)", us,
+                   2 * stateBytes + C * 2.0 * 6 + C * 4 * 3 * 2.0 * 3});
+}
+
+void benchMla(std::vector<Result> &out, int64_t length) {
+  const double kvBBytes = N * (P + V) * L * 2.0;
+  const double cacheBytes = length * (L + R) * 2.0;
+  std::vector<MlaAttendParams> vs;
+  void *q = randomDevice(N * (P + R) * 2);
+  void *gate = randomDevice(N * V * 2);
+  void *o = zerosDevice(N * V * 2);
+  for (int c = 0; c < copiesFor(kvBBytes + cacheBytes); ++c) {
+    MlaAttendParams p;
+    p.q = static_cast<uint16_t *>(q);
+    p.kvB = static_cast<uint16_t *>(randomDevice(kvBBytes, 0.05f));
+    p.cache = static_cast<uint16_t *>(randomDevice(cacheBytes));
+    p.length = length;
+    p.gate = static_cast<uint16_t *>(gate);
+    p.out = static_cast<uint16_t *>(o);
+    p.numHeads = N;
+    p.nopeDim = P;
+    p.ropeDim = R;
+    p.vDim = V;
+    p.kvLoraRank = L;
+    p.scale = 1.0f / 13.856406f;
+    vs.push_back(p);
+  }
+  double us;
+  if (timeKernel("mla_attend", vs, N, us))
+    out.push_back({"mla_attend 96 heads, ctx " + std::to_string(length), us,
+                   kvBBytes + cacheBytes});
+}
+
+void benchRouter(std::vector<Result> &out) {
+  std::vector<RouterParams> vs;
+  void *h = randomDevice(D * 2);
+  void *ids = zerosDevice(TopK * 4), *w = zerosDevice(TopK * 4);
+  for (int c = 0; c < copiesFor(E * D * 2.0); ++c) {
+    RouterParams p;
+    p.h = static_cast<uint16_t *>(h);
+    p.gate = static_cast<uint16_t *>(randomDevice(E * D * 2, 0.02f));
+    p.numExperts = E;
+    p.dim = D;
+    p.topK = TopK;
+    p.outIds = static_cast<int32_t *>(ids);
+    p.outWeights = static_cast<float *>(w);
+    vs.push_back(p);
+  }
+  double us;
+  if (timeKernel("router", vs, 1, us))
+    out.push_back({"router 896 x 7168, top-16", us, E * D * 2.0});
+}
+
+void benchMoe(std::vector<Result> &out) {
+  // A table of 32 MXFP4 experts; the ids pick 16 of them.
+  const int64_t tableE = 32;
+  auto mx = [&](int64_t rows, int64_t cols) {
+    WeightRef w;
+    w.format = kWeightMxfp4;
+    w.packed = static_cast<uint8_t *>(randomDevice(rows * cols / 2, 1, true));
+    w.scale = static_cast<uint8_t *>(scalesDevice(rows * cols / 32));
+    return w;
+  };
+  std::vector<WeightRef> w1, w3, w2;
+  for (int64_t e = 0; e < tableE; ++e) {
+    w1.push_back(mx(I, Dm));
+    w3.push_back(mx(I, Dm));
+    w2.push_back(mx(Dm, I));
+  }
+  auto table = [&](const std::vector<WeightRef> &t) {
+    auto b = cuda::DeviceBuffer::upload(t.data(), t.size() * sizeof(WeightRef));
+    gKeep.push_back(b.take());
+    return gKeep.back().as<const WeightRef>();
+  };
+  std::vector<int32_t> ids(TopK);
+  std::vector<float> weights(TopK, 1.0f / TopK);
+  for (int64_t k = 0; k < TopK; ++k)
+    ids[k] = static_cast<int32_t>(k * 2);
+  auto dIds = cuda::DeviceBuffer::upload(ids.data(), ids.size() * 4);
+  auto dW = cuda::DeviceBuffer::upload(weights.data(), weights.size() * 4);
+  gKeep.push_back(dIds.take());
+  const int32_t *idsP = gKeep.back().as<const int32_t>();
+  gKeep.push_back(dW.take());
+  const float *wP = gKeep.back().as<const float>();
+  MoeExpertsParams p;
+  p.x = static_cast<uint16_t *>(randomDevice(Dm * 2));
+  p.ids = idsP;
+  p.weights = wP;
+  p.topK = TopK;
+  p.numExperts = tableE;
+  p.w1 = table(w1);
+  p.w3 = table(w3);
+  p.w2 = table(w2);
+  p.dim = Dm;
+  p.interDim = I;
+  p.out = static_cast<uint16_t *>(zerosDevice(Dm * 2));
+  const double perExpert = 3.0 * (I * Dm / 2.0 + I * Dm / 32.0);
+  double us;
+  if (timeKernel("moe_experts", std::vector<MoeExpertsParams>{p},
+                 TopK * ((I + 7) / 8), us))
+    out.push_back({"moe_experts 16 x MXFP4 3584x3072", us, TopK * perExpert});
+}
+
+void benchNorms(std::vector<Result> &out) {
+  RmsNormParams n;
+  n.x = static_cast<uint16_t *>(randomDevice(D * 2));
+  n.w = static_cast<uint16_t *>(randomDevice(D * 2));
+  n.out = static_cast<uint16_t *>(zerosDevice(D * 2));
+  n.n = D;
+  double us;
+  if (timeKernel("rms_norm", std::vector<RmsNormParams>{n}, 1, us))
+    out.push_back({"rms_norm 7168", us, D * 6.0});
+  AttnResParams a;
+  a.blocks = static_cast<uint16_t *>(randomDevice(8 * D * 2));
+  a.numBlocks = 8;
+  a.extra = static_cast<uint16_t *>(randomDevice(D * 2));
+  a.wNorm = static_cast<uint16_t *>(randomDevice(D * 2));
+  a.wProj = static_cast<uint16_t *>(randomDevice(D * 2, 0.01f));
+  a.out = static_cast<uint16_t *>(zerosDevice(D * 2));
+  a.dim = D;
+  a.eps = 1e-5f;
+  if (timeKernel("attn_res", std::vector<AttnResParams>{a}, 1, us))
+    out.push_back({"attn_res 8 blocks + 1, 7168", us, 12 * D * 2.0});
+}
+
+} // namespace
+
+int main(int argc, char **argv) {
+  double peak = 4300;
+  std::string json, only;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    if (a == "--peak-gbps" && i + 1 < argc)
+      peak = std::atof(argv[++i]);
+    else if (a == "--runs" && i + 1 < argc)
+      gRuns = std::max(1, std::atoi(argv[++i]));
+    else if (a == "--json" && i + 1 < argc)
+      json = argv[++i];
+    else if (a == "--only" && i + 1 < argc)
+      only = argv[++i];
+    else {
+      std::printf(
+          "usage: kernel_bench [--peak-gbps G] [--runs N] [--json FILE] "
+          "[--only SUBSTRING]\n");
+      return a == "-h" || a == "--help" ? 0 : 2;
+    }
+  }
+  Expected<cuda::Driver *> d = cuda::Driver::get();
+  if (!d) {
+    std::printf("kernel_bench: no GPU (%s); nothing to measure\n",
+                d.message().c_str());
+    return 0;
+  }
+  gDriver = *d;
+  std::printf("kernel_bench on %s, peak %.0f GB/s, median of %d runs\n",
+              gDriver->deviceName().c_str(), peak, gRuns);
+
+  std::vector<
+      std::pair<std::string, std::function<void(std::vector<Result> &)>>>
+      cases = {
+          {"linear",
+           [](auto &o) {
+             benchLinear(o, "linear bf16 7168 -> 12288", C, D, false, false);
+           }},
+          {"linear",
+           [](auto &o) {
+             benchLinear(o, "linear bf16 12288 -> 7168", D, C, false, false);
+           }},
+          {"linear",
+           [](auto &o) {
+             benchLinear(o, "linear bf16 7168 -> 163840 f32 (lm_head)", 163840,
+                         D, false, true);
+           }},
+          {"linear",
+           [](auto &o) {
+             benchLinear(o, "linear MXFP4 3584 -> 3072", I, Dm, true, false);
+           }},
+          {"kda", benchKda},
+          {"mla", [](auto &o) { benchMla(o, 4096); }},
+          {"mla", [](auto &o) { benchMla(o, 65536); }},
+          {"router", benchRouter},
+          {"moe", benchMoe},
+          {"norm", benchNorms},
+      };
+  std::vector<Result> results;
+  for (auto &[name, fn] : cases)
+    if (only.empty() || name.find(only) != std::string::npos)
+      fn(results);
+
+  std::printf("%-44s %10s %12s %10s %8s\n", "case", "us", "bytes", "GB/s",
+              "floor");
+  for (const Result &r : results) {
+    const double gbps = r.bytes / (r.us * 1e-6) / 1e9;
+    std::printf("%-44s %10.2f %12.0f %10.1f %7.1f%%\n", r.name.c_str(), r.us,
+                r.bytes, gbps, 100.0 * gbps / peak);
+  }
+  if (!json.empty()) {
+    FILE *f = std::fopen(json.c_str(), "w");
+    if (f) {
+      std::fprintf(f, "{\"device\": \"%s\", \"peak_gbps\": %.0f, \"cases\": [",
+                   gDriver->deviceName().c_str(), peak);
+      for (size_t i = 0; i < results.size(); ++i)
+        std::fprintf(f, "%s{\"name\": \"%s\", \"us\": %.3f, \"bytes\": %.0f}",
+                     i ? ", " : "", results[i].name.c_str(), results[i].us,
+                     results[i].bytes);
+      std::fprintf(f, "]}\n");
+      std::fclose(f);
+    }
+  }
+  return 0;
+}

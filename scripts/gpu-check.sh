@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+#===- scripts/gpu-check.sh - Tests and benchmarks on the GPU machine ------===#
+#
+# Runs, from a folder made by scripts/gpu-stage.sh: every CUDA kernel test,
+# the compiled plans on the CUDA backend against the CPU backend and the
+# float64 reference, a CUDA decode of each tiny plan with k3-run, and the
+# kernel benchmark at K3 sizes. Prints a short table; exits non-zero when a
+# test fails. Results (logs, JSON) go to $OUT when set, else /tmp/gpu-check.
+#
+#   scripts/gpu-check.sh [STAGE_DIR] [--no-bench]
+#
+#===----------------------------------------------------------------------===#
+set -uo pipefail
+STAGE=${1:-build/gpu-stage}
+BENCH=1
+[ "${2:-}" = "--no-bench" ] && BENCH=0
+OUTDIR=${OUT:-/tmp/gpu-check}
+mkdir -p "$OUTDIR"
+export LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-}:/usr/local/nvidia/lib64
+
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
+status=0
+printf '%-34s %8s %8s %8s\n' test passed failed skipped
+for t in "$STAGE"/bin/*_cuda_test "$STAGE"/bin/cuda_decode_test; do
+  name=$(basename "$t")
+  "$t" --gtest_brief=1 >"$OUTDIR/$name.log" 2>&1
+  rc=$?
+  pass=$(grep -c '^\[       OK \]' "$OUTDIR/$name.log")
+  "$t" --gtest_list_tests >/dev/null 2>&1
+  fail=$(grep -c '^\[  FAILED  \].*(' "$OUTDIR/$name.log")
+  skip=$(grep -c '^\[  SKIPPED \].*(' "$OUTDIR/$name.log")
+  total=$(grep -o '[0-9]* tests\? from [0-9]* test suites\? ran' "$OUTDIR/$name.log" | head -1 | cut -d' ' -f1)
+  pass=$(( ${total:-0} - fail - skip ))
+  printf '%-34s %8s %8s %8s\n' "$name" "$pass" "$fail" "$skip"
+  if [ $rc -ne 0 ]; then
+    status=1
+    grep -B2 -A12 'Failure\|FAILED' "$OUTDIR/$name.log" | head -60
+  fi
+done
+
+echo
+printf '%-24s %s\n' plan "k3-run --backend cuda (64 tokens)"
+mkdir -p /tmp/k3-models
+for model in tiny tiny-linear; do
+  "$STAGE"/bin/k3-mkmodel $model -o /tmp/k3-models/$model >/dev/null 2>&1
+  for fusion in none default max; do
+    plan="$STAGE/plans/$model-$fusion.plan"
+    line=$("$STAGE"/bin/k3-run "$plan" --weights /tmp/k3-models/$model \
+      --prompt-ids 1,17,300,42 --max-new 64 --backend cuda 2>&1 >/dev/null | tail -1)
+    [ $? -ne 0 ] && status=1
+    printf '%-24s %s\n' "$model-$fusion" "${line#*: }"
+  done
+done
+
+if [ $BENCH = 1 ]; then
+  echo
+  "$STAGE"/bin/kernel_bench --json "$OUTDIR/kernel_bench.json"
+fi
+exit $status
