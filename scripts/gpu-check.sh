@@ -25,12 +25,10 @@ for t in "$STAGE"/bin/*_cuda_test "$STAGE"/bin/cuda_decode_test; do
   name=$(basename "$t")
   "$t" --gtest_brief=1 >"$OUTDIR/$name.log" 2>&1
   rc=$?
-  pass=$(grep -c '^\[       OK \]' "$OUTDIR/$name.log")
-  "$t" --gtest_list_tests >/dev/null 2>&1
-  fail=$(grep -c '^\[  FAILED  \].*(' "$OUTDIR/$name.log")
-  skip=$(grep -c '^\[  SKIPPED \].*(' "$OUTDIR/$name.log")
-  total=$(grep -o '[0-9]* tests\? from [0-9]* test suites\? ran' "$OUTDIR/$name.log" | head -1 | cut -d' ' -f1)
-  pass=$(( ${total:-0} - fail - skip ))
+  count() { grep -o "^\[  $1 *\] [0-9]* test" "$OUTDIR/$name.log" | head -1 | grep -o '[0-9]*' || echo 0; }
+  pass=$(count PASSED)
+  fail=$(count FAILED)
+  skip=$(count SKIPPED)
   printf '%-34s %8s %8s %8s\n' "$name" "$pass" "$fail" "$skip"
   if [ $rc -ne 0 ]; then
     status=1
