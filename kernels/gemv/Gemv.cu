@@ -1,0 +1,505 @@
+//===- Gemv.cu - Decode projections (CUDA) --------------------------------===//
+//
+// k3_linear and k3_linear_multi: y = W · x̂ at batch 1 (GemvParams.h), where
+// x̂ is x or, with a folded pre-norm, R(R(x · rsqrt(mean x² + eps)) · w_norm).
+// These kernels stream (almost) every weight byte of a decode step, so they
+// are built around HBM bandwidth:
+//  * x̂ is computed once per block and staged in shared memory as bf16 (it is
+//    a bf16 value, so nothing is lost), in chunks of kChunk columns;
+//  * one warp reads one weight row (or a 1/slices share of it, see below)
+//    with 16-byte streaming loads, kUnroll* of them in flight per lane, and
+//    accumulates in fp32 registers; a warp shuffle reduces the row;
+//  * MXFP4 rows are read as one 16-byte packed block (32 codes) plus its
+//    scale byte per lane, decoded with integer ops (no tables).
+// The results differ from the CPU only by summation order (and FMA
+// contraction): the CPU sums in 8 lanes, these kernels per lane and warp.
+//
+//===----------------------------------------------------------------------===//
+#include "kernels/common/CudaCommon.cuh"
+#include "kernels/gemv/GemvParams.h"
+
+#include <cuda_fp16.h>
+
+using namespace k3;
+
+namespace {
+
+/// Most warps of a block (blockDim.x <= 1024).
+constexpr int kMaxWarps = 32;
+/// Columns of x̂ staged at once (bf16, 24 KiB of shared memory). Every K3
+/// projection input fits (7168, 12288, 3584, 3072, 6144); only an unfused
+/// dense down_proj (33792) takes several chunks.
+constexpr int kChunk = 12288;
+/// 16-byte weight loads in flight per lane: a warp keeps 3 KiB (bf16) or
+/// 2 KiB + scales (MXFP4) outstanding, 96 / 64 KiB per SM at the 4 blocks
+/// of 256 threads an SM holds (64 registers), well over what HBM latency
+/// needs. (8 would need more than the 64 registers that 1024-thread blocks
+/// allow.)
+constexpr int kUnrollBf16 = 6;
+constexpr int kUnrollMxfp4 = 4;
+/// Bytes of its first row that each warp prefetches into L2 before the
+/// prologue (norm + staging), so HBM latency overlaps it.
+constexpr int kPrefetchBytes = 32 * 128;
+
+static_assert(kChunk % 32 == 0, "a chunk holds whole MXFP4 blocks");
+
+//===----------------------------------------------------------------------===//
+// Memory helpers
+//===----------------------------------------------------------------------===//
+
+__device__ __forceinline__ bool aligned16(const void *p) {
+  return (reinterpret_cast<uintptr_t>(p) & 15u) == 0;
+}
+
+/// 16-byte load of data read once per decode step: bypasses L1 (no reuse)
+/// and asks L2 for the whole 256-byte segment (the next lanes' bytes).
+__device__ __forceinline__ uint4 ldStream16(const void *p) {
+  uint4 v;
+  asm("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];"
+      : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+      : "l"(p));
+  return v;
+}
+
+/// Byte load of data read once per decode step (MXFP4 scales).
+__device__ __forceinline__ uint32_t ldStreamU8(const uint8_t *p) {
+  uint16_t v;
+  asm("ld.global.nc.L1::no_allocate.u8 %0, [%1];" : "=h"(v) : "l"(p));
+  return v;
+}
+
+__device__ __forceinline__ void prefetchL2(const void *p) {
+  asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
+}
+
+/// Shared-memory slot of 16-byte chunk `c` of x̂. The MXFP4 path has lane l
+/// read chunks 4l .. 4l+3 (one 32-column block), which unswizzled would put
+/// four lanes of every 8-lane phase on the same banks; XOR-ing the chunk's
+/// position in its block with bits 3-4 of its index spreads them over all
+/// 32 banks. Consecutive chunks (the bf16 path) stay within the same aligned
+/// 128 bytes, so that path stays conflict-free too.
+__device__ __forceinline__ int swz(int c) { return c ^ ((c >> 3) & 3); }
+
+/// Shared index (in bf16 elements) of column j of the staged chunk.
+__device__ __forceinline__ int stagedIndex(int j) {
+  return swz(j >> 3) * 8 + (j & 7);
+}
+
+__device__ __forceinline__ float loF(uint32_t w) {
+  return __uint_as_float(w << 16);
+}
+__device__ __forceinline__ float hiF(uint32_t w) {
+  return __uint_as_float(w & 0xffff0000u);
+}
+
+//===----------------------------------------------------------------------===//
+// Prologue: the norm factor and the staged input
+//===----------------------------------------------------------------------===//
+
+/// rsqrt(mean(x²) + eps) as the CPU computes it (1 / sqrt, both IEEE), the
+/// sum of squares in fp32 over the block. Every block gets the same bits.
+__device__ float rmsFactor(const uint16_t *x, int64_t k, float eps,
+                           float *scratch) {
+  float s = 0.0f;
+  int64_t j = 0;
+  if (aligned16(x)) {
+    const uint4 *xv = reinterpret_cast<const uint4 *>(x);
+    const int64_t nv = k >> 3;
+    for (int64_t c = threadIdx.x; c < nv; c += blockDim.x) {
+      const uint4 v = __ldg(xv + c);
+      const uint32_t words[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const float a = loF(words[i]), b = hiF(words[i]);
+        s += a * a;
+        s += b * b;
+      }
+    }
+    j = nv << 3;
+  }
+  for (j += threadIdx.x; j < k; j += blockDim.x) {
+    const float a = dev::bf16ToF(__ldg(x + j));
+    s += a * a;
+  }
+  s = dev::blockSum(s, scratch);
+  return 1.0f / sqrtf(s / static_cast<float>(k) + eps);
+}
+
+/// One element of x̂ with a pre-norm: R(R(x · r) · w), as cpu::rmsNormBf16.
+__device__ __forceinline__ uint32_t normOne(float x, float w, float r) {
+  return dev::fToBf16(dev::roundBf16(x * r) * w);
+}
+
+/// Two packed elements of x̂ (a 32-bit word of bf16 x and of the weight).
+__device__ __forceinline__ uint32_t normPair(uint32_t x, uint32_t w, float r) {
+  return normOne(loF(x), loF(w), r) | (normOne(hiF(x), hiF(w), r) << 16);
+}
+
+/// Stages x̂[c0, c0 + len) into `xs` (swizzled): x itself, or its RMSNorm
+/// when `normW` is given (r from rmsFactor). The caller synchronises.
+__device__ void stageInput(const uint16_t *x, const uint16_t *normW, float r,
+                           int64_t c0, int len, uint4 *xs) {
+  uint16_t *xh = reinterpret_cast<uint16_t *>(xs);
+  int j = 0;
+  if (aligned16(x) && (!normW || aligned16(normW))) {
+    // c0 is a multiple of 8, so the chunk starts 16-byte aligned as well.
+    const uint4 *xv = reinterpret_cast<const uint4 *>(x + c0);
+    const uint4 *wv =
+        normW ? reinterpret_cast<const uint4 *>(normW + c0) : nullptr;
+    const int nv = len >> 3;
+    for (int c = threadIdx.x; c < nv; c += blockDim.x) {
+      uint4 v = __ldg(xv + c);
+      if (normW) {
+        const uint4 w = __ldg(wv + c);
+        v = make_uint4(normPair(v.x, w.x, r), normPair(v.y, w.y, r),
+                       normPair(v.z, w.z, r), normPair(v.w, w.w, r));
+      }
+      xs[swz(c)] = v;
+    }
+    j = nv << 3;
+  }
+  for (j += threadIdx.x; j < len; j += blockDim.x) {
+    uint16_t v = __ldg(x + c0 + j);
+    if (normW)
+      v = static_cast<uint16_t>(
+          normOne(dev::bf16ToF(v), dev::bf16ToF(__ldg(normW + c0 + j)), r));
+    xh[stagedIndex(j)] = v;
+  }
+}
+
+//===----------------------------------------------------------------------===//
+// Row dot products over one staged chunk
+//===----------------------------------------------------------------------===//
+
+/// Where a row's result goes (one `linear` row or one row of an entry of a
+/// `linear_multi`).
+struct RowTarget {
+  WeightRef w;
+  int64_t row = 0; ///< row of `w`
+  uint16_t *out = nullptr;
+  float *outF32 = nullptr;
+  const uint16_t *residual = nullptr;
+};
+
+/// acc[0..3] += Σ_j W[j] · x̂[j] over the 16-byte chunks [cBeg, cEnd) of a
+/// 16-byte aligned bf16 row (cBeg % 32 == 0): lane l reads chunks
+/// cBeg + l, cBeg + 32 + l, ..., kUnrollBf16 loads in flight.
+__device__ __forceinline__ void dotBf16(const uint16_t *wrow, int cBeg,
+                                        int cEnd, const uint4 *xs, int lane,
+                                        float *acc) {
+  const uint4 *wv = reinterpret_cast<const uint4 *>(wrow) + lane;
+  for (int c = cBeg; c < cEnd; c += 32 * kUnrollBf16) {
+    // Chunk c + 32u + lane exists iff 32u < rest; its x̂ slot is
+    // swz(c + lane) + 32u (swz keeps bits 5 and up).
+    const int rest = cEnd - c - lane;
+    const uint4 *xv = xs + swz(c + lane);
+    uint4 w[kUnrollBf16];
+#pragma unroll
+    for (int u = 0; u < kUnrollBf16; ++u)
+      w[u] =
+          32 * u < rest ? ldStream16(wv + c + 32 * u) : make_uint4(0, 0, 0, 0);
+#pragma unroll
+    for (int u = 0; u < kUnrollBf16; ++u) {
+      if (32 * u < rest) {
+        const uint4 x = xv[32 * u];
+        acc[0] = fmaf(loF(w[u].x), loF(x.x), acc[0]);
+        acc[1] = fmaf(hiF(w[u].x), hiF(x.x), acc[1]);
+        acc[2] = fmaf(loF(w[u].y), loF(x.y), acc[2]);
+        acc[3] = fmaf(hiF(w[u].y), hiF(x.y), acc[3]);
+        acc[0] = fmaf(loF(w[u].z), loF(x.z), acc[0]);
+        acc[1] = fmaf(hiF(w[u].z), hiF(x.z), acc[1]);
+        acc[2] = fmaf(loF(w[u].w), loF(x.w), acc[2]);
+        acc[3] = fmaf(hiF(w[u].w), hiF(x.w), acc[3]);
+      }
+    }
+  }
+}
+
+/// Two E2M1 codes as an fp16 pair, each value times 2^-14: the code's
+/// magnitude bits (e1 e0 m) placed at fp16 bits 11..9 are exactly the fp16
+/// encoding of value · 2^-14 (e = 0, the 0.5 code, lands on the fp16
+/// subnormal of the same value). `mag` and `sign` hold the two codes'
+/// magnitude bits at 11..9 / 27..25 and sign bits at 15 / 31.
+__device__ __forceinline__ float2 e2m1PairScaled(uint32_t mag, uint32_t sign) {
+  const uint32_t h = (mag & 0x0E000E00u) | (sign & 0x80008000u);
+  return __half22float2(*reinterpret_cast<const __half2 *>(&h));
+}
+
+/// Σ_{i<8} e2m1(code i of `word`) · 2^-14 · x̂_i for the 8 x̂ values of `xv`.
+/// Codes i and i + 4 (nibbles i and i + 4) are decoded as one fp16 pair.
+__device__ __forceinline__ float dotMxfp4Word(uint32_t word, uint4 xv,
+                                              float part) {
+  const float2 p04 = e2m1PairScaled(word << 9, word << 12);
+  const float2 p15 = e2m1PairScaled(word << 5, word << 8);
+  const float2 p26 = e2m1PairScaled(word << 1, word << 4);
+  const float2 p37 = e2m1PairScaled(word >> 3, word);
+  part = fmaf(p04.x, loF(xv.x), part);
+  part = fmaf(p15.x, hiF(xv.x), part);
+  part = fmaf(p26.x, loF(xv.y), part);
+  part = fmaf(p37.x, hiF(xv.y), part);
+  part = fmaf(p04.y, loF(xv.z), part);
+  part = fmaf(p15.y, hiF(xv.z), part);
+  part = fmaf(p26.y, loF(xv.w), part);
+  part = fmaf(p37.y, hiF(xv.w), part);
+  return part;
+}
+
+/// acc += Σ_j W[j] · x̂[j] over the 32-column blocks [bBeg, bEnd) of an
+/// MXFP4 row (bBeg % 32 == 0; `packed` 16-byte aligned, `scale` one byte per
+/// block): lane l takes blocks bBeg + l, bBeg + 32 + l, ... Each block's sum
+/// is formed with the codes scaled by 2^-14 and then multiplied by
+/// 2^14 · scale, which is exact (powers of two) short of fp32 under/overflow,
+/// so it equals the CPU's dequantise-then-multiply up to summation order.
+__device__ __forceinline__ void dotMxfp4(const uint8_t *packed,
+                                         const uint8_t *scale, int bBeg,
+                                         int bEnd, const uint4 *xs, int lane,
+                                         float &acc) {
+  const uint4 *pv = reinterpret_cast<const uint4 *>(packed) + lane;
+  const uint8_t *sv = scale + lane;
+  for (int b = bBeg; b < bEnd; b += 32 * kUnrollMxfp4) {
+    // Block b + 32u + lane exists iff 32u < rest; its four x̂ chunks are
+    // 4(b + lane) + i, in slots swz(4(b + lane) + i) + 128u.
+    const int rest = bEnd - b - lane;
+    const int x0 = 4 * (b + lane);
+    uint4 q[kUnrollMxfp4];
+    uint32_t s[kUnrollMxfp4];
+#pragma unroll
+    for (int u = 0; u < kUnrollMxfp4; ++u) {
+      q[u] =
+          32 * u < rest ? ldStream16(pv + b + 32 * u) : make_uint4(0, 0, 0, 0);
+      s[u] = 32 * u < rest ? ldStreamU8(sv + b + 32 * u) : 0u;
+    }
+#pragma unroll
+    for (int u = 0; u < kUnrollMxfp4; ++u) {
+      if (32 * u < rest) {
+        const uint4 *xv = xs + 128 * u;
+        float p0 = dotMxfp4Word(q[u].x, xv[swz(x0 + 0)], 0.0f);
+        float p1 = dotMxfp4Word(q[u].y, xv[swz(x0 + 1)], 0.0f);
+        p0 = dotMxfp4Word(q[u].z, xv[swz(x0 + 2)], p0);
+        p1 = dotMxfp4Word(q[u].w, xv[swz(x0 + 3)], p1);
+        acc = fmaf((p0 + p1) * 16384.0f, dev::e8m0ToF(s[u]), acc);
+      }
+    }
+  }
+}
+
+/// acc += Σ_j W[row, c0 + j] · x̂[j] for j in [jBeg, jEnd), element by
+/// element: the fallback for rows the vector paths cannot read (k % 8 != 0
+/// for bf16, or a matrix that is not 16-byte aligned).
+__device__ void dotScalar(const WeightRef &w, int64_t k, int64_t row,
+                          int64_t c0, int jBeg, int jEnd, const uint4 *xs,
+                          int lane, float &acc) {
+  const uint16_t *xh = reinterpret_cast<const uint16_t *>(xs);
+  for (int j = jBeg + lane; j < jEnd; j += 32)
+    acc = fmaf(dev::weightAt(w, k, row, c0 + j),
+               dev::bf16ToF(xh[stagedIndex(j)]), acc);
+}
+
+/// Share `slice` of `slices` of [0, units): contiguous, in whole runs of 32
+/// units (one per lane).
+__device__ __forceinline__ int2 share(int units, int slice, int slices) {
+  const int runs = (units + 31) >> 5;
+  const int per = (runs + slices - 1) / slices;
+  const int beg = min(slice * per, runs) * 32;
+  const int end = min((slice + 1) * per * 32, units);
+  return make_int2(beg, end);
+}
+
+/// acc += this warp's share of Σ_j W[row, c0 + j] · x̂[j] for j < len.
+__device__ __forceinline__ void rowDot(const RowTarget &t, int64_t k,
+                                       int64_t c0, int len, const uint4 *xs,
+                                       int slice, int slices, int lane,
+                                       float *acc) {
+  if (t.w.format == kWeightMxfp4) {
+    if (k % 32 == 0 && aligned16(t.w.packed)) {
+      const int2 s = share(len >> 5, slice, slices);
+      dotMxfp4(t.w.packed + t.row * (k / 2) + c0 / 2,
+               t.w.scale + t.row * (k / 32) + c0 / 32, s.x, s.y, xs, lane,
+               acc[0]);
+      return;
+    }
+  } else if (k % 8 == 0 && aligned16(t.w.bf16)) {
+    const int2 s = share(len >> 3, slice, slices);
+    dotBf16(t.w.bf16 + t.row * k + c0, s.x, s.y, xs, lane, acc);
+    return;
+  }
+  const int2 s = share(len, slice, slices);
+  dotScalar(t.w, k, t.row, c0, s.x, s.y, xs, lane, acc[0]);
+}
+
+/// Starts the fetch of the head of this warp's share of its row (first
+/// chunk): 128 bytes per lane, up to kPrefetchBytes. Both vector paths split
+/// a row in 16-byte units (8 bf16 columns, or one 32-column MXFP4 block).
+__device__ __forceinline__ void prefetchRowHead(const RowTarget &t, int64_t k,
+                                                int slice, int slices,
+                                                int lane) {
+  const bool mx = t.w.format == kWeightMxfp4;
+  const char *row =
+      mx ? reinterpret_cast<const char *>(t.w.packed + t.row * (k / 2))
+         : reinterpret_cast<const char *>(t.w.bf16 + t.row * k);
+  const int len = static_cast<int>(k < kChunk ? k : kChunk);
+  const int2 s = share(mx ? len >> 5 : len >> 3, slice, slices);
+  const int64_t off = static_cast<int64_t>(s.x) * 16 + lane * 128;
+  if (off < static_cast<int64_t>(s.y) * 16 &&
+      off < static_cast<int64_t>(s.x) * 16 + kPrefetchBytes)
+    prefetchL2(row + off);
+}
+
+/// Writes a finished row: fp32 as is, or bf16 R(y) / R(R(y) + residual).
+__device__ __forceinline__ void storeRow(const RowTarget &t, float y) {
+  if (t.outF32) {
+    t.outF32[t.row] = y;
+    return;
+  }
+  float v = dev::roundBf16(y);
+  if (t.residual)
+    v = v + dev::bf16ToF(t.residual[t.row]);
+  t.out[t.row] = dev::fToBf16(v);
+}
+
+//===----------------------------------------------------------------------===//
+// The shared body of both entry points
+//===----------------------------------------------------------------------===//
+
+/// Rows of a `linear`.
+struct LinearRows {
+  LinearParams p;
+  __device__ int64_t count() const { return p.n; }
+  __device__ RowTarget at(int64_t r) const {
+    RowTarget t;
+    t.w = p.w;
+    t.row = r;
+    t.out = p.out;
+    t.outF32 = p.outF32;
+    t.residual = p.residual;
+    return t;
+  }
+};
+
+/// Rows of a `linear_multi`: the entries' rows one after the other.
+struct MultiRows {
+  LinearMultiParams p;
+  __device__ int64_t count() const {
+    int64_t n = 0;
+#pragma unroll
+    for (int e = 0; e < kLinearMultiMax; ++e)
+      n += e < p.count ? p.entries[e].n : 0;
+    return n;
+  }
+  __device__ RowTarget at(int64_t r) const {
+    // Unrolled with constant indices: the params stay in the constant bank
+    // (a dynamic index would copy them to local memory).
+    RowTarget t;
+    bool found = false;
+#pragma unroll
+    for (int e = 0; e < kLinearMultiMax; ++e) {
+      if (!found && e < p.count) {
+        if (r < p.entries[e].n) {
+          t.w = p.entries[e].w;
+          t.row = r;
+          t.out = p.entries[e].out;
+          found = true;
+        } else {
+          r -= p.entries[e].n;
+        }
+      }
+    }
+    return t;
+  }
+};
+
+/// y = W x̂ for every row of `rows`.
+///
+/// Work split: a block takes `perBlock` rows at a time (block-stride over
+/// row groups); each row is read by `slices` consecutive warps, each summing
+/// a contiguous share of it, combined in a fixed order through shared
+/// memory (deterministic). slices is the largest power of two (dividing the
+/// warp count) that the grid can give every row: 1 with the compiler's grid
+/// ceil(n / 8) × 256 threads (a warp per row), more for a larger grid on a
+/// short matrix. x̂ is staged once per block when k <= kChunk, otherwise
+/// chunk by chunk for every row group.
+template <typename Rows>
+__device__ void gemvBody(const Rows &rows, const uint16_t *x, int64_t k,
+                         const uint16_t *normW, float eps) {
+  __shared__ uint4 xs[kChunk / 8];
+  __shared__ float partial[kMaxWarps];
+  __shared__ float scratch[32];
+
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int warps = blockDim.x >> 5;
+  const int64_t total = rows.count();
+  const int64_t gridWarps = static_cast<int64_t>(gridDim.x) * warps;
+  int slices = 1;
+  while (slices * 2 <= warps && warps % (slices * 2) == 0 &&
+         gridWarps >= static_cast<int64_t>(slices) * 2 * total)
+    slices *= 2;
+  const int perBlock = warps / slices;
+  const int slot = warp / slices, slice = warp % slices;
+  const int64_t first = static_cast<int64_t>(blockIdx.x) * perBlock;
+  if (first >= total)
+    return; // the whole block: no row for it
+
+  if (first + slot < total)
+    prefetchRowHead(rows.at(first + slot), k, slice, slices, lane);
+  const float r = normW ? rmsFactor(x, k, eps, scratch) : 0.0f;
+
+  int64_t stagedAt = -1;
+  for (int64_t base = first; base < total;
+       base += static_cast<int64_t>(gridDim.x) * perBlock) {
+    const int64_t row = base + slot;
+    const bool active = row < total;
+    float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    for (int64_t c0 = 0; c0 < k; c0 += kChunk) {
+      const int len = static_cast<int>(k - c0 < kChunk ? k - c0 : kChunk);
+      if (c0 != stagedAt) {
+        __syncthreads(); // every warp is done with the previous chunk
+        stageInput(x, normW, r, c0, len, xs);
+        __syncthreads();
+        stagedAt = c0;
+      }
+      if (active)
+        rowDot(rows.at(row), k, c0, len, xs, slice, slices, lane, acc);
+    }
+    float y = (acc[0] + acc[1]) + (acc[2] + acc[3]);
+    y = dev::warpSum(y);
+    if (slices == 1) {
+      if (active && lane == 0)
+        storeRow(rows.at(row), y);
+      continue;
+    }
+    if (lane == 0)
+      partial[warp] = y;
+    __syncthreads();
+    if (active && slice == 0 && lane == 0) {
+      float sum = 0.0f;
+      for (int s = 0; s < slices; ++s)
+        sum += partial[warp + s];
+      storeRow(rows.at(row), sum);
+    }
+    __syncthreads(); // partial is rewritten by the next row group
+  }
+}
+
+} // namespace
+
+/// k3_linear: y = W · x̂ (bf16 or MXFP4 W), out = R(y) (+ residual, then R)
+/// or outF32 = y.
+/// Grid: any; the compiler gives ceil(n / 8) blocks of 256 threads, i.e. one
+/// warp per row. Larger grids split rows over warps (see gemvBody); smaller
+/// ones loop. Limits: MXFP4 needs k % 32 == 0; `residual` may alias `out`
+/// (each element is read before it is written, by the same lane); `out`
+/// must not alias `x`. Fast paths need 16-byte aligned x / weights and
+/// k % 8 == 0 (bf16); anything else takes an element-wise path.
+extern "C" __global__ void __launch_bounds__(1024)
+    k3_linear(const LinearParams p) {
+  gemvBody(LinearRows{p}, p.x, p.k, p.normWeight, p.normEps);
+}
+
+/// k3_linear_multi: entry i gets out_i = R(W_i · x̂), x̂ normed once per block.
+/// Grid: any; the rows of all entries form one index space of Σ n_i rows, so
+/// ceil(Σ n_i / 8) blocks of 256 threads give one warp per row. Limits as
+/// k3_linear; the outputs must not alias x.
+extern "C" __global__ void __launch_bounds__(1024)
+    k3_linear_multi(const LinearMultiParams p) {
+  gemvBody(MultiRows{p}, p.x, p.k, p.normWeight, p.normEps);
+}

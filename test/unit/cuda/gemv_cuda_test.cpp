@@ -1,0 +1,460 @@
+//===- gemv_cuda_test.cpp - k3_linear / k3_linear_multi against the CPU ---===//
+//
+// The CUDA projections against linearCpu / linearMultiCpu on random data at
+// K3's shapes (7168 → 12288, 12288 → 7168, an lm_head slice with fp32 out,
+// MXFP4 expert matrices 3584 × 3072 and 3072 × 3584) and at odd ones (k not
+// a multiple of 8 or 32, tiny n, k wider than one staged chunk), with and
+// without the folded norm and the residual epilogue, with the compiler's grid
+// ceil(n / 8), a one-block grid and grids large enough to split rows over
+// warps.
+//
+// Tolerances: the kernels differ from the CPU only in summation order, so a
+// bf16 output is the CPU's value or its bf16 neighbour (with a residual:
+// within one ulp of R(y) plus one of the result), for at most kMaxDiffering
+// of the elements, and max|diff| / max|ref| <= 1e-2; fp32 outputs are within
+// 1e-5 of max|ref| (1e-4 with a folded norm: an element of the normed input
+// can round to the neighbouring bf16 when the fp32 norm factor differs in its
+// last bit).
+//
+//===----------------------------------------------------------------------===//
+#include "test/unit/cuda/CudaTestUtil.h"
+
+#include "kernels/gemv/GemvCpu.h"
+
+#include <cstdio>
+
+namespace {
+
+using namespace k3test;
+
+constexpr double kMaxDiffering = 0.02;
+constexpr double kBf16RelErr = 1e-2;
+constexpr double kF32RelErr = 1e-5;
+constexpr double kF32NormRelErr = 1e-4;
+
+/// n bf16 values ~ normal(0, std), fast enough for 100M-element matrices:
+/// xorshift indices into a table of 65536 normal samples.
+std::vector<uint16_t> bigBf16(size_t n, float std, uint64_t seed) {
+  Rand r(seed);
+  const std::vector<uint16_t> table = r.bf16(65536, std);
+  std::vector<uint16_t> v(n);
+  uint64_t s = seed * 0x9E3779B97F4A7C15ull | 1;
+  for (size_t i = 0; i < n; i += 4) {
+    s ^= s << 13;
+    s ^= s >> 7;
+    s ^= s << 17;
+    for (size_t j = 0; j < 4 && i + j < n; ++j)
+      v[i + j] = table[(s >> (16 * j)) & 0xFFFF];
+  }
+  return v;
+}
+
+/// One bf16 ulp at the magnitude of v (2^-133 at zero).
+double bf16Ulp(double v) {
+  int e = 0;
+  std::frexp(std::fabs(v), &e);
+  return v == 0 ? std::ldexp(1.0, -133) : std::ldexp(1.0, e - 8);
+}
+
+/// Checks bf16 `got` against the CPU's `want`: each element within one ulp
+/// (with `residual`, one ulp of R(y) = want − residual plus one of want),
+/// few differing, the relative error small, nothing left poisoned.
+void expectBf16Close(const std::vector<uint16_t> &want,
+                     const std::vector<uint16_t> &got,
+                     const std::vector<uint16_t> *residual,
+                     const std::string &what) {
+  ASSERT_EQ(want.size(), got.size()) << what;
+  const std::vector<float> w = widen(want), g = widen(got);
+  size_t beyond = 0, firstBeyond = 0, zeros = 0;
+  for (size_t i = 0; i < w.size(); ++i) {
+    double tol = bf16Ulp(w[i]);
+    if (residual)
+      tol += bf16Ulp(double(w[i]) - k3::bf16ToFloat((*residual)[i]));
+    if (!(std::fabs(double(g[i]) - double(w[i])) <= tol) && beyond++ == 0)
+      firstBeyond = i;
+    zeros += w[i] == 0.0f;
+  }
+  const double rel = relErr(w, g), frac = fractionDiffering(want, got);
+  std::printf("[   stats  ] %s: rel %.3g, differing %.3f%%\n", what.c_str(),
+              rel, 100.0 * frac);
+  EXPECT_EQ(beyond, 0u) << what << ": " << beyond
+                        << " elements beyond one ulp, first " << firstBeyond
+                        << ": want " << w[firstBeyond] << " got "
+                        << g[firstBeyond];
+  EXPECT_LE(frac, kMaxDiffering) << what;
+  EXPECT_LE(rel, kBf16RelErr) << what;
+  // The reference itself is not trivial (a test that cannot fail is none).
+  EXPECT_LT(zeros, w.size() / 10 + 1) << what << ": reference mostly zero";
+}
+
+void expectF32Close(const std::vector<float> &want,
+                    const std::vector<float> &got, double tol,
+                    const std::string &what) {
+  const double rel = relErr(want, got);
+  std::printf("[   stats  ] %s: rel %.3g\n", what.c_str(), rel);
+  EXPECT_LE(rel, tol) << what;
+  size_t zeros = 0;
+  for (float v : want)
+    zeros += v == 0.0f;
+  EXPECT_LT(zeros, want.size() / 10 + 1) << what << ": reference mostly zero";
+}
+
+/// A weight matrix on both sides, bf16 or MXFP4, optionally stored
+/// `offset` elements (bf16) or bytes (MXFP4 packed) past a 16-byte boundary.
+struct Matrix {
+  int32_t format = k3::kWeightBf16;
+  std::vector<uint16_t> bf16;
+  std::vector<uint8_t> packed, scale;
+  Dev dBf16, dPacked, dScale;
+  int64_t offset = 0;
+
+  static Matrix make(bool mxfp4, int64_t n, int64_t k, uint64_t seed,
+                     int64_t offset = 0) {
+    Matrix m;
+    m.offset = offset;
+    Rand r(seed);
+    if (!mxfp4) {
+      // std 1/sqrt(k)-ish keeps outputs O(1), as trained projections do.
+      m.bf16 = bigBf16(offset + n * k, 1.0f / std::sqrt(float(k)), seed);
+      m.dBf16 = Dev::of(m.bf16);
+      return m;
+    }
+    m.format = k3::kWeightMxfp4;
+    m.packed = r.bytes(offset + n * k / 2); // every E2M1 code, both signs
+    m.scale.resize(n * k / 32);
+    std::uniform_int_distribution<int> e(118, 123); // 2^-9 .. 2^-4
+    for (auto &s : m.scale)
+      s = static_cast<uint8_t>(e(r.gen()));
+    m.dPacked = Dev::of(m.packed);
+    m.dScale = Dev::of(m.scale);
+    return m;
+  }
+  k3::WeightRef host() const {
+    k3::WeightRef w;
+    w.format = format;
+    if (format == k3::kWeightBf16) {
+      w.bf16 = bf16.data() + offset;
+    } else {
+      w.packed = packed.data() + offset;
+      w.scale = scale.data();
+    }
+    return w;
+  }
+  k3::WeightRef device() const {
+    k3::WeightRef w;
+    w.format = format;
+    if (format == k3::kWeightBf16) {
+      w.bf16 = dBf16.get<uint16_t>() + offset;
+    } else {
+      w.packed = dPacked.get<uint8_t>() + offset;
+      w.scale = dScale.get<uint8_t>();
+    }
+    return w;
+  }
+};
+
+/// One `linear` launch configuration.
+struct LinearCase {
+  int64_t n, k;
+  bool mxfp4 = false;
+  bool norm = false;
+  bool residual = false;
+  bool f32 = false;
+  int64_t grid = 0; ///< 0: the compiler's ceil(n / 8)
+  int64_t block = 256;
+  bool aliasResidual = false; ///< residual == out
+  int64_t wOffset = 0;        ///< misalign the matrix by this much
+  int64_t xOffset = 0;        ///< misalign x (and the norm weight)
+  float eps = 1e-5f;
+};
+
+std::string describe(const LinearCase &c) {
+  char buf[256];
+  std::snprintf(buf, sizeof buf,
+                "linear n=%lld k=%lld %s%s%s%s grid=%lld block=%lld%s%s%s",
+                (long long)c.n, (long long)c.k, c.mxfp4 ? "mxfp4" : "bf16",
+                c.norm ? " +norm" : "", c.residual ? " +residual" : "",
+                c.f32 ? " f32" : "", (long long)c.grid, (long long)c.block,
+                c.aliasResidual ? " residual==out" : "",
+                c.wOffset ? " misaligned-w" : "",
+                c.xOffset ? " misaligned-x" : "");
+  return buf;
+}
+
+void runLinear(LinearCase c, uint64_t seed) {
+  if (c.grid == 0)
+    c.grid = (c.n + 7) / 8;
+  const std::string what = describe(c);
+  SCOPED_TRACE(what);
+  Rand r(seed);
+  Matrix m = Matrix::make(c.mxfp4, c.n, c.k, seed + 1, c.wOffset);
+  // Pre-norm inputs have the residual stream's larger magnitude.
+  std::vector<uint16_t> x = r.bf16(c.xOffset + c.k, c.norm ? 4.0f : 1.0f);
+  std::vector<uint16_t> normW(c.xOffset + c.k);
+  for (auto &v : normW)
+    v = k3::floatToBf16(1.0f + 0.2f * r.f32(1)[0]);
+  std::vector<uint16_t> residual = r.bf16(c.n, 1.0f);
+  Dev dX = Dev::of(x), dNormW = Dev::of(normW);
+
+  k3::LinearParams p;
+  p.x = x.data() + c.xOffset;
+  p.w = m.host();
+  p.n = c.n;
+  p.k = c.k;
+  p.normWeight = c.norm ? normW.data() + c.xOffset : nullptr;
+  p.normEps = c.eps;
+  // In place, out starts as the residual (the CPU too reads out[r] first).
+  std::vector<uint16_t> want =
+      c.aliasResidual ? residual : std::vector<uint16_t>(c.n, 0xFFFF);
+  std::vector<float> wantF32(c.n, NAN);
+  if (c.f32) {
+    p.outF32 = wantF32.data();
+  } else {
+    p.out = want.data();
+    if (c.residual)
+      p.residual = c.aliasResidual ? p.out : residual.data();
+  }
+  k3::linearCpu(p);
+
+  Dev dOut = c.aliasResidual ? Dev::of(residual) : Dev::poisoned<uint16_t>(c.n);
+  Dev dOutF32 = Dev::poisoned<float>(c.n), dResidual = Dev::of(residual);
+  p.x = dX.get<uint16_t>() + c.xOffset;
+  p.w = m.device();
+  p.normWeight = c.norm ? dNormW.get<uint16_t>() + c.xOffset : nullptr;
+  p.out = c.f32 ? nullptr : dOut.get<uint16_t>();
+  p.outF32 = c.f32 ? dOutF32.get<float>() : nullptr;
+  p.residual = !c.residual       ? nullptr
+               : c.aliasResidual ? p.out
+                                 : dResidual.get<uint16_t>();
+  ASSERT_TRUE(launch("linear", p, c.grid, c.block).isOk());
+  if (c.f32) {
+    expectF32Close(wantF32, dOutF32.download<float>(c.n),
+                   c.norm ? kF32NormRelErr : kF32RelErr, what);
+  } else {
+    expectBf16Close(want, dOut.download<uint16_t>(c.n),
+                    c.residual ? &residual : nullptr, what);
+  }
+}
+
+//===----------------------------------------------------------------------===//
+// linear
+//===----------------------------------------------------------------------===//
+
+/// K3's widest projections at full size: KDA q/k/v/g (7168 → 12288) and
+/// o_proj / MLA o (12288 → 7168, with the residual epilogue).
+TEST(LinearCuda, K3ProjectionsBf16) {
+  K3_REQUIRE_GPU();
+  runLinear({12288, 7168}, 1);
+  runLinear({12288, 7168, false, /*norm=*/true}, 2);
+  runLinear({7168, 12288, false, false, /*residual=*/true}, 3);
+}
+
+/// The head: final norm folded into a 8192-row slice of lm_head (163840 ×
+/// 7168 in K3), fp32 logits; and without the norm.
+TEST(LinearCuda, LmHeadSliceF32) {
+  K3_REQUIRE_GPU();
+  LinearCase c{8192, 7168};
+  c.f32 = true;
+  runLinear(c, 4);
+  c.norm = true;
+  c.eps = 1e-5f;
+  runLinear(c, 5);
+}
+
+/// MXFP4 matrices of a latent expert: w1/w3 (3072 × 3584), w2 (3584 × 3072).
+TEST(LinearCuda, Mxfp4Experts) {
+  K3_REQUIRE_GPU();
+  runLinear({3072, 3584, /*mxfp4=*/true}, 6);
+  runLinear({3584, 3072, true}, 7);
+  runLinear({3584, 3072, true, /*norm=*/true, /*residual=*/true}, 8);
+  LinearCase c{3584, 3072, true};
+  c.f32 = true;
+  runLinear(c, 9);
+}
+
+/// MLA's small projections (kv_a: 576 rows; q_a 1536 with eps 1e-6 norms).
+TEST(LinearCuda, SmallProjections) {
+  K3_REQUIRE_GPU();
+  runLinear({576, 7168}, 10);
+  LinearCase c{1536, 7168, false, true};
+  c.eps = 1e-6f;
+  runLinear(c, 11);
+  runLinear({128, 7168, false, true}, 12);
+}
+
+/// Sizes the vector paths do not cover exactly: k % 8 != 0 (element-wise
+/// path), k % 32 != 0, a partial last run of chunks, single rows.
+TEST(LinearCuda, OddShapes) {
+  K3_REQUIRE_GPU();
+  runLinear({37, 100}, 20);
+  runLinear({37, 100, false, true, true}, 21);
+  runLinear({5, 8, false, true}, 22);
+  runLinear({333, 1000}, 23);
+  runLinear({1, 40, false, false, true}, 24);
+  runLinear({7, 4104, false, true}, 25);
+  runLinear({33, 96, true}, 26); // MXFP4, three blocks per row
+  runLinear({9, 3, false, true}, 27);
+  LinearCase c{37, 100};
+  c.f32 = true;
+  runLinear(c, 28);
+}
+
+/// k wider than one staged chunk (12288): an unfused dense down_proj
+/// (33792), and an odd width spanning two chunks.
+TEST(LinearCuda, WideInput) {
+  K3_REQUIRE_GPU();
+  runLinear({256, 33792, false, false, true}, 30);
+  runLinear({64, 33792, false, true}, 31);
+  runLinear({50, 20001, false, true}, 32);
+  runLinear({40, 24576, true, true}, 33);
+}
+
+/// The grid-stride contract: one block for every row (and chunk), and a
+/// grid larger than the compiler's, which splits each row over warps.
+TEST(LinearCuda, AnyGrid) {
+  K3_REQUIRE_GPU();
+  LinearCase c{1000, 7168};
+  c.grid = 1;
+  runLinear(c, 40);
+  c.norm = c.residual = true;
+  runLinear(c, 41);
+  c = {300, 3072, true};
+  c.grid = 1;
+  runLinear(c, 42);
+  c = {100, 33792, false, true};
+  c.grid = 3;
+  runLinear(c, 43);
+  // Split rows: 2, 4 and 8 warps per row.
+  c = {576, 7168};
+  c.grid = 2 * 72;
+  runLinear(c, 44);
+  c.grid = 4 * 72;
+  c.residual = true;
+  runLinear(c, 51);
+  c.grid = 8 * 72;
+  c.norm = true;
+  runLinear(c, 45);
+  c = {3, 3072, true, true};
+  c.grid = 100;
+  runLinear(c, 46);
+  c = {64, 40000, false, true, true};
+  c.grid = 64;
+  runLinear(c, 47);
+  c = {37, 100};
+  c.grid = 50;
+  runLinear(c, 48);
+  // Other block sizes: 3 warps (no power-of-two split), 1024 threads.
+  c = {77, 7168, false, true};
+  c.block = 96;
+  c.grid = 200;
+  runLinear(c, 49);
+  c.block = 1024;
+  c.grid = 3;
+  runLinear(c, 50);
+}
+
+/// The residual may alias the output (the in-place residual add).
+TEST(LinearCuda, ResidualAliasesOut) {
+  K3_REQUIRE_GPU();
+  LinearCase c{7168, 12288, false, false, true};
+  c.aliasResidual = true;
+  runLinear(c, 60);
+  c = {333, 1000, false, true, true};
+  c.aliasResidual = true;
+  c.grid = 1;
+  runLinear(c, 61);
+}
+
+/// Pointers off the 16-byte grid (a launch argument with an offset) take the
+/// element-wise paths.
+TEST(LinearCuda, Misaligned) {
+  K3_REQUIRE_GPU();
+  LinearCase c{300, 7168, false, true, true};
+  c.wOffset = 1;
+  runLinear(c, 70);
+  c.wOffset = 0;
+  c.xOffset = 3;
+  runLinear(c, 71);
+  c = {64, 3072, true};
+  c.wOffset = 8;
+  runLinear(c, 72);
+}
+
+//===----------------------------------------------------------------------===//
+// linear_multi
+//===----------------------------------------------------------------------===//
+
+void runMulti(const std::vector<std::pair<int64_t, bool>> &entries, int64_t k,
+              bool norm, int64_t grid, uint64_t seed, const std::string &what) {
+  SCOPED_TRACE(what);
+  Rand r(seed);
+  std::vector<uint16_t> x = r.bf16(k, norm ? 4.0f : 1.0f);
+  std::vector<uint16_t> normW(k);
+  for (auto &v : normW)
+    v = k3::floatToBf16(1.0f + 0.2f * r.f32(1)[0]);
+  Dev dX = Dev::of(x), dNormW = Dev::of(normW);
+  std::vector<Matrix> m;
+  std::vector<std::vector<uint16_t>> want;
+  std::vector<Dev> dOut;
+  k3::LinearMultiParams p;
+  p.x = x.data();
+  p.k = k;
+  p.normWeight = norm ? normW.data() : nullptr;
+  p.normEps = 1e-6f;
+  p.count = static_cast<int32_t>(entries.size());
+  int64_t total = 0;
+  for (size_t e = 0; e < entries.size(); ++e) {
+    const int64_t n = entries[e].first;
+    m.push_back(Matrix::make(entries[e].second, n, k, seed + 10 + e));
+    want.emplace_back(n, 0xFFFF);
+    dOut.push_back(Dev::poisoned<uint16_t>(n));
+    total += n;
+  }
+  for (size_t e = 0; e < entries.size(); ++e) {
+    p.entries[e].w = m[e].host();
+    p.entries[e].n = entries[e].first;
+    p.entries[e].out = want[e].data();
+  }
+  k3::linearMultiCpu(p);
+  p.x = dX.get<uint16_t>();
+  p.normWeight = norm ? dNormW.get<uint16_t>() : nullptr;
+  for (size_t e = 0; e < entries.size(); ++e) {
+    p.entries[e].w = m[e].device();
+    p.entries[e].out = dOut[e].get<uint16_t>();
+  }
+  ASSERT_TRUE(launch("linear_multi", p, grid ? grid : (total + 7) / 8).isOk());
+  for (size_t e = 0; e < entries.size(); ++e)
+    expectBf16Close(want[e], dOut[e].download<uint16_t>(entries[e].first),
+                    nullptr, what + " entry " + std::to_string(e));
+}
+
+/// KDA's projections of h (q, k, v slices, f_a, b, g_a) with the folded
+/// input norm, and MLA's (q_a, kv_a, g slice), all over D = 7168.
+TEST(LinearMultiCuda, K3Mixers) {
+  K3_REQUIRE_GPU();
+  runMulti({{2048, false},
+            {2048, false},
+            {2048, false},
+            {128, false},
+            {96, false},
+            {128, false}},
+           7168, true, 0, 80, "kda");
+  runMulti({{1536, false}, {576, false}, {1024, false}}, 7168, true, 0, 81,
+           "mla");
+  runMulti({{4096, false}}, 7168, false, 0, 82, "single entry, no norm");
+}
+
+/// Eight entries of odd sizes, mixed bf16 / MXFP4, with the compiler-like
+/// grid, one block, and a grid that splits rows.
+TEST(LinearMultiCuda, MixedAndAnyGrid) {
+  K3_REQUIRE_GPU();
+  const std::vector<std::pair<int64_t, bool>> entries = {
+      {1, false},   {37, true}, {64, false}, {5, true},
+      {100, false}, {3, false}, {77, true},  {8, false}};
+  runMulti(entries, 3072, true, 0, 90, "mixed");
+  runMulti(entries, 3072, true, 1, 91, "mixed grid 1");
+  runMulti(entries, 3072, false, 600, 92, "mixed split rows");
+  runMulti({{37, false}, {5, false}}, 100, true, 0, 93, "k=100");
+}
+
+} // namespace
