@@ -1,0 +1,695 @@
+//===- Kda.cu - KDA (linear attention) ops (CUDA) -------------------------===//
+//
+// One decode token of a KDA layer between its projections, as KdaCpu.cpp
+// computes it (K3.md §2, NUMERICS.md "KDA"): the short conv, the per-head
+// l2norm, decay gate and β, the gated delta rule on the fp32 state
+// [H, d, d] ([head][key][value]) and the output gated RMSNorm; plus the fused
+// kda_decode.
+//
+// The state update is the whole cost (K3: 96 heads × 128² fp32 = 6 MiB read
+// and written per token), so the recurrent kernels split every head into
+// slices of value columns and give each (head, slice) to one block: a thread
+// owns 4 adjacent columns (one 16-byte load per row) of a few key rows, keeps
+// them in registers between the two passes, and the key-axis reductions (Sᵀk
+// and Sᵀq of each column) are a shuffle over the row lanes of a warp plus a
+// fixed-order sum over warps in shared memory. With 256 threads a slice is
+// 32 columns × 128 rows (16 KiB), 4 rows per thread, 4 slices per head: a
+// grid of H · 4 blocks streams the whole state at once; a smaller grid loops
+// over the slices and prefetches the next slice's state while it works.
+// Per-head inputs (q, k, exp(g)) are cheap and recomputed by every block of a
+// head. The three state kernels are bounded to 64 registers
+// (__launch_bounds__(1024), no spills): any block size up to 1024 launches
+// (1024 threads hold a whole 128-wide head in one block), and 4 blocks of 256
+// fit an SM, so the H · 4 blocks of K3 are all resident at once.
+//
+// Rounding points are the CPU's; every product that meets a sum is an
+// explicit fmaf, so the results do not depend on where the compiler would
+// contract, and the chain of fine kernels (kda_conv ×3, kda_l2norm,
+// kda_gate, sigmoid, kda_step, kda_gated_norm) gives kda_recurrent's and
+// kda_decode's bits when launched with the same block size and grid. Against
+// the CPU only the summation order differs (and FMA against mul + add).
+//
+// Limits: headDim <= kMaxHeadDim (1024) for the recurrent kernels (the per
+// head q, k and decay live in shared memory); larger heads write NaN outputs
+// and leave the state alone. kda_decode with more than one slice per head
+// finishes each head in the block that completes its last slice, counted in
+// a module-global array: two kda_decode launches must not run concurrently
+// in one context, and such a decode needs numHeads <= kMaxCountedHeads.
+//
+//===----------------------------------------------------------------------===//
+#include "kernels/common/CudaCommon.cuh"
+#include "kernels/kda/KdaParams.h"
+
+using namespace k3;
+
+namespace {
+
+/// Largest head dimension of the recurrent kernels (shared per-head vectors).
+constexpr int kMaxHeadDim = 1024;
+/// Key rows each thread keeps in registers between the two state passes;
+/// rows beyond (heads much larger than the block) are written back after the
+/// decay and read again in the second pass.
+constexpr int kRegRows = 4;
+/// Largest slice: 32 column groups of 4 (one warp across a row).
+constexpr int kMaxSliceCols = 128;
+constexpr int kMaxWarps = 32;
+/// Heads of kda_decode that can be counted when a head has several slices.
+constexpr int kMaxCountedHeads = 4096;
+
+/// Slices of a head that have finished in the running kda_decode; the block
+/// that completes a head's last slice finishes the head and resets its count.
+__device__ unsigned int gDecodeArrivals[kMaxCountedHeads];
+
+/// How the value columns of a head are split over blocks and threads.
+struct SliceGeom {
+  int cgLanes;  ///< column groups (4 columns) per slice: a power of two <= 32
+  int cgShift;  ///< log2(cgLanes)
+  int rowLanes; ///< blockDim.x / cgLanes threads down the key axis
+  int cols;     ///< 4 · cgLanes columns per slice
+  int slices;   ///< slices per head
+};
+
+/// Shared memory of the recurrent kernels.
+struct StepShared {
+  float q[kMaxHeadDim];     ///< normalised, scaled q of the head
+  float k[kMaxHeadDim];     ///< normalised k
+  float decay[kMaxHeadDim]; ///< exp(g) of every key row
+  __align__(16) float red[kMaxWarps][kMaxSliceCols]; ///< per-warp col sums
+  __align__(16) float u[kMaxSliceCols];              ///< β(v − Sᵀk)
+  float v[kMaxSliceCols];                            ///< ṽ of the slice
+  float colSum[kMaxSliceCols];                       ///< reduced column sums
+  float scratch[32];                                 ///< blockSum
+  int last;                                          ///< kda_decode: finish
+  /// The block's slice geometry, kept here rather than in registers: the
+  /// state pass needs every register it can get (no spills at 64).
+  SliceGeom geom;
+};
+
+/// The widest slice (fewest redundant per-head recomputations) whose rows
+/// fit in registers, then narrower (down to 32 columns) while the grid has
+/// more blocks than there are items. d <= kMaxHeadDim.
+__device__ SliceGeom sliceGeom(int d, int heads) {
+  const int groups = (d + 3) / 4;
+  int cg = 32;
+  while (cg > 1 && cg / 2 >= groups)
+    cg >>= 1;
+  while (cg > 1 && static_cast<int>(blockDim.x / cg) * kRegRows < d)
+    cg >>= 1;
+  while (cg > 8 &&
+         static_cast<int64_t>(heads) * ((groups + cg - 1) / cg) < gridDim.x)
+    cg >>= 1;
+  SliceGeom g;
+  g.cgLanes = cg;
+  g.cgShift = __ffs(cg) - 1;
+  g.rowLanes = blockDim.x / cg;
+  g.cols = 4 * cg;
+  g.slices = (groups + cg - 1) / cg;
+  return g;
+}
+
+/// Columns of the 4-column group starting at `col` that lie inside [0, d).
+__device__ __forceinline__ int validCols(int d, int col) {
+  const int n = d - col;
+  return n >= 4 ? 4 : (n > 0 ? n : 0);
+}
+
+__device__ __forceinline__ float4 zero4() {
+  return make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+}
+
+/// Four state values starting at p (streamed: read once per token); Vec
+/// needs 16-byte alignment, otherwise only the first nc are read.
+template <bool Vec>
+__device__ __forceinline__ float4 loadState(const float *p, int nc) {
+  if (Vec)
+    return __ldcs(reinterpret_cast<const float4 *>(p));
+  float4 r = zero4();
+  r.x = __ldcs(p);
+  if (nc > 1)
+    r.y = __ldcs(p + 1);
+  if (nc > 2)
+    r.z = __ldcs(p + 2);
+  if (nc > 3)
+    r.w = __ldcs(p + 3);
+  return r;
+}
+
+template <bool Vec>
+__device__ __forceinline__ void storeState(float *p, float4 v, int nc) {
+  if (Vec) {
+    __stcs(reinterpret_cast<float4 *>(p), v);
+    return;
+  }
+  __stcs(p, v.x);
+  if (nc > 1)
+    __stcs(p + 1, v.y);
+  if (nc > 2)
+    __stcs(p + 2, v.z);
+  if (nc > 3)
+    __stcs(p + 3, v.w);
+}
+
+/// Where this thread's columns of a (head, slice) item start in the state,
+/// and how many of its 4 columns are inside the head (0: none).
+struct ItemCols {
+  const float *base; ///< &S[h][0][col]
+  int nc;
+};
+
+__device__ __forceinline__ ItemCols itemCols(const float *state, int d,
+                                             const SliceGeom &g, int item) {
+  const int h = item / g.slices;
+  const int col =
+      (item - h * g.slices) * g.cols + 4 * (threadIdx.x & (g.cgLanes - 1));
+  return {state + static_cast<int64_t>(h) * d * d + col, validCols(d, col)};
+}
+
+/// Loads this thread's register rows of an item.
+template <bool Vec>
+__device__ __forceinline__ void loadSlice(float4 (&s)[kRegRows],
+                                          const float *state, int d,
+                                          const SliceGeom &g, int item) {
+  const ItemCols c = itemCols(state, d, g, item);
+  if (c.nc <= 0)
+    return;
+  const int rl = threadIdx.x >> g.cgShift;
+#pragma unroll
+  for (int m = 0; m < kRegRows; ++m) {
+    const int row = rl + m * g.rowLanes;
+    if (row < d)
+      s[m] = loadState<Vec>(c.base + row * d, c.nc);
+  }
+}
+
+/// Asks L2 for this thread's register rows of an item: issued before the
+/// item is staged (and for the block's next item), it overlaps the state's
+/// memory latency with that work without holding registers.
+__device__ __forceinline__ void prefetchSlice(const float *state, int d,
+                                              const SliceGeom &g, int item) {
+  const ItemCols c = itemCols(state, d, g, item);
+  if (c.nc <= 0)
+    return;
+  const int rl = threadIdx.x >> g.cgShift;
+#pragma unroll
+  for (int m = 0; m < kRegRows; ++m) {
+    const int row = rl + m * g.rowLanes;
+    if (row < d)
+      asm volatile("prefetch.global.L2 [%0];" ::"l"(
+          __cvta_generic_to_global(c.base + row * d)));
+  }
+}
+
+/// Sums each thread's 4 column partials over the row lanes of the block into
+/// sm.colSum[0, cols): a shuffle over the row lanes of a warp, then the warps
+/// in order. Synchronises the block.
+__device__ void sumOverRows(float4 v, const SliceGeom &g, StepShared &sm) {
+  for (int off = g.cgLanes; off < 32; off <<= 1) {
+    v.x += __shfl_xor_sync(0xffffffffu, v.x, off);
+    v.y += __shfl_xor_sync(0xffffffffu, v.y, off);
+    v.z += __shfl_xor_sync(0xffffffffu, v.z, off);
+    v.w += __shfl_xor_sync(0xffffffffu, v.w, off);
+  }
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  if (lane < g.cgLanes)
+    *reinterpret_cast<float4 *>(&sm.red[warp][4 * lane]) = v;
+  __syncthreads();
+  const int warps = blockDim.x >> 5;
+  for (int t = threadIdx.x; t < g.cols; t += blockDim.x) {
+    float sum = 0.0f;
+    for (int w = 0; w < warps; ++w)
+      sum += sm.red[w][t];
+    sm.colSum[t] = sum;
+  }
+  __syncthreads();
+}
+
+/// The delta rule on one slice of one head, on the staged sm.q, sm.k,
+/// sm.decay (all key rows) and sm.v (the slice's columns):
+///   pass 1: S ← Diag(exp(g)) S, kS = Sᵀk;  u = β(v − kS);
+///   pass 2: S ← S + k ⊗ u, o = Sᵀq;  out[j] = R(o_j).
+/// `s` holds this thread's first kRegRows rows, already loaded; the state is
+/// written back once.
+template <bool Vec>
+__device__ void stepSlice(float4 (&s)[kRegRows], float *S, int d,
+                          const SliceGeom &g, int j0, float beta,
+                          uint16_t *outHead, StepShared &sm) {
+  const int cgl = threadIdx.x & (g.cgLanes - 1);
+  const int rl = threadIdx.x >> g.cgShift;
+  const int col = j0 + 4 * cgl;
+  const int nc = validCols(d, col);
+  float *base = S + col;
+  const int spill = kRegRows * g.rowLanes;
+
+  float4 acc = zero4();
+  if (nc > 0) {
+#pragma unroll
+    for (int m = 0; m < kRegRows; ++m) {
+      const int row = rl + m * g.rowLanes;
+      if (row < d) {
+        const float e = sm.decay[row], kk = sm.k[row];
+        float4 &x = s[m];
+        x.x *= e, x.y *= e, x.z *= e, x.w *= e;
+        acc.x = fmaf(x.x, kk, acc.x), acc.y = fmaf(x.y, kk, acc.y);
+        acc.z = fmaf(x.z, kk, acc.z), acc.w = fmaf(x.w, kk, acc.w);
+      }
+    }
+#pragma unroll 1
+    for (int row = rl + spill; row < d; row += g.rowLanes) {
+      const float e = sm.decay[row], kk = sm.k[row];
+      float4 x = loadState<Vec>(base + row * d, nc);
+      x.x *= e, x.y *= e, x.z *= e, x.w *= e;
+      acc.x = fmaf(x.x, kk, acc.x), acc.y = fmaf(x.y, kk, acc.y);
+      acc.z = fmaf(x.z, kk, acc.z), acc.w = fmaf(x.w, kk, acc.w);
+      storeState<Vec>(base + row * d, x, nc);
+    }
+  }
+  sumOverRows(acc, g, sm);
+  for (int t = threadIdx.x; t < g.cols; t += blockDim.x)
+    sm.u[t] = j0 + t < d ? beta * (sm.v[t] - sm.colSum[t]) : 0.0f;
+  __syncthreads();
+
+  float4 o = zero4();
+  if (nc > 0) {
+    const float4 u = *reinterpret_cast<const float4 *>(&sm.u[4 * cgl]);
+#pragma unroll
+    for (int m = 0; m < kRegRows; ++m) {
+      const int row = rl + m * g.rowLanes;
+      if (row < d) {
+        const float kk = sm.k[row], qq = sm.q[row];
+        float4 &x = s[m];
+        x.x = fmaf(kk, u.x, x.x), x.y = fmaf(kk, u.y, x.y);
+        x.z = fmaf(kk, u.z, x.z), x.w = fmaf(kk, u.w, x.w);
+        o.x = fmaf(x.x, qq, o.x), o.y = fmaf(x.y, qq, o.y);
+        o.z = fmaf(x.z, qq, o.z), o.w = fmaf(x.w, qq, o.w);
+        storeState<Vec>(base + row * d, x, nc);
+      }
+    }
+#pragma unroll 1
+    for (int row = rl + spill; row < d; row += g.rowLanes) {
+      const float kk = sm.k[row], qq = sm.q[row];
+      float4 x = loadState<Vec>(base + row * d, nc);
+      x.x = fmaf(kk, u.x, x.x), x.y = fmaf(kk, u.y, x.y);
+      x.z = fmaf(kk, u.z, x.z), x.w = fmaf(kk, u.w, x.w);
+      o.x = fmaf(x.x, qq, o.x), o.y = fmaf(x.y, qq, o.y);
+      o.z = fmaf(x.z, qq, o.z), o.w = fmaf(x.w, qq, o.w);
+      storeState<Vec>(base + row * d, x, nc);
+    }
+  }
+  sumOverRows(o, g, sm);
+  for (int t = threadIdx.x; t < g.cols && j0 + t < d; t += blockDim.x)
+    outHead[j0 + t] = dev::fToBf16(sm.colSum[t]);
+  __syncthreads();
+}
+
+/// Runs every (head, slice) item of the grid-stride loop: `stage(h, j0)`
+/// fills sm.q, sm.k, sm.decay and sm.v, synchronises and returns β;
+/// `finish(h)` runs after the slice's outputs are written. The item's state
+/// (and the block's next item's) is prefetched into L2 before the staging,
+/// so its memory latency overlaps the staging's, and loaded after it, when
+/// the registers are free.
+template <bool Vec, typename Stage, typename Finish>
+__device__ void forEachSlice(float *state, uint16_t *out, int heads, int d,
+                             const SliceGeom &g, StepShared &sm, Stage stage,
+                             Finish finish) {
+  const int items = heads * g.slices;
+  for (int item = blockIdx.x; item < items; item += gridDim.x) {
+    prefetchSlice(state, d, g, item);
+    if (item + static_cast<int>(gridDim.x) < items)
+      prefetchSlice(state, d, g, item + gridDim.x);
+    const int h = item / g.slices;
+    const int j0 = (item - h * g.slices) * g.cols;
+    const float beta = stage(h, j0);
+    float4 s[kRegRows];
+    loadSlice<Vec>(s, state, d, g, item);
+    stepSlice<Vec>(s, state + static_cast<int64_t>(h) * d * d, d, g, j0, beta,
+                   out + static_cast<int64_t>(h) * d, sm);
+    finish(h);
+    __syncthreads(); // the next item's staging overwrites shared memory
+  }
+}
+
+/// Whether the state rows can be read as float4.
+__device__ __forceinline__ bool vecState(const float *state, int64_t d) {
+  return d % 4 == 0 && (reinterpret_cast<uintptr_t>(state) & 15u) == 0;
+}
+
+/// Writes bf16 NaN to out[0, n): the result of an unsupported shape.
+__device__ void fillNaN(uint16_t *out, int64_t n) {
+  for (int64_t i = dev::globalThread(); i < n; i += dev::gridThreads())
+    out[i] = 0x7fc0u;
+}
+
+/// The conv output of one channel before the shift: R(SiLU(Σ_{i<hist}
+/// w[i]·s[i] + w[hist]·u)), i ascending.
+__device__ __forceinline__ uint16_t convOut(const uint16_t *w, const float *s,
+                                            uint16_t u, int hist) {
+  float acc = 0.0f;
+  for (int i = 0; i < hist; ++i)
+    acc = fmaf(dev::bf16ToF(w[i]), s[i], acc);
+  acc = fmaf(dev::bf16ToF(w[hist]), dev::bf16ToF(u), acc);
+  return dev::fToBf16(dev::siluF(acc));
+}
+
+/// Shifts one channel's conv state left and appends u.
+__device__ __forceinline__ void convShift(float *s, uint16_t u, int hist) {
+  for (int i = 0; i + 1 < hist; ++i)
+    s[i] = s[i + 1];
+  if (hist > 0)
+    s[hist - 1] = dev::bf16ToF(u);
+}
+
+/// The decay gate g of one channel (K3.md §2.5).
+__device__ __forceinline__ float gateF(uint16_t f, float dtBias, float a,
+                                       int32_t hasLowerBound,
+                                       float lowerBound) {
+  const float z = dev::bf16ToF(f) + dtBias;
+  return hasLowerBound ? lowerBound * dev::sigmoidF(a * z)
+                       : -a * dev::softplusF(z);
+}
+
+/// 1 / sqrt(Σ x² + eps) from each thread's partial sum (its elements
+/// tid, tid + blockDim, ... in order). Synchronises the block.
+__device__ __forceinline__ float invNorm(float partial, float eps,
+                                         float *scratch) {
+  return 1.0f / sqrtf(dev::blockSum(partial, scratch) + eps);
+}
+
+/// l2norm's scale step: skipped at 1, as on the CPU.
+__device__ __forceinline__ float scaled(float x, float scale) {
+  return scale != 1.0f ? x * scale : x;
+}
+
+/// One head of the gated RMSNorm: y = R(o · r · w · sigmoid(gt)) with
+/// r = 1/sqrt(mean(o²) + eps). o is read through L2 (in kda_decode other
+/// blocks wrote it); `out` may alias `o`: every read of the sum is done
+/// before the first write, and a thread rewrites only what it read.
+__device__ void gatedNormHead(const uint16_t *o, const uint16_t *gate,
+                              const uint16_t *weight, uint16_t *out, int64_t d,
+                              float eps, float *scratch) {
+  float ss = 0.0f;
+  for (int64_t i = threadIdx.x; i < d; i += blockDim.x) {
+    const float x = dev::bf16ToF(__ldcg(o + i));
+    ss = fmaf(x, x, ss);
+  }
+  ss = dev::blockSum(ss, scratch);
+  const float r = 1.0f / sqrtf(ss / static_cast<float>(d) + eps);
+  for (int64_t i = threadIdx.x; i < d; i += blockDim.x) {
+    const float x = dev::bf16ToF(__ldcg(o + i));
+    const float y =
+        x * r * dev::bf16ToF(weight[i]) * dev::sigmoidF(dev::bf16ToF(gate[i]));
+    out[i] = dev::fToBf16(y);
+  }
+}
+
+} // namespace
+
+//===----------------------------------------------------------------------===//
+// k3_kda_conv: one step of the depthwise causal conv + SiLU of q, k or v:
+// out[c] = R(SiLU(Σ_{i<W-1} w[c,i]·state[c,i] + w[c,W-1]·u[c])), then the
+// channel's state shifts left and takes u[c].
+// Grid: any; one thread per channel, grid-stride (plans: ceil(C / 256)).
+//===----------------------------------------------------------------------===//
+extern "C" __global__ void k3_kda_conv(const KdaConvParams p) {
+  const int hist = p.width - 1;
+  for (int64_t c = dev::globalThread(); c < p.channels;
+       c += dev::gridThreads()) {
+    float *s = p.state + c * hist;
+    const uint16_t u = p.u[c];
+    p.out[c] = convOut(p.weight + c * p.width, s, u, hist);
+    convShift(s, u, hist);
+  }
+}
+
+//===----------------------------------------------------------------------===//
+// k3_kda_l2norm: per head of headDim values, out = x / sqrt(Σ x² + eps),
+// then · scale unless scale is 1 (fp32, unrounded). A trailing partial head
+// is left unwritten, as on the CPU.
+// Grid: any; one block per head, block-stride (plans: n / headDim). The sum
+// is the one kda_recurrent and kda_decode use, so their q and k match.
+//===----------------------------------------------------------------------===//
+extern "C" __global__ void k3_kda_l2norm(const KdaL2NormParams p) {
+  __shared__ float scratch[32];
+  const int64_t d = p.headDim;
+  if (d <= 0)
+    return;
+  for (int64_t h = blockIdx.x; h < p.n / d; h += gridDim.x) {
+    const uint16_t *x = p.x + h * d;
+    float ss = 0.0f;
+    for (int64_t i = threadIdx.x; i < d; i += blockDim.x) {
+      const float v = dev::bf16ToF(x[i]);
+      ss = fmaf(v, v, ss);
+    }
+    const float inv = invNorm(ss, p.eps, scratch);
+    for (int64_t i = threadIdx.x; i < d; i += blockDim.x)
+      p.out[h * d + i] = scaled(dev::bf16ToF(x[i]) * inv, p.scale);
+  }
+}
+
+//===----------------------------------------------------------------------===//
+// k3_kda_gate: g[c] = lowerBound · sigmoid(a·z) (hasLowerBound) or
+// −a·softplus(z), z = f[c] + dtBias[c], a = exp(aLog[c / headDim]); fp32.
+// Grid: any; one thread per channel, grid-stride (plans: numHeads).
+//===----------------------------------------------------------------------===//
+extern "C" __global__ void k3_kda_gate(const KdaGateParams p) {
+  const int64_t n = p.numHeads * p.headDim;
+  for (int64_t c = dev::globalThread(); c < n; c += dev::gridThreads()) {
+    const float a = expf(p.aLog[c / p.headDim]);
+    p.out[c] = gateF(p.f[c], p.dtBias[c], a, p.hasLowerBound, p.lowerBound);
+  }
+}
+
+//===----------------------------------------------------------------------===//
+// k3_sigmoid: out[i] = sigmoid(x[i]), bf16 in, fp32 out (KDA's β).
+// Grid: any; grid-stride (plans: 1 block for the H logits).
+//===----------------------------------------------------------------------===//
+extern "C" __global__ void k3_sigmoid(const SigmoidParams p) {
+  for (int64_t i = dev::globalThread(); i < p.n; i += dev::gridThreads())
+    p.out[i] = dev::sigmoidF(dev::bf16ToF(p.x[i]));
+}
+
+namespace {
+
+/// Largest numHeads of the recurrent kernels (items are counted in int).
+constexpr int64_t kMaxHeads = int64_t(1) << 22;
+
+/// Whether the recurrent kernels support H heads of d; otherwise they write
+/// NaN to out and leave the state alone.
+__device__ __forceinline__ bool recurrentShapeOk(int64_t H, int64_t d,
+                                                 uint16_t *out) {
+  if (H <= 0 || d <= 0)
+    return false;
+  if (d <= kMaxHeadDim && H <= kMaxHeads)
+    return true;
+  fillNaN(out, H * d);
+  return false;
+}
+
+/// kda_recurrent's per-head inputs from bf16 q̃, k̃ (already in sm.q, sm.k
+/// as floats, with each thread's Σ q̃², Σ k̃² partials over its elements
+/// tid, tid + blockDim, ...): normalise them in place, q also scaled by
+/// 1/sqrt(d). Every thread touches only its own elements.
+__device__ void normaliseQK(int d, float sq, float sk, StepShared &sm) {
+  const float invQ = invNorm(sq, kKdaL2NormEps, sm.scratch);
+  const float invK = invNorm(sk, kKdaL2NormEps, sm.scratch);
+  const float qScale = 1.0f / sqrtf(static_cast<float>(d));
+  for (int i = threadIdx.x; i < d; i += blockDim.x) {
+    sm.q[i] = scaled(sm.q[i] * invQ, qScale);
+    sm.k[i] = sm.k[i] * invK;
+  }
+}
+
+} // namespace
+
+//===----------------------------------------------------------------------===//
+// k3_kda_step: the delta rule of every head on prepared fp32 q, k, g and β:
+// S ← Diag(exp(g)) S; S ← S + k ⊗ (β(v − Sᵀk)); o = R(Sᵀq).
+// Grid: any; one block per (head, slice of value columns), block-stride over
+// the H · slices items (file comment; 256 threads and d = 128: 4 slices of
+// 32 columns, best grid H · 4; the plans' H loops over the slices). State
+// in place. Limits: d <= kMaxHeadDim, H <= kMaxHeads (else NaN out).
+//===----------------------------------------------------------------------===//
+extern "C" __global__ void __launch_bounds__(1024)
+    k3_kda_step(const KdaStepParams p) {
+  __shared__ StepShared sm;
+  if (!recurrentShapeOk(p.numHeads, p.headDim, p.out))
+    return;
+  const int H = static_cast<int>(p.numHeads), d = static_cast<int>(p.headDim);
+  if (threadIdx.x == 0)
+    sm.geom = sliceGeom(d, H);
+  __syncthreads();
+  const SliceGeom &g = sm.geom;
+  auto stage = [&](int h, int j0) {
+    const float *q = p.q + static_cast<int64_t>(h) * d;
+    const float *k = p.k + static_cast<int64_t>(h) * d;
+    const float *gate = p.g + static_cast<int64_t>(h) * d;
+    const uint16_t *v = p.v + static_cast<int64_t>(h) * d;
+    for (int i = threadIdx.x; i < d; i += blockDim.x) {
+      sm.q[i] = q[i];
+      sm.k[i] = k[i];
+      sm.decay[i] = expf(gate[i]);
+    }
+    for (int t = threadIdx.x; t < g.cols; t += blockDim.x)
+      sm.v[t] = j0 + t < d ? dev::bf16ToF(v[j0 + t]) : 0.0f;
+    __syncthreads();
+    return p.beta[h];
+  };
+  auto finish = [](int) {};
+  if (vecState(p.state, d))
+    forEachSlice<true>(p.state, p.out, H, d, g, sm, stage, finish);
+  else
+    forEachSlice<false>(p.state, p.out, H, d, g, sm, stage, finish);
+}
+
+//===----------------------------------------------------------------------===//
+// k3_kda_recurrent: kda_step with its inputs computed per head from bf16 q̃,
+// k̃, f and β's logit: q = l2norm(q̃)/sqrt(d), k = l2norm(k̃), g the decay
+// gate, β = sigmoid(betaLogit[h]).
+// Grid: as kda_step (every block of a head recomputes its d-long inputs).
+//===----------------------------------------------------------------------===//
+extern "C" __global__ void __launch_bounds__(1024)
+    k3_kda_recurrent(const KdaRecurrentParams p) {
+  __shared__ StepShared sm;
+  if (!recurrentShapeOk(p.numHeads, p.headDim, p.out))
+    return;
+  const int H = static_cast<int>(p.numHeads), d = static_cast<int>(p.headDim);
+  if (threadIdx.x == 0)
+    sm.geom = sliceGeom(d, H);
+  __syncthreads();
+  const SliceGeom &g = sm.geom;
+  auto stage = [&](int h, int j0) {
+    const int64_t c0 = static_cast<int64_t>(h) * d;
+    const uint16_t *q = p.q + c0, *k = p.k + c0, *f = p.f + c0, *v = p.v + c0;
+    const float *dtBias = p.dtBias + c0;
+    const float a = expf(p.aLog[h]);
+    float sq = 0.0f, sk = 0.0f;
+    for (int i = threadIdx.x; i < d; i += blockDim.x) {
+      const float qi = dev::bf16ToF(q[i]), ki = dev::bf16ToF(k[i]);
+      sm.q[i] = qi;
+      sm.k[i] = ki;
+      sq = fmaf(qi, qi, sq);
+      sk = fmaf(ki, ki, sk);
+      sm.decay[i] =
+          expf(gateF(f[i], dtBias[i], a, p.hasLowerBound, p.lowerBound));
+    }
+    for (int t = threadIdx.x; t < g.cols; t += blockDim.x)
+      sm.v[t] = j0 + t < d ? dev::bf16ToF(v[j0 + t]) : 0.0f;
+    normaliseQK(d, sq, sk, sm);
+    __syncthreads();
+    return dev::sigmoidF(dev::bf16ToF(p.betaLogit[h]));
+  };
+  auto finish = [](int) {};
+  if (vecState(p.state, d))
+    forEachSlice<true>(p.state, p.out, H, d, g, sm, stage, finish);
+  else
+    forEachSlice<false>(p.state, p.out, H, d, g, sm, stage, finish);
+}
+
+//===----------------------------------------------------------------------===//
+// k3_kda_gated_norm: per head, y = R(o · rsqrt(mean(o²) + eps) · w ·
+// sigmoid(gt)), fp32 inside, one rounding. out may alias o.
+// Grid: any; one block per head, block-stride (plans: numHeads).
+//===----------------------------------------------------------------------===//
+extern "C" __global__ void k3_kda_gated_norm(const KdaGatedNormParams p) {
+  __shared__ float scratch[32];
+  const int64_t d = p.headDim;
+  for (int64_t h = blockIdx.x; h < p.numHeads; h += gridDim.x)
+    gatedNormHead(p.o + h * d, p.gate + h * d, p.weight, p.out + h * d, d,
+                  p.eps, scratch);
+}
+
+//===----------------------------------------------------------------------===//
+// k3_kda_decode: the whole KDA token between the projections: kda_conv of q,
+// k, v, kda_recurrent and kda_gated_norm, with the chain's rounding points
+// (q̃, k̃, ṽ, o in bf16): bit for bit that chain at the same grid and block.
+// Grid: any; items and slices as kda_recurrent. Each item computes the conv
+// of q and k for the whole head (the l2norm needs it) without touching their
+// conv state, and the conv of v for its own columns (shifting their state);
+// o = R(Sᵀq) of the slice goes to out. With one slice per head the block
+// then norms the head; with several, the block that completes a head's last
+// slice (counted in gDecodeArrivals) shifts the head's q/k conv state, reads
+// the head's o back from out and norms it in place.
+// Limits: as kda_recurrent; with several slices per head, numHeads <=
+// kMaxCountedHeads and no concurrent kda_decode in the context.
+//===----------------------------------------------------------------------===//
+extern "C" __global__ void __launch_bounds__(1024)
+    k3_kda_decode(const KdaDecodeParams p) {
+  __shared__ StepShared sm;
+  if (!recurrentShapeOk(p.numHeads, p.headDim, p.out))
+    return;
+  const int H = static_cast<int>(p.numHeads), d = static_cast<int>(p.headDim);
+  if (threadIdx.x == 0)
+    sm.geom = sliceGeom(d, H);
+  __syncthreads();
+  const SliceGeom &g = sm.geom;
+  const bool whole = g.slices == 1;
+  if (!whole && H > kMaxCountedHeads) {
+    fillNaN(p.out, p.numHeads * p.headDim);
+    return;
+  }
+  const int W = p.convWidth, hist = W - 1;
+  auto stage = [&](int h, int j0) {
+    const int64_t c0 = static_cast<int64_t>(h) * d;
+    const float a = expf(p.aLog[h]);
+    float sq = 0.0f, sk = 0.0f;
+    for (int i = threadIdx.x; i < d; i += blockDim.x) {
+      const int64_t c = c0 + i;
+      float *sQ = p.convStateQ + c * hist, *sK = p.convStateK + c * hist;
+      const float qi =
+          dev::bf16ToF(convOut(p.convQ + c * W, sQ, p.uq[c], hist));
+      const float ki =
+          dev::bf16ToF(convOut(p.convK + c * W, sK, p.uk[c], hist));
+      if (whole) {
+        convShift(sQ, p.uq[c], hist);
+        convShift(sK, p.uk[c], hist);
+      }
+      sm.q[i] = qi;
+      sm.k[i] = ki;
+      sq = fmaf(qi, qi, sq);
+      sk = fmaf(ki, ki, sk);
+      sm.decay[i] =
+          expf(gateF(p.f[c], p.dtBias[c], a, p.hasLowerBound, p.lowerBound));
+    }
+    for (int t = threadIdx.x; t < g.cols; t += blockDim.x) {
+      float vt = 0.0f;
+      if (j0 + t < d) {
+        const int64_t c = c0 + j0 + t;
+        float *sV = p.convStateV + c * hist;
+        vt = dev::bf16ToF(convOut(p.convV + c * W, sV, p.uv[c], hist));
+        convShift(sV, p.uv[c], hist);
+      }
+      sm.v[t] = vt;
+    }
+    normaliseQK(d, sq, sk, sm);
+    __syncthreads();
+    return dev::sigmoidF(dev::bf16ToF(p.betaLogit[h]));
+  };
+  auto finish = [&](int h) {
+    const int64_t c0 = static_cast<int64_t>(h) * d;
+    if (!whole) {
+      // Publish this slice's o and v conv state, then count the slice.
+      __threadfence();
+      __syncthreads();
+      if (threadIdx.x == 0) {
+        const unsigned prev = atomicAdd(&gDecodeArrivals[h], 1u);
+        sm.last = prev + 1 == static_cast<unsigned>(g.slices);
+        if (sm.last)
+          atomicExch(&gDecodeArrivals[h], 0u);
+      }
+      __syncthreads();
+      if (!sm.last)
+        return;
+      __threadfence();
+      // Every other block of the head has read the q/k conv state by now.
+      for (int i = threadIdx.x; i < d; i += blockDim.x) {
+        convShift(p.convStateQ + (c0 + i) * hist, p.uq[c0 + i], hist);
+        convShift(p.convStateK + (c0 + i) * hist, p.uk[c0 + i], hist);
+      }
+    }
+    gatedNormHead(p.out + c0, p.gate + c0, p.normWeight, p.out + c0, d,
+                  p.normEps, sm.scratch);
+  };
+  if (vecState(p.state, d))
+    forEachSlice<true>(p.state, p.out, H, d, g, sm, stage, finish);
+  else
+    forEachSlice<false>(p.state, p.out, H, d, g, sm, stage, finish);
+}

@@ -1,0 +1,776 @@
+//===- kda_cuda_test.cpp - The KDA CUDA kernels against KdaCpu
+//-------------===//
+//
+// Every entry point of kernels/kda/Kda.cu against its CPU twin on fresh
+// random inputs, at the production shapes (K3: 96 heads × 128, lower-bound
+// gate; Kimi-Linear: 32 × 128, softplus gate; the tiny models' 4 × 64) and at
+// odd ones (head dims that are not multiples of 4, heads larger than a
+// block's registers hold), with the plans' grid, a grid of 1 and a grid of
+// H · 4 (one block per state slice), and with blocks of 32 to 1024 threads.
+// The recurrent kernels run 4 consecutive tokens on a random non-zero state,
+// and the state is compared after every token.
+//
+// Tolerances: fp32 outputs and the state by max|diff| / max|ref| (the CUDA
+// sums run in another order and use FMA); bf16 outputs must be finite, within
+// 1 ulp of the CPU value for all but a rare few elements, with a bounded
+// fraction of differing elements. Between CUDA kernels (the unfused chain
+// against kda_recurrent, the chain against kda_decode) the bits must match.
+//
+//===----------------------------------------------------------------------===//
+#include "test/unit/cuda/CudaTestUtil.h"
+
+#include "kernels/kda/KdaCpu.h"
+
+#include <algorithm>
+#include <cstdlib>
+
+namespace {
+
+using namespace k3test;
+
+/// fp32 results and the state: relative error bound.
+constexpr double kF32Tol = 1e-5;
+/// fp32 results of one elementwise op (no sums, only exp/log1p ulps).
+constexpr double kF32ElemTol = 1e-6;
+
+/// Distance in bf16 ulps (ordered bit patterns; ±0 are 0 apart).
+int bf16Ulps(uint16_t a, uint16_t b) {
+  auto ordered = [](uint16_t v) {
+    return (v & 0x8000u) ? -static_cast<int>(v & 0x7fffu) : static_cast<int>(v);
+  };
+  return std::abs(ordered(a) - ordered(b));
+}
+
+/// The bf16 acceptance rule of every test: finite (not the poison), not all
+/// zero, max|diff| / max|ref| <= 1e-2, at most `maxOver1Ulp` of the elements
+/// more than 1 ulp from the CPU value and at most `maxDiffering` differing.
+void expectBf16Near(const std::vector<uint16_t> &want,
+                    const std::vector<uint16_t> &got, const std::string &what,
+                    double maxDiffering = 0.02, double maxOver1Ulp = 1e-3) {
+  ASSERT_EQ(want.size(), got.size()) << what;
+  size_t over = 0;
+  bool nonZero = false;
+  for (size_t i = 0; i < want.size(); ++i) {
+    ASSERT_TRUE(std::isfinite(k3::bf16ToFloat(got[i])))
+        << what << ": element " << i << " not written (poison)";
+    nonZero |= k3::bf16ToFloat(want[i]) != 0.0f;
+    over += bf16Ulps(want[i], got[i]) > 1;
+  }
+  EXPECT_TRUE(nonZero) << what << ": trivial (all-zero) reference";
+  EXPECT_LE(relErr(widen(want), widen(got)), 1e-2) << what;
+  EXPECT_LE(double(over) / double(want.size()), maxOver1Ulp)
+      << what << ": " << over << " elements more than 1 ulp apart";
+  EXPECT_LE(fractionDiffering(want, got), maxDiffering) << what;
+}
+
+void expectF32Near(const std::vector<float> &want,
+                   const std::vector<float> &got, double tol,
+                   const std::string &what) {
+  EXPECT_LE(relErr(want, got), tol) << what;
+  bool nonZero = false;
+  for (float w : want)
+    nonZero |= w != 0.0f;
+  EXPECT_TRUE(nonZero) << what << ": trivial (all-zero) reference";
+}
+
+/// bf16 values widened to fp32: what a conv state holds.
+std::vector<float> bf16Valued(Rand &r, size_t n, float std) {
+  return widen(r.bf16(n, std));
+}
+
+/// o_norm weights around 1, as trained RMSNorm weights are.
+std::vector<uint16_t> normWeights(Rand &r, size_t n) {
+  std::vector<uint16_t> w;
+  for (float x : r.uniform(n, 0.5f, 1.5f))
+    w.push_back(k3::floatToBf16(x));
+  return w;
+}
+
+/// Bit-identical vectors; on failure reports the count and the first
+/// difference (not the whole, possibly megabyte-long, vectors).
+template <typename T>
+void expectSameBits(const std::vector<T> &want, const std::vector<T> &got,
+                    const std::string &what) {
+  ASSERT_EQ(want.size(), got.size()) << what;
+  size_t n = 0, first = 0;
+  for (size_t i = 0; i < want.size(); ++i)
+    if (std::memcmp(&want[i], &got[i], sizeof(T)) != 0 && n++ == 0)
+      first = i;
+  EXPECT_EQ(n, 0u) << what << ": " << n << " of " << want.size()
+                   << " differ, first at " << first << " (want "
+                   << double(want[first]) << ", got " << double(got[first])
+                   << ")";
+}
+
+/// One shape of the recurrent kernels and how to launch it.
+struct RecCase {
+  int64_t heads, headDim;
+  int32_t hasLowerBound;
+  int64_t grid, block;
+  std::string name() const {
+    return std::to_string(heads) + "x" + std::to_string(headDim) +
+           (hasLowerBound ? " lb" : " softplus") + " grid " +
+           std::to_string(grid) + " block " + std::to_string(block);
+  }
+};
+
+/// K3, Kimi-Linear and the tiny models with the plans' grid (H), one block
+/// per slice (H·4) and one block; heads not a multiple of 4 (scalar state
+/// path); a head too big for the block's registers (rows written back and
+/// re-read); blocks of 1024 (one block per head) and 64 threads.
+std::vector<RecCase> recurrentCases() {
+  return {{96, 128, 1, 96, 256},  {96, 128, 1, 384, 256}, {96, 128, 1, 1, 256},
+          {96, 128, 1, 96, 1024}, {32, 128, 0, 32, 256},  {4, 64, 0, 4, 256},
+          {3, 6, 1, 3, 256},      {5, 9, 0, 40, 64},      {2, 200, 1, 2, 32},
+          {2, 130, 0, 7, 256}};
+}
+
+/// Per-token inputs of kda_recurrent (bf16 q̃, k̃, ṽ, f, β logit).
+struct TokenInputs {
+  std::vector<uint16_t> q, k, v, f, betaLogit;
+  TokenInputs(Rand &r, int64_t H, int64_t d)
+      : q(r.bf16(H * d)), k(r.bf16(H * d)), v(r.bf16(H * d)), f(r.bf16(H * d)),
+        betaLogit(r.bf16(H)) {}
+};
+
+/// Per-layer parameters of the gate.
+struct GateWeights {
+  std::vector<float> dtBias, aLog;
+  GateWeights(Rand &r, int64_t H, int64_t d)
+      : dtBias(r.f32(H * d)), aLog(r.uniform(H, 0.0f, 2.7f)) {}
+};
+
+//===----------------------------------------------------------------------===//
+// kda_conv
+//===----------------------------------------------------------------------===//
+
+TEST(KdaCuda, ConvMatchesCpuOverSteps) {
+  K3_REQUIRE_GPU();
+  struct Case {
+    int64_t channels;
+    int32_t width;
+    int64_t grid;
+  };
+  for (Case c : {Case{96 * 128, 4, 48}, Case{96 * 128, 4, 1}, Case{37, 3, 1},
+                 Case{5, 1, 2}}) {
+    const std::string name = std::to_string(c.channels) + " W " +
+                             std::to_string(c.width) + " grid " +
+                             std::to_string(c.grid);
+    Rand r(static_cast<uint64_t>(c.channels * 7 + c.width));
+    const int64_t C = c.channels, hist = c.width - 1;
+    std::vector<uint16_t> weight = r.bf16(C * c.width, 0.3f);
+    std::vector<float> state = bf16Valued(r, C * hist, 1.0f);
+    Dev dWeight = Dev::of(weight), dState = Dev::of(state);
+    for (int step = 0; step < 3; ++step) {
+      std::vector<uint16_t> u = r.bf16(C);
+      k3::KdaConvParams p;
+      p.u = u.data();
+      p.weight = weight.data();
+      p.state = state.data();
+      std::vector<uint16_t> want(C, 0xFFFF);
+      p.out = want.data();
+      p.channels = C;
+      p.width = c.width;
+      k3::kdaConvCpu(p);
+
+      Dev dU = Dev::of(u), dOut = Dev::poisoned<uint16_t>(C);
+      p.u = dU.get<uint16_t>();
+      p.weight = dWeight.get<uint16_t>();
+      p.state = dState.get<float>();
+      p.out = dOut.get<uint16_t>();
+      ASSERT_TRUE(launch("kda_conv", p, c.grid).isOk()) << name;
+      expectBf16Near(want, dOut.download<uint16_t>(C), name + " out");
+      // The shift copies exact values: the state matches bit for bit.
+      expectSameBits(state, dState.download<float>(C * hist), name + " state");
+    }
+  }
+}
+
+//===----------------------------------------------------------------------===//
+// kda_l2norm, kda_gate, sigmoid
+//===----------------------------------------------------------------------===//
+
+TEST(KdaCuda, L2NormMatchesCpu) {
+  K3_REQUIRE_GPU();
+  struct Case {
+    int64_t n, headDim;
+    bool qScale;
+    int64_t grid;
+  };
+  // The last case has a trailing partial head, which stays unwritten.
+  for (Case c : {Case{96 * 128, 128, true, 96}, Case{96 * 128, 128, false, 96},
+                 Case{4 * 64, 64, true, 1}, Case{3 * 7 + 4, 7, true, 2}}) {
+    const std::string name =
+        std::to_string(c.n) + "/" + std::to_string(c.headDim) +
+        (c.qScale ? " q" : " k") + " grid " + std::to_string(c.grid);
+    Rand r(static_cast<uint64_t>(c.n + c.headDim));
+    std::vector<uint16_t> x = r.bf16(c.n, 2.0f);
+    k3::KdaL2NormParams p;
+    p.x = x.data();
+    std::vector<float> want(c.n);
+    std::memset(want.data(), 0xFF, c.n * sizeof(float));
+    p.out = want.data();
+    p.n = c.n;
+    p.headDim = c.headDim;
+    p.scale = c.qScale ? 1.0f / std::sqrt(static_cast<float>(c.headDim)) : 1;
+    k3::kdaL2NormStepCpu(p);
+
+    Dev dX = Dev::of(x), dOut = Dev::poisoned<float>(c.n);
+    p.x = dX.get<uint16_t>();
+    p.out = dOut.get<float>();
+    ASSERT_TRUE(launch("kda_l2norm", p, c.grid).isOk()) << name;
+    std::vector<float> got = dOut.download<float>(c.n);
+    const int64_t full = c.n / c.headDim * c.headDim;
+    expectF32Near(std::vector<float>(want.begin(), want.begin() + full),
+                  std::vector<float>(got.begin(), got.begin() + full),
+                  kF32ElemTol * 10, name);
+    for (int64_t i = full; i < c.n; ++i)
+      EXPECT_TRUE(std::isnan(got[i])) << name << ": wrote past the heads";
+  }
+}
+
+TEST(KdaCuda, GateMatchesCpu) {
+  K3_REQUIRE_GPU();
+  struct Case {
+    int64_t heads, headDim;
+    int32_t hasLowerBound;
+    int64_t grid;
+  };
+  for (Case c : {Case{96, 128, 1, 96}, Case{32, 128, 0, 32}, Case{3, 5, 1, 1},
+                 Case{3, 5, 0, 1}}) {
+    const std::string name = std::to_string(c.heads) + "x" +
+                             std::to_string(c.headDim) +
+                             (c.hasLowerBound ? " lb" : " softplus");
+    Rand r(static_cast<uint64_t>(c.heads * 3 + c.hasLowerBound));
+    const int64_t C = c.heads * c.headDim;
+    std::vector<uint16_t> f = r.bf16(C, 2.0f);
+    GateWeights gw(r, c.heads, c.headDim);
+    k3::KdaGateParams p;
+    p.f = f.data();
+    p.dtBias = gw.dtBias.data();
+    p.aLog = gw.aLog.data();
+    std::vector<float> want(C);
+    p.out = want.data();
+    p.numHeads = c.heads;
+    p.headDim = c.headDim;
+    p.hasLowerBound = c.hasLowerBound;
+    p.lowerBound = -5.0f;
+    k3::kdaGateCpu(p);
+
+    Dev dF = Dev::of(f), dDt = Dev::of(gw.dtBias), dA = Dev::of(gw.aLog);
+    Dev dOut = Dev::poisoned<float>(C);
+    p.f = dF.get<uint16_t>();
+    p.dtBias = dDt.get<float>();
+    p.aLog = dA.get<float>();
+    p.out = dOut.get<float>();
+    ASSERT_TRUE(launch("kda_gate", p, c.grid).isOk()) << name;
+    expectF32Near(want, dOut.download<float>(C), kF32ElemTol, name);
+  }
+}
+
+TEST(KdaCuda, SigmoidMatchesCpu) {
+  K3_REQUIRE_GPU();
+  for (auto [n, grid] :
+       {std::pair<int64_t, int64_t>{96, 1}, {1000, 1}, {7, 3}, {5000, 20}}) {
+    Rand r(static_cast<uint64_t>(n));
+    std::vector<uint16_t> x = r.bf16(n, 3.0f);
+    k3::SigmoidParams p;
+    p.x = x.data();
+    std::vector<float> want(n);
+    p.out = want.data();
+    p.n = n;
+    k3::sigmoidCpu(p);
+    Dev dX = Dev::of(x), dOut = Dev::poisoned<float>(n);
+    p.x = dX.get<uint16_t>();
+    p.out = dOut.get<float>();
+    ASSERT_TRUE(launch("sigmoid", p, grid).isOk()) << n;
+    expectF32Near(want, dOut.download<float>(n), kF32ElemTol,
+                  "sigmoid " + std::to_string(n));
+  }
+}
+
+//===----------------------------------------------------------------------===//
+// kda_step and kda_recurrent
+//===----------------------------------------------------------------------===//
+
+/// kda_step's prepared fp32 inputs of one token, made by the CPU ops that
+/// make them in a `--fusion=none` plan.
+struct StepInputs {
+  std::vector<float> q, k, g, beta;
+  std::vector<uint16_t> v;
+  StepInputs(const TokenInputs &t, const GateWeights &gw, int64_t H, int64_t d,
+             int32_t hasLowerBound)
+      : q(H * d), k(H * d), g(H * d), beta(H), v(t.v) {
+    k3::KdaL2NormParams l;
+    l.n = H * d;
+    l.headDim = d;
+    l.x = t.q.data();
+    l.out = q.data();
+    l.scale = 1.0f / std::sqrt(static_cast<float>(d));
+    k3::kdaL2NormStepCpu(l);
+    l.x = t.k.data();
+    l.out = k.data();
+    l.scale = 1.0f;
+    k3::kdaL2NormStepCpu(l);
+    k3::KdaGateParams gp;
+    gp.f = t.f.data();
+    gp.dtBias = gw.dtBias.data();
+    gp.aLog = gw.aLog.data();
+    gp.out = g.data();
+    gp.numHeads = H;
+    gp.headDim = d;
+    gp.hasLowerBound = hasLowerBound;
+    k3::kdaGateCpu(gp);
+    k3::SigmoidParams sp;
+    sp.x = t.betaLogit.data();
+    sp.out = beta.data();
+    sp.n = H;
+    k3::sigmoidCpu(sp);
+  }
+};
+
+TEST(KdaCuda, StepMatchesCpuOverSteps) {
+  K3_REQUIRE_GPU();
+  for (const RecCase &c : recurrentCases()) {
+    const int64_t H = c.heads, d = c.headDim, C = H * d;
+    Rand r(static_cast<uint64_t>(H * 1000 + d + c.grid));
+    GateWeights gw(r, H, d);
+    std::vector<float> state = r.f32(H * d * d, 0.5f);
+    Dev dState = Dev::of(state);
+    for (int step = 0; step < 4; ++step) {
+      const std::string name = c.name() + " token " + std::to_string(step);
+      StepInputs in(TokenInputs(r, H, d), gw, H, d, c.hasLowerBound);
+      k3::KdaStepParams p;
+      p.q = in.q.data();
+      p.k = in.k.data();
+      p.v = in.v.data();
+      p.g = in.g.data();
+      p.beta = in.beta.data();
+      p.state = state.data();
+      std::vector<uint16_t> want(C, 0xFFFF);
+      p.out = want.data();
+      p.numHeads = H;
+      p.headDim = d;
+      k3::kdaStepCpu(p);
+
+      Dev dQ = Dev::of(in.q), dK = Dev::of(in.k), dV = Dev::of(in.v),
+          dG = Dev::of(in.g), dB = Dev::of(in.beta),
+          dOut = Dev::poisoned<uint16_t>(C);
+      p.q = dQ.get<float>();
+      p.k = dK.get<float>();
+      p.v = dV.get<uint16_t>();
+      p.g = dG.get<float>();
+      p.beta = dB.get<float>();
+      p.state = dState.get<float>();
+      p.out = dOut.get<uint16_t>();
+      ASSERT_TRUE(launch("kda_step", p, c.grid, c.block).isOk()) << name;
+      expectBf16Near(want, dOut.download<uint16_t>(C), name + " out");
+      expectF32Near(state, dState.download<float>(H * d * d), kF32Tol,
+                    name + " state");
+    }
+  }
+}
+
+/// Runs kda_recurrent on the GPU on `in` with device state `dState`.
+std::vector<uint16_t> runRecurrentGpu(const RecCase &c, const TokenInputs &in,
+                                      const GateWeights &gw, Dev &dState) {
+  const int64_t C = c.heads * c.headDim;
+  Dev dQ = Dev::of(in.q), dK = Dev::of(in.k), dV = Dev::of(in.v),
+      dF = Dev::of(in.f), dBeta = Dev::of(in.betaLogit),
+      dDt = Dev::of(gw.dtBias), dA = Dev::of(gw.aLog),
+      dOut = Dev::poisoned<uint16_t>(C);
+  k3::KdaRecurrentParams p;
+  p.q = dQ.get<uint16_t>();
+  p.k = dK.get<uint16_t>();
+  p.v = dV.get<uint16_t>();
+  p.f = dF.get<uint16_t>();
+  p.betaLogit = dBeta.get<uint16_t>();
+  p.dtBias = dDt.get<float>();
+  p.aLog = dA.get<float>();
+  p.state = dState.get<float>();
+  p.out = dOut.get<uint16_t>();
+  p.numHeads = c.heads;
+  p.headDim = c.headDim;
+  p.hasLowerBound = c.hasLowerBound;
+  p.lowerBound = -5.0f;
+  k3::Status s = launch("kda_recurrent", p, c.grid, c.block);
+  EXPECT_TRUE(s.isOk()) << c.name() << ": " << (s.isOk() ? "" : s.message());
+  return dOut.download<uint16_t>(C);
+}
+
+TEST(KdaCuda, RecurrentMatchesCpuOverSteps) {
+  K3_REQUIRE_GPU();
+  for (const RecCase &c : recurrentCases()) {
+    const int64_t H = c.heads, d = c.headDim, C = H * d;
+    Rand r(static_cast<uint64_t>(H * 2000 + d + c.grid));
+    GateWeights gw(r, H, d);
+    std::vector<float> state = r.f32(H * d * d, 0.5f);
+    Dev dState = Dev::of(state);
+    for (int step = 0; step < 4; ++step) {
+      const std::string name = c.name() + " token " + std::to_string(step);
+      TokenInputs in(r, H, d);
+      k3::KdaRecurrentParams p;
+      p.q = in.q.data();
+      p.k = in.k.data();
+      p.v = in.v.data();
+      p.f = in.f.data();
+      p.betaLogit = in.betaLogit.data();
+      p.dtBias = gw.dtBias.data();
+      p.aLog = gw.aLog.data();
+      p.state = state.data();
+      std::vector<uint16_t> want(C, 0xFFFF);
+      p.out = want.data();
+      p.numHeads = H;
+      p.headDim = d;
+      p.hasLowerBound = c.hasLowerBound;
+      p.lowerBound = -5.0f;
+      k3::kdaRecurrentCpu(p);
+
+      expectBf16Near(want, runRecurrentGpu(c, in, gw, dState), name + " out");
+      expectF32Near(state, dState.download<float>(H * d * d), kF32Tol,
+                    name + " state");
+    }
+  }
+}
+
+/// kda_l2norm ×2, kda_gate, sigmoid and kda_step on the GPU give
+/// kda_recurrent's bits (same grid and block for the two state kernels).
+TEST(KdaCuda, UnfusedChainIsRecurrentBitForBit) {
+  K3_REQUIRE_GPU();
+  for (const RecCase &c :
+       {RecCase{96, 128, 1, 96, 256}, RecCase{96, 128, 1, 384, 256},
+        RecCase{32, 128, 0, 32, 256}, RecCase{3, 6, 1, 3, 256}}) {
+    const int64_t H = c.heads, d = c.headDim, C = H * d;
+    Rand r(static_cast<uint64_t>(H * 3000 + d + c.grid));
+    GateWeights gw(r, H, d);
+    std::vector<float> state = r.f32(H * d * d, 0.5f);
+    Dev dFused = Dev::of(state), dChain = Dev::of(state);
+    Dev dDt = Dev::of(gw.dtBias), dA = Dev::of(gw.aLog);
+    for (int step = 0; step < 2; ++step) {
+      const std::string name = c.name() + " token " + std::to_string(step);
+      TokenInputs in(r, H, d);
+      std::vector<uint16_t> fused = runRecurrentGpu(c, in, gw, dFused);
+
+      Dev dQt = Dev::of(in.q), dKt = Dev::of(in.k), dV = Dev::of(in.v),
+          dF = Dev::of(in.f), dBl = Dev::of(in.betaLogit);
+      Dev dQ = Dev::poisoned<float>(C), dK = Dev::poisoned<float>(C),
+          dG = Dev::poisoned<float>(C), dB = Dev::poisoned<float>(H),
+          dOut = Dev::poisoned<uint16_t>(C);
+      k3::KdaL2NormParams l;
+      l.n = C;
+      l.headDim = d;
+      l.x = dQt.get<uint16_t>();
+      l.out = dQ.get<float>();
+      l.scale = 1.0f / std::sqrt(static_cast<float>(d));
+      ASSERT_TRUE(launch("kda_l2norm", l, H).isOk());
+      l.x = dKt.get<uint16_t>();
+      l.out = dK.get<float>();
+      l.scale = 1.0f;
+      ASSERT_TRUE(launch("kda_l2norm", l, H).isOk());
+      k3::KdaGateParams gp;
+      gp.f = dF.get<uint16_t>();
+      gp.dtBias = dDt.get<float>();
+      gp.aLog = dA.get<float>();
+      gp.out = dG.get<float>();
+      gp.numHeads = H;
+      gp.headDim = d;
+      gp.hasLowerBound = c.hasLowerBound;
+      ASSERT_TRUE(launch("kda_gate", gp, H).isOk());
+      k3::SigmoidParams sp;
+      sp.x = dBl.get<uint16_t>();
+      sp.out = dB.get<float>();
+      sp.n = H;
+      ASSERT_TRUE(launch("sigmoid", sp, 1).isOk());
+      k3::KdaStepParams p;
+      p.q = dQ.get<float>();
+      p.k = dK.get<float>();
+      p.v = dV.get<uint16_t>();
+      p.g = dG.get<float>();
+      p.beta = dB.get<float>();
+      p.state = dChain.get<float>();
+      p.out = dOut.get<uint16_t>();
+      p.numHeads = H;
+      p.headDim = d;
+      ASSERT_TRUE(launch("kda_step", p, c.grid, c.block).isOk());
+      std::vector<uint16_t> chain = dOut.download<uint16_t>(C);
+      expectBf16Near(fused, chain, name + " (non-trivial)", 0.0, 0.0);
+      expectSameBits(fused, chain, name + " out");
+      expectSameBits(dFused.download<float>(H * d * d),
+                     dChain.download<float>(H * d * d), name + " state");
+    }
+  }
+}
+
+//===----------------------------------------------------------------------===//
+// kda_gated_norm
+//===----------------------------------------------------------------------===//
+
+TEST(KdaCuda, GatedNormMatchesCpu) {
+  K3_REQUIRE_GPU();
+  struct Case {
+    int64_t heads, headDim, grid;
+    bool alias; // out == o, allowed by the params header
+  };
+  for (Case c :
+       {Case{96, 128, 96, false}, Case{96, 128, 1, true},
+        Case{32, 128, 32, true}, Case{3, 7, 2, false}, Case{4, 64, 4, true}}) {
+    const std::string name =
+        std::to_string(c.heads) + "x" + std::to_string(c.headDim) + " grid " +
+        std::to_string(c.grid) + (c.alias ? " aliased" : "");
+    Rand r(static_cast<uint64_t>(c.heads * 5 + c.headDim + c.alias));
+    const int64_t C = c.heads * c.headDim;
+    std::vector<uint16_t> o = r.bf16(C, 0.3f), gate = r.bf16(C, 1.5f);
+    std::vector<uint16_t> weight = normWeights(r, c.headDim);
+    k3::KdaGatedNormParams p;
+    p.o = o.data();
+    p.gate = gate.data();
+    p.weight = weight.data();
+    std::vector<uint16_t> want(C, 0xFFFF);
+    p.out = want.data();
+    p.numHeads = c.heads;
+    p.headDim = c.headDim;
+    p.eps = 1e-5f;
+    k3::kdaGatedNormCpu(p);
+
+    Dev dO = Dev::of(o), dGate = Dev::of(gate), dW = Dev::of(weight);
+    Dev dOut = Dev::poisoned<uint16_t>(C);
+    p.o = dO.get<uint16_t>();
+    p.gate = dGate.get<uint16_t>();
+    p.weight = dW.get<uint16_t>();
+    p.out = c.alias ? dO.get<uint16_t>() : dOut.get<uint16_t>();
+    ASSERT_TRUE(launch("kda_gated_norm", p, c.grid).isOk()) << name;
+    expectBf16Near(want, (c.alias ? dO : dOut).download<uint16_t>(C), name);
+  }
+}
+
+//===----------------------------------------------------------------------===//
+// kda_decode
+//===----------------------------------------------------------------------===//
+
+/// The layer weights and per-token inputs of kda_decode.
+struct DecodeLayer {
+  int64_t H, d, C;
+  int32_t W;
+  std::vector<uint16_t> convQ, convK, convV, normWeight;
+  GateWeights gw;
+  DecodeLayer(Rand &r, int64_t heads, int64_t headDim, int32_t width)
+      : H(heads), d(headDim), C(heads * headDim), W(width),
+        convQ(r.bf16(C * W, 0.3f)), convK(r.bf16(C * W, 0.3f)),
+        convV(r.bf16(C * W, 0.3f)), normWeight(normWeights(r, headDim)),
+        gw(r, heads, headDim) {}
+};
+
+struct DecodeToken {
+  std::vector<uint16_t> uq, uk, uv, f, betaLogit, gate;
+  DecodeToken(Rand &r, const DecodeLayer &l)
+      : uq(r.bf16(l.C)), uk(r.bf16(l.C)), uv(r.bf16(l.C)), f(r.bf16(l.C, 2.0f)),
+        betaLogit(r.bf16(l.H)), gate(r.bf16(l.C, 1.5f)) {}
+};
+
+/// The device copies of one layer's weights and states.
+struct DecodeDev {
+  Dev convQ, convK, convV, normWeight, dtBias, aLog;
+  Dev sQ, sK, sV, state;
+  DecodeDev(const DecodeLayer &l, const std::vector<float> &convState,
+            const std::vector<float> &state)
+      : convQ(Dev::of(l.convQ)), convK(Dev::of(l.convK)),
+        convV(Dev::of(l.convV)), normWeight(Dev::of(l.normWeight)),
+        dtBias(Dev::of(l.gw.dtBias)), aLog(Dev::of(l.gw.aLog)),
+        sQ(Dev::of(convState)), sK(Dev::of(convState)), sV(Dev::of(convState)),
+        state(Dev::of(state)) {}
+};
+
+/// The scalar params of kda_decode (the caller sets the pointers).
+k3::KdaDecodeParams decodeParams(const DecodeLayer &l, int32_t hasLowerBound) {
+  k3::KdaDecodeParams p;
+  p.numHeads = l.H;
+  p.headDim = l.d;
+  p.convWidth = l.W;
+  p.hasLowerBound = hasLowerBound;
+  p.lowerBound = -5.0f;
+  p.normEps = 1e-5f;
+  return p;
+}
+
+/// kda_decode on the GPU for one token; returns y.
+std::vector<uint16_t> runDecodeGpu(const DecodeLayer &l, const DecodeToken &t,
+                                   DecodeDev &dv, int32_t hasLowerBound,
+                                   int64_t grid, int64_t block) {
+  Dev uq = Dev::of(t.uq), uk = Dev::of(t.uk), uv = Dev::of(t.uv),
+      f = Dev::of(t.f), bl = Dev::of(t.betaLogit), gate = Dev::of(t.gate),
+      out = Dev::poisoned<uint16_t>(l.C);
+  k3::KdaDecodeParams p = decodeParams(l, hasLowerBound);
+  p.uq = uq.get<uint16_t>();
+  p.uk = uk.get<uint16_t>();
+  p.uv = uv.get<uint16_t>();
+  p.convQ = dv.convQ.get<uint16_t>();
+  p.convK = dv.convK.get<uint16_t>();
+  p.convV = dv.convV.get<uint16_t>();
+  p.convStateQ = dv.sQ.get<float>();
+  p.convStateK = dv.sK.get<float>();
+  p.convStateV = dv.sV.get<float>();
+  p.f = f.get<uint16_t>();
+  p.betaLogit = bl.get<uint16_t>();
+  p.dtBias = dv.dtBias.get<float>();
+  p.aLog = dv.aLog.get<float>();
+  p.state = dv.state.get<float>();
+  p.gate = gate.get<uint16_t>();
+  p.normWeight = dv.normWeight.get<uint16_t>();
+  p.out = out.get<uint16_t>();
+  k3::Status s = launch("kda_decode", p, grid, block);
+  EXPECT_TRUE(s.isOk()) << (s.isOk() ? "" : s.message());
+  return out.download<uint16_t>(l.C);
+}
+
+struct DecodeCase {
+  int64_t heads, headDim;
+  int32_t width, hasLowerBound;
+  int64_t grid, block;
+  std::string name() const {
+    return std::to_string(heads) + "x" + std::to_string(headDim) + " W " +
+           std::to_string(width) + (hasLowerBound ? " lb" : " softplus") +
+           " grid " + std::to_string(grid) + " block " + std::to_string(block);
+  }
+};
+
+TEST(KdaCuda, DecodeMatchesCpuOverSteps) {
+  K3_REQUIRE_GPU();
+  // K3 with the plans' grid, one block per slice (the head finished by the
+  // last of its 4 blocks), one block, one block per head (1024 threads);
+  // Kimi-Linear; tiny; odd heads (scalar state path, W = 3 and 1); a head of
+  // 130 split into 9 slices across 7 blocks; a head of 200 on 32 threads
+  // (50 slices, rows past the registers written back and re-read).
+  for (const DecodeCase &c :
+       {DecodeCase{96, 128, 4, 1, 96, 256}, DecodeCase{96, 128, 4, 1, 384, 256},
+        DecodeCase{96, 128, 4, 1, 1, 256}, DecodeCase{96, 128, 4, 1, 96, 1024},
+        DecodeCase{32, 128, 4, 0, 32, 256}, DecodeCase{4, 64, 4, 0, 4, 256},
+        DecodeCase{3, 6, 3, 1, 3, 256}, DecodeCase{5, 9, 1, 0, 40, 64},
+        DecodeCase{2, 130, 4, 0, 7, 256}, DecodeCase{2, 200, 4, 1, 3, 32}}) {
+    const int64_t H = c.heads, d = c.headDim;
+    Rand r(static_cast<uint64_t>(H * 4000 + d + c.grid + c.block));
+    DecodeLayer l(r, H, d, c.width);
+    const int64_t hist = c.width - 1, C = l.C;
+    std::vector<float> sQ = bf16Valued(r, C * hist, 1.0f),
+                       sK = bf16Valued(r, C * hist, 1.0f),
+                       sV = bf16Valued(r, C * hist, 1.0f),
+                       state = r.f32(H * d * d, 0.5f);
+    DecodeDev dv(l, sQ, state);
+    // Distinct q/k/v conv states: re-upload k and v.
+    dv.sK = Dev::of(sK);
+    dv.sV = Dev::of(sV);
+    for (int step = 0; step < 4; ++step) {
+      const std::string name = c.name() + " token " + std::to_string(step);
+      DecodeToken t(r, l);
+      k3::KdaDecodeParams p = decodeParams(l, c.hasLowerBound);
+      p.uq = t.uq.data();
+      p.uk = t.uk.data();
+      p.uv = t.uv.data();
+      p.convQ = l.convQ.data();
+      p.convK = l.convK.data();
+      p.convV = l.convV.data();
+      p.convStateQ = sQ.data();
+      p.convStateK = sK.data();
+      p.convStateV = sV.data();
+      p.f = t.f.data();
+      p.betaLogit = t.betaLogit.data();
+      p.dtBias = l.gw.dtBias.data();
+      p.aLog = l.gw.aLog.data();
+      p.state = state.data();
+      p.gate = t.gate.data();
+      p.normWeight = l.normWeight.data();
+      std::vector<uint16_t> want(C, 0xFFFF);
+      p.out = want.data();
+      k3::kdaDecodeCpu(p);
+
+      std::vector<uint16_t> got =
+          runDecodeGpu(l, t, dv, c.hasLowerBound, c.grid, c.block);
+      expectBf16Near(want, got, name + " y");
+      expectF32Near(state, dv.state.download<float>(H * d * d), kF32Tol,
+                    name + " state");
+      expectSameBits(sQ, dv.sQ.download<float>(C * hist), name + " conv q");
+      expectSameBits(sK, dv.sK.download<float>(C * hist), name + " conv k");
+      expectSameBits(sV, dv.sV.download<float>(C * hist), name + " conv v");
+    }
+  }
+}
+
+/// kda_conv ×3, kda_recurrent and kda_gated_norm on the GPU give
+/// kda_decode's bits (same grid and block for the state kernels): with one
+/// block per slice (the decode finishes heads across blocks) and the plans'
+/// grid.
+TEST(KdaCuda, DecodeIsTheChainBitForBit) {
+  K3_REQUIRE_GPU();
+  for (const DecodeCase &c :
+       {DecodeCase{96, 128, 4, 1, 384, 256}, DecodeCase{96, 128, 4, 1, 96, 256},
+        DecodeCase{2, 130, 4, 0, 7, 256}}) {
+    const int64_t H = c.heads, d = c.headDim;
+    Rand r(static_cast<uint64_t>(H * 5000 + d + c.grid));
+    DecodeLayer l(r, H, d, c.width);
+    const int64_t hist = c.width - 1, C = l.C;
+    std::vector<float> conv = bf16Valued(r, C * hist, 1.0f),
+                       state = r.f32(H * d * d, 0.5f);
+    DecodeDev fused(l, conv, state), chain(l, conv, state);
+    for (int step = 0; step < 2; ++step) {
+      const std::string name = c.name() + " token " + std::to_string(step);
+      DecodeToken t(r, l);
+      std::vector<uint16_t> y =
+          runDecodeGpu(l, t, fused, c.hasLowerBound, c.grid, c.block);
+
+      Dev uq = Dev::of(t.uq), uk = Dev::of(t.uk), uv = Dev::of(t.uv),
+          qt = Dev::poisoned<uint16_t>(C), kt = Dev::poisoned<uint16_t>(C),
+          vt = Dev::poisoned<uint16_t>(C);
+      k3::KdaConvParams cp;
+      cp.channels = C;
+      cp.width = c.width;
+      const Dev *us[3] = {&uq, &uk, &uv},
+                *ws[3] = {&chain.convQ, &chain.convK, &chain.convV};
+      Dev *ss[3] = {&chain.sQ, &chain.sK, &chain.sV}, *os[3] = {&qt, &kt, &vt};
+      for (int i = 0; i < 3; ++i) {
+        cp.u = us[i]->get<uint16_t>();
+        cp.weight = ws[i]->get<uint16_t>();
+        cp.state = ss[i]->get<float>();
+        cp.out = os[i]->get<uint16_t>();
+        ASSERT_TRUE(launch("kda_conv", cp, (C + 255) / 256).isOk());
+      }
+      Dev f = Dev::of(t.f), bl = Dev::of(t.betaLogit), gate = Dev::of(t.gate),
+          o = Dev::poisoned<uint16_t>(C), out = Dev::poisoned<uint16_t>(C);
+      k3::KdaRecurrentParams rp;
+      rp.q = qt.get<uint16_t>();
+      rp.k = kt.get<uint16_t>();
+      rp.v = vt.get<uint16_t>();
+      rp.f = f.get<uint16_t>();
+      rp.betaLogit = bl.get<uint16_t>();
+      rp.dtBias = chain.dtBias.get<float>();
+      rp.aLog = chain.aLog.get<float>();
+      rp.state = chain.state.get<float>();
+      rp.out = o.get<uint16_t>();
+      rp.numHeads = H;
+      rp.headDim = d;
+      rp.hasLowerBound = c.hasLowerBound;
+      rp.lowerBound = -5.0f;
+      ASSERT_TRUE(launch("kda_recurrent", rp, c.grid, c.block).isOk());
+      k3::KdaGatedNormParams np;
+      np.o = o.get<uint16_t>();
+      np.gate = gate.get<uint16_t>();
+      np.weight = chain.normWeight.get<uint16_t>();
+      np.out = out.get<uint16_t>();
+      np.numHeads = H;
+      np.headDim = d;
+      np.eps = 1e-5f;
+      ASSERT_TRUE(launch("kda_gated_norm", np, H).isOk());
+      std::vector<uint16_t> want = out.download<uint16_t>(C);
+      expectBf16Near(want, y, name + " (non-trivial)", 0.0, 0.0);
+      expectSameBits(want, y, name + " y");
+      expectSameBits(chain.state.download<float>(H * d * d),
+                     fused.state.download<float>(H * d * d), name + " state");
+      expectSameBits(chain.sQ.download<float>(C * hist),
+                     fused.sQ.download<float>(C * hist), name + " conv q");
+      expectSameBits(chain.sK.download<float>(C * hist),
+                     fused.sK.download<float>(C * hist), name + " conv k");
+      expectSameBits(chain.sV.download<float>(C * hist),
+                     fused.sV.download<float>(C * hist), name + " conv v");
+    }
+  }
+}
+
+} // namespace
