@@ -17,6 +17,7 @@
 #include "mlir/IR/PatternMatch.h"
 #include "llvm/ADT/TypeSwitch.h"
 
+#include <algorithm>
 #include <cmath>
 
 #define DEBUG_TYPE "convert-k3-to-launch"
@@ -71,6 +72,27 @@ int64_t dimOf(Value v, unsigned i) {
 }
 int64_t len(Value v) { return numel(v.getType()); }
 int64_t ceilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+/// SMs of the target (H100 / H200 SXM). Grids below are a speed choice only:
+/// every kernel is correct for any grid (kernels/common/CudaCommon.cuh).
+constexpr int64_t kTargetSms = 132;
+
+/// `linear` / `linear_multi` over n rows: a warp per row (8 per 256-thread
+/// block), but at least two blocks per SM so short matrices split rows over
+/// warps instead of leaving SMs idle, and, with a fused pre-norm (which
+/// every block recomputes and restages), at most four blocks per SM.
+int64_t gemvGrid(int64_t n, bool norm) {
+  int64_t g = std::max(ceilDiv(n, 8), 2 * kTargetSms);
+  return norm ? std::min(g, 4 * kTargetSms) : g;
+}
+
+/// The KDA state kernels (kda_step, kda_recurrent, kda_decode): one block
+/// per (head, 32 value columns), so a K3 layer's 96 heads stream their state
+/// from 384 blocks at once. The unfused and fused forms get the same grid,
+/// which the CUDA kernels need to agree bit for bit.
+int64_t kdaStateGrid(int64_t heads, int64_t headDim) {
+  return heads * ceilDiv(headDim, 32);
+}
 
 /// SiTU/SwiGLU arguments shared by gated_act, gated_mlp, moe_experts.
 void activationArgs(std::optional<Activation> act, std::optional<APFloat> b1,
@@ -241,7 +263,7 @@ void Lowering::lowerLinear(LinearOp op, StringRef name) {
           {"normWeight", opt(op.getNorm())},
           {"residual", opt(op.getResidual())},
           {f32 ? "outF32" : "out", out}},
-         sc, {}, ceilDiv(n, 8));
+         sc, {}, gemvGrid(n, static_cast<bool>(op.getNorm())));
 }
 
 void Lowering::lowerMlaAttend(Operation *op, MlaConfigAttr c, Value q,
@@ -417,7 +439,7 @@ LogicalResult Lowering::lower(Operation *op) {
                 {"state", ptr(o.getState())},
                 {"out", out}},
                {I("numHeads", st.getHeads()), I("headDim", st.getKeyDim())}, {},
-               st.getHeads());
+               kdaStateGrid(st.getHeads(), st.getKeyDim()));
         return success();
       })
       .Case<GatedRmsNormOp>([&](GatedRmsNormOp o) {
@@ -522,7 +544,7 @@ LogicalResult Lowering::lower(Operation *op) {
                 {"gate", ptr(o.getGate())},
                 {"normWeight", ptr(o.getONorm())},
                 {"out", out}},
-               sc, {}, H);
+               sc, {}, kdaStateGrid(H, d));
         return success();
       })
       .Case<MlaDecodeOp>([&](MlaDecodeOp o) {
@@ -534,7 +556,7 @@ LogicalResult Lowering::lower(Operation *op) {
         Value kv = scratch(L + R, "bf16", "mla_kv");
         launch("linear", o,
                {{"x", ptr(o.getH())}, {"w", ptr(o.getKvAProj())}, {"out", kv}},
-               {I("n", L + R), I("k", D)}, {}, ceilDiv(L + R, 8));
+               {I("n", L + R), I("k", D)}, {}, gemvGrid(L + R, false));
         launch("mla_cache_append", o,
                {{"kv", kv},
                 {"normWeight", ptr(o.getKvANorm())},

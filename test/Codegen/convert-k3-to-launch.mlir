@@ -16,13 +16,15 @@
 // CHECK-SAME: arg_names = ["table", "out"], arg_offsets = array<i64: 0, 0>
 // CHECK-SAME: inputs = {token = "token"}, op = "k3.embed", scalars = {dim = 32 : i64, vocab = 64 : i64}
 
-// linear with a fused input norm and a residual.
+// linear with a fused input norm and a residual. 32 rows would be 4 blocks
+// of 8 warps; the grid is at least two blocks per SM of the target (264), so
+// the kernel splits each row over warps.
 // CHECK: %[[NW:.*]] = k3l.weight "norm.weight" {format = "bf16", shape = array<i64: 32>}
 // CHECK: %[[W:.*]] = k3l.weight "proj.weight" {format = "bf16", shape = array<i64: 32, 32>}
 // CHECK: %[[Y:.*]] = k3l.alloc {bytes = 64 : i64, dtype = "bf16", elems = 32 : i64, name = "linear"}
 // CHECK: k3l.launch "linear"(%[[X]], %[[W]], %[[NW]], %[[X]], %[[Y]])
 // CHECK-SAME: arg_names = ["x", "w", "normWeight", "residual", "out"]
-// CHECK-SAME: grid = array<i64: 4, 1, 1>
+// CHECK-SAME: grid = array<i64: 264, 1, 1>
 // CHECK-SAME: inputs = {}, op = "k3.linear", scalars = {k = 32 : i64, n = 32 : i64, normEps = 1.000000e-05 : f64}
 
 // kda_conv over channels [32, 64) of the conv state: 32 channels x 3 fp32

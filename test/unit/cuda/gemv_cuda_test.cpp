@@ -59,15 +59,26 @@ double bf16Ulp(double v) {
 /// Checks bf16 `got` against the CPU's `want`: each element within one ulp
 /// (with `residual`, one ulp of R(y) = want − residual plus one of want),
 /// few differing, the relative error small, nothing left poisoned.
+///
+/// With a fused pre-norm (`normed`) the input x̂ = R(R(x·r)·w) is itself a
+/// rounding of r, whose sum of squares the GPU adds in another order: a few
+/// x̂ elements land one bf16 ulp apart (measured: at k = 33792 and x of std
+/// 4, enough to move rows with a small |y| by 1.3%). Each such element
+/// shifts y by about |W| · ulp(x̂), so normed rows get an absolute slack of
+/// 2e-3 · max|want| and the differing-fraction bound is not applied; the
+/// relative error bound is.
 void expectBf16Close(const std::vector<uint16_t> &want,
                      const std::vector<uint16_t> &got,
                      const std::vector<uint16_t> *residual,
-                     const std::string &what) {
+                     const std::string &what, bool normed = false) {
   ASSERT_EQ(want.size(), got.size()) << what;
   const std::vector<float> w = widen(want), g = widen(got);
   size_t beyond = 0, firstBeyond = 0, zeros = 0;
+  double maxWant = 0;
+  for (float v : w)
+    maxWant = std::max(maxWant, std::fabs(double(v)));
   for (size_t i = 0; i < w.size(); ++i) {
-    double tol = bf16Ulp(w[i]);
+    double tol = bf16Ulp(w[i]) + (normed ? 2e-3 * maxWant : 0.0);
     if (residual)
       tol += bf16Ulp(double(w[i]) - k3::bf16ToFloat((*residual)[i]));
     if (!(std::fabs(double(g[i]) - double(w[i])) <= tol) && beyond++ == 0)
@@ -81,7 +92,9 @@ void expectBf16Close(const std::vector<uint16_t> &want,
                         << " elements beyond one ulp, first " << firstBeyond
                         << ": want " << w[firstBeyond] << " got "
                         << g[firstBeyond];
-  EXPECT_LE(frac, kMaxDiffering) << what;
+  if (!normed) {
+    EXPECT_LE(frac, kMaxDiffering) << what;
+  }
   EXPECT_LE(rel, kBf16RelErr) << what;
   // The reference itself is not trivial (a test that cannot fail is none).
   EXPECT_LT(zeros, w.size() / 10 + 1) << what << ": reference mostly zero";
@@ -232,7 +245,7 @@ void runLinear(LinearCase c, uint64_t seed) {
                    c.norm ? kF32NormRelErr : kF32RelErr, what);
   } else {
     expectBf16Close(want, dOut.download<uint16_t>(c.n),
-                    c.residual ? &residual : nullptr, what);
+                    c.residual ? &residual : nullptr, what, c.norm);
   }
 }
 
@@ -425,7 +438,7 @@ void runMulti(const std::vector<std::pair<int64_t, bool>> &entries, int64_t k,
   ASSERT_TRUE(launch("linear_multi", p, grid ? grid : (total + 7) / 8).isOk());
   for (size_t e = 0; e < entries.size(); ++e)
     expectBf16Close(want[e], dOut[e].download<uint16_t>(entries[e].first),
-                    nullptr, what + " entry " + std::to_string(e));
+                    nullptr, what + " entry " + std::to_string(e), norm);
 }
 
 /// KDA's projections of h (q, k, v slices, f_a, b, g_a) with the folded
