@@ -1,0 +1,333 @@
+//===- AttnRes.cu - Block attention residuals (CUDA) ----------------------===//
+//
+// AttnRes (K3.md §4, NUMERICS.md "AttnRes") and the commit of a block
+// representation, mirroring AttnResCpu.cpp: fp32 throughout, one rounding at
+// the output (then the optional fused RMSNorm's two). The softmax and the
+// α-weighted mix are computed in exactly the CPU's order and without FMA
+// contraction, so only the two reductions per source (mean(V²) and the
+// logit) differ from the CPU, by accumulation order.
+//
+// Wide loads: with D a multiple of 8 and every row pointer 16-byte aligned,
+// each thread handles chunks of 8 bf16 (one 16-byte load per source);
+// otherwise the same code runs on single elements.
+//
+//===----------------------------------------------------------------------===//
+#include "kernels/attnres/AttnResParams.h"
+#include "kernels/common/CudaCommon.cuh"
+
+using namespace k3;
+
+namespace {
+
+/// Most sources (committed blocks + extra) attn_res handles: the per-source
+/// statistics live in shared memory.
+constexpr int kMaxSources = 64;
+/// Sources reduced together in one sweep (K3: up to 8 blocks + the partial
+/// sum, i.e. one sweep); their loads are in flight together.
+constexpr int kSweep = 9;
+
+/// W consecutive bf16 values, still packed: 16 bytes for W = 8, one value
+/// for W = 1.
+template <int W> struct Chunk;
+
+template <> struct Chunk<8> {
+  uint4 u;
+  /// Read-only path: for data the kernel does not write.
+  __device__ __forceinline__ void loadRO(const uint16_t *p) {
+    u = __ldg(reinterpret_cast<const uint4 *>(p));
+  }
+  /// Coherent load: for data this kernel wrote (the pre-norm output).
+  __device__ __forceinline__ void load(const uint16_t *p) {
+    u = *reinterpret_cast<const uint4 *>(p);
+  }
+  __device__ __forceinline__ void store(uint16_t *p) const {
+    *reinterpret_cast<uint4 *>(p) = u;
+  }
+  /// Element k (a compile-time constant after unrolling), widened.
+  __device__ __forceinline__ float at(int k) const {
+    const uint32_t w = k < 4 ? (k < 2 ? u.x : u.y) : (k < 6 ? u.z : u.w);
+    return __uint_as_float((k & 1) ? (w & 0xffff0000u) : (w << 16));
+  }
+  /// Sets element k to the bf16 `v`.
+  __device__ __forceinline__ void set(int k, uint16_t v) {
+    uint32_t &w = k < 4 ? (k < 2 ? u.x : u.y) : (k < 6 ? u.z : u.w);
+    w = (k & 1) ? ((w & 0x0000ffffu) | (uint32_t(v) << 16))
+                : ((w & 0xffff0000u) | v);
+  }
+};
+
+template <> struct Chunk<1> {
+  uint16_t v;
+  __device__ __forceinline__ void loadRO(const uint16_t *p) { v = __ldg(p); }
+  __device__ __forceinline__ void load(const uint16_t *p) { v = *p; }
+  __device__ __forceinline__ void store(uint16_t *p) const { *p = v; }
+  __device__ __forceinline__ float at(int) const { return dev::bf16ToF(v); }
+  __device__ __forceinline__ void set(int, uint16_t x) { v = x; }
+};
+
+/// Asks L2 to fetch the 128-byte lines of [p, p + bytes), one line per
+/// thread in turn: requests without a register result, so the whole working
+/// set is in flight at once.
+__device__ __forceinline__ void prefetchL2(const void *p, int64_t bytes) {
+  const char *base = static_cast<const char *>(p);
+  for (int64_t off = int64_t(threadIdx.x) * 128; off < bytes;
+       off += int64_t(blockDim.x) * 128)
+    asm volatile("prefetch.global.L2 [%0];" ::"l"(base + off));
+}
+
+/// Shared memory of attn_res.
+struct AttnResShared {
+  float red[32][kSweep];    ///< per-warp partial sums of one sweep
+  float rnorm[kMaxSources]; ///< rsqrt(mean(V_i²) + eps) per source
+  float alpha[kMaxSources]; ///< logits, then softmax weights
+  float scratch[32];        ///< blockSum
+};
+
+/// Sums v[0..kSweep) over the block in a fixed order (warp shuffles, then
+/// warps in order) and hands sum s to thread s via `use(s, sum)`; the
+/// results are visible to the block on return.
+template <typename Use>
+__device__ __forceinline__ void blockSumSweep(float (&v)[kSweep],
+                                              AttnResShared &s, Use use) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int warps = blockDim.x >> 5;
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1)
+#pragma unroll
+    for (int b = 0; b < kSweep; ++b)
+      v[b] += __shfl_xor_sync(0xffffffffu, v[b], o);
+  if (lane == 0)
+#pragma unroll
+    for (int b = 0; b < kSweep; ++b)
+      s.red[warp][b] = v[b];
+  __syncthreads();
+  if (threadIdx.x < kSweep) {
+    float t = 0.0f;
+    for (int w = 0; w < warps; ++w)
+      t += s.red[w][threadIdx.x];
+    use(static_cast<int>(threadIdx.x), t);
+  }
+  __syncthreads();
+}
+
+template <int W>
+__device__ void attnRes(const AttnResParams &p, AttnResShared &s) {
+  const int64_t D = p.dim, C = D / W;
+  const int n = static_cast<int>(p.numBlocks) + (p.extra ? 1 : 0);
+  const int tid = threadIdx.x, threads = blockDim.x;
+  const float fD = static_cast<float>(D);
+  auto source = [&](int i) {
+    return i < p.numBlocks ? p.blocks + i * D : p.extra;
+  };
+
+  // One block reads everything: request it all from HBM up front; the
+  // sweeps below then wait on L2, not on HBM, per round of loads.
+  if (p.numBlocks > 0)
+    prefetchL2(p.blocks, p.numBlocks * D * 2);
+  if (p.extra)
+    prefetchL2(p.extra, D * 2);
+  prefetchL2(p.wNorm, D * 2);
+  prefetchL2(p.wProj, D * 2);
+  if (p.normWeight)
+    prefetchL2(p.normWeight, D * 2);
+
+  // 1. rnorm_i = 1 / sqrt(mean(V_i²) + eps), kSweep sources per sweep.
+  for (int i0 = 0; i0 < n; i0 += kSweep) {
+    float ss[kSweep];
+#pragma unroll
+    for (int b = 0; b < kSweep; ++b)
+      ss[b] = 0.0f;
+#pragma unroll 2
+    for (int64_t c = tid; c < C; c += threads) {
+      Chunk<W> v[kSweep];
+#pragma unroll
+      for (int b = 0; b < kSweep; ++b)
+        if (i0 + b < n)
+          v[b].loadRO(source(i0 + b) + c * W);
+#pragma unroll
+      for (int b = 0; b < kSweep; ++b)
+        if (i0 + b < n)
+#pragma unroll
+          for (int e = 0; e < W; ++e)
+            ss[b] = fmaf(v[b].at(e), v[b].at(e), ss[b]);
+    }
+    blockSumSweep(ss, s, [&](int b, float t) {
+      if (i0 + b < n)
+        s.rnorm[i0 + b] = 1.0f / sqrtf(t / fD + p.eps);
+    });
+  }
+
+  // 2. logit_i = Σ_d (V_i[d]·rnorm_i) · (wNorm[d]·wProj[d]); the product of
+  // two bf16 is exact in fp32, as on the CPU.
+  for (int i0 = 0; i0 < n; i0 += kSweep) {
+    float lg[kSweep], rn[kSweep];
+#pragma unroll
+    for (int b = 0; b < kSweep; ++b) {
+      lg[b] = 0.0f;
+      rn[b] = i0 + b < n ? s.rnorm[i0 + b] : 0.0f;
+    }
+    for (int64_t c = tid; c < C; c += threads) {
+      Chunk<W> wn, wp, v[kSweep];
+      wn.loadRO(p.wNorm + c * W);
+      wp.loadRO(p.wProj + c * W);
+#pragma unroll
+      for (int b = 0; b < kSweep; ++b)
+        if (i0 + b < n)
+          v[b].loadRO(source(i0 + b) + c * W);
+#pragma unroll
+      for (int e = 0; e < W; ++e) {
+        const float w = wn.at(e) * wp.at(e);
+#pragma unroll
+        for (int b = 0; b < kSweep; ++b)
+          if (i0 + b < n)
+            lg[b] = fmaf(v[b].at(e) * rn[b], w, lg[b]);
+      }
+    }
+    blockSumSweep(lg, s, [&](int b, float t) {
+      if (i0 + b < n)
+        s.alpha[i0 + b] = t;
+    });
+  }
+
+  // 3. α = softmax(logit) exactly as the CPU: max, exp, a sequential sum in
+  // source order, a division (n is small: one thread).
+  if (tid == 0) {
+    float mx = s.alpha[0];
+    for (int i = 1; i < n; ++i)
+      mx = fmaxf(mx, s.alpha[i]);
+    float sum = 0.0f;
+    for (int i = 0; i < n; ++i) {
+      s.alpha[i] = expf(s.alpha[i] - mx);
+      sum += s.alpha[i];
+    }
+    for (int i = 0; i < n; ++i)
+      s.alpha[i] = s.alpha[i] / sum;
+  }
+  __syncthreads();
+
+  // 4. out = R(Σ_i α_i V_i), sources in order, unfused multiply-add as on
+  // the CPU; with the norm, also Σ R(out)² for it.
+  float ss = 0.0f;
+  for (int64_t c = tid; c < C; c += threads) {
+    float acc[W];
+#pragma unroll
+    for (int e = 0; e < W; ++e)
+      acc[e] = 0.0f;
+    int i = 0;
+    for (; i + 4 <= n; i += 4) { // four loads in flight, adds still in order
+      Chunk<W> v[4];
+#pragma unroll
+      for (int b = 0; b < 4; ++b)
+        v[b].loadRO(source(i + b) + c * W);
+#pragma unroll
+      for (int b = 0; b < 4; ++b) {
+        const float a = s.alpha[i + b];
+#pragma unroll
+        for (int e = 0; e < W; ++e)
+          acc[e] = __fadd_rn(acc[e], __fmul_rn(a, v[b].at(e)));
+      }
+    }
+    for (; i < n; ++i) {
+      Chunk<W> v;
+      v.loadRO(source(i) + c * W);
+      const float a = s.alpha[i];
+#pragma unroll
+      for (int e = 0; e < W; ++e)
+        acc[e] = __fadd_rn(acc[e], __fmul_rn(a, v.at(e)));
+    }
+    Chunk<W> o;
+#pragma unroll
+    for (int e = 0; e < W; ++e) {
+      const uint16_t r = dev::fToBf16(acc[e]);
+      o.set(e, r);
+      const float x = dev::bf16ToF(r);
+      ss = fmaf(x, x, ss);
+    }
+    o.store(p.out + c * W);
+  }
+  if (!p.normWeight)
+    return;
+
+  // 5. The fused rms_norm, in place: every thread rereads only the chunks
+  // it wrote itself, so no other thread's store is involved.
+  ss = dev::blockSum(ss, s.scratch);
+  const float r = 1.0f / sqrtf(ss / fD + p.normEps);
+  for (int64_t c = tid; c < C; c += threads) {
+    Chunk<W> x, w, o;
+    x.load(p.out + c * W);
+    w.loadRO(p.normWeight + c * W);
+#pragma unroll
+    for (int e = 0; e < W; ++e) {
+      const float nrm = dev::roundBf16(x.at(e) * r);
+      o.set(e, dev::fToBf16(nrm * w.at(e)));
+    }
+    o.store(p.out + c * W);
+  }
+}
+
+/// True when `p` is 16-byte aligned.
+__device__ __forceinline__ bool aligned16(const void *p) {
+  return (reinterpret_cast<uintptr_t>(p) & 15u) == 0;
+}
+
+} // namespace
+
+/// k3_attn_res: out = R(Σ_i α_i V_i) over the first numBlocks rows of
+/// `blocks` then `extra`, α = softmax_i(Σ_d V_i[d]·rsqrt(mean(V_i²)+eps)·
+/// wNorm[d]·wProj[d]); with normWeight, out = rms_norm(that) (AttnResParams).
+/// Grid: block 0 does all the work (codegen launches 1 block of 256); other
+/// blocks return at once. Every output needs all n logits, each a reduction
+/// over all of D, so more blocks could only repeat that work (or would need
+/// a global scratch buffer and a grid-wide sync). Within the block: threads
+/// stride over 8-element chunks of D; kSweep sources are reduced per sweep
+/// with their 16-byte loads in flight together (K3: 9 × 14 KB read from HBM
+/// once, the later sweeps hit L1/L2).
+/// Limits: 1 <= numBlocks + (extra ? 1 : 0) <= 64 (else out is written as
+/// NaN); blockDim <= 512 (the register budget); out must not alias a source.
+extern "C" __global__ void __launch_bounds__(512)
+    k3_attn_res(const AttnResParams p) {
+  __shared__ AttnResShared s;
+  if (blockIdx.x != 0)
+    return;
+  const int64_t n = p.numBlocks + (p.extra ? 1 : 0);
+  if (n < 1 || n > kMaxSources || p.numBlocks < 0) {
+    for (int64_t i = threadIdx.x; i < p.dim; i += blockDim.x)
+      p.out[i] = 0x7fc0; // bf16 NaN: an unsupported call is never silent
+    return;
+  }
+  bool vec = p.dim % 8 == 0 && aligned16(p.blocks) && aligned16(p.wNorm) &&
+             aligned16(p.wProj) && aligned16(p.out);
+  if (p.extra)
+    vec = vec && aligned16(p.extra);
+  if (p.normWeight)
+    vec = vec && aligned16(p.normWeight);
+  if (vec)
+    attnRes<8>(p, s);
+  else
+    attnRes<1>(p, s);
+}
+
+/// k3_attn_res_commit: blocks[index, :] = src, an exact bf16 copy
+/// (AttnResCommitParams). Grid: any (codegen: 1 block); threads stride over
+/// the grid in 16-byte chunks when D % 8 == 0 and both rows are aligned,
+/// else over single elements. src may be the destination row itself (then
+/// nothing needs to move); a partial overlap is not supported.
+extern "C" __global__ void k3_attn_res_commit(const AttnResCommitParams p) {
+  uint16_t *dst = p.blocks + p.index * p.dim;
+  if (dst == p.src)
+    return;
+  if (p.dim % 8 == 0 && aligned16(dst) && aligned16(p.src)) {
+    const uint4 *from = reinterpret_cast<const uint4 *>(p.src);
+    uint4 *to = reinterpret_cast<uint4 *>(dst);
+    // Read-only loads (src is not the row being written), unrolled so a
+    // thread's loads are in flight together (codegen: 1 block, K3: 3.5 each).
+#pragma unroll 4
+    for (int64_t i = dev::globalThread(); i < p.dim / 8;
+         i += dev::gridThreads())
+      to[i] = __ldg(from + i);
+  } else {
+#pragma unroll 4
+    for (int64_t i = dev::globalThread(); i < p.dim; i += dev::gridThreads())
+      dst[i] = __ldg(p.src + i);
+  }
+}

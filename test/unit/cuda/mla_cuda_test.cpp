@@ -1,0 +1,336 @@
+//===- mla_cuda_test.cpp - k3_mla_* against the CPU MLA kernels
+//------------===//
+//
+// k3_mla_cache_append and k3_mla_attend on fresh random inputs against
+// mlaCacheAppendCpu / mlaAttendCpu: the K3 shapes (96 heads, P = 128,
+// R = 64, L = 512, V = 128) at contexts 1, 7, 64 and 1000, small and odd
+// shapes that take the kernels' other paths, grids smaller than the work
+// and other block sizes. Outputs are bf16: every case reports max|diff| /
+// max|ref|, the fraction of elements that differ and the largest difference
+// in bf16 ulps.
+//
+//===----------------------------------------------------------------------===//
+#include "test/unit/cuda/CudaTestUtil.h"
+
+#include "kernels/mla/MlaCpu.h"
+
+#include <algorithm>
+#include <cstdio>
+
+namespace {
+
+using namespace k3test;
+
+/// Distance in bf16 ulps (the bit patterns on one ordered integer line).
+int ulpDistance(uint16_t a, uint16_t b) {
+  auto ordered = [](uint16_t v) {
+    return (v & 0x8000) ? -int(v & 0x7fff) : int(v);
+  };
+  return std::abs(ordered(a) - ordered(b));
+}
+
+/// Compares bf16 outputs: all finite (no poison left), max|diff|/max|ref|
+/// <= 1e-2, at most 1 ulp apart except for 2 + 0.2% of the elements (tiny
+/// outputs of a cancelling dot product), and at most `maxDiffering` of the
+/// elements different at all. Prints the figures.
+void expectBf16Close(const std::vector<uint16_t> &want,
+                     const std::vector<uint16_t> &got, const std::string &what,
+                     double maxDiffering = 0.02) {
+  ASSERT_EQ(want.size(), got.size()) << what;
+  std::vector<float> w = widen(want), g = widen(got);
+  size_t nonFinite = 0, beyondOne = 0;
+  int maxUlp = 0;
+  float maxRef = 0.0f;
+  for (size_t i = 0; i < want.size(); ++i) {
+    nonFinite += !std::isfinite(g[i]);
+    maxRef = std::max(maxRef, std::fabs(w[i]));
+    const int u = ulpDistance(want[i], got[i]);
+    maxUlp = std::max(maxUlp, u);
+    beyondOne += u > 1;
+  }
+  const double rel = relErr(w, g), differing = fractionDiffering(want, got);
+  std::printf("  %-48s rel %.2e  differing %.4f  max ulp %d  beyond %zu\n",
+              what.c_str(), rel, differing, maxUlp, beyondOne);
+  EXPECT_EQ(nonFinite, 0u) << what << ": non-finite outputs (poison left?)";
+  EXPECT_GT(maxRef, 0.0f) << what << ": the reference is all zeros";
+  EXPECT_LE(rel, 1e-2) << what;
+  EXPECT_LE(beyondOne, 2 + want.size() / 500)
+      << what << " (max ulp " << maxUlp << ")";
+  EXPECT_LE(differing, maxDiffering) << what;
+}
+
+/// normal(mean, std) as bf16.
+std::vector<uint16_t> bf16Around(Rand &r, size_t n, float mean, float std) {
+  std::vector<float> f = r.f32(n, std);
+  std::vector<uint16_t> out(n);
+  for (size_t i = 0; i < n; ++i)
+    out[i] = k3::floatToBf16(mean + f[i]);
+  return out;
+}
+
+//===----------------------------------------------------------------------===//
+// mla_cache_append
+//===----------------------------------------------------------------------===//
+
+struct AppendCase {
+  int64_t L, R, maxSeq, pos;
+  int64_t gridX = 1, blockX = 256;
+};
+
+void runAppend(const AppendCase &c) {
+  const int64_t width = c.L + c.R;
+  Rand r(static_cast<uint64_t>(c.L * 1009 + c.R * 31 + c.pos));
+  std::vector<uint16_t> kv = r.bf16(width, 1.5f);
+  std::vector<uint16_t> w = bf16Around(r, c.L, 1.0f, 0.2f);
+  // Earlier rows hold data the append must leave alone; the target row is
+  // poisoned on both sides.
+  std::vector<uint16_t> cache = r.bf16(c.maxSeq * width);
+  std::fill(cache.begin() + c.pos * width, cache.begin() + (c.pos + 1) * width,
+            uint16_t(0xFFFF));
+
+  k3::MlaCacheAppendParams p;
+  p.kv = kv.data();
+  p.normWeight = w.data();
+  p.eps = 1e-6f;
+  p.pos = c.pos;
+  p.kvLoraRank = c.L;
+  p.ropeDim = c.R;
+  std::vector<uint16_t> want = cache;
+  p.cache = want.data();
+  k3::mlaCacheAppendCpu(p);
+
+  Dev dKv = Dev::of(kv), dW = Dev::of(w), dCache = Dev::of(cache);
+  p.kv = dKv.get<uint16_t>();
+  p.normWeight = dW.get<uint16_t>();
+  p.cache = dCache.get<uint16_t>();
+  ASSERT_TRUE(launch("mla_cache_append", p, c.gridX, c.blockX).isOk());
+  std::vector<uint16_t> got = dCache.download<uint16_t>(cache.size());
+
+  const std::string what =
+      "append L " + std::to_string(c.L) + " R " + std::to_string(c.R) +
+      " pos " + std::to_string(c.pos) + " grid " + std::to_string(c.gridX) +
+      " block " + std::to_string(c.blockX);
+  // Every other row is untouched.
+  for (int64_t j = 0; j < c.maxSeq; ++j) {
+    if (j == c.pos)
+      continue;
+    ASSERT_TRUE(std::equal(got.begin() + j * width,
+                           got.begin() + (j + 1) * width,
+                           want.begin() + j * width))
+        << what << ": row " << j << " changed";
+  }
+  const auto row = [&](const std::vector<uint16_t> &v, int64_t from,
+                       int64_t to) {
+    return std::vector<uint16_t>(v.begin() + c.pos * width + from,
+                                 v.begin() + c.pos * width + to);
+  };
+  // The normalised latent: only mean(x²) is summed in another order.
+  expectBf16Close(row(want, 0, c.L), row(got, 0, c.L), what, 0.01);
+  // The rope part is an exact copy.
+  EXPECT_EQ(row(got, c.L, width), row(want, c.L, width)) << what;
+}
+
+TEST(MlaCuda, CacheAppendMatchesCpu) {
+  K3_REQUIRE_GPU();
+  // K3 (L = 512, R = 64) at the first, a middle and the last row.
+  for (int64_t pos : {0, 37, 63})
+    runAppend({512, 64, 64, pos});
+  // Small and odd widths (scalar sizes, fewer elements than threads).
+  runAppend({64, 32, 8, 5});
+  runAppend({37, 5, 3, 1});
+  runAppend({300, 3, 4, 2});
+  runAppend({1, 1, 2, 1});
+}
+
+/// Grid-stride contract: more blocks than needed, and fewer threads than
+/// elements; the row is written once and right either way.
+TEST(MlaCuda, CacheAppendAnyGrid) {
+  K3_REQUIRE_GPU();
+  runAppend({512, 64, 16, 9, /*gridX=*/3, /*blockX=*/256});
+  runAppend({512, 64, 16, 9, /*gridX=*/1, /*blockX=*/64});
+  runAppend({37, 5, 3, 2, /*gridX=*/5, /*blockX=*/32});
+}
+
+//===----------------------------------------------------------------------===//
+// mla_attend
+//===----------------------------------------------------------------------===//
+
+struct AttendShape {
+  int64_t heads, P, R, L, V;
+};
+
+/// The per-shape tensors: q, kv_b_proj and the gate (uploaded once) and a
+/// pool of cache rows.
+struct AttendData {
+  AttendShape s;
+  std::vector<uint16_t> q, kvB, gate, rows;
+  Dev dq, dkvB, dgate;
+
+  AttendData(const AttendShape &shape, int64_t maxRows, float qStd,
+             uint64_t seed)
+      : s(shape) {
+    Rand r(seed);
+    q = r.bf16(s.heads * (s.P + s.R), qStd);
+    // Projection-like weights (std 0.05); the latent is RMS-normalised (~1).
+    kvB = r.bf16(s.heads * (s.P + s.V) * s.L, 0.05f);
+    gate = r.bf16(s.heads * s.V, 2.0f);
+    rows = r.bf16(maxRows * (s.L + s.R), 1.0f);
+    dq = Dev::of(q);
+    dkvB = Dev::of(kvB);
+    dgate = Dev::of(gate);
+  }
+};
+
+struct AttendRun {
+  int64_t length;
+  bool gated = true;
+  int64_t gridX = 0; ///< 0: the codegen grid (numHeads)
+  int64_t blockX = 256;
+  /// Elements the device cache pointer is shifted by (1: misaligned, which
+  /// takes the scalar path).
+  int64_t cacheShift = 0;
+};
+
+void runAttend(const AttendData &d, const AttendRun &run,
+               double maxDiffering = 0.02) {
+  const AttendShape &s = d.s;
+  const int64_t width = s.L + s.R;
+  // The cache: `length` rows, then rows of NaN that must never be read.
+  std::vector<uint16_t> cache(run.cacheShift + (run.length + 2) * width,
+                              uint16_t(0xFFFF));
+  std::copy(d.rows.begin(), d.rows.begin() + run.length * width,
+            cache.begin() + run.cacheShift);
+
+  k3::MlaAttendParams p;
+  p.q = d.q.data();
+  p.kvB = d.kvB.data();
+  p.cache = cache.data() + run.cacheShift;
+  p.length = run.length;
+  p.gate = run.gated ? d.gate.data() : nullptr;
+  p.numHeads = s.heads;
+  p.nopeDim = s.P;
+  p.ropeDim = s.R;
+  p.vDim = s.V;
+  p.kvLoraRank = s.L;
+  p.scale = 1.0f / std::sqrt(static_cast<float>(s.P + s.R));
+  std::vector<uint16_t> want(s.heads * s.V, 0xFFFF);
+  p.out = want.data();
+  k3::mlaAttendCpu(p);
+
+  Dev dCache = Dev::of(cache);
+  Dev dOut = Dev::poisoned<uint16_t>(want.size());
+  p.q = d.dq.get<uint16_t>();
+  p.kvB = d.dkvB.get<uint16_t>();
+  p.cache = dCache.get<uint16_t>() + run.cacheShift;
+  p.gate = run.gated ? d.dgate.get<uint16_t>() : nullptr;
+  p.out = dOut.get<uint16_t>();
+  const int64_t grid = run.gridX > 0 ? run.gridX : s.heads;
+  ASSERT_TRUE(launch("mla_attend", p, grid, run.blockX).isOk());
+  std::vector<uint16_t> got = dOut.download<uint16_t>(want.size());
+
+  char what[160];
+  std::snprintf(what, sizeof(what),
+                "attend N%lld P%lld R%lld L%lld V%lld T%lld%s g%lld b%lld%s",
+                (long long)s.heads, (long long)s.P, (long long)s.R,
+                (long long)s.L, (long long)s.V, (long long)run.length,
+                run.gated ? " gated" : "", (long long)grid,
+                (long long)run.blockX, run.cacheShift ? " shifted" : "");
+  expectBf16Close(want, got, what, maxDiffering);
+}
+
+/// K3's shapes at the contexts of a short decode and a longer one, with and
+/// without the output gate.
+TEST(MlaCuda, AttendK3MatchesCpu) {
+  K3_REQUIRE_GPU();
+  AttendData d({96, 128, 64, 512, 128}, 1000, 1.0f, 42);
+  for (int64_t t : {1, 7, 64, 1000})
+    runAttend(d, {t});
+  runAttend(d, {64, /*gated=*/false});
+  runAttend(d, {1000, /*gated=*/false});
+}
+
+/// Large q: peaked softmaxes (scores spread over tens), where the running
+/// max and the rescaling of the online softmax matter.
+TEST(MlaCuda, AttendPeakedSoftmax) {
+  K3_REQUIRE_GPU();
+  AttendData d({8, 128, 64, 512, 128}, 1000, 8.0f, 7);
+  for (int64_t t : {7, 64, 1000})
+    runAttend(d, {t});
+}
+
+/// Small and odd shapes: the 16-byte path with small L, the wide-L vector
+/// path (L = 1024, its limit), and the scalar path (R or L not a multiple of
+/// 8; L = 999 near its limit; K3's L with a misaligned cache pointer).
+TEST(MlaCuda, AttendSmallAndOddShapes) {
+  K3_REQUIRE_GPU();
+  {
+    AttendData d({4, 32, 32, 64, 32}, 1000, 1.0f, 1);
+    for (int64_t t : {1, 7, 64, 1000})
+      runAttend(d, {t});
+  }
+  {
+    AttendData d({3, 20, 12, 40, 24}, 1000, 1.0f, 2);
+    for (int64_t t : {1, 7, 64, 1000})
+      runAttend(d, {t});
+  }
+  {
+    AttendData d({2, 64, 64, 1024, 64}, 64, 1.0f, 3);
+    for (int64_t t : {1, 7, 64})
+      runAttend(d, {t});
+  }
+  {
+    AttendData d({2, 16, 8, 1000, 8}, 64, 1.0f, 4);
+    runAttend(d, {64});
+  }
+  {
+    AttendData d({2, 7, 5, 999, 9}, 64, 1.0f, 5);
+    for (int64_t t : {1, 64})
+      runAttend(d, {t});
+  }
+  {
+    AttendData d({5, 128, 64, 512, 128}, 64, 1.0f, 6);
+    runAttend(d, {64, true, 0, 256, /*cacheShift=*/1});
+    runAttend(d, {7, false, 0, 256, /*cacheShift=*/1});
+  }
+}
+
+/// A latent rank over the kernel's limit (L <= 1024) is refused loudly: every
+/// output is NaN rather than a silently wrong value.
+TEST(MlaCuda, AttendUnsupportedShapeWritesNaN) {
+  K3_REQUIRE_GPU();
+  AttendData d({2, 16, 16, 2048, 16}, 4, 1.0f, 14);
+  k3::MlaAttendParams p;
+  p.q = d.dq.get<uint16_t>();
+  p.kvB = d.dkvB.get<uint16_t>();
+  Dev dCache = Dev::of(d.rows);
+  p.cache = dCache.get<uint16_t>();
+  p.length = 4;
+  p.numHeads = 2;
+  p.nopeDim = 16;
+  p.ropeDim = 16;
+  p.vDim = 16;
+  p.kvLoraRank = 2048;
+  p.scale = 0.125f;
+  Dev dOut = Dev::of(std::vector<uint16_t>(32, 0));
+  p.out = dOut.get<uint16_t>();
+  ASSERT_TRUE(launch("mla_attend", p, 2).isOk());
+  for (uint16_t v : dOut.download<uint16_t>(32))
+    EXPECT_TRUE(std::isnan(k3::bf16ToFloat(v)));
+}
+
+/// Grid-stride over heads (grids smaller than numHeads, down to 1) and
+/// other block sizes (the online-softmax merge over 1 to 8 warps).
+TEST(MlaCuda, AttendAnyGridAndBlock) {
+  K3_REQUIRE_GPU();
+  AttendData k3({96, 128, 64, 512, 128}, 64, 1.0f, 11);
+  runAttend(k3, {64, true, /*gridX=*/7});
+  AttendData small({4, 32, 32, 64, 32}, 1000, 1.0f, 12);
+  runAttend(small, {1000, true, /*gridX=*/1});
+  runAttend(small, {1000, true, 2, /*blockX=*/32});
+  runAttend(small, {64, false, 4, /*blockX=*/64});
+  runAttend(small, {7, true, 3, /*blockX=*/128});
+  AttendData odd({3, 20, 12, 40, 24}, 1000, 1.0f, 13);
+  runAttend(odd, {1000, true, /*gridX=*/1, /*blockX=*/96});
+}
+
+} // namespace
