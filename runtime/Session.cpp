@@ -76,8 +76,10 @@ Status checkConfigsMatch(const ModelConfig &planConfig,
                    field, "; recompile the plan for these weights");
 }
 
-Expected<std::unique_ptr<Session>>
-Session::open(PlanDoc plan, const std::string &weightsDir, BackendKind kind) {
+Expected<std::unique_ptr<Session>> Session::open(PlanDoc plan,
+                                                 const std::string &weightsDir,
+                                                 BackendKind kind,
+                                                 bool cudaGraph) {
   const std::string configPath =
       (std::filesystem::path(weightsDir) / "config.json").string();
   Expected<ModelConfig> weightsConfig = parseConfigFile(configPath);
@@ -92,7 +94,7 @@ Session::open(PlanDoc plan, const std::string &weightsDir, BackendKind kind) {
   s->store_ = store.take();
   if (kind == BackendKind::Cuda) {
     Expected<std::unique_ptr<CudaBackend>> be =
-        CudaBackend::bind(s->plan_, s->store_);
+        CudaBackend::bind(s->plan_, s->store_, cudaGraph);
     if (!be)
       return be.status().withContext("binding the plan to " + weightsDir +
                                      " on the GPU");

@@ -11,8 +11,8 @@
 #ifndef K3C_RUNTIME_SESSION_H
 #define K3C_RUNTIME_SESSION_H
 
-#include "runtime/Config.h"
 #include "runtime/Backend.h"
+#include "runtime/Config.h"
 #include "runtime/Plan.h"
 #include "runtime/Safetensors.h"
 #include "runtime/Status.h"
@@ -59,10 +59,11 @@ public:
   /// Reads `weightsDir`/config.json and refuses a config that differs from
   /// the plan's, opens the checkpoint and binds the plan to it on `kind`
   /// (errors of the CUDA backend: no GPU or driver, a kernel without a CUDA
-  /// implementation).
+  /// implementation). `cudaGraph`: the CUDA backend replays one CUDA graph
+  /// per step (else it launches kernel by kernel).
   static Expected<std::unique_ptr<Session>>
   open(PlanDoc plan, const std::string &weightsDir,
-       BackendKind kind = BackendKind::Cpu);
+       BackendKind kind = BackendKind::Cpu, bool cudaGraph = true);
 
   /// Decodes one sequence (see the file comment). Errors, before anything
   /// runs: empty prompt, a token outside [0, vocab), maxNew < 1, or

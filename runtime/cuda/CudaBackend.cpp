@@ -66,7 +66,8 @@ std::string CudaBackend::name() const {
 }
 
 Expected<std::unique_ptr<CudaBackend>>
-CudaBackend::bind(const PlanDoc &plan, const TensorStore &store) {
+CudaBackend::bind(const PlanDoc &plan, const TensorStore &store,
+                  bool useGraph) {
   K3_RETURN_IF_ERROR(validatePlan(plan));
   Expected<cuda::Driver *> driver = cuda::Driver::get();
   if (!driver)
@@ -202,6 +203,29 @@ CudaBackend::bind(const PlanDoc &plan, const TensorStore &store) {
     return e1.status();
   be->start_ = *e0;
   be->end_ = *e1;
+
+  if (useGraph && d.hasGraphs() && !be->launches_.empty()) {
+    // One chain of kernel nodes in plan order; the input values baked in now
+    // are replaced before every replay.
+    Expected<cuda::CUgraph> graph = d.createGraph();
+    if (!graph)
+      return graph.status();
+    cuda::CUgraphNode prev = nullptr;
+    for (size_t i = 0; i < be->launches_.size(); ++i) {
+      const Grid &g = be->grids_[i];
+      Expected<cuda::CUgraphNode> node =
+          d.addKernelNode(*graph, prev, be->functions_[i], g.grid, g.block,
+                          g.smem, be->launches_[i].params->data());
+      if (!node)
+        return node.status().withContext("launch " + std::to_string(i));
+      be->nodes_.push_back(*node);
+      prev = *node;
+    }
+    Expected<cuda::CUgraphExec> exec = d.instantiate(*graph);
+    if (!exec)
+      return exec.status();
+    be->graphExec_ = *exec;
+  }
   K3_RETURN_IF_ERROR(be->resetState());
   return be;
 }
@@ -222,14 +246,26 @@ Status CudaBackend::step(int64_t token, int64_t pos) {
   K3_RETURN_IF_ERROR(driver_->record(start_, stream_));
   for (size_t i = 0; i < launches_.size(); ++i) {
     BoundLaunch &l = launches_[i];
+    if (graphExec_ && l.inputs.empty())
+      continue; // a graph node that never changes
     l.setInputs(token, pos);
     const Grid &g = grids_[i];
-    K3_RETURN_IF_ERROR(driver_
-                           ->launch(functions_[i], g.grid, g.block, g.smem,
-                                    stream_, l.params->data())
-                           .withContext("launch " + std::to_string(i) + " (" +
-                                        l.kernel->name + ")"));
+    const std::string where =
+        "launch " + std::to_string(i) + " (" + l.kernel->name + ")";
+    if (graphExec_)
+      K3_RETURN_IF_ERROR(
+          driver_
+              ->setKernelNodeParams(graphExec_, nodes_[i], functions_[i],
+                                    g.grid, g.block, g.smem, l.params->data())
+              .withContext(where));
+    else
+      K3_RETURN_IF_ERROR(driver_
+                             ->launch(functions_[i], g.grid, g.block, g.smem,
+                                      stream_, l.params->data())
+                             .withContext(where));
   }
+  if (graphExec_)
+    K3_RETURN_IF_ERROR(driver_->launchGraph(graphExec_, stream_));
   K3_RETURN_IF_ERROR(driver_->record(end_, stream_));
   K3_RETURN_IF_ERROR(
       driver_->copyToHostAsync(logits_.data(), arena_.get() + logitsOffset_,

@@ -35,8 +35,10 @@ public:
   /// Validates `plan`, loads the embedded PTX, uploads the weights and binds
   /// every launch. Errors: no GPU or driver, a kernel without a CUDA
   /// implementation in this build (named), the binding errors of CpuBackend.
-  static Expected<std::unique_ptr<CudaBackend>> bind(const PlanDoc &plan,
-                                                     const TensorStore &store);
+  /// With `useGraph` (and a driver that has CUDA graphs) a step replays one
+  /// graph of all launches, updating only the nodes that take step inputs.
+  static Expected<std::unique_ptr<CudaBackend>>
+  bind(const PlanDoc &plan, const TensorStore &store, bool useGraph = true);
 
   Status resetState() override;
   Status step(int64_t token, int64_t pos) override;
@@ -47,6 +49,8 @@ public:
 
   /// Device time of the last step's launches (ms), for benchmarks.
   float lastStepMs() const { return lastStepMs_; }
+  /// Whether steps replay a CUDA graph (else one cuLaunchKernel per launch).
+  bool usesGraph() const { return graphExec_ != nullptr; }
 
 private:
   CudaBackend() = default;
@@ -64,6 +68,8 @@ private:
   };
   std::vector<Grid> grids_;
   std::vector<cuda::CUfunction> functions_;
+  cuda::CUgraphExec graphExec_ = nullptr;
+  std::vector<cuda::CUgraphNode> nodes_; ///< per launch, with a graph
   uint64_t logitsOffset_ = 0;
   std::vector<float> logits_;
   float lastStepMs_ = 0;

@@ -24,6 +24,33 @@ constexpr int kJitErrorLogBuffer = 5;
 constexpr int kJitErrorLogBufferSize = 6;
 constexpr unsigned kEventDefault = 0;
 constexpr unsigned kStreamNonBlocking = 1;
+
+/// CUDA_KERNEL_NODE_PARAMS_v2 of cuda.h.
+struct KernelNodeParams {
+  CUfunction func;
+  unsigned gridDimX, gridDimY, gridDimZ;
+  unsigned blockDimX, blockDimY, blockDimZ;
+  unsigned sharedMemBytes;
+  void **kernelParams;
+  void **extra;
+  void *kern;
+  CUcontext ctx;
+};
+
+KernelNodeParams nodeParams(CUfunction f, const int64_t grid[3],
+                            const int64_t block[3], int64_t smem, void **args) {
+  KernelNodeParams p{};
+  p.func = f;
+  p.gridDimX = static_cast<unsigned>(grid[0]);
+  p.gridDimY = static_cast<unsigned>(grid[1]);
+  p.gridDimZ = static_cast<unsigned>(grid[2]);
+  p.blockDimX = static_cast<unsigned>(block[0]);
+  p.blockDimY = static_cast<unsigned>(block[1]);
+  p.blockDimZ = static_cast<unsigned>(block[2]);
+  p.sharedMemBytes = static_cast<unsigned>(smem);
+  p.kernelParams = args;
+  return p;
+}
 } // namespace
 
 struct Driver::Api {
@@ -54,6 +81,13 @@ struct Driver::Api {
   CUresult (*eventSynchronize)(CUevent);
   CUresult (*eventElapsedTime)(float *, CUevent, CUevent);
   CUresult (*getErrorName)(CUresult, const char **);
+  CUresult (*graphCreate)(CUgraph *, unsigned);
+  CUresult (*graphAddKernelNode)(CUgraphNode *, CUgraph, const CUgraphNode *,
+                                 size_t, const KernelNodeParams *);
+  CUresult (*graphInstantiate)(CUgraphExec *, CUgraph, unsigned long long);
+  CUresult (*graphExecKernelNodeSetParams)(CUgraphExec, CUgraphNode,
+                                           const KernelNodeParams *);
+  CUresult (*graphLaunch)(CUgraphExec, CUstream);
 };
 
 Status Driver::check(int result, const char *call) const {
@@ -114,6 +148,20 @@ Expected<Driver *> Driver::get() {
         failure = makeError("the CUDA driver lacks ", s.name);
         return;
       }
+    }
+    // CUDA graphs (driver 525+, the _v2 node ABI of CUDA 12): optional.
+    Sym graphSyms[] = {
+        {(void **)&a.graphCreate, "cuGraphCreate"},
+        {(void **)&a.graphAddKernelNode, "cuGraphAddKernelNode_v2"},
+        {(void **)&a.graphInstantiate, "cuGraphInstantiateWithFlags"},
+        {(void **)&a.graphExecKernelNodeSetParams,
+         "cuGraphExecKernelNodeSetParams_v2"},
+        {(void **)&a.graphLaunch, "cuGraphLaunch"},
+    };
+    d->hasGraphs_ = true;
+    for (const Sym &s : graphSyms) {
+      *s.slot = ::dlsym(a.lib, s.name);
+      d->hasGraphs_ = d->hasGraphs_ && *s.slot;
     }
     Status st = d->check(a.init(0), "cuInit");
     if (!st) {
@@ -227,6 +275,47 @@ Status Driver::launch(CUfunction f, const int64_t grid[3],
           static_cast<unsigned>(block[1]), static_cast<unsigned>(block[2]),
           static_cast<unsigned>(smem), stream, args, nullptr),
       "cuLaunchKernel");
+}
+
+Expected<CUgraph> Driver::createGraph() {
+  CUgraph g = nullptr;
+  K3_RETURN_IF_ERROR(check(api_->graphCreate(&g, 0), "cuGraphCreate"));
+  return g;
+}
+
+Expected<CUgraphNode> Driver::addKernelNode(CUgraph graph, CUgraphNode after,
+                                            CUfunction f, const int64_t grid[3],
+                                            const int64_t block[3],
+                                            int64_t smem, void *params) {
+  void *args[] = {params};
+  KernelNodeParams p = nodeParams(f, grid, block, smem, args);
+  CUgraphNode node = nullptr;
+  K3_RETURN_IF_ERROR(
+      check(api_->graphAddKernelNode(&node, graph, after ? &after : nullptr,
+                                     after ? 1 : 0, &p),
+            "cuGraphAddKernelNode"));
+  return node;
+}
+
+Expected<CUgraphExec> Driver::instantiate(CUgraph graph) {
+  CUgraphExec e = nullptr;
+  K3_RETURN_IF_ERROR(
+      check(api_->graphInstantiate(&e, graph, 0), "cuGraphInstantiate"));
+  return e;
+}
+
+Status Driver::setKernelNodeParams(CUgraphExec exec, CUgraphNode node,
+                                   CUfunction f, const int64_t grid[3],
+                                   const int64_t block[3], int64_t smem,
+                                   void *params) {
+  void *args[] = {params};
+  KernelNodeParams p = nodeParams(f, grid, block, smem, args);
+  return check(api_->graphExecKernelNodeSetParams(exec, node, &p),
+               "cuGraphExecKernelNodeSetParams");
+}
+
+Status Driver::launchGraph(CUgraphExec exec, CUstream stream) {
+  return check(api_->graphLaunch(exec, stream), "cuGraphLaunch");
 }
 
 Expected<CUstream> Driver::createStream() {

@@ -30,6 +30,9 @@ using CUmodule = struct CUmod_st *;
 using CUfunction = struct CUfunc_st *;
 using CUstream = struct CUstream_st *;
 using CUevent = struct CUevent_st *;
+using CUgraph = struct CUgraph_st *;
+using CUgraphNode = struct CUgraphNode_st *;
+using CUgraphExec = struct CUgraphExec_st *;
 
 /// The process-wide driver: libcuda loaded, cuInit done, device 0's primary
 /// context current on the calling thread.
@@ -63,6 +66,22 @@ public:
   Status launch(CUfunction f, const int64_t grid[3], const int64_t block[3],
                 int64_t smem, CUstream stream, void *params);
 
+  /// Whether the driver has the CUDA graph entry points below.
+  bool hasGraphs() const { return hasGraphs_; }
+  /// CUDA graphs: a chain of kernel nodes, each depending on the previous
+  /// one (`after` null for the first), instantiated once and replayed; the
+  /// params of a node are copied when it is added or updated.
+  Expected<CUgraph> createGraph();
+  Expected<CUgraphNode> addKernelNode(CUgraph graph, CUgraphNode after,
+                                      CUfunction f, const int64_t grid[3],
+                                      const int64_t block[3], int64_t smem,
+                                      void *params);
+  Expected<CUgraphExec> instantiate(CUgraph graph);
+  Status setKernelNodeParams(CUgraphExec exec, CUgraphNode node, CUfunction f,
+                             const int64_t grid[3], const int64_t block[3],
+                             int64_t smem, void *params);
+  Status launchGraph(CUgraphExec exec, CUstream stream);
+
   Expected<CUstream> createStream();
   Status synchronize(CUstream stream);
   Expected<CUevent> createEvent();
@@ -80,6 +99,7 @@ private:
   CUcontext context_ = nullptr;
   std::string deviceName_;
   int major_ = 0, minor_ = 0, smCount_ = 0;
+  bool hasGraphs_ = false;
 };
 
 /// A device allocation that frees itself.

@@ -58,6 +58,8 @@ void printHelp(std::FILE *out, bool embedded) {
       "                       exceed the plan's max_seq\n"
       "  --backend cpu|cuda   where to run (default cpu); cuda needs an\n"
       "                       NVIDIA driver and a build with nvcc\n"
+      "  --no-cuda-graph      launch kernel by kernel instead of replaying\n"
+      "                       one CUDA graph per step (debugging, timing)\n"
       "  --logits-out FILE    write the logits that chose each generated\n"
       "                       token as float32 .npy [max_new, vocab]\n"
       "  --quiet              print only the generated ids\n"
@@ -124,7 +126,7 @@ int main(int argc, char **argv) {
 
   std::string planPath, weights, promptText, backend = "cpu", logitsOut;
   int64_t maxNew = -1;
-  bool quiet = false, haveMaxNew = false;
+  bool quiet = false, haveMaxNew = false, cudaGraph = true;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     auto value = [&](std::string &out) -> bool {
@@ -155,6 +157,8 @@ int main(int argc, char **argv) {
         return usageError("--logits-out needs a file name");
     } else if (a == "--quiet") {
       quiet = true;
+    } else if (a == "--no-cuda-graph") {
+      cudaGraph = false;
     } else if (!a.empty() && a[0] == '-') {
       return usageError("unknown option '" + a + "'");
     } else if (planPath.empty() && !isExe) {
@@ -187,10 +191,10 @@ int main(int argc, char **argv) {
             : k3::readPlanFile(planPath);
   if (!plan)
     return runtimeError(plan.message());
-  k3::Expected<std::unique_ptr<k3::Session>> session =
-      k3::Session::open(plan.take(), weights,
-                        backend == "cuda" ? k3::BackendKind::Cuda
-                                          : k3::BackendKind::Cpu);
+  k3::Expected<std::unique_ptr<k3::Session>> session = k3::Session::open(
+      plan.take(), weights,
+      backend == "cuda" ? k3::BackendKind::Cuda : k3::BackendKind::Cpu,
+      cudaGraph);
   if (!session)
     return runtimeError(session.message());
 

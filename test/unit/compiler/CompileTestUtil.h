@@ -100,11 +100,12 @@ struct Decode {
 inline void runPlan(const std::string &text, const std::string &dir,
                     const std::vector<int64_t> &prompt, int64_t maxNew,
                     Decode &out,
-                    ::k3::BackendKind backend = ::k3::BackendKind::Cpu) {
+                    ::k3::BackendKind backend = ::k3::BackendKind::Cpu,
+                    bool cudaGraph = true) {
   ::k3::Expected<::k3::PlanDoc> plan = ::k3::parsePlan(text);
   ASSERT_TRUE(plan.hasValue()) << plan.message();
   ::k3::Expected<std::unique_ptr<::k3::Session>> session =
-      ::k3::Session::open(plan.take(), dir, backend);
+      ::k3::Session::open(plan.take(), dir, backend, cudaGraph);
   ASSERT_TRUE(session.hasValue()) << session.message();
   ::k3::Expected<::k3::GenerateResult> got =
       (*session)->generate(prompt, maxNew, /*keepLogits=*/true);

@@ -37,10 +37,17 @@ TEST_P(CudaDecode, MatchesCpuBackendAndReference) {
   std::string text = k3test::compilePlan(*config, strategy, kMaxSeq);
   ASSERT_FALSE(text.empty()) << "compilation failed";
 
-  k3test::Decode cpu, gpuRun;
+  k3test::Decode cpu, gpuRun, gpuNoGraph;
   ASSERT_NO_FATAL_FAILURE(k3test::runPlan(text, dir, kPrompt, kMaxNew, cpu));
   ASSERT_NO_FATAL_FAILURE(k3test::runPlan(text, dir, kPrompt, kMaxNew, gpuRun,
                                           ::k3::BackendKind::Cuda));
+  // Kernel by kernel: the same kernels with the same params, so the same
+  // bits as the graph replay.
+  ASSERT_NO_FATAL_FAILURE(k3test::runPlan(text, dir, kPrompt, kMaxNew,
+                                          gpuNoGraph, ::k3::BackendKind::Cuda,
+                                          /*cudaGraph=*/false));
+  EXPECT_EQ(gpuNoGraph.tokens, gpuRun.tokens);
+  EXPECT_EQ(gpuNoGraph.logits, gpuRun.logits);
 
   ::k3::ref::DecodeCompareOptions opt;
   opt.maxRowRelErr = kLogitsTol;
