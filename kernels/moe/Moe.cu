@@ -1,0 +1,927 @@
+//===- Moe.cu - Routing, gated MLPs and the routed-expert mix (CUDA) ------===//
+//
+// k3_router, k3_gated_mlp and k3_moe_experts (MoeParams.h): the CUDA twins of
+// MoeCpu.cpp, rounding to bf16 exactly where the CPU does (NUMERICS.md "MoE"
+// and "gated MLP"). Sums are fp32; results differ from the CPU only by the
+// summation order and FMA contraction (the CPU sums in 8 lanes, these
+// kernels per lane, then across the warp).
+//
+// Every product is a warp per weight row: lane l reads the row's 16-byte
+// (bf16: 8 columns) or 8-byte (MXFP4: 16 codes + their scale byte) pieces
+// l, l + 32, ... with streaming loads and a warp shuffle adds the lanes. A
+// warp works on several rows at once (W1 and W3 of two intermediate rows;
+// two or four rows of W2) so that each activation value it loads serves
+// several weights and several loads are in flight; L2 prefetches of the rows
+// keep more bytes in flight than the 64 registers (blocks of up to 1024
+// threads) could. MXFP4 codes are decoded with bit operations into fp16
+// pairs (exact, rowDots), the block scale applied once per 16 codes. The dot
+// product of a row is always computed by one warp in the same order,
+// whatever the grid and block size, so every kernel here is bitwise
+// deterministic.
+//
+// A gated MLP has a dependency across the grid: W2 needs every element of
+// a = R(act(g, u)). One launch does both phases with a work queue instead of
+// a grid barrier: blocks draw numbered items from an atomic ticket (all the
+// gate/up items first, then the down/mix items); a finished gate/up item is
+// counted with a release; a block that draws a down/mix item waits (acquire)
+// until all gate/up items are counted. Tickets are drawn in order by running
+// blocks and a gate/up item never waits, so every awaited item belongs to a
+// running block: no deadlock with any grid, no cooperative launch needed. The
+// last block out resets the counters, so the next launch finds them zero.
+//
+// SCRATCH: the params carry no scratch memory, so the activations a (bf16)
+// and the counters live in module-level __device__ arrays. Consequences:
+// launches of one of these kernels must not run concurrently (the runtime
+// runs a plan on one stream: fine), and the sizes are capped (kGatedActCap,
+// kMoeActCap, kRouterCap; beyond them the outputs are NaN). A params field
+// `void *scratch` (bytes: see the kernels) allocated per launch by codegen
+// would lift both limits; the counters still need zero-initialised memory
+// that persists across launches (a plan state, or module scope as here).
+//
+//===----------------------------------------------------------------------===//
+#include "kernels/common/CudaCommon.cuh"
+#include "kernels/moe/MoeParams.h"
+
+using namespace k3;
+
+namespace {
+
+/// Largest activation vector staged in shared memory (fp32, 32 KiB); a
+/// longer input is read from global memory (same results, slower).
+constexpr int kStageCap = 8192;
+/// Output rows of one `moe_experts` mixing item, and of one warp unit of it.
+constexpr int kMixRows = 8;
+constexpr int kMixUnitRows = 4;
+/// Expert slots whose outputs one mixing pass keeps in shared memory.
+constexpr int kMixSlots = 64;
+/// Module scratch capacities: experts of `router`, interDim of `gated_mlp`,
+/// topK · interDim of `moe_experts`.
+constexpr int64_t kRouterCap = 8192;
+constexpr int64_t kGatedActCap = int64_t(1) << 18;
+constexpr int64_t kMoeActCap = int64_t(1) << 20;
+/// L2 prefetch distances (bytes per weight row): bf16 rows stay kAheadBf16
+/// ahead of the loads; MXFP4 rows have their first kHeadMxfp4 bytes asked
+/// for up front.
+constexpr int64_t kAheadBf16 = 1024;
+constexpr int64_t kHeadMxfp4 = 2048;
+/// bf16 quiet NaN: the output of a launch outside the limits.
+constexpr uint16_t kBf16NaN = 0x7fc0;
+
+static_assert(kRouterCap <= kStageCap, "the router ranks in the stage area");
+static_assert(kMixRows == 2 * kMixUnitRows, "a mix item is two warp units");
+
+//===----------------------------------------------------------------------===//
+// Module scratch
+//===----------------------------------------------------------------------===//
+
+/// The work queue of one kernel (see the file comment). Zero at module load;
+/// the last block of every launch zeroes it again.
+struct WorkQueue {
+  unsigned ticket; ///< next item to hand out
+  unsigned done;   ///< finished gate/up items
+  unsigned exited; ///< blocks that have left
+};
+
+__device__ WorkQueue gGatedQueue;
+__device__ WorkQueue gMoeQueue;
+/// Blocks of the running `router` that have written their scores.
+__device__ unsigned gRouterArrived;
+__device__ float gRouterScores[kRouterCap];
+/// a = R(act(g, u)) of the running `gated_mlp` / `moe_experts` ([topK, I],
+/// rows padded to 8 elements), read with 16-byte loads.
+__device__ __align__(16) uint16_t gGatedAct[kGatedActCap];
+__device__ __align__(16) uint16_t gMoeAct[kMoeActCap];
+
+//===----------------------------------------------------------------------===//
+// Memory helpers
+//===----------------------------------------------------------------------===//
+
+__device__ __forceinline__ bool aligned(const void *p, uintptr_t bytes) {
+  return (reinterpret_cast<uintptr_t>(p) & (bytes - 1)) == 0;
+}
+
+/// Weight loads: read once per launch, so they bypass L1 (which keeps the
+/// activations). Not for data written by the running kernel.
+__device__ __forceinline__ uint4 ldStream16(const void *p) {
+  uint4 v;
+  asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+      : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+      : "l"(p));
+  return v;
+}
+__device__ __forceinline__ uint2 ldStream8(const void *p) {
+  uint2 v;
+  asm("ld.global.nc.L1::no_allocate.v2.u32 {%0, %1}, [%2];"
+      : "=r"(v.x), "=r"(v.y)
+      : "l"(p));
+  return v;
+}
+__device__ __forceinline__ uint32_t ldStreamU8(const uint8_t *p) {
+  uint32_t v;
+  asm("ld.global.nc.L1::no_allocate.u8 %0, [%1];" : "=r"(v) : "l"(p));
+  return v;
+}
+
+__device__ __forceinline__ unsigned ldAcquire(const unsigned *p) {
+  unsigned v;
+  asm volatile("ld.acquire.gpu.global.u32 %0, [%1];"
+               : "=r"(v)
+               : "l"(__cvta_generic_to_global(p))
+               : "memory");
+  return v;
+}
+__device__ __forceinline__ void addRelease(unsigned *p, unsigned v) {
+  asm volatile("red.release.gpu.global.add.u32 [%0], %1;" ::"l"(
+                   __cvta_generic_to_global(p)),
+               "r"(v)
+               : "memory");
+}
+
+__device__ __forceinline__ float loF(uint32_t w) {
+  return __uint_as_float(w << 16);
+}
+__device__ __forceinline__ float hiF(uint32_t w) {
+  return __uint_as_float(w & 0xffff0000u);
+}
+
+/// Two fp16 values (low half first) widened to fp32 (exact).
+__device__ __forceinline__ float2 halfPair(uint32_t h) {
+  float2 f;
+  asm("{\n\t.reg .b16 lo, hi;\n\tmov.b32 {lo, hi}, %2;\n\t"
+      "cvt.f32.f16 %0, lo;\n\tcvt.f32.f16 %1, hi;\n\t}"
+      : "=f"(f.x), "=f"(f.y)
+      : "r"(h));
+  return f;
+}
+
+//===----------------------------------------------------------------------===//
+// Activation vectors
+//===----------------------------------------------------------------------===//
+
+/// Float4 slot of quad `q` (columns 4q..4q+3) of a staged vector: an XOR
+/// swizzle within groups of 8 quads, so that the 8 lanes of a shared-memory
+/// phase reading the same quad of consecutive 8-, 16- or 32-column pieces
+/// hit 8 distinct bank groups.
+__device__ __forceinline__ int swz(int q) { return q ^ ((q >> 3) & 7); }
+
+/// An activation vector staged in shared memory as fp32 (swizzled).
+struct StagedAct {
+  const float4 *q;
+  /// Columns c..c+7 (c % 8 == 0).
+  __device__ __forceinline__ void load8(int64_t c, float (&o)[8]) const {
+    const int i = static_cast<int>(c >> 2);
+    const float4 a = q[swz(i)], b = q[swz(i + 1)];
+    o[0] = a.x, o[1] = a.y, o[2] = a.z, o[3] = a.w;
+    o[4] = b.x, o[5] = b.y, o[6] = b.z, o[7] = b.w;
+  }
+  __device__ __forceinline__ float at(int64_t c) const {
+    const int i = static_cast<int>(c);
+    return reinterpret_cast<const float *>(q)[swz(i >> 2) * 4 + (i & 3)];
+  }
+};
+
+/// A bf16 activation vector in global memory, optionally through an RMSNorm
+/// on the fly (x̂ = R(R(x · r) · w), as cpu::rmsNormBf16). Plain loads: the
+/// vector may have been written by the running kernel (after an acquire).
+struct GlobalAct {
+  const uint16_t *x;
+  const uint16_t *normW; ///< null: x as is
+  float r;
+  bool vec; ///< x (and normW) 16-byte aligned: 8 columns per load
+
+  __device__ __forceinline__ float norm(float v, float w) const {
+    return dev::roundBf16(dev::roundBf16(v * r) * w);
+  }
+  __device__ __forceinline__ float at(int64_t c) const {
+    const float v = dev::bf16ToF(x[c]);
+    return normW ? norm(v, dev::bf16ToF(normW[c])) : v;
+  }
+  __device__ __forceinline__ void load8(int64_t c, float (&o)[8]) const {
+    if (!vec) {
+#pragma unroll
+      for (int j = 0; j < 8; ++j)
+        o[j] = at(c + j);
+      return;
+    }
+    const uint4 v = *reinterpret_cast<const uint4 *>(x + c);
+    const uint32_t w[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+    for (int j = 0; j < 4; ++j)
+      o[2 * j] = loF(w[j]), o[2 * j + 1] = hiF(w[j]);
+    if (normW) {
+      const uint4 n = *reinterpret_cast<const uint4 *>(normW + c);
+      const uint32_t m[4] = {n.x, n.y, n.z, n.w};
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        o[2 * j] = norm(o[2 * j], loF(m[j]));
+        o[2 * j + 1] = norm(o[2 * j + 1], hiF(m[j]));
+      }
+    }
+  }
+};
+
+/// Partial sums of rmsFactor: a fixed split, whatever the block size.
+constexpr int kNormParts = 256;
+
+/// rsqrt(mean(x²) + eps) as cpu::rmsNormBf16 computes it (1 / sqrt, both
+/// IEEE). The sum of squares has a fixed order independent of blockDim
+/// (part v sums elements v, v + 256, ...; warp 0 adds the parts), so every
+/// block, of any size, gets the same bits.
+__device__ float rmsFactor(const uint16_t *x, int64_t n, float eps,
+                           float *parts) {
+  for (int v = threadIdx.x; v < kNormParts; v += blockDim.x) {
+    float s = 0.0f;
+    for (int64_t i = v; i < n; i += kNormParts) {
+      const float f = dev::bf16ToF(x[i]);
+      s = fmaf(f, f, s);
+    }
+    parts[v] = s;
+  }
+  __syncthreads();
+  float s = 0.0f;
+  if (threadIdx.x < 32) {
+    for (int v = threadIdx.x; v < kNormParts; v += 32)
+      s += parts[v];
+    s = dev::warpSum(s);
+    if (threadIdx.x == 0)
+      parts[0] = s;
+  }
+  __syncthreads();
+  s = parts[0];
+  __syncthreads(); // parts may be reused
+  return 1.0f / sqrtf(s / static_cast<float>(n) + eps);
+}
+
+/// Stages act.at(0..n) into `xs` (n <= kStageCap); the caller synchronises.
+__device__ void stage(float4 *xs, int64_t n, const GlobalAct &act) {
+  float *f = reinterpret_cast<float *>(xs);
+  for (int i = threadIdx.x; i < n; i += blockDim.x)
+    f[swz(i >> 2) * 4 + (i & 3)] = act.at(i);
+}
+
+//===----------------------------------------------------------------------===//
+// Row dot products
+//===----------------------------------------------------------------------===//
+
+/// acc + Σ_j code_j · x_j · 2^-14 over the 8 E2M1 codes of `w` (code j in
+/// bits 4j..4j+3: byte i holds columns 2i (low nibble) and 2i + 1).
+///
+/// A code c = (s e1 e0 m) becomes the fp16 value with sign s, exponent field
+/// e1 e0 and top mantissa bit m: exactly c · 2^-14 for every code (e = 0
+/// lands on fp16's subnormals, 0 and 0.5 · 2^-14). Its high byte is
+/// H(c) = s << 7 | (e1 e0 m) << 1, its low byte 0. H of the four odd columns
+/// and of the four even columns come from a few word-wide bit operations, a
+/// byte permute pairs them into fp16x2 words (zero low bytes), and each half
+/// widens to fp32: about 2.4 instructions per code, no table.
+__device__ __forceinline__ float mxfp4Dot8(uint32_t w, const float (&x)[8],
+                                           float acc) {
+  const uint32_t odd = (w & 0x80808080u) | ((w >> 3) & 0x0e0e0e0eu);
+  const uint32_t even = ((w << 4) & 0x80808080u) | ((w << 1) & 0x0e0e0e0eu);
+  // Byte 4 of the pool {v, 0} is zero: [0, H(col a), 0, H(col b)].
+  const float2 c02 = halfPair(__byte_perm(even, 0u, 0x1404u));
+  const float2 c46 = halfPair(__byte_perm(even, 0u, 0x3424u));
+  const float2 c13 = halfPair(__byte_perm(odd, 0u, 0x1404u));
+  const float2 c57 = halfPair(__byte_perm(odd, 0u, 0x3424u));
+  acc = fmaf(c02.x, x[0], acc);
+  acc = fmaf(c13.x, x[1], acc);
+  acc = fmaf(c02.y, x[2], acc);
+  acc = fmaf(c13.y, x[3], acc);
+  acc = fmaf(c46.x, x[4], acc);
+  acc = fmaf(c57.x, x[5], acc);
+  acc = fmaf(c46.y, x[6], acc);
+  acc = fmaf(c57.y, x[7], acc);
+  return acc;
+}
+
+/// 2^(e - 127) for an E8M0 scale byte (0: the subnormal 2^-127; 255: NaN),
+/// without branches.
+__device__ __forceinline__ float e8m0Scale(uint32_t e) {
+  uint32_t bits = e ? e << 23 : 0x00400000u;
+  bits = e == 255u ? 0x7fc00000u : bits;
+  return __uint_as_float(bits);
+}
+
+__device__ __forceinline__ float bf16Dot8(uint4 q, const float (&x)[8],
+                                          float acc) {
+  const uint32_t w[4] = {q.x, q.y, q.z, q.w};
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    acc = fmaf(loF(w[j]), x[2 * j], acc);
+    acc = fmaf(hiF(w[j]), x[2 * j + 1], acc);
+  }
+  return acc;
+}
+
+/// Asks L2 for the 128-byte line holding `p` (a hint: no register held, no
+/// fault).
+__device__ __forceinline__ void prefetchLine(const void *p) {
+  asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
+}
+
+/// Asks L2 for the 128-byte lines of [p, p + bytes), lane l taking lines
+/// l, l + 32, ... (a hint: no registers held, no fault; a line holding any
+/// byte of the range is mapped).
+__device__ __forceinline__ void prefetchL2(const void *p, int64_t bytes) {
+  const uintptr_t b = reinterpret_cast<uintptr_t>(p);
+  const uintptr_t e = b + bytes;
+  for (uintptr_t a = (b & ~uintptr_t(127)) + 128 * (threadIdx.x & 31); a < e;
+       a += 32 * 128)
+    prefetchLine(reinterpret_cast<const void *>(a));
+}
+
+/// Prefetches the heads of rows `rows` of the NM matrices (k columns) into
+/// L2: the first kAheadBf16 bytes of a bf16 row (the loop then keeps that far
+/// ahead), the first kHeadMxfp4 bytes of an MXFP4 row (all of a K3 expert
+/// row) and its scales. So a warp has far more bytes in flight than its
+/// registers hold, with a bounded L2 footprint.
+template <int NM, int NR>
+__device__ __forceinline__ void
+prefetchHeads(const WeightRef (&w)[NM], const int64_t (&rows)[NR], int64_t k) {
+#pragma unroll
+  for (int m = 0; m < NM; ++m)
+#pragma unroll
+    for (int r = 0; r < NR; ++r) {
+      if (w[m].format == kWeightMxfp4) {
+        prefetchL2(w[m].packed + rows[r] * (k / 2), min(k / 2, kHeadMxfp4));
+        prefetchL2(w[m].scale + rows[r] * (k / 32), min(k / 32, kHeadMxfp4));
+      } else {
+        prefetchL2(w[m].bf16 + rows[r] * k, min(2 * k, kAheadBf16));
+      }
+    }
+}
+
+/// out[r · NM + m] = Σ_c W_m[rows[r], c] · act[c] for NM matrices of `k`
+/// columns sharing NR row indices, summed over the warp (every lane gets the
+/// sums). Fast paths: all matrices bf16 with 16-byte aligned rows, or all
+/// MXFP4 (k % 32 == 0) with 8-byte aligned codes; anything else (odd widths,
+/// mixed formats) goes element by element. The loads of U pieces per stream
+/// are issued before their math (U chosen to fit 64 registers: blocks of up
+/// to 1024 threads); L2 prefetches (prefetchHeads, and kAheadBf16 ahead in
+/// bf16 rows) keep more bytes in flight than the registers could.
+template <int NM, int NR, class Act>
+__device__ __forceinline__ void rowDots(const WeightRef (&w)[NM],
+                                        const int64_t (&rows)[NR], int64_t k,
+                                        const Act &act, float (&out)[NM * NR]) {
+  constexpr int NS = NM * NR;
+  constexpr int UMx = NS >= 4 ? 1 : 4 / NS;
+  constexpr int UBf = NS >= 4 ? 1 : 4 / NS;
+  const int lane = threadIdx.x & 31;
+  prefetchHeads(w, rows, k);
+  float acc[NS];
+#pragma unroll
+  for (int s = 0; s < NS; ++s)
+    acc[s] = 0.0f;
+  bool mx = k % 32 == 0, bf = k % 8 == 0;
+#pragma unroll
+  for (int m = 0; m < NM; ++m) {
+    mx = mx && w[m].format == kWeightMxfp4 && aligned(w[m].packed, 8);
+    bf = bf && w[m].format == kWeightBf16 && aligned(w[m].bf16, 16);
+  }
+  if (mx) {
+    // 16-column pieces p = lane + 32i: 8 code bytes + their scale byte. Rows
+    // are kept as 32-bit scale-row offsets (codes: 16x) to save registers.
+    uint32_t off[NR];
+#pragma unroll
+    for (int r = 0; r < NR; ++r)
+      off[r] = static_cast<uint32_t>(rows[r] * (k / 32));
+    const int pieces = static_cast<int>(k / 16);
+    for (int p0 = lane; p0 < pieces; p0 += 32 * UMx) {
+      uint2 q[UMx][NS];
+      uint32_t e[UMx][NS];
+#pragma unroll
+      for (int u = 0; u < UMx; ++u) {
+        const int p = p0 + 32 * u;
+#pragma unroll
+        for (int s = 0; s < NS; ++s) {
+          const WeightRef &ws = w[s % NM];
+          const uint32_t o = off[s / NM];
+          q[u][s] = p < pieces ? ldStream8(ws.packed + 16 * int64_t(o) + 8 * p)
+                               : make_uint2(0, 0);
+          e[u][s] = p < pieces ? ldStreamU8(ws.scale + o + (p >> 1)) : 127u;
+        }
+      }
+#pragma unroll
+      for (int u = 0; u < UMx; ++u) {
+        const int p = p0 + 32 * u;
+        if (p < pieces) {
+          // Σ code · x · 2^-14 per stream, one 8-column half at a time (8
+          // activations live), then scaled by 2^14 and the block scale.
+          float part[NS], x[8];
+          act.load8(int64_t(p) * 16, x);
+#pragma unroll
+          for (int s = 0; s < NS; ++s)
+            part[s] = mxfp4Dot8(q[u][s].x, x, 0.0f);
+          act.load8(int64_t(p) * 16 + 8, x);
+          uint32_t eMax = 0;
+#pragma unroll
+          for (int s = 0; s < NS; ++s) {
+            part[s] = mxfp4Dot8(q[u][s].y, x, part[s]);
+            eMax = max(eMax, e[u][s]);
+          }
+          if (eMax <= 240u) {
+            // 2^14 · 2^(e - 127) = 2^(e - 113) is a normal float (e = 0
+            // included): one integer op per scale.
+#pragma unroll
+            for (int s = 0; s < NS; ++s)
+              acc[s] = fmaf(part[s],
+                            __uint_as_float(e[u][s] * 0x800000u + 0x07000000u),
+                            acc[s]);
+          } else {
+            // Scales of 2^114 and up, or NaN: two steps.
+#pragma unroll
+            for (int s = 0; s < NS; ++s)
+              acc[s] = fmaf(part[s] * 16384.0f, e8m0Scale(e[u][s]), acc[s]);
+          }
+        }
+      }
+    }
+  } else if (bf) {
+    // 8-column pieces c = lane + 32i (16 bytes).
+    const uint4 *wp[NS];
+#pragma unroll
+    for (int r = 0; r < NR; ++r)
+#pragma unroll
+      for (int m = 0; m < NM; ++m)
+        wp[r * NM + m] =
+            reinterpret_cast<const uint4 *>(w[m].bf16 + rows[r] * k);
+    const int pieces = static_cast<int>(k / 8);
+    for (int c0 = lane; c0 < pieces; c0 += 32 * UBf) {
+      uint4 q[UBf][NS];
+#pragma unroll
+      for (int u = 0; u < UBf; ++u) {
+        const int c = c0 + 32 * u;
+#pragma unroll
+        for (int s = 0; s < NS; ++s) {
+          q[u][s] = c < pieces ? ldStream16(wp[s] + c) : make_uint4(0, 0, 0, 0);
+          if (c + kAheadBf16 / 16 < pieces)
+            prefetchLine(wp[s] + c + kAheadBf16 / 16);
+        }
+      }
+#pragma unroll
+      for (int u = 0; u < UBf; ++u) {
+        const int c = c0 + 32 * u;
+        if (c < pieces) {
+          float x[8];
+          act.load8(int64_t(c) * 8, x);
+#pragma unroll
+          for (int s = 0; s < NS; ++s)
+            acc[s] = bf16Dot8(q[u][s], x, acc[s]);
+        }
+      }
+    }
+  } else {
+    // One stream at a time: the fallback keeps few registers.
+#pragma unroll
+    for (int s = 0; s < NS; ++s)
+#pragma unroll 1
+      for (int64_t c = lane; c < k; c += 32)
+        acc[s] = fmaf(dev::weightAt(w[s % NM], k, rows[s / NM], c), act.at(c),
+                      acc[s]);
+  }
+#pragma unroll
+  for (int s = 0; s < NS; ++s)
+    out[s] = dev::warpSum(acc[s]);
+}
+
+//===----------------------------------------------------------------------===//
+// The work queue
+//===----------------------------------------------------------------------===//
+
+/// The next item for this block (thread 0 draws, the block shares it).
+__device__ __forceinline__ unsigned nextItem(WorkQueue &wq, unsigned *slot) {
+  if (threadIdx.x == 0)
+    *slot = atomicAdd(&wq.ticket, 1u);
+  __syncthreads();
+  const unsigned item = *slot;
+  __syncthreads(); // the slot is rewritten by the next draw
+  return item;
+}
+
+/// Counts a finished gate/up item; its stores to the activations (by any
+/// thread of the block) are ordered before by the barrier and the release.
+__device__ __forceinline__ void finishGateUp(WorkQueue &wq) {
+  __syncthreads();
+  if (threadIdx.x == 0)
+    addRelease(&wq.done, 1u);
+}
+
+/// Waits until `items` gate/up items are counted.
+__device__ __forceinline__ void awaitGateUp(WorkQueue &wq, unsigned items) {
+  if (threadIdx.x == 0)
+    while (ldAcquire(&wq.done) < items)
+      __nanosleep(128);
+  __syncthreads();
+}
+
+/// Leaves the queue; the last block out zeroes it for the next launch
+/// (every other block has drawn its last ticket by then).
+__device__ __forceinline__ void leaveQueue(WorkQueue &wq) {
+  __syncthreads();
+  if (threadIdx.x == 0 && atomicAdd(&wq.exited, 1u) == gridDim.x - 1) {
+    atomicExch(&wq.ticket, 0u);
+    atomicExch(&wq.done, 0u);
+    atomicExch(&wq.exited, 0u);
+  }
+}
+
+/// Fills out[0..n) with NaN (a launch outside the scratch limits).
+__device__ void fillNaN(uint16_t *out, int64_t n) {
+  for (int64_t i = dev::globalThread(); i < n; i += dev::gridThreads())
+    out[i] = kBf16NaN;
+}
+
+/// (rank, index) as one integer whose order is the router's: larger rank
+/// first, equal ranks (+0 == -0) by the lower index, NaN after every number
+/// (NaNs by index). Never 0 for a valid index, so 0 means "none".
+__device__ __forceinline__ unsigned long long rankKey(float rank, int64_t e) {
+  unsigned u = 0; // NaN: below every number
+  if (rank == rank) {
+    const unsigned b = __float_as_uint(rank == 0.0f ? 0.0f : rank);
+    u = (b & 0x80000000u) ? ~b : (b | 0x80000000u);
+  }
+  return (static_cast<unsigned long long>(u) << 32) |
+         (0xffffffffu - static_cast<unsigned>(e));
+}
+
+/// Max over the block; every thread gets it (32 slots of `scratch`).
+__device__ unsigned long long blockMaxKey(unsigned long long v,
+                                          unsigned long long *scratch) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1)
+    v = max(v, __shfl_xor_sync(0xffffffffu, v, o));
+  __syncthreads();
+  if (lane == 0)
+    scratch[warp] = v;
+  __syncthreads();
+  v = lane < static_cast<int>(blockDim.x >> 5) ? scratch[lane] : 0ull;
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1)
+    v = max(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+
+} // namespace
+
+//===----------------------------------------------------------------------===//
+// router
+//===----------------------------------------------------------------------===//
+//
+// k3_router: s_e = sigmoid(gate_e · h) for every expert (fp32), then the topK
+// experts by s + bias (larger first; ties to the lower index; NaN last), the
+// weights s renormalised (Σ + 1e-20, in rank order) and scaled, exactly as
+// routerCpu (the same fp32 operations after the scores).
+// Grid: warp w of block b scores experts (b · warps + w) + i · (grid · warps)
+// into module scratch; the last block to finish (arrival counter) ranks them:
+// topK rounds of a block-wide max over the 64-bit (rank, index) keys, each
+// round below the previous winner. Any grid is correct; ceil(E / 8) blocks
+// of 256 spread the E × D gate over one row per warp (grid 1: one SM reads
+// the whole gate, ~20x slower).
+// Limits: E <= kRouterCap (else ids -1, weights NaN); D <= kStageCap is
+// staged in shared memory (longer h is read from global memory).
+extern "C" __global__ void __launch_bounds__(1024)
+    k3_router(const RouterParams p) {
+  __shared__ float4 xs[kStageCap / 4];
+  __shared__ unsigned long long keyScratch[32];
+  __shared__ int last;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int warps = blockDim.x >> 5;
+  const int64_t E = p.numExperts, D = p.dim;
+  if (E > kRouterCap) {
+    for (int64_t k = dev::globalThread(); k < p.topK; k += dev::gridThreads())
+      p.outIds[k] = -1, p.outWeights[k] = __int_as_float(0x7fc00000);
+    return;
+  }
+
+  const GlobalAct h{p.h, nullptr, 1.0f, aligned(p.h, 16)};
+  const bool staged = D <= kStageCap;
+  if (staged) {
+    stage(xs, D, h);
+    __syncthreads();
+  }
+  WeightRef gate[1];
+  gate[0].format = kWeightBf16;
+  gate[0].bf16 = p.gate;
+  const int64_t stride = int64_t(gridDim.x) * warps;
+  for (int64_t e = int64_t(blockIdx.x) * warps + warp; e < E; e += stride) {
+    const int64_t rows[1] = {e};
+    float d[1];
+    if (staged)
+      rowDots(gate, rows, D, StagedAct{xs}, d);
+    else
+      rowDots(gate, rows, D, h, d);
+    if (lane == 0)
+      gRouterScores[e] = dev::sigmoidF(d[0]);
+  }
+
+  // The last block to arrive sees every score.
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    __threadfence();
+    last = atomicAdd(&gRouterArrived, 1u) == gridDim.x - 1;
+    if (last)
+      gRouterArrived = 0; // everyone has arrived: ready for the next launch
+  }
+  __syncthreads();
+  if (!last)
+    return;
+  __threadfence();
+
+  if (p.forceExpert < 0) {
+    // The ranks' keys' high words, staged (the h stage is no longer needed).
+    unsigned *rankBits = reinterpret_cast<unsigned *>(xs);
+    for (int64_t e = threadIdx.x; e < E; e += blockDim.x) {
+      const float r = __ldcg(&gRouterScores[e]) + (p.bias ? p.bias[e] : 0.0f);
+      rankBits[e] = static_cast<unsigned>(rankKey(r, e) >> 32);
+    }
+    __syncthreads();
+    unsigned long long prev = ~0ull;
+    for (int32_t k = 0; k < p.topK; ++k) {
+      unsigned long long best = 0;
+      for (int64_t e = threadIdx.x; e < E; e += blockDim.x) {
+        const unsigned long long key =
+            (static_cast<unsigned long long>(rankBits[e]) << 32) |
+            (0xffffffffu - static_cast<unsigned>(e));
+        if (key < prev && key > best)
+          best = key;
+      }
+      best = blockMaxKey(best, keyScratch);
+      prev = best;
+      if (threadIdx.x == 0)
+        p.outIds[k] = best ? static_cast<int32_t>(0xffffffffu -
+                                                  static_cast<unsigned>(best))
+                           : -1;
+    }
+  }
+  if (threadIdx.x == 0) {
+    // routerCpu's weights, operation for operation.
+    float sum = 0.0f;
+    for (int32_t k = 0; k < p.topK; ++k) {
+      const int32_t id = p.forceExpert >= 0 ? p.forceExpert : p.outIds[k];
+      const float s = id >= 0 && id < E ? __ldcg(&gRouterScores[id])
+                                        : __int_as_float(0x7fc00000);
+      p.outIds[k] = id;
+      p.outWeights[k] = s;
+      sum += s;
+    }
+    const float denom = p.renormalize ? sum + 1e-20f : 1.0f;
+    for (int32_t k = 0; k < p.topK; ++k) {
+      float w = p.outWeights[k];
+      if (p.renormalize)
+        w = w / denom;
+      p.outWeights[k] = w * p.scaling;
+    }
+  }
+}
+
+//===----------------------------------------------------------------------===//
+// gated_mlp
+//===----------------------------------------------------------------------===//
+//
+// k3_gated_mlp: x̂ = x or RMSNorm(x); g = R(W1 x̂), u = R(W3 x̂),
+// a = R(act(g, u)); y = R(W2 a); out = y or R(y + residual), as gatedMlpCpu.
+// Work queue (file comment), items of 2 · warps rows (16 with 256 threads):
+// gate/up item i: warp w computes rows 16i + 2w, +1 of W1 and W3 together
+// (x̂ staged once per block, norm factor included) and stores a (bf16) to
+// module scratch; down item j (after every gate/up item): warp w computes
+// out rows 16j + 2w, +1 over a. Items: ceil(I/16) + ceil(outDim/16); a grid
+// of ceil(I/8) (the plan's) is enough, about 4 blocks per SM is best.
+// Limits: interDim <= kGatedActCap (else out is NaN); inDim <= kStageCap is
+// staged in shared memory (longer x̂ is formed on the fly from global
+// memory). `out` may alias `residual` (each element is read, then written,
+// by one thread).
+extern "C" __global__ void __launch_bounds__(1024)
+    k3_gated_mlp(const GatedMlpParams p) {
+  __shared__ float4 xs[kStageCap / 4];
+  __shared__ float normParts[kNormParts];
+  __shared__ unsigned slot;
+  const int64_t I = p.interDim, O = p.outDim;
+  if (I > kGatedActCap) {
+    fillNaN(p.out, O);
+    return;
+  }
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int64_t rowsPerItem = 2 * (blockDim.x >> 5);
+  const unsigned gateItems =
+      static_cast<unsigned>((I + rowsPerItem - 1) / rowsPerItem);
+  const unsigned items =
+      gateItems + static_cast<unsigned>((O + rowsPerItem - 1) / rowsPerItem);
+  const bool stageX = p.inDim <= kStageCap;
+  GlobalAct xin{p.x, p.normWeight, 1.0f,
+                aligned(p.x, 16) &&
+                    (!p.normWeight || aligned(p.normWeight, 16))};
+  bool haveX = false, haveA = false;
+
+  for (;;) {
+    const unsigned item = nextItem(gGatedQueue, &slot);
+    if (item >= items)
+      break;
+    if (item < gateItems) {
+      if (!haveX) {
+        if (p.normWeight)
+          xin.r = rmsFactor(p.x, p.inDim, p.normEps, normParts);
+        if (stageX) {
+          stage(xs, p.inDim, xin);
+          __syncthreads();
+        }
+        haveX = true;
+      }
+      const int64_t i0 = int64_t(item) * rowsPerItem + 2 * warp;
+      const WeightRef w[2] = {p.w1, p.w3};
+      const int64_t rows[2] = {min(i0, I - 1), min(i0 + 1, I - 1)};
+      float d[4]; // g, u of row i0, then of i0 + 1
+      if (stageX)
+        rowDots(w, rows, p.inDim, StagedAct{xs}, d);
+      else
+        rowDots(w, rows, p.inDim, xin, d);
+      if (lane < 2 && i0 + lane < I) {
+        const float g = dev::roundBf16(lane ? d[2] : d[0]);
+        const float u = dev::roundBf16(lane ? d[3] : d[1]);
+        gGatedAct[i0 + lane] = dev::fToBf16(
+            dev::gatedActF(p.activation, p.beta1, p.hasBeta2, p.beta2, g, u));
+      }
+      finishGateUp(gGatedQueue);
+    } else {
+      if (!haveA) {
+        awaitGateUp(gGatedQueue, gateItems);
+        haveA = true;
+      }
+      const int64_t o0 = int64_t(item - gateItems) * rowsPerItem + 2 * warp;
+      const WeightRef w[1] = {p.w2};
+      const int64_t rows[2] = {min(o0, O - 1), min(o0 + 1, O - 1)};
+      const GlobalAct a{gGatedAct, nullptr, 1.0f, true};
+      float d[2];
+      rowDots(w, rows, I, a, d);
+      if (lane < 2 && o0 + lane < O) {
+        float y = dev::roundBf16(lane ? d[1] : d[0]);
+        if (p.residual)
+          y = y + dev::bf16ToF(p.residual[o0 + lane]);
+        p.out[o0 + lane] = dev::fToBf16(y);
+      }
+    }
+  }
+  leaveQueue(gGatedQueue);
+}
+
+/// The launch-wide numbers of a `moe_experts` launch, kept in shared memory
+/// and re-read where needed: fewer long-lived registers in the item loop.
+struct MoeShape {
+  int64_t aStride;    ///< slot stride of the activations (16-byte rows)
+  unsigned perSlot;   ///< gate/up items per slot
+  unsigned gateItems; ///< gate/up items
+  unsigned items;     ///< all items
+  unsigned item;      ///< the block's current item
+  int stageX;         ///< x staged in shared memory
+};
+
+/// One gate/up item of `moe_experts` (see the kernel).
+__device__ __forceinline__ void moeGateUp(const MoeExpertsParams &p,
+                                          const MoeShape &sh, unsigned item,
+                                          const float4 *xs) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int64_t I = p.interDim;
+  const int32_t k = static_cast<int32_t>(item / sh.perSlot);
+  const int64_t i0 =
+      int64_t(item % sh.perSlot) * (2 * (blockDim.x >> 5)) + 2 * warp;
+  const int32_t e = p.ids[k];
+  const bool valid = e >= 0 && e < p.numExperts;
+  float d[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+  if (valid) {
+    const WeightRef w[2] = {p.w1[e], p.w3[e]};
+    const int64_t rows[2] = {min(i0, I - 1), min(i0 + 1, I - 1)};
+    if (sh.stageX)
+      rowDots(w, rows, p.dim, StagedAct{xs}, d);
+    else
+      rowDots(w, rows, p.dim, GlobalAct{p.x, nullptr, 1.0f, aligned(p.x, 16)},
+              d);
+  }
+  if (lane < 2 && i0 + lane < I) {
+    const float g = dev::roundBf16(lane ? d[2] : d[0]);
+    const float u = dev::roundBf16(lane ? d[3] : d[1]);
+    gMoeAct[int64_t(k) * sh.aStride + i0 + lane] =
+        valid ? dev::fToBf16(dev::gatedActF(p.activation, p.beta1, p.hasBeta2,
+                                            p.beta2, g, u))
+              : kBf16NaN;
+  }
+}
+
+/// Unit (slot k, half) of a mixing item: R(W2_{ids[k]} a_k) of out rows
+/// r0 .. r0 + kMixUnitRows - 1 into column `col` of `ys`.
+__device__ __forceinline__ void moeMixUnit(const MoeExpertsParams &p,
+                                           const MoeShape &sh, int32_t k,
+                                           int64_t r0, int col,
+                                           float (*ys)[kMixSlots]) {
+  const int lane = threadIdx.x & 31;
+  const int32_t e = p.ids[k];
+  float d[kMixUnitRows];
+  if (e >= 0 && e < p.numExperts) {
+    const WeightRef w[1] = {p.w2[e]};
+    int64_t rows[kMixUnitRows];
+#pragma unroll
+    for (int j = 0; j < kMixUnitRows; ++j)
+      rows[j] = min(r0 + j, p.dim - 1);
+    const GlobalAct a{gMoeAct + int64_t(k) * sh.aStride, nullptr, 1.0f, true};
+    rowDots(w, rows, p.interDim, a, d);
+  } else {
+#pragma unroll
+    for (int j = 0; j < kMixUnitRows; ++j)
+      d[j] = __int_as_float(0x7fc00000);
+  }
+  if (lane < kMixUnitRows) {
+    float y = d[0];
+#pragma unroll
+    for (int j = 1; j < kMixUnitRows; ++j)
+      y = lane == j ? d[j] : y;
+    ys[lane][col] = dev::roundBf16(y);
+  }
+}
+
+//===----------------------------------------------------------------------===//
+// moe_experts
+//===----------------------------------------------------------------------===//
+//
+// k3_moe_experts: out = R(Σ_k weights[k] · y_k) over the topK slots, y_k the
+// bf16 output of expert ids[k]'s gated MLP on x (a = R(act(R(W1 x),
+// R(W3 x))), y = R(W2 a)), the sum in fp32 in slot order with separate
+// multiply and add, as moeExpertsCpu.
+// Work queue (file comment):
+//  * gate/up items, slot-major: item (k, i) covers intermediate rows
+//    2 · warps · i .. +2·warps of slot k's expert; warp w computes W1 and W3
+//    of two rows (4 rows at once, x staged once per block) and stores a to
+//    module scratch [topK, I] (bf16);
+//  * mix items (after every gate/up item): item j covers out rows
+//    8j .. 8j + 7; its 2 · topK units (slot k, half h: rows 8j + 4h .. +3)
+//    go round the warps; a unit leaves R(W2_{ids[k]} a_k) of its 4 rows in
+//    shared memory, then 8 threads add weights[k] · y_k in slot order.
+// Every weight byte of the chosen experts is read once, by all SMs.
+// Items: topK · ceil(I / 16) + ceil(dim / 8) (256 threads); the plan's grid
+// (topK · ceil(I/8)) works, about 4 blocks per SM is best.
+// Limits: topK · interDim <= kMoeActCap (else out is NaN); dim <= kStageCap
+// is staged in shared memory (a longer x is read from global memory); an id
+// outside [0, numExperts) makes its slot NaN.
+extern "C" __global__ void __launch_bounds__(1024)
+    k3_moe_experts(const MoeExpertsParams p) {
+  __shared__ float4 xs[kStageCap / 4];
+  __shared__ float ys[kMixRows][kMixSlots];
+  __shared__ float mix[kMixRows]; // Σ_k weights[k] · y_k so far, per row
+  __shared__ MoeShape sh;
+  const int32_t K = p.topK > 0 ? p.topK : 0;
+  // Slot k's activations start at k · aStride: 16-byte aligned rows.
+  const int64_t aStride = (p.interDim + 7) & ~int64_t(7);
+  if (int64_t(K) * aStride > kMoeActCap) {
+    fillNaN(p.out, p.dim);
+    return;
+  }
+  if (threadIdx.x == 0) {
+    const int64_t rowsPerItem = 2 * (blockDim.x >> 5);
+    sh.aStride = aStride;
+    sh.perSlot =
+        static_cast<unsigned>((p.interDim + rowsPerItem - 1) / rowsPerItem);
+    sh.gateItems = sh.perSlot * static_cast<unsigned>(K);
+    sh.items =
+        sh.gateItems + static_cast<unsigned>((p.dim + kMixRows - 1) / kMixRows);
+    sh.stageX = p.dim <= kStageCap;
+  }
+  bool haveX = false;
+
+  for (;;) {
+    // (nextItem's barriers also publish sh.)
+    const unsigned item = nextItem(gMoeQueue, &sh.item);
+    if (item >= sh.items)
+      break;
+    if (item < sh.gateItems) {
+      if (!haveX) {
+        if (sh.stageX) {
+          stage(xs, p.dim, GlobalAct{p.x, nullptr, 1.0f, aligned(p.x, 16)});
+          __syncthreads();
+        }
+        haveX = true;
+      }
+      moeGateUp(p, sh, item, xs);
+      finishGateUp(gMoeQueue);
+    } else {
+      awaitGateUp(gMoeQueue, sh.gateItems); // one load once all are done
+      const int64_t o0 = int64_t(item - sh.gateItems) * kMixRows;
+      if (threadIdx.x < kMixRows)
+        mix[threadIdx.x] = 0.0f;
+      for (int32_t kb = 0; kb < K; kb += kMixSlots) {
+        const int n = min(K - kb, kMixSlots);
+        for (int u = threadIdx.x >> 5; u < 2 * n; u += blockDim.x >> 5)
+          moeMixUnit(p, sh, kb + (u >> 1), o0 + (u & 1) * kMixUnitRows, u >> 1,
+                     ys + (u & 1) * kMixUnitRows);
+        __syncthreads();
+        if (threadIdx.x < kMixRows) {
+          float acc = mix[threadIdx.x];
+          for (int j = 0; j < n; ++j)
+            acc = __fadd_rn(acc,
+                            __fmul_rn(p.weights[kb + j], ys[threadIdx.x][j]));
+          mix[threadIdx.x] = acc;
+        }
+        __syncthreads();
+      }
+      if (threadIdx.x < kMixRows && o0 + threadIdx.x < p.dim)
+        p.out[o0 + threadIdx.x] = dev::fToBf16(mix[threadIdx.x]);
+    }
+  }
+  leaveQueue(gMoeQueue);
+}
