@@ -86,6 +86,10 @@ int64_t gemvGrid(int64_t n, bool norm) {
   return norm ? std::min(g, 4 * kTargetSms) : g;
 }
 
+/// gated_mlp and moe_experts draw their work items from a queue (the CUDA
+/// kernels), so about four resident blocks per SM keep every SM streaming.
+constexpr int64_t kWorkQueueGrid = 4 * kTargetSms;
+
 /// The KDA state kernels (kda_step, kda_recurrent, kda_decode): one block
 /// per (head, 32 value columns), so a K3 layer's 96 heads stream their state
 /// from 384 blocks at once. The unfused and fused forms get the same grid,
@@ -295,7 +299,7 @@ void Lowering::lowerRouter(Operation *op, Value x, Value gate, Value bias,
                              I("dim", dimOf(gate, 1)), I("topK", topK),
                              I("renormalize", renorm ? 1 : 0),
                              F("scaling", scaling)}),
-         {}, 1);
+         {}, ceilDiv(dimOf(gate, 0), 8));
 }
 
 void Lowering::lowerExperts(Operation *op, Value x, Value ids, Value weights,
@@ -315,7 +319,7 @@ void Lowering::lowerExperts(Operation *op, Value x, Value ids, Value weights,
           {"w3", ptr(w3)},
           {"w2", ptr(w2)},
           {"out", out}},
-         sc, {}, topK * ceilDiv(dimOf(w1, 1), 8));
+         sc, {}, kWorkQueueGrid);
 }
 
 LogicalResult Lowering::lower(Operation *op) {
@@ -604,7 +608,7 @@ LogicalResult Lowering::lower(Operation *op) {
                 {"w2", ptr(o.getW2())},
                 {"residual", opt(o.getResidual())},
                 {"out", out}},
-               sc, {}, ceilDiv(I_, 8));
+               sc, {}, kWorkQueueGrid);
         return success();
       })
       .Case<func::ReturnOp>([&](func::ReturnOp o) -> LogicalResult {
