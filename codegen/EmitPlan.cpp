@@ -166,8 +166,10 @@ LogicalResult mlir::k3::emitPlan(ModuleOp module, llvm::StringRef fusion,
   // A k3c built with CUDA carries the PTX of every kernel the plan launches
   // (the module that defines it), so the plan runs on a GPU by itself.
   for (const ::k3::PlanLaunch &l : doc.launches)
-    if (const ::k3::PtxModule *m = ::k3::ptxModuleFor(l.kernel))
-      doc.kernelPtx.emplace(l.kernel, std::string(m->ptx, m->size));
+    if (const ::k3::PtxModule *m = ::k3::ptxModuleFor(l.kernel)) {
+      doc.kernelModules.emplace(l.kernel, m->name);
+      doc.ptxModules.emplace(m->name, std::string(m->ptx, m->size));
+    }
   planText = ::k3::serializePlan(doc);
   return success();
 }

@@ -209,7 +209,8 @@ bool operator==(const PlanDoc &a, const PlanDoc &b) {
   return a.version == b.version && a.fusion == b.fusion &&
          a.maxSeq == b.maxSeq && a.config == b.config &&
          a.arenaBytes == b.arenaBytes && a.logitsBuffer == b.logitsBuffer &&
-         a.kernelPtx == b.kernelPtx &&
+         a.kernelModules == b.kernelModules &&
+         a.ptxModules == b.ptxModules &&
          std::equal(a.buffers.begin(), a.buffers.end(), b.buffers.begin(),
                     b.buffers.end(), buffersEq) &&
          std::equal(a.states.begin(), a.states.end(), b.states.begin(),
@@ -614,9 +615,13 @@ std::string serializePlanBody(const PlanDoc &plan) {
   }
   j["launches"] = std::move(launches);
   ojson kernels = ojson::object();
-  for (const auto &[name, ptx] : plan.kernelPtx)
-    kernels[name] = {{"ptx", ptx}};
+  for (const auto &[name, module] : plan.kernelModules)
+    kernels[name] = {{"module", module}};
   j["kernels"] = std::move(kernels);
+  ojson modules = ojson::object();
+  for (const auto &[name, ptx] : plan.ptxModules)
+    modules[name] = ptx;
+  j["ptx_modules"] = std::move(modules);
   // One launch per line keeps plans diffable without a pretty-printer.
   std::string out = "{";
   bool first = true;
@@ -955,19 +960,37 @@ bool parseBody(Reader &r, const ojson &j, PlanDoc &plan, Status &status) {
     plan.launches.push_back(std::move(ln));
   }
 
+  if (const ojson *modules = r.member(j, "", "ptx_modules", false)) {
+    if (!modules->is_object())
+      return r.fail("ptx_modules", "expected an object");
+    for (auto it = modules->begin(); it != modules->end(); ++it)
+      if (!r.getString(it.value(), "ptx_modules." + it.key(),
+                       plan.ptxModules[it.key()]))
+        return false;
+  }
   if (const ojson *kernels = r.member(j, "", "kernels", false)) {
     if (!kernels->is_object())
       return r.fail("kernels", "expected an object");
     for (auto it = kernels->begin(); it != kernels->end(); ++it) {
-      const ojson *ptx =
-          it.value().is_object()
-              ? r.member(it.value(), "kernels." + it.key(), "ptx")
-              : nullptr;
-      if (!ptx)
-        return r.fail("kernels." + it.key(), "expected {\"ptx\": \"...\"}");
-      if (!r.getString(*ptx, "kernels." + it.key() + ".ptx",
-                       plan.kernelPtx[it.key()]))
-        return false;
+      const std::string where = "kernels." + it.key();
+      const ojson &k = it.value();
+      if (k.is_object() && k.contains("module")) {
+        std::string &module = plan.kernelModules[it.key()];
+        if (!r.getString(k["module"], where + ".module", module))
+          return false;
+        if (!plan.ptxModules.count(module))
+          return r.fail(where + ".module",
+                        "names '" + module + "', which ptx_modules lacks");
+      } else if (k.is_object() && k.contains("ptx")) {
+        // The first form of version 1: the PTX inline, per kernel.
+        const std::string module = "kernel:" + it.key();
+        if (!r.getString(k["ptx"], where + ".ptx", plan.ptxModules[module]))
+          return false;
+        plan.kernelModules[it.key()] = module;
+      } else {
+        return r.fail(where, "expected {\"module\": \"...\"} or "
+                             "{\"ptx\": \"...\"}");
+      }
     }
   }
   (void)status;
@@ -1063,6 +1086,14 @@ Expected<PlanDoc> readPlanFile(const std::string &path) {
   if (in.bad())
     return makeError(path, ": read failed");
   return parsePlan(ss.str(), path);
+}
+
+const std::string *PlanDoc::ptxFor(const std::string &kernel) const {
+  auto k = kernelModules.find(kernel);
+  if (k == kernelModules.end())
+    return nullptr;
+  auto m = ptxModules.find(k->second);
+  return m == ptxModules.end() ? nullptr : &m->second;
 }
 
 } // namespace k3

@@ -133,7 +133,12 @@ struct PlanDoc {
   std::vector<PlanWeight> weights;
   int64_t logitsBuffer = -1; ///< index of the fp32 [vocab] logits buffer
   std::vector<PlanLaunch> launches;
-  std::map<std::string, std::string> kernelPtx; ///< kernel name -> PTX
+  /// PTX carried by the plan (a k3c built with CUDA): the module (kernel
+  /// family) that defines each launched kernel, and each module's text once.
+  std::map<std::string, std::string> kernelModules; ///< kernel -> module
+  std::map<std::string, std::string> ptxModules;    ///< module -> PTX text
+  /// The PTX text that defines `kernel`, or null when the plan has none.
+  const std::string *ptxFor(const std::string &kernel) const;
 
   /// Builder helpers for the compiler and tests: append and return the
   /// index. addBuffer places the buffer at the end of the arena (aligned)

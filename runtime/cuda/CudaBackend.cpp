@@ -84,9 +84,8 @@ CudaBackend::bind(const PlanDoc &plan, const TensorStore &store,
   // own PTX wins over the binary's (it is what the plan was compiled with).
   for (size_t i = 0; i < plan.launches.size(); ++i) {
     const PlanLaunch &l = plan.launches[i];
-    auto ptx = plan.kernelPtx.find(l.kernel);
-    Expected<cuda::CUfunction> f = kernelFunction(
-        d, l.kernel, ptx == plan.kernelPtx.end() ? nullptr : &ptx->second);
+    Expected<cuda::CUfunction> f =
+        kernelFunction(d, l.kernel, plan.ptxFor(l.kernel));
     if (!f)
       return f.status().withContext("launch " + std::to_string(i));
     be->functions_.push_back(*f);

@@ -60,7 +60,8 @@ TEST(PlanTest, RoundTrip) {
   for (test::PlanStyle style : {test::PlanStyle::Fused, test::PlanStyle::Fine,
                                 test::PlanStyle::Finest}) {
     PlanDoc plan = tinyPlan(style);
-    plan.kernelPtx["linear"] = "// ptx\n.version 8.0\n";
+    plan.kernelModules["linear"] = "gemv";
+    plan.ptxModules["gemv"] = "// ptx\n.version 8.0\n";
     plan.launches[0].grid = {4, 2, 1};
     plan.launches[0].block = {128, 1, 1};
     plan.launches[0].smem = 4096;
@@ -121,6 +122,42 @@ TEST(PlanTest, BadVersion) {
     return p;
   }());
   EXPECT_ERROR_CONTAINS(parsePlan(withHeader(body)), "version 2");
+}
+
+TEST(PlanTest, PtxModules) {
+  // A kernel naming a module the plan does not carry.
+  EXPECT_ERROR_CONTAINS(parsePlan(edited([](PlanDoc &p) {
+                          p.kernelModules["linear"] = "gemv";
+                        })),
+                        "kernels.linear.module: names 'gemv', which "
+                        "ptx_modules lacks");
+  // Two kernels of one family share one copy of the module's text.
+  const std::string bytes = edited([](PlanDoc &p) {
+    p.kernelModules["kda_decode"] = "kda";
+    p.kernelModules["kda_step"] = "kda";
+    p.ptxModules["kda"] = ".entry k3_kda_decode( .entry k3_kda_step(";
+  });
+  Expected<PlanDoc> back = parsePlan(bytes);
+  ASSERT_TRUE(back.hasValue()) << back.message();
+  ASSERT_NE(back->ptxFor("kda_step"), nullptr);
+  EXPECT_EQ(back->ptxFor("kda_step"), back->ptxFor("kda_decode"));
+  EXPECT_EQ(back->ptxFor("linear"), nullptr);
+  EXPECT_EQ(bytes.find("k3_kda_step"), bytes.rfind("k3_kda_step"));
+  // The first form of version 1: PTX inline per kernel.
+  std::string body = bytes.substr(bytes.find('\n') + 1);
+  const std::string modules = "\"ptx_modules\"";
+  body = body.substr(0, body.find(modules)) + modules + ": {}\n}";
+  const size_t k = body.find("\"kernels\"");
+  body = body.substr(0, k) +
+         "\"kernels\": {\"linear\": {\"ptx\": \".entry k3_linear(\"}},\n" +
+         body.substr(body.find(modules));
+  Expected<PlanDoc> inline1 = parsePlan(withHeader(body));
+  ASSERT_TRUE(inline1.hasValue()) << inline1.message() << "\n" << body;
+  ASSERT_NE(inline1->ptxFor("linear"), nullptr);
+  EXPECT_EQ(*inline1->ptxFor("linear"), ".entry k3_linear(");
+  body.replace(body.find("{\"ptx\""), 6, "{\"pxt\"");
+  EXPECT_ERROR_CONTAINS(parsePlan(withHeader(body)),
+                        "expected {\"module\": \"...\"} or");
 }
 
 TEST(PlanTest, InvalidJsonBody) {
