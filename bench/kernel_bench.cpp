@@ -155,7 +155,8 @@ void benchLinear(std::vector<Result> &out, const std::string &label, int64_t n,
     vs.push_back(p);
   }
   double us;
-  if (timeKernel("linear", vs, (n + 7) / 8, us))
+  // The plan's grid (codegen gemvGrid without a norm).
+  if (timeKernel("linear", vs, std::max<int64_t>((n + 7) / 8, 264), us))
     out.push_back({label, us, wBytes + k * 2.0 + n * (f32Out ? 4.0 : 2.0)});
 }
 
@@ -187,7 +188,8 @@ void benchKda(std::vector<Result> &out) {
     vs.push_back(p);
   }
   double us;
-  if (timeKernel("kda_decode", vs, H, us))
+  // The plan's grid: one block per (head, 32 value columns).
+  if (timeKernel("kda_decode", vs, H * (Dh / 32), us))
     out.push_back({"kda_decode 96x128 (state r+w)", us,
                    2 * stateBytes + C * 2.0 * 6 + C * 4 * 3 * 2.0 * 3});
 }
@@ -237,7 +239,7 @@ void benchRouter(std::vector<Result> &out) {
     vs.push_back(p);
   }
   double us;
-  if (timeKernel("router", vs, 1, us))
+  if (timeKernel("router", vs, (E + 7) / 8, us)) // the plan's grid
     out.push_back({"router 896 x 7168, top-16", us, E * D * 2.0});
 }
 
@@ -286,8 +288,8 @@ void benchMoe(std::vector<Result> &out) {
   p.out = static_cast<uint16_t *>(zerosDevice(Dm * 2));
   const double perExpert = 3.0 * (I * Dm / 2.0 + I * Dm / 32.0);
   double us;
-  if (timeKernel("moe_experts", std::vector<MoeExpertsParams>{p},
-                 TopK * ((I + 7) / 8), us))
+  if (timeKernel("moe_experts", std::vector<MoeExpertsParams>{p}, 4 * 132,
+                 us)) // the plan's grid: four blocks per SM
     out.push_back({"moe_experts 16 x MXFP4 3584x3072", us, TopK * perExpert});
 }
 

@@ -12,6 +12,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace k3 {
 
@@ -34,6 +35,14 @@ public:
   virtual int64_t maxSeq() const = 0;
   /// "cpu", or "cuda (NVIDIA H200 (sm_90))".
   virtual std::string name() const = 0;
+
+  /// Debugging (differential runs of two backends, launch by launch): runs
+  /// only launch `index` of the plan with the step inputs `token`, `pos`
+  /// (no range checks), and copies the arena (every scratch buffer) or state
+  /// `state` to the host.
+  virtual Status runLaunch(size_t index, int64_t token, int64_t pos) = 0;
+  virtual Status readArena(std::vector<uint8_t> &out) = 0;
+  virtual Status readState(size_t state, std::vector<uint8_t> &out) = 0;
 };
 
 } // namespace k3

@@ -42,6 +42,7 @@ CpuBackend::bind(const PlanDoc &plan, const TensorStore &store) {
   };
   K3_RETURN_IF_ERROR(
       allocate(plan.arenaBytes, be->arena_).withContext("arena"));
+  be->arenaBytes_ = plan.arenaBytes;
   be->states_.resize(plan.states.size());
   for (size_t i = 0; i < plan.states.size(); ++i) {
     K3_RETURN_IF_ERROR(allocate(plan.states[i].bytes, be->states_[i])
@@ -84,6 +85,26 @@ Status CpuBackend::step(int64_t token, int64_t pos) {
     l.setInputs(token, pos);
     l.params->runCpu();
   }
+  return Status::ok();
+}
+
+Status CpuBackend::runLaunch(size_t index, int64_t token, int64_t pos) {
+  if (index >= launches_.size())
+    return makeError("launch ", index, " is out of range");
+  launches_[index].setInputs(token, pos);
+  launches_[index].params->runCpu();
+  return Status::ok();
+}
+
+Status CpuBackend::readArena(std::vector<uint8_t> &out) {
+  out.assign(arena_.get(), arena_.get() + arenaBytes_);
+  return Status::ok();
+}
+
+Status CpuBackend::readState(size_t state, std::vector<uint8_t> &out) {
+  if (state >= states_.size())
+    return makeError("state ", state, " is out of range");
+  out.assign(states_[state].get(), states_[state].get() + stateBytes_[state]);
   return Status::ok();
 }
 

@@ -58,6 +58,9 @@ public:
   int64_t vocab() const override { return vocab_; }
   int64_t maxSeq() const override { return maxSeq_; }
   std::string name() const override { return "cpu"; }
+  Status runLaunch(size_t index, int64_t token, int64_t pos) override;
+  Status readArena(std::vector<uint8_t> &out) override;
+  Status readState(size_t state, std::vector<uint8_t> &out) override;
 
 private:
   CpuBackend() = default;
@@ -69,6 +72,7 @@ private:
 
   int64_t vocab_ = 0, maxSeq_ = 0;
   Block arena_;
+  uint64_t arenaBytes_ = 0;
   std::vector<Block> states_;
   std::vector<uint64_t> stateBytes_;
   std::vector<ResolvedWeight> weights_;

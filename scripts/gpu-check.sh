@@ -21,7 +21,8 @@ export LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-}:/usr/local/nvidia/lib64
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
 status=0
 printf '%-34s %8s %8s %8s\n' test passed failed skipped
-for t in "$STAGE"/bin/cuda_kernels_test "$STAGE"/bin/cuda_decode_test; do
+export K3C_CUDA_TEST_PLANS=$STAGE/plans
+for t in "$STAGE"/bin/cuda_test; do
   name=$(basename "$t")
   "$t" --gtest_brief=1 >"$OUTDIR/$name.log" 2>&1
   rc=$?

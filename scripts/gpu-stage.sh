@@ -15,8 +15,7 @@ STAGE=$BUILD_DIR/gpu-stage
 ninja -C "$BUILD_DIR" >/dev/null
 rm -rf "$STAGE"
 mkdir -p "$STAGE/bin" "$STAGE/plans"
-cp "$BUILD_DIR"/test/unit/bin/cuda_kernels_test "$STAGE/bin/"
-cp "$BUILD_DIR"/test/unit/bin/cuda_decode_test "$STAGE/bin/"
+cp "$BUILD_DIR"/test/unit/bin/cuda_test "$STAGE/bin/"
 cp "$BUILD_DIR"/bin/kernel_bench "$BUILD_DIR"/bin/k3-run "$BUILD_DIR"/bin/k3-mkmodel "$STAGE/bin/"
 for preset in tiny tiny-linear; do
   for fusion in none default max; do

@@ -130,9 +130,12 @@ CudaBackend::bind(const PlanDoc &plan, const TensorStore &store,
                        const std::vector<int64_t> &shape,
                        WeightRef &out) -> Status {
     out = host;
+    // Matrix rows and the elements per row (the conv weights [C, 1, W] are
+    // 3-D: everything after the first dimension is one row).
     const uint64_t rows = static_cast<uint64_t>(shape[0]);
-    const uint64_t cols =
-        shape.size() > 1 ? static_cast<uint64_t>(shape[1]) : 1;
+    uint64_t cols = 1;
+    for (size_t i = 1; i < shape.size(); ++i)
+      cols *= static_cast<uint64_t>(shape[i]);
     if (host.format == kWeightMxfp4) {
       Expected<const uint8_t *> p =
           upload(host.packed, rows * cols / 2, w.name + " (packed)");
@@ -276,6 +279,30 @@ Status CudaBackend::step(int64_t token, int64_t pos) {
     return ms.status();
   lastStepMs_ = *ms;
   return Status::ok();
+}
+
+Status CudaBackend::runLaunch(size_t index, int64_t token, int64_t pos) {
+  if (index >= launches_.size())
+    return makeError("launch ", index, " is out of range");
+  BoundLaunch &l = launches_[index];
+  l.setInputs(token, pos);
+  const Grid &g = grids_[index];
+  K3_RETURN_IF_ERROR(driver_->launch(functions_[index], g.grid, g.block, g.smem,
+                                     stream_, l.params->data()));
+  return driver_->synchronize(stream_).withContext(
+      "launch " + std::to_string(index) + " (" + l.kernel->name + ")");
+}
+
+Status CudaBackend::readArena(std::vector<uint8_t> &out) {
+  out.resize(arena_.bytes());
+  return driver_->copyToHost(out.data(), arena_.get(), out.size());
+}
+
+Status CudaBackend::readState(size_t state, std::vector<uint8_t> &out) {
+  if (state >= states_.size())
+    return makeError("state ", state, " is out of range");
+  out.resize(states_[state].bytes());
+  return driver_->copyToHost(out.data(), states_[state].get(), out.size());
 }
 
 } // namespace k3

@@ -46,6 +46,9 @@ public:
   int64_t vocab() const override { return vocab_; }
   int64_t maxSeq() const override { return maxSeq_; }
   std::string name() const override;
+  Status runLaunch(size_t index, int64_t token, int64_t pos) override;
+  Status readArena(std::vector<uint8_t> &out) override;
+  Status readState(size_t state, std::vector<uint8_t> &out) override;
 
   /// Device time of the last step's launches (ms), for benchmarks.
   float lastStepMs() const { return lastStepMs_; }
