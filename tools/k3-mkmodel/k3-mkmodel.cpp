@@ -13,6 +13,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <string>
 
 namespace {
@@ -41,6 +43,8 @@ void printHelp(std::FILE *out) {
       "  --experts N        routed experts per MoE layer (default: the "
       "preset's);\n"
       "                     top-k is capped at N\n"
+      "  --config-only      write only config.json (to compile plans for a\n"
+      "                     geometry without making its weights)\n"
       "  --shard-mb N       split the weights into shards of at most N MiB\n"
       "                     with model.safetensors.index.json (default: one "
       "file)\n"
@@ -80,6 +84,7 @@ int usageError(const std::string &message) {
 int main(int argc, char **argv) {
   std::string preset, outDir;
   uint64_t seed = 0, layers = 0, experts = 0, shardMb = 0;
+  bool configOnly = false;
 
   for (int i = 1; i < argc; ++i) {
     std::string arg = argv[i];
@@ -120,6 +125,8 @@ int main(int argc, char **argv) {
         return rc;
       if (experts == 0)
         return usageError("--experts must be at least 1");
+    } else if (arg == "--config-only") {
+      configOnly = true;
     } else if (arg == "--shard-mb") {
       if (int rc = count(shardMb))
         return rc;
@@ -152,6 +159,25 @@ int main(int argc, char **argv) {
     for (const std::string &name : k3::presetNames())
       std::fprintf(stderr, "  %s\n", name.c_str());
     return kExitUsage;
+  }
+
+  if (configOnly) {
+    std::error_code ec;
+    std::filesystem::create_directories(outDir, ec);
+    std::ofstream out(std::filesystem::path(outDir) / "config.json");
+    out << k3::writeConfigJson(*config);
+    out.close();
+    if (ec || !out) {
+      std::fprintf(stderr, "k3-mkmodel: error: cannot write %s/config.json\n",
+                   outDir.c_str());
+      return kExitFailure;
+    }
+    std::printf("k3-mkmodel: wrote %s/config.json (preset %s, %lld layers, "
+                "%lld experts; no weights)\n",
+                outDir.c_str(), preset.c_str(),
+                static_cast<long long>(config->numLayers),
+                static_cast<long long>(config->numExperts));
+    return 0;
   }
 
   // One line per ~5% so a multi-GB model shows it is alive.

@@ -5,10 +5,12 @@
 //
 //===----------------------------------------------------------------------===//
 #include "TestUtil.h"
+#include "runtime/Config.h"
 
 #include <gtest/gtest.h>
 
 #include <cstdio>
+#include <filesystem>
 #include <sys/wait.h>
 
 #ifndef K3C_MKMODEL_PATH
@@ -97,4 +99,22 @@ TEST(MkModelTool, WritesTinyModel) {
   r = runTool("tiny -o '" + dir.file("f") + "'");
   EXPECT_EQ(r.code, 1) << r.output;
   EXPECT_TRUE(k3::test::contains(r.output, "error")) << r.output;
+}
+
+TEST(MkModelTool, ConfigOnly) {
+  k3::test::TempDir dir;
+  std::string out = dir.file("k3cut");
+  // The real K3 geometry cut to 4 layers: only config.json, no 10 GB of
+  // weights, and it parses back to that geometry.
+  ToolRun r =
+      runTool("k3 -o '" + out + "' --layers 4 --experts 32 --config-only");
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_TRUE(k3::test::contains(r.output, "no weights")) << r.output;
+  EXPECT_TRUE(std::filesystem::exists(out + "/config.json"));
+  EXPECT_FALSE(std::filesystem::exists(out + "/model.safetensors"));
+  k3::Expected<k3::ModelConfig> c = k3::parseConfigFile(out + "/config.json");
+  ASSERT_TRUE(c.hasValue()) << c.message();
+  EXPECT_EQ(c->numLayers, 4);
+  EXPECT_EQ(c->numExperts, 32);
+  EXPECT_EQ(c->hiddenSize, 7168);
 }
