@@ -7,6 +7,8 @@
 //===----------------------------------------------------------------------===//
 #include "passes/Passes.h"
 
+#include "kernels/kda/KdaParams.h"
+
 #include "mlir/IR/PatternMatch.h"
 #include "mlir/Transforms/GreedyPatternRewriteDriver.h"
 
@@ -48,8 +50,8 @@ int64_t rowsOf(Value w) {
 
 /// y = W x, rounded to bf16.
 Value linear(OpBuilder &b, Location loc, Value x, Value w) {
-  return LinearOp::create(b, loc, bf16Vec(b, rowsOf(w)), x, w, Value(),
-                          Value(), FloatAttr());
+  return LinearOp::create(b, loc, bf16Vec(b, rowsOf(w)), x, w, Value(), Value(),
+                          FloatAttr());
 }
 
 /// w2 · act(w1 x, w3 x) with unstacked weights.
@@ -67,8 +69,7 @@ Value gatedMlp(OpBuilder &b, Location loc, Value x, Value w1, Value w3,
 
 struct DecomposeKda : OpRewritePattern<KdaOp> {
   using OpRewritePattern::OpRewritePattern;
-  LogicalResult matchAndRewrite(KdaOp op,
-                                PatternRewriter &rw) const override {
+  LogicalResult matchAndRewrite(KdaOp op, PatternRewriter &rw) const override {
     Location loc = op.getLoc();
     KdaConfigAttr c = op.getConfig();
     int64_t C = c.getChannels(), H = c.getHeads(), d = c.getHeadDim();
@@ -85,17 +86,16 @@ struct DecomposeKda : OpRewritePattern<KdaOp> {
     Value kc = conv(uk, op.getKConv(), C);
     Value vc = conv(uv, op.getVConv(), 2 * C);
     auto l2 = [&](Value x, double scale) -> Value {
-      return L2NormOp::create(rw, loc, f32Vec(rw, C), x,
-                              rw.getI64IntegerAttr(d),
-                              rw.getF64FloatAttr(kL2NormEps),
-                              rw.getF64FloatAttr(scale));
+      return L2NormOp::create(
+          rw, loc, f32Vec(rw, C), x, rw.getI64IntegerAttr(d),
+          rw.getF64FloatAttr(kL2NormEps), rw.getF64FloatAttr(scale));
     };
     // The kernels compute the scale in fp32 (1.0f / sqrtf(d)); carry exactly
     // that value so every strategy scales q by the same float.
-    Value q = l2(qc, static_cast<double>(1.0f / std::sqrt(static_cast<float>(d))));
+    Value q = l2(qc, static_cast<double>(::k3::kdaQueryScale(d)));
     Value k = l2(kc, 1.0);
-    Value f = linear(rw, loc, linear(rw, loc, h, op.getFAProj()),
-                     op.getFBProj());
+    Value f =
+        linear(rw, loc, linear(rw, loc, h, op.getFAProj()), op.getFBProj());
     FloatAttr lb;
     if (c.getLowerBound())
       lb = rw.getF64FloatAttr(c.getLowerBound().getValueAsDouble());
@@ -109,9 +109,9 @@ struct DecomposeKda : OpRewritePattern<KdaOp> {
                    ? linear(rw, loc, h, op.getGProj())
                    : linear(rw, loc, linear(rw, loc, h, op.getGAProj()),
                             op.getGBProj());
-    Value y = GatedRmsNormOp::create(rw, loc, bf16Vec(rw, C), o, gt,
-                                     op.getONorm(), rw.getI64IntegerAttr(d),
-                                     op.getEpsAttr());
+    Value y =
+        GatedRmsNormOp::create(rw, loc, bf16Vec(rw, C), o, gt, op.getONorm(),
+                               rw.getI64IntegerAttr(d), op.getEpsAttr());
     rw.replaceOp(op, linear(rw, loc, y, op.getOProj()));
     return success();
   }
@@ -119,8 +119,7 @@ struct DecomposeKda : OpRewritePattern<KdaOp> {
 
 struct DecomposeMla : OpRewritePattern<MlaOp> {
   using OpRewritePattern::OpRewritePattern;
-  LogicalResult matchAndRewrite(MlaOp op,
-                                PatternRewriter &rw) const override {
+  LogicalResult matchAndRewrite(MlaOp op, PatternRewriter &rw) const override {
     Location loc = op.getLoc();
     MlaConfigAttr c = op.getConfig();
     Value h = op.getX();
@@ -152,10 +151,10 @@ struct DecomposeDenseMlp : OpRewritePattern<DenseMlpOp> {
   using OpRewritePattern::OpRewritePattern;
   LogicalResult matchAndRewrite(DenseMlpOp op,
                                 PatternRewriter &rw) const override {
-    rw.replaceOp(op, gatedMlp(rw, op.getLoc(), op.getX(), op.getW1(),
-                              op.getW3(), op.getW2(), op.getAct(),
-                              op.getSituBetaAttr(),
-                              op.getSituLinearBetaAttr()));
+    rw.replaceOp(op,
+                 gatedMlp(rw, op.getLoc(), op.getX(), op.getW1(), op.getW3(),
+                          op.getW2(), op.getAct(), op.getSituBetaAttr(),
+                          op.getSituLinearBetaAttr()));
     return success();
   }
 };
@@ -190,8 +189,7 @@ Value addShared(PatternRewriter &rw, MoeOpT op, Value routed) {
 
 struct DecomposeMoe : OpRewritePattern<MoeOp> {
   using OpRewritePattern::OpRewritePattern;
-  LogicalResult matchAndRewrite(MoeOp op,
-                                PatternRewriter &rw) const override {
+  LogicalResult matchAndRewrite(MoeOp op, PatternRewriter &rw) const override {
     rw.replaceOp(op, addShared(rw, op, routedMix(rw, op, op.getX())));
     return success();
   }
@@ -225,7 +223,7 @@ struct DecomposeLmHead : OpRewritePattern<LmHeadOp> {
 };
 
 struct K3DecomposeLayersPass
-    : k3::impl::K3DecomposeLayersBase<K3DecomposeLayersPass> {
+    : mlir::k3::impl::K3DecomposeLayersBase<K3DecomposeLayersPass> {
   void runOnOperation() override {
     RewritePatternSet patterns(&getContext());
     populateDecomposeLayersPatterns(patterns);

@@ -16,6 +16,8 @@
 //===----------------------------------------------------------------------===//
 #include "passes/Passes.h"
 
+#include "kernels/kda/KdaParams.h"
+
 #include "mlir/IR/PatternMatch.h"
 #include "mlir/Transforms/GreedyPatternRewriteDriver.h"
 
@@ -96,8 +98,7 @@ struct FuseKdaChain : OpRewritePattern<GatedRmsNormOp> {
       if (!sameConstant(l2.getEps().convertToDouble(), kL2NormEps))
         return rw.notifyMatchFailure(norm, "an l2norm eps is not 1e-6");
     }
-    if (!sameConstant(q.getScale().convertToDouble(),
-                      1.0 / std::sqrt(static_cast<double>(d))))
+    if (!sameConstant(q.getScale().convertToDouble(), ::k3::kdaQueryScale(d)))
       return rw.notifyMatchFailure(norm, "the q l2norm scale is not 1/sqrt(d)");
     if (!sameConstant(k.getScale().convertToDouble(), 1.0))
       return rw.notifyMatchFailure(norm, "the k l2norm scale is not 1");
@@ -173,7 +174,7 @@ struct FuseKdaChain : OpRewritePattern<GatedRmsNormOp> {
   }
 };
 
-struct K3FuseKdaPass : k3::impl::K3FuseKdaBase<K3FuseKdaPass> {
+struct K3FuseKdaPass : mlir::k3::impl::K3FuseKdaBase<K3FuseKdaPass> {
   void runOnOperation() override {
     RewritePatternSet patterns(&getContext());
     populateFuseKdaPatterns(patterns);

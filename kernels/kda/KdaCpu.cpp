@@ -126,7 +126,7 @@ void stepHead(const float *q, const float *k, const uint16_t *vBf16,
 
 void kdaRecurrentCpu(const KdaRecurrentParams &p) {
   const int64_t d = p.headDim;
-  const float qScale = 1.0f / std::sqrt(static_cast<float>(d));
+  const float qScale = kdaQueryScale(d);
   std::vector<float> q(d), k(d), g(d);
   StepScratch scratch(d);
   for (int64_t h = 0; h < p.numHeads; ++h) {

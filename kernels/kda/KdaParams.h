@@ -17,12 +17,20 @@
 #ifndef K3C_KERNELS_KDA_KDAPARAMS_H
 #define K3C_KERNELS_KDA_KDAPARAMS_H
 
+#include <cmath>
 #include <cstdint>
 
 namespace k3 {
 
 /// The epsilon inside the root of KDA's q/k l2norm (K3.md §2.3).
 constexpr float kKdaL2NormEps = 1e-6f;
+
+/// The query scale 1/sqrt(d) exactly as every kernel computes it (fp32). The
+/// compiler carries this value, not the double 1/sqrt(d): they differ unless
+/// d is a power of 4 (d = 128: 0.08838834613... vs 0.08838834764...).
+inline float kdaQueryScale(int64_t d) {
+  return 1.0f / std::sqrt(static_cast<float>(d));
+}
 
 /// `kda_conv`: one step of the depthwise causal short conv + SiLU for one of
 /// q, k, v: out[c] = R(SiLU(Σ_{i<W-1} w[c,i]·state[c,i] + w[c,W-1]·u[c]))
