@@ -75,12 +75,7 @@ Status CpuBackend::resetState() {
 }
 
 Status CpuBackend::step(int64_t token, int64_t pos) {
-  if (token < 0 || token >= vocab_)
-    return makeError("token id ", token, " is outside the vocabulary [0, ",
-                     vocab_, ")");
-  if (pos < 0 || pos >= maxSeq_)
-    return makeError("position ", pos, " is outside the plan's context [0, ",
-                     maxSeq_, ")");
+  K3_RETURN_IF_ERROR(checkStepInputs(token, pos, vocab_, maxSeq_));
   for (BoundLaunch &l : launches_) {
     l.setInputs(token, pos);
     l.params->runCpu();

@@ -249,6 +249,17 @@ template <typename T> void store(void *params, size_t offset, T value) {
 
 } // namespace
 
+Status checkStepInputs(int64_t token, int64_t pos, int64_t vocab,
+                       int64_t maxSeq) {
+  if (token < 0 || token >= vocab)
+    return makeError("token id ", token, " is outside the vocabulary [0, ",
+                     vocab, ")");
+  if (pos < 0 || pos >= maxSeq)
+    return makeError("position ", pos, " is outside the plan's context [0, ",
+                     maxSeq, ")");
+  return Status::ok();
+}
+
 void BoundLaunch::setInputs(int64_t token, int64_t pos) {
   void *p = params->data();
   for (const Input &in : inputs) {

@@ -69,6 +69,11 @@ struct BoundLaunch {
   void setInputs(int64_t token, int64_t pos);
 };
 
+/// The checks every backend's step makes before anything runs: `token` in
+/// [0, vocab), `pos` in [0, maxSeq).
+Status checkStepInputs(int64_t token, int64_t pos, int64_t vocab,
+                       int64_t maxSeq);
+
 /// Fills launch `index` of `plan` against `mem`. Errors name the launch and
 /// the field. `plan` must be validated (validatePlan).
 Status bindLaunch(const PlanDoc &plan, size_t index, const PlanMemory &mem,

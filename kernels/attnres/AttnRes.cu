@@ -26,54 +26,8 @@ constexpr int kMaxSources = 64;
 /// sum, i.e. one sweep); their loads are in flight together.
 constexpr int kSweep = 9;
 
-/// W consecutive bf16 values, still packed: 16 bytes for W = 8, one value
-/// for W = 1.
-template <int W> struct Chunk;
-
-template <> struct Chunk<8> {
-  uint4 u;
-  /// Read-only path: for data the kernel does not write.
-  __device__ __forceinline__ void loadRO(const uint16_t *p) {
-    u = __ldg(reinterpret_cast<const uint4 *>(p));
-  }
-  /// Coherent load: for data this kernel wrote (the pre-norm output).
-  __device__ __forceinline__ void load(const uint16_t *p) {
-    u = *reinterpret_cast<const uint4 *>(p);
-  }
-  __device__ __forceinline__ void store(uint16_t *p) const {
-    *reinterpret_cast<uint4 *>(p) = u;
-  }
-  /// Element k (a compile-time constant after unrolling), widened.
-  __device__ __forceinline__ float at(int k) const {
-    const uint32_t w = k < 4 ? (k < 2 ? u.x : u.y) : (k < 6 ? u.z : u.w);
-    return __uint_as_float((k & 1) ? (w & 0xffff0000u) : (w << 16));
-  }
-  /// Sets element k to the bf16 `v`.
-  __device__ __forceinline__ void set(int k, uint16_t v) {
-    uint32_t &w = k < 4 ? (k < 2 ? u.x : u.y) : (k < 6 ? u.z : u.w);
-    w = (k & 1) ? ((w & 0x0000ffffu) | (uint32_t(v) << 16))
-                : ((w & 0xffff0000u) | v);
-  }
-};
-
-template <> struct Chunk<1> {
-  uint16_t v;
-  __device__ __forceinline__ void loadRO(const uint16_t *p) { v = __ldg(p); }
-  __device__ __forceinline__ void load(const uint16_t *p) { v = *p; }
-  __device__ __forceinline__ void store(uint16_t *p) const { *p = v; }
-  __device__ __forceinline__ float at(int) const { return dev::bf16ToF(v); }
-  __device__ __forceinline__ void set(int, uint16_t x) { v = x; }
-};
-
-/// Asks L2 to fetch the 128-byte lines of [p, p + bytes), one line per
-/// thread in turn: requests without a register result, so the whole working
-/// set is in flight at once.
-__device__ __forceinline__ void prefetchL2(const void *p, int64_t bytes) {
-  const char *base = static_cast<const char *>(p);
-  for (int64_t off = int64_t(threadIdx.x) * 128; off < bytes;
-       off += int64_t(blockDim.x) * 128)
-    asm volatile("prefetch.global.L2 [%0];" ::"l"(base + off));
-}
+template <int W> using Chunk = dev::Bf16Chunk<W>;
+using dev::prefetchL2Block;
 
 /// Shared memory of attn_res.
 struct AttnResShared {
@@ -123,13 +77,13 @@ __device__ void attnRes(const AttnResParams &p, AttnResShared &s) {
   // One block reads everything: request it all from HBM up front; the
   // sweeps below then wait on L2, not on HBM, per round of loads.
   if (p.numBlocks > 0)
-    prefetchL2(p.blocks, p.numBlocks * D * 2);
+    prefetchL2Block(p.blocks, p.numBlocks * D * 2);
   if (p.extra)
-    prefetchL2(p.extra, D * 2);
-  prefetchL2(p.wNorm, D * 2);
-  prefetchL2(p.wProj, D * 2);
+    prefetchL2Block(p.extra, D * 2);
+  prefetchL2Block(p.wNorm, D * 2);
+  prefetchL2Block(p.wProj, D * 2);
   if (p.normWeight)
-    prefetchL2(p.normWeight, D * 2);
+    prefetchL2Block(p.normWeight, D * 2);
 
   // 1. rnorm_i = 1 / sqrt(mean(V_i²) + eps), kSweep sources per sweep.
   for (int i0 = 0; i0 < n; i0 += kSweep) {

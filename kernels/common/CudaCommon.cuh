@@ -1,4 +1,5 @@
-//===- CudaCommon.cuh - Device helpers shared by the CUDA kernels -*- CUDA -*-===//
+//===- CudaCommon.cuh - Device helpers shared by the CUDA kernels -*- CUDA
+//-*-===//
 //
 // bf16 storage (the same round-to-nearest-even as kernels/common/BF16.h, so a
 // CUDA kernel rounds where the CPU kernel rounds), MXFP4 decoding (K3.md §7),
@@ -41,7 +42,8 @@ __device__ __forceinline__ float roundBf16(float f) {
   return bf16ToF(fToBf16(f));
 }
 
-/// Value of an E2M1 code (bit 3 sign, low bits index 0, .5, 1, 1.5, 2, 3, 4, 6).
+/// Value of an E2M1 code (bit 3 sign, low bits index 0, .5, 1, 1.5, 2, 3, 4,
+/// 6).
 __device__ __forceinline__ float e2m1ToF(uint32_t code) {
   // Magnitudes ×2 are 0 1 2 3 4 6 8 12: packed as nibbles of one constant.
   const uint32_t twice = (0xC8643210u >> ((code & 7u) * 4u)) & 0xFu;
@@ -61,7 +63,9 @@ __device__ __forceinline__ float e8m0ToF(uint32_t e) {
 __device__ __forceinline__ float sigmoidF(float x) {
   return 1.0f / (1.0f + expf(-x));
 }
-__device__ __forceinline__ float siluF(float x) { return x / (1.0f + expf(-x)); }
+__device__ __forceinline__ float siluF(float x) {
+  return x / (1.0f + expf(-x));
+}
 __device__ __forceinline__ float softcapF(float x, float beta) {
   return beta * tanhf(x / beta);
 }
@@ -129,9 +133,66 @@ __device__ __forceinline__ int64_t gridThreads() {
   return static_cast<int64_t>(gridDim.x) * blockDim.x;
 }
 
+/// Asks L2 for the 128-byte line holding `p`: a hint (no register held, no
+/// fault), so many can be in flight at once.
+__device__ __forceinline__ void prefetchL2Line(const void *p) {
+  asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
+}
+
+/// Asks L2 for the 128-byte lines of [p, p + bytes), spread over the block's
+/// threads (one line per thread in turn): the whole working set in flight.
+__device__ __forceinline__ void prefetchL2Block(const void *p, int64_t bytes) {
+  const char *base = static_cast<const char *>(p);
+  for (int64_t off = int64_t(threadIdx.x) * 128; off < bytes;
+       off += int64_t(blockDim.x) * 128)
+    prefetchL2Line(base + off);
+}
+
+/// W consecutive bf16 values in registers, still packed: 16 bytes for W = 8
+/// (one vector load, the fast path), one value for W = 1 (the scalar
+/// fallback for odd sizes or misaligned pointers).
+template <int W> struct Bf16Chunk;
+
+template <> struct Bf16Chunk<8> {
+  uint4 u;
+  __device__ __forceinline__ void zero() { u = make_uint4(0, 0, 0, 0); }
+  /// Read-only (non-coherent) path: data the kernel does not write.
+  __device__ __forceinline__ void loadRO(const uint16_t *p) {
+    u = __ldg(reinterpret_cast<const uint4 *>(p));
+  }
+  /// Coherent load: data this kernel wrote itself.
+  __device__ __forceinline__ void load(const uint16_t *p) {
+    u = *reinterpret_cast<const uint4 *>(p);
+  }
+  __device__ __forceinline__ void store(uint16_t *p) const {
+    *reinterpret_cast<uint4 *>(p) = u;
+  }
+  /// Element k (a compile-time constant after unrolling), widened.
+  __device__ __forceinline__ float at(int k) const {
+    const uint32_t w = k < 4 ? (k < 2 ? u.x : u.y) : (k < 6 ? u.z : u.w);
+    return __uint_as_float((k & 1) ? (w & 0xffff0000u) : (w << 16));
+  }
+  /// Sets element k to the bf16 `v`.
+  __device__ __forceinline__ void set(int k, uint16_t v) {
+    uint32_t &w = k < 4 ? (k < 2 ? u.x : u.y) : (k < 6 ? u.z : u.w);
+    w = (k & 1) ? ((w & 0x0000ffffu) | (uint32_t(v) << 16))
+                : ((w & 0xffff0000u) | v);
+  }
+};
+
+template <> struct Bf16Chunk<1> {
+  uint16_t v;
+  __device__ __forceinline__ void zero() { v = 0; }
+  __device__ __forceinline__ void loadRO(const uint16_t *p) { v = __ldg(p); }
+  __device__ __forceinline__ void load(const uint16_t *p) { v = *p; }
+  __device__ __forceinline__ void store(uint16_t *p) const { *p = v; }
+  __device__ __forceinline__ float at(int) const { return bf16ToF(v); }
+  __device__ __forceinline__ void set(int, uint16_t x) { v = x; }
+};
+
 /// Weight element (row, col) of a bf16 or MXFP4 matrix with `cols` columns.
 __device__ __forceinline__ float weightAt(const WeightRef &w, int64_t cols,
-                                         int64_t row, int64_t col) {
+                                          int64_t row, int64_t col) {
   if (w.format == kWeightBf16)
     return bf16ToF(w.bf16[row * cols + col]);
   const uint8_t byte = w.packed[row * (cols / 2) + col / 2];

@@ -68,9 +68,7 @@ __device__ __forceinline__ uint32_t ldStreamU8(const uint8_t *p) {
   return v;
 }
 
-__device__ __forceinline__ void prefetchL2(const void *p) {
-  asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
-}
+using dev::prefetchL2Line;
 
 /// Shared-memory slot of 16-byte chunk `c` of x̂. The MXFP4 path has lane l
 /// read chunks 4l .. 4l+3 (one 32-column block), which unswizzled would put
@@ -342,7 +340,7 @@ __device__ __forceinline__ void prefetchRowHead(const RowTarget &t, int64_t k,
   const int64_t off = static_cast<int64_t>(s.x) * 16 + lane * 128;
   if (off < static_cast<int64_t>(s.y) * 16 &&
       off < static_cast<int64_t>(s.x) * 16 + kPrefetchBytes)
-    prefetchL2(row + off);
+    prefetchL2Line(row + off);
 }
 
 /// Writes a finished row: fp32 as is, or bf16 R(y) / R(R(y) + residual).

@@ -194,8 +194,7 @@ __device__ __forceinline__ void prefetchSlice(const float *state, int d,
   for (int m = 0; m < kRegRows; ++m) {
     const int row = rl + m * g.rowLanes;
     if (row < d)
-      asm volatile("prefetch.global.L2 [%0];" ::"l"(
-          __cvta_generic_to_global(c.base + row * d)));
+      dev::prefetchL2Line(c.base + row * d);
   }
 }
 

@@ -25,44 +25,14 @@ constexpr int kPartFloats = 4096;
 /// mla_attend's register budget assumes at most this many threads per block.
 constexpr int kAttendMaxThreads = 256;
 
-/// W consecutive bf16 values in registers, still packed: 16 bytes for W = 8
-/// (one vector load), one value for W = 1 (the scalar fallback).
-template <int W> struct Chunk;
-
-template <> struct Chunk<8> {
-  uint4 u;
-  __device__ __forceinline__ void zero() { u = make_uint4(0, 0, 0, 0); }
-  /// Read-only (non-coherent) load: the data is not written by the kernel.
-  __device__ __forceinline__ void load(const uint16_t *p) {
-    u = __ldg(reinterpret_cast<const uint4 *>(p));
-  }
-  /// Element k (a compile-time constant after unrolling), widened.
-  __device__ __forceinline__ float at(int k) const {
-    const uint32_t w = k < 4 ? (k < 2 ? u.x : u.y) : (k < 6 ? u.z : u.w);
-    return __uint_as_float((k & 1) ? (w & 0xffff0000u) : (w << 16));
-  }
-};
-
-template <> struct Chunk<1> {
-  uint16_t v;
-  __device__ __forceinline__ void zero() { v = 0; }
-  __device__ __forceinline__ void load(const uint16_t *p) { v = __ldg(p); }
-  __device__ __forceinline__ float at(int) const { return dev::bf16ToF(v); }
-};
+template <int W> using Chunk = dev::Bf16Chunk<W>;
 
 /// −∞, the score of a missing row and the max before the first row.
 __device__ __forceinline__ float negInf() {
   return -__int_as_float(0x7f800000);
 }
 
-/// Asks L2 to fetch the 128-byte lines of [p, p + bytes), spread over the
-/// block's threads (no register result: requests without a wait).
-__device__ __forceinline__ void prefetchL2(const void *p, int64_t bytes) {
-  const char *base = static_cast<const char *>(p);
-  for (int64_t off = int64_t(threadIdx.x) * 128; off < bytes;
-       off += int64_t(blockDim.x) * 128)
-    asm volatile("prefetch.global.L2 [%0];" ::"l"(base + off));
-}
+using dev::prefetchL2Block;
 
 /// Shared memory of mla_attend (one head at a time per block). Latent
 /// vectors are stored chunk-transposed, element e of chunk c at e·CL + c
@@ -97,8 +67,8 @@ __device__ void attendHead(const MlaAttendParams &p, int64_t h,
   // Request both weight blocks of the head (K3: 2 × 128 KB) from HBM at
   // once: prefetches hold no registers, so the whole working set is in
   // flight, and W_UV's fetch overlaps the q̂ and attention phases.
-  prefetchL2(wUK, P * L * 2);
-  prefetchL2(wUV, V * L * 2);
+  prefetchL2Block(wUK, P * L * 2);
+  prefetchL2Block(wUV, V * L * 2);
 
   // --- q̂[l] = Σ_i W_UK[i][l] q_nope[i]. Thread item (chunk c, group g)
   // sums the rows i ≡ g (mod G) of column chunk c; the G partials are then
@@ -116,7 +86,7 @@ __device__ void attendHead(const MlaAttendParams &p, int64_t h,
 #pragma unroll 8
     for (int64_t i = g; i < P; i += G) {
       Chunk<W> w;
-      w.load(col + i * L);
+      w.loadRO(col + i * L);
       const float qi = dev::bf16ToF(__ldg(q + i));
 #pragma unroll
       for (int k = 0; k < W; ++k)
@@ -169,7 +139,7 @@ __device__ void attendHead(const MlaAttendParams &p, int64_t h,
       for (int k = 0; k < KL; ++k) {
         const int c = lane + 32 * k;
         if (j < T && c < CL)
-          lat[r][k].load(row + c * W);
+          lat[r][k].loadRO(row + c * W);
         else
           lat[r][k].zero();
       }
@@ -177,7 +147,7 @@ __device__ void attendHead(const MlaAttendParams &p, int64_t h,
       for (int k = 0; k < KR; ++k) {
         const int c = lane + 32 * k;
         if (j < T && c < CR)
-          rope[r][k].load(row + L + c * W);
+          rope[r][k].loadRO(row + L + c * W);
         else
           rope[r][k].zero();
       }
@@ -294,7 +264,7 @@ __device__ void attendHead(const MlaAttendParams &p, int64_t h,
       for (int k = 0; k < KL; ++k) {
         const int c = lane + 32 * k;
         if (i < V && c < CL)
-          wv[r][k].load(wUV + i * L + c * W);
+          wv[r][k].loadRO(wUV + i * L + c * W);
         else
           wv[r][k].zero();
       }

@@ -312,11 +312,7 @@ __device__ __forceinline__ float bf16Dot8(uint4 q, const float (&x)[8],
   return acc;
 }
 
-/// Asks L2 for the 128-byte line holding `p` (a hint: no register held, no
-/// fault).
-__device__ __forceinline__ void prefetchLine(const void *p) {
-  asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
-}
+using dev::prefetchL2Line;
 
 /// Asks L2 for the 128-byte lines of [p, p + bytes), lane l taking lines
 /// l, l + 32, ... (a hint: no registers held, no fault; a line holding any
@@ -326,7 +322,7 @@ __device__ __forceinline__ void prefetchL2(const void *p, int64_t bytes) {
   const uintptr_t e = b + bytes;
   for (uintptr_t a = (b & ~uintptr_t(127)) + 128 * (threadIdx.x & 31); a < e;
        a += 32 * 128)
-    prefetchLine(reinterpret_cast<const void *>(a));
+    prefetchL2Line(reinterpret_cast<const void *>(a));
 }
 
 /// Prefetches the heads of rows `rows` of the NM matrices (k columns) into
@@ -454,7 +450,7 @@ __device__ __forceinline__ void rowDots(const WeightRef (&w)[NM],
         for (int s = 0; s < NS; ++s) {
           q[u][s] = c < pieces ? ldStream16(wp[s] + c) : make_uint4(0, 0, 0, 0);
           if (c + kAheadBf16 / 16 < pieces)
-            prefetchLine(wp[s] + c + kAheadBf16 / 16);
+            prefetchL2Line(wp[s] + c + kAheadBf16 / 16);
         }
       }
 #pragma unroll

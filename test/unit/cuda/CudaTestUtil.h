@@ -1,4 +1,5 @@
-//===- CudaTestUtil.h - Running one CUDA kernel against its CPU twin -*- C++ -*-===//
+//===- CudaTestUtil.h - Running one CUDA kernel against its CPU twin -*- C++
+//-*-===//
 //
 // What every kernel test on the GPU does: skip (not fail) where there is no
 // GPU; upload fresh random inputs; poison the outputs (0xFF bytes: a bf16 or
@@ -16,8 +17,11 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <random>
@@ -77,8 +81,8 @@ struct Dev {
   ::k3::cuda::DeviceBuffer buf;
   template <typename T> static Dev of(const std::vector<T> &host) {
     Dev d;
-    auto b = ::k3::cuda::DeviceBuffer::upload(host.data(),
-                                              host.size() * sizeof(T));
+    auto b =
+        ::k3::cuda::DeviceBuffer::upload(host.data(), host.size() * sizeof(T));
     EXPECT_TRUE(b.hasValue()) << b.message();
     if (b)
       d.buf = b.take();
@@ -145,6 +149,71 @@ double fractionDiffering(const std::vector<T> &a, const std::vector<T> &b) {
   for (size_t i = 0; i < a.size(); ++i)
     n += std::memcmp(&a[i], &b[i], sizeof(T)) != 0;
   return double(n) / double(a.size());
+}
+
+/// Distance in bf16 ulps (the bit patterns on one ordered integer line).
+inline int bf16UlpDistance(uint16_t a, uint16_t b) {
+  auto ordered = [](uint16_t v) {
+    return (v & 0x8000) ? -int(v & 0x7fff) : int(v);
+  };
+  return std::abs(ordered(a) - ordered(b));
+}
+
+/// Largest distance in bf16 steps between same-signed finite values;
+/// INT64_MAX when a pair differs in sign or `b` is not finite.
+inline int64_t maxUlpDistance(const std::vector<uint16_t> &a,
+                              const std::vector<uint16_t> &b) {
+  int64_t worst = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (a[i] == b[i])
+      continue;
+    if ((a[i] ^ b[i]) & 0x8000 || !std::isfinite(::k3::bf16ToFloat(b[i])))
+      return INT64_MAX;
+    worst = std::max<int64_t>(worst, std::abs(int(a[i]) - int(b[i])));
+  }
+  return worst;
+}
+
+/// Compares bf16 outputs with the CPU's: all finite (no poison left), the
+/// reference not all zeros, max|diff|/max|ref| <= 1e-2, at most `ulps` apart
+/// except for 2 + 0.2% of the elements (tiny outputs of a cancelling sum),
+/// and at most `maxDiffering` of the elements different at all. Prints the
+/// figures.
+inline void expectBf16Near(const std::vector<uint16_t> &want,
+                           const std::vector<uint16_t> &got,
+                           const std::string &what, int ulps,
+                           double maxDiffering) {
+  ASSERT_EQ(want.size(), got.size()) << what;
+  std::vector<float> w = widen(want), g = widen(got);
+  size_t nonFinite = 0, beyond = 0;
+  int maxUlp = 0;
+  float maxRef = 0.0f;
+  for (size_t i = 0; i < want.size(); ++i) {
+    nonFinite += !std::isfinite(g[i]);
+    maxRef = std::max(maxRef, std::fabs(w[i]));
+    const int u = bf16UlpDistance(want[i], got[i]);
+    maxUlp = std::max(maxUlp, u);
+    beyond += u > ulps;
+  }
+  const double rel = relErr(w, g), differing = fractionDiffering(want, got);
+  std::printf("  %-48s rel %.2e  differing %.4f  max ulp %d  beyond %zu\n",
+              what.c_str(), rel, differing, maxUlp, beyond);
+  EXPECT_EQ(nonFinite, 0u) << what << ": non-finite outputs (poison left?)";
+  EXPECT_GT(maxRef, 0.0f) << what << ": the reference is all zeros";
+  EXPECT_LE(rel, 1e-2) << what;
+  EXPECT_LE(beyond, 2 + want.size() / 500)
+      << what << " (max ulp " << maxUlp << ")";
+  EXPECT_LE(differing, maxDiffering) << what;
+}
+
+/// normal(mean, std) as bf16.
+inline std::vector<uint16_t> bf16Around(Rand &r, size_t n, float mean,
+                                        float std) {
+  std::vector<float> f = r.f32(n, std);
+  std::vector<uint16_t> out(n);
+  for (size_t i = 0; i < n; ++i)
+    out[i] = ::k3::floatToBf16(mean + f[i]);
+  return out;
 }
 
 } // namespace k3test

@@ -20,52 +20,6 @@ namespace {
 
 using namespace k3test;
 
-/// Distance in bf16 ulps (the bit patterns on one ordered integer line).
-int ulpDistance(uint16_t a, uint16_t b) {
-  auto ordered = [](uint16_t v) {
-    return (v & 0x8000) ? -int(v & 0x7fff) : int(v);
-  };
-  return std::abs(ordered(a) - ordered(b));
-}
-
-/// Compares bf16 outputs: all finite (no poison left), max|diff|/max|ref|
-/// <= 1e-2, at most `ulps` apart except for 2 + 0.2% of the elements, and at
-/// most `maxDiffering` of the elements different at all. Prints the figures.
-void expectBf16Close(const std::vector<uint16_t> &want,
-                     const std::vector<uint16_t> &got, const std::string &what,
-                     int ulps, double maxDiffering) {
-  ASSERT_EQ(want.size(), got.size()) << what;
-  std::vector<float> w = widen(want), g = widen(got);
-  size_t nonFinite = 0, beyond = 0;
-  int maxUlp = 0;
-  float maxRef = 0.0f;
-  for (size_t i = 0; i < want.size(); ++i) {
-    nonFinite += !std::isfinite(g[i]);
-    maxRef = std::max(maxRef, std::fabs(w[i]));
-    const int u = ulpDistance(want[i], got[i]);
-    maxUlp = std::max(maxUlp, u);
-    beyond += u > ulps;
-  }
-  const double rel = relErr(w, g), differing = fractionDiffering(want, got);
-  std::printf("  %-48s rel %.2e  differing %.4f  max ulp %d  beyond %zu\n",
-              what.c_str(), rel, differing, maxUlp, beyond);
-  EXPECT_EQ(nonFinite, 0u) << what << ": non-finite outputs (poison left?)";
-  EXPECT_GT(maxRef, 0.0f) << what << ": the reference is all zeros";
-  EXPECT_LE(rel, 1e-2) << what;
-  EXPECT_LE(beyond, 2 + want.size() / 500)
-      << what << " (max ulp " << maxUlp << ")";
-  EXPECT_LE(differing, maxDiffering) << what;
-}
-
-/// normal(mean, std) as bf16.
-std::vector<uint16_t> bf16Around(Rand &r, size_t n, float mean, float std) {
-  std::vector<float> f = r.f32(n, std);
-  std::vector<uint16_t> out(n);
-  for (size_t i = 0; i < n; ++i)
-    out[i] = k3::floatToBf16(mean + f[i]);
-  return out;
-}
-
 //===----------------------------------------------------------------------===//
 // attn_res
 //===----------------------------------------------------------------------===//
@@ -142,9 +96,9 @@ void runAttnRes(const AttnResCase &c) {
   // bf16 values, so whole groups of equal x·r lying at a rounding tie flip
   // together (about 1% of the elements at K3's D).
   if (c.norm)
-    expectBf16Close(want, got, what, /*ulps=*/2, /*maxDiffering=*/0.05);
+    expectBf16Near(want, got, what, /*ulps=*/2, /*maxDiffering=*/0.05);
   else
-    expectBf16Close(want, got, what, /*ulps=*/1, /*maxDiffering=*/0.02);
+    expectBf16Near(want, got, what, /*ulps=*/1, /*maxDiffering=*/0.02);
   // The mix is not trivially one source: it differs from each of them.
   std::vector<uint16_t> ex(extra.begin() + c.extraShift, extra.end());
   if (!c.norm && c.numBlocks + c.extra > 1) {

@@ -21,20 +21,6 @@ using namespace k3test;
 
 constexpr double kMaxDiffering = 1e-3;
 
-/// Largest distance in bf16 steps (same sign, finite), INT64_MAX otherwise.
-int64_t maxUlpDistance(const std::vector<uint16_t> &a,
-                       const std::vector<uint16_t> &b) {
-  int64_t worst = 0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    if (a[i] == b[i])
-      continue;
-    if ((a[i] ^ b[i]) & 0x8000 || !std::isfinite(k3::bf16ToFloat(b[i])))
-      return INT64_MAX;
-    worst = std::max<int64_t>(worst, std::abs(int(a[i]) - int(b[i])));
-  }
-  return worst;
-}
-
 /// Where the output goes.
 enum class Out { Fresh, AliasFirst, AliasSecond };
 

@@ -11,9 +11,8 @@ using namespace k3test;
 /// while the row length is the production one.
 TEST(EmbedCuda, MatchesCpuBitForBit) {
   K3_REQUIRE_GPU();
-  for (auto [vocab, dim] : {std::pair<int64_t, int64_t>{1024, 256},
-                            {4096, 7168},
-                            {37, 1000}}) {
+  for (auto [vocab, dim] :
+       {std::pair<int64_t, int64_t>{1024, 256}, {4096, 7168}, {37, 1000}}) {
     Rand r(static_cast<uint64_t>(vocab * 31 + dim));
     std::vector<uint16_t> table = r.bf16(vocab * dim);
     Dev dTable = Dev::of(table);

@@ -21,53 +21,6 @@ namespace {
 
 using namespace k3test;
 
-/// Distance in bf16 ulps (the bit patterns on one ordered integer line).
-int ulpDistance(uint16_t a, uint16_t b) {
-  auto ordered = [](uint16_t v) {
-    return (v & 0x8000) ? -int(v & 0x7fff) : int(v);
-  };
-  return std::abs(ordered(a) - ordered(b));
-}
-
-/// Compares bf16 outputs: all finite (no poison left), max|diff|/max|ref|
-/// <= 1e-2, at most 1 ulp apart except for 2 + 0.2% of the elements (tiny
-/// outputs of a cancelling dot product), and at most `maxDiffering` of the
-/// elements different at all. Prints the figures.
-void expectBf16Close(const std::vector<uint16_t> &want,
-                     const std::vector<uint16_t> &got, const std::string &what,
-                     double maxDiffering = 0.02) {
-  ASSERT_EQ(want.size(), got.size()) << what;
-  std::vector<float> w = widen(want), g = widen(got);
-  size_t nonFinite = 0, beyondOne = 0;
-  int maxUlp = 0;
-  float maxRef = 0.0f;
-  for (size_t i = 0; i < want.size(); ++i) {
-    nonFinite += !std::isfinite(g[i]);
-    maxRef = std::max(maxRef, std::fabs(w[i]));
-    const int u = ulpDistance(want[i], got[i]);
-    maxUlp = std::max(maxUlp, u);
-    beyondOne += u > 1;
-  }
-  const double rel = relErr(w, g), differing = fractionDiffering(want, got);
-  std::printf("  %-48s rel %.2e  differing %.4f  max ulp %d  beyond %zu\n",
-              what.c_str(), rel, differing, maxUlp, beyondOne);
-  EXPECT_EQ(nonFinite, 0u) << what << ": non-finite outputs (poison left?)";
-  EXPECT_GT(maxRef, 0.0f) << what << ": the reference is all zeros";
-  EXPECT_LE(rel, 1e-2) << what;
-  EXPECT_LE(beyondOne, 2 + want.size() / 500)
-      << what << " (max ulp " << maxUlp << ")";
-  EXPECT_LE(differing, maxDiffering) << what;
-}
-
-/// normal(mean, std) as bf16.
-std::vector<uint16_t> bf16Around(Rand &r, size_t n, float mean, float std) {
-  std::vector<float> f = r.f32(n, std);
-  std::vector<uint16_t> out(n);
-  for (size_t i = 0; i < n; ++i)
-    out[i] = k3::floatToBf16(mean + f[i]);
-  return out;
-}
-
 //===----------------------------------------------------------------------===//
 // mla_cache_append
 //===----------------------------------------------------------------------===//
@@ -125,7 +78,7 @@ void runAppend(const AppendCase &c) {
                                  v.begin() + c.pos * width + to);
   };
   // The normalised latent: only mean(x²) is summed in another order.
-  expectBf16Close(row(want, 0, c.L), row(got, 0, c.L), what, 0.01);
+  expectBf16Near(row(want, 0, c.L), row(got, 0, c.L), what, 1, 0.01);
   // The rope part is an exact copy.
   EXPECT_EQ(row(got, c.L, width), row(want, c.L, width)) << what;
 }
@@ -235,7 +188,7 @@ void runAttend(const AttendData &d, const AttendRun &run,
                 (long long)s.L, (long long)s.V, (long long)run.length,
                 run.gated ? " gated" : "", (long long)grid,
                 (long long)run.blockX, run.cacheShift ? " shifted" : "");
-  expectBf16Close(want, got, what, maxDiffering);
+  expectBf16Near(want, got, what, 1, maxDiffering);
 }
 
 /// K3's shapes at the contexts of a short decode and a longer one, with and

@@ -30,6 +30,8 @@
 #include "test/reference/Reference.h"
 #include "test/reference/TestData.h"
 
+#include "test/unit/reference/RefTestUtil.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -41,58 +43,8 @@ using ref::Vec;
 
 namespace {
 
-/// What a bf16 output must satisfy against the reference.
-struct Tolerance {
-  double ulps = 1;          ///< allowed distance, in bf16 ulps of the ref
-  double slackOfMax = 1e-5; ///< plus this fraction of max|ref| (absolute)
-  double maxInexact = 0.01; ///< fraction of elements not exactly equal
-  double maxRelErr = 1e-2;  ///< max|diff| / max|ref|
-};
-
-/// Compares a kernel's bf16 output with the reference: all finite, not
-/// trivial (at least half the elements non-zero), no element farther than
-/// tol.ulps ulps plus slack, few inexact elements, small relative error.
-/// `stats` receives the measures.
-::testing::AssertionResult agrees(const std::vector<uint16_t> &got,
-                                  const Vec &want, const Tolerance &tol,
-                                  ref::Bf16Stats *stats = nullptr) {
-  if (got.size() != want.size())
-    return ::testing::AssertionFailure()
-           << "size " << got.size() << " vs " << want.size();
-  int64_t nonZero = 0;
-  for (uint16_t b : got) {
-    if (!std::isfinite(ref::fromBf16Bits(b)))
-      return ::testing::AssertionFailure() << "non-finite output";
-    nonZero += (b & 0x7fff) != 0;
-  }
-  if (2 * nonZero < static_cast<int64_t>(got.size()))
-    return ::testing::AssertionFailure() << "trivial output: " << nonZero
-                                         << " of " << got.size() << " non-zero";
-  double maxRef = 0;
-  for (double v : want)
-    maxRef = std::max(maxRef, std::fabs(v));
-  ref::Bf16Stats s = ref::compareBf16(got, want, tol.slackOfMax * maxRef);
-  if (stats)
-    *stats = s;
-  int64_t far = 0;
-  for (size_t i = 0; i < want.size(); ++i)
-    far += std::fabs(ref::fromBf16Bits(got[i]) - want[i]) >
-           tol.ulps * ref::bf16Ulp(want[i]) + tol.slackOfMax * maxRef;
-  if (far > 0)
-    return ::testing::AssertionFailure()
-           << far << " elements beyond " << tol.ulps
-           << " ulp + slack: " << s.str();
-  const double inexact = static_cast<double>(s.oneUlp + s.worse) / s.n;
-  if (inexact > tol.maxInexact)
-    return ::testing::AssertionFailure()
-           << "inexact fraction " << inexact << " > " << tol.maxInexact << ": "
-           << s.str();
-  if (!(s.relErr() < tol.maxRelErr))
-    return ::testing::AssertionFailure()
-           << "relative error " << s.relErr() << " >= " << tol.maxRelErr << ": "
-           << s.str();
-  return ::testing::AssertionSuccess() << s.str();
-}
+using reftest::agrees;
+using reftest::Tolerance;
 
 /// `got` with the element of largest |want| moved by 5%.
 std::vector<uint16_t> perturbLargest(const std::vector<uint16_t> &got,

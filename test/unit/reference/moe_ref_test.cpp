@@ -35,6 +35,8 @@
 #include "test/reference/Reference.h"
 #include "test/reference/TestData.h"
 
+#include "test/unit/reference/RefTestUtil.h"
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -253,44 +255,19 @@ INSTANTIATE_TEST_SUITE_P(
 // Expert mix
 //===----------------------------------------------------------------------===//
 
-/// Returns success when a bf16 output agrees with the reference: all finite,
-/// at least half non-zero, every element within 1 ulp plus
-/// slackOfMax·max|ref|, at most maxInexact of them not exact, and
-/// max|diff|/max|ref| < maxRelErr.
+/// A bf16 output against the reference: all finite, at least half non-zero,
+/// every element within 1 ulp plus slackOfMax·max|ref|, at most maxInexact
+/// of them not exact, max|diff|/max|ref| < maxRelErr (RefTestUtil.h).
 ::testing::AssertionResult agrees(const std::vector<uint16_t> &got,
                                   const Vec &want, double slackOfMax,
                                   double maxInexact, double maxRelErr,
                                   ref::Bf16Stats *stats = nullptr) {
-  if (got.size() != want.size())
-    return ::testing::AssertionFailure()
-           << "size " << got.size() << " vs " << want.size();
-  int64_t nonZero = 0;
-  for (uint16_t b : got) {
-    if (!std::isfinite(ref::fromBf16Bits(b)))
-      return ::testing::AssertionFailure() << "non-finite output";
-    nonZero += (b & 0x7fff) != 0;
-  }
-  if (2 * nonZero < static_cast<int64_t>(got.size()))
-    return ::testing::AssertionFailure() << "trivial output: " << nonZero
-                                         << " of " << got.size() << " non-zero";
-  double maxRef = 0;
-  for (double v : want)
-    maxRef = std::max(maxRef, std::fabs(v));
-  ref::Bf16Stats s = ref::compareBf16(got, want, slackOfMax * maxRef);
-  if (stats)
-    *stats = s;
-  if (s.beyond > 0)
-    return ::testing::AssertionFailure() << "too far: " << s.str();
-  const double inexact = static_cast<double>(s.oneUlp + s.worse) / s.n;
-  if (inexact > maxInexact)
-    return ::testing::AssertionFailure()
-           << "inexact fraction " << inexact << " > " << maxInexact << ": "
-           << s.str();
-  if (!(s.relErr() < maxRelErr))
-    return ::testing::AssertionFailure()
-           << "relative error " << s.relErr() << " >= " << maxRelErr << ": "
-           << s.str();
-  return ::testing::AssertionSuccess() << s.str();
+  reftest::Tolerance tol;
+  tol.ulps = 1;
+  tol.slackOfMax = slackOfMax;
+  tol.maxInexact = maxInexact;
+  tol.maxRelErr = maxRelErr;
+  return reftest::agrees(got, want, tol, stats);
 }
 
 /// The expert-mix tolerance of the file comment.
