@@ -120,11 +120,11 @@ bool endsWith(const std::string &s, const std::string &t) {
 ///
 /// With these values (tuned with e2e_conditioning_report) all 42 tiny and
 /// tiny-linear models of seeds 1-20 and the tests' seeds decode 64 tokens
-/// identical to the reference; max row logits error 1.0e-2 (tiny) and
-/// 6.7e-3 (tiny-linear); smallest router margin 4.9e-4 and smallest top-2
-/// logit gap 5.4 met in any of them. Routing still changes from token to
+/// identical to the reference; max row logits error 8.1e-3 (tiny) and
+/// 6.6e-3 (tiny-linear); smallest router margin 3.0e-4 (one decision in
+/// 500 is below 1e-2) and smallest top-2 logit gap 12 met in any of them. Routing still changes from token to
 /// token (400+ distinct expert sets in 500 decisions) and the output AttnRes
-/// still mixes (max α 0.93).
+/// still mixes (max α 0.95).
 struct Plant {
   uint64_t seed = 0;
   int64_t dim = 0, vocab = 0;
@@ -134,12 +134,14 @@ struct Plant {
   float headPlant = 250.0f;
   int64_t marker = -1; ///< -1: no marker (no AttnRes)
   float markerAmp = 4.0f;
-  float attnResBoost = 0.5f;
+  float attnResBoost = 0.7f;
   float attnResStd = 0.5f;    ///< AttnRes projections: std attnResStd/sqrt(D)
   std::vector<int64_t> pred_; ///< [vocab] a permutation
 
   explicit Plant(const ModelConfig &c, uint64_t modelSeed) {
-    Rng mix(modelSeed ^ 0x706c616e74ull); // "plant"
+    // The model type is mixed in so that tiny and tiny-linear of one seed do
+    // not share a bigram (their decodes would then print the same tokens).
+    Rng mix(modelSeed ^ 0x706c616e74ull ^ fnv1a(c.modelType)); // "plant"
     seed = mix.next();
     dim = c.hiddenSize;
     vocab = c.vocabSize;
