@@ -7,13 +7,20 @@
 # kernel benchmark at K3 sizes. Prints a short table; exits non-zero when a
 # test fails. Results (logs, JSON) go to $OUT when set, else /tmp/gpu-check.
 #
-#   scripts/gpu-check.sh [STAGE_DIR] [--no-bench]
+#   scripts/gpu-check.sh [STAGE_DIR] [--no-bench] [--sanitize]
+#
+# --sanitize also runs compute-sanitizer (memcheck, then racecheck) over the
+# launch-by-launch decode test, which runs every kernel of the tiny plans.
 #
 #===----------------------------------------------------------------------===#
 set -uo pipefail
 STAGE=${1:-build/gpu-stage}
 BENCH=1
-[ "${2:-}" = "--no-bench" ] && BENCH=0
+SANITIZE=0
+for a in "${@:2}"; do
+  [ "$a" = "--no-bench" ] && BENCH=0
+  [ "$a" = "--sanitize" ] && SANITIZE=1
+done
 OUTDIR=${OUT:-/tmp/gpu-check}
 mkdir -p "$OUTDIR"
 export LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-}:/usr/local/nvidia/lib64
@@ -50,6 +57,19 @@ for model in tiny tiny-linear; do
     printf '%-24s %s\n' "$model-$fusion" "${line#*: }"
   done
 done
+
+if [ $SANITIZE = 1 ]; then
+  echo
+  for tool in memcheck racecheck; do
+    compute-sanitizer --tool $tool --error-exitcode 3 \
+      "$STAGE"/bin/cuda_test --gtest_filter='*LaunchByLaunch*tiny_default*:*LaunchByLaunch*tiny_linear_none*' \
+      >"$OUTDIR/sanitize-$tool.log" 2>&1
+    rc=$?
+    [ $rc -ne 0 ] && status=1
+    printf 'compute-sanitizer %-10s exit %d: %s\n' $tool $rc \
+      "$(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUTDIR/sanitize-$tool.log" | tail -1)"
+  done
+fi
 
 if [ $BENCH = 1 ]; then
   echo
