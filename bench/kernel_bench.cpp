@@ -91,7 +91,7 @@ struct Result {
 /// Median time of `launch(i)` over gRuns runs (i rotates weight copies).
 template <typename Params>
 bool timeKernel(const std::string &kernel, std::vector<Params> variants,
-                int64_t grid, double &medianUs) {
+                int64_t grid, double &medianUs, int64_t block = 256) {
   Expected<cuda::CUfunction> f = findCudaKernel(kernel);
   if (!f) {
     std::fprintf(stderr, "  %s: %s\n", kernel.c_str(), f.message().c_str());
@@ -99,7 +99,7 @@ bool timeKernel(const std::string &kernel, std::vector<Params> variants,
   }
   Expected<cuda::CUevent> e0 = gDriver->createEvent(),
                           e1 = gDriver->createEvent();
-  const int64_t g[3] = {grid, 1, 1}, b[3] = {256, 1, 1};
+  const int64_t g[3] = {grid, 1, 1}, b[3] = {block, 1, 1};
   std::vector<float> ms;
   for (int i = -10; i < gRuns; ++i) {
     Params &p = variants[static_cast<size_t>((i + 10)) % variants.size()];
@@ -189,9 +189,15 @@ void benchKda(std::vector<Result> &out) {
   }
   double us;
   // The plan's grid: one block per (head, 32 value columns).
+  const double bytes = 2 * stateBytes + C * 2.0 * 6 + C * 4 * 3 * 2.0 * 3;
   if (timeKernel("kda_decode", vs, H * (Dh / 32), us))
-    out.push_back({"kda_decode 96x128 (state r+w)", us,
-                   2 * stateBytes + C * 2.0 * 6 + C * 4 * 3 * 2.0 * 3});
+    out.push_back({"kda_decode 96x128 (state r+w)", us, bytes});
+  // Smaller slices (the slice width follows the block size): more blocks
+  // stream the state at once.
+  if (timeKernel("kda_decode", vs, H * (Dh / 16), us, /*block=*/128))
+    out.push_back({"kda_decode, 128-thread blocks x 768", us, bytes});
+  if (timeKernel("kda_decode", vs, H * (Dh / 8), us, /*block=*/64))
+    out.push_back({"kda_decode, 64-thread blocks x 1536", us, bytes});
 }
 
 void benchMla(std::vector<Result> &out, int64_t length) {
