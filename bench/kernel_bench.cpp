@@ -299,6 +299,29 @@ void benchMoe(std::vector<Result> &out) {
     out.push_back({"moe_experts 16 x MXFP4 3584x3072", us, TopK * perExpert});
 }
 
+void benchGatedMlp(std::vector<Result> &out, const std::string &label,
+                   int64_t in, int64_t inter) {
+  const double wBytes = 3.0 * in * inter * 2;
+  std::vector<GatedMlpParams> vs;
+  void *x = randomDevice(in * 2);
+  void *y = zerosDevice(in * 2);
+  for (int c = 0; c < copiesFor(wBytes); ++c) {
+    GatedMlpParams p;
+    p.x = static_cast<uint16_t *>(x);
+    p.w1.bf16 = static_cast<uint16_t *>(randomDevice(inter * in * 2, 0.01f));
+    p.w3.bf16 = static_cast<uint16_t *>(randomDevice(inter * in * 2, 0.01f));
+    p.w2.bf16 = static_cast<uint16_t *>(randomDevice(in * inter * 2, 0.01f));
+    p.inDim = in;
+    p.interDim = inter;
+    p.outDim = in;
+    p.out = static_cast<uint16_t *>(y);
+    vs.push_back(p);
+  }
+  double us;
+  if (timeKernel("gated_mlp", vs, 4 * 132, us)) // the plan's grid
+    out.push_back({label, us, wBytes + in * 4.0});
+}
+
 void benchNorms(std::vector<Result> &out) {
   RmsNormParams n;
   n.x = static_cast<uint16_t *>(randomDevice(D * 2));
@@ -377,6 +400,16 @@ int main(int argc, char **argv) {
           {"mla", [](auto &o) { benchMla(o, 4096); }},
           {"mla", [](auto &o) { benchMla(o, 65536); }},
           {"router", benchRouter},
+          {"gated_mlp",
+           [](auto &o) {
+             benchGatedMlp(o, "gated_mlp bf16 7168-33792-7168 (dense)", D,
+                           33792);
+           }},
+          {"gated_mlp",
+           [](auto &o) {
+             benchGatedMlp(o, "gated_mlp bf16 7168-6144-7168 (shared)", D,
+                           6144);
+           }},
           {"moe", benchMoe},
           {"norm", benchNorms},
       };
