@@ -90,10 +90,6 @@ int64_t gemvGrid(int64_t n, bool norm) {
 /// kernels), so about four resident blocks per SM keep every SM streaming.
 constexpr int64_t kWorkQueueGrid = 4 * kTargetSms;
 
-/// mla_attend draws (head, column) and (cache split, head group) items from
-/// a queue; two resident blocks per SM is what its registers allow.
-constexpr int64_t kMlaAttendGrid = 2 * kTargetSms;
-
 /// The KDA state kernels (kda_step, kda_recurrent, kda_decode): one block
 /// per (head, 32 value columns), so a K3 layer's 96 heads stream their state
 /// from 384 blocks at once. The unfused and fused forms get the same grid,
@@ -287,7 +283,7 @@ void Lowering::lowerMlaAttend(Operation *op, MlaConfigAttr c, Value q,
           I("kvLoraRank", c.getKvLora()),
           F("scale",
             1.0 / std::sqrt(static_cast<double>(c.getNope() + c.getRope())))},
-         {{"length", "length"}}, kMlaAttendGrid);
+         {{"length", "length"}}, c.getHeads());
 }
 
 void Lowering::lowerRouter(Operation *op, Value x, Value gate, Value bias,
