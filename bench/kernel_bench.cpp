@@ -224,10 +224,7 @@ void benchMla(std::vector<Result> &out, int64_t length) {
     vs.push_back(p);
   }
   double us;
-  // The grid the split path wants: two blocks of 256 per SM (its register
-  // and shared-memory budget) on the H200's 132 SMs; any grid gives the
-  // same result.
-  if (timeKernel("mla_attend", vs, 2 * 132, us))
+  if (timeKernel("mla_attend", vs, N, us))
     out.push_back({"mla_attend 96 heads, ctx " + std::to_string(length), us,
                    kvBBytes + cacheBytes});
 }

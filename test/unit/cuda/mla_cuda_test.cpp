@@ -3,12 +3,11 @@
 //
 // k3_mla_cache_append and k3_mla_attend on fresh random inputs against
 // mlaCacheAppendCpu / mlaAttendCpu: the K3 shapes (96 heads, P = 128,
-// R = 64, L = 512, V = 128) at contexts 1 to 20000, small and odd shapes
-// that take both of mla_attend's paths (the split path and the per-head
-// path), grids smaller and larger than the work (the split path must give
-// the same bits for every grid) and other block sizes. Outputs are bf16:
-// every case reports max|diff| / max|ref|, the fraction of elements that
-// differ and the largest difference in bf16 ulps.
+// R = 64, L = 512, V = 128) at contexts 1, 7, 64 and 1000, small and odd
+// shapes that take the kernels' other paths, grids smaller than the work
+// and other block sizes. Outputs are bf16: every case reports max|diff| /
+// max|ref|, the fraction of elements that differ and the largest difference
+// in bf16 ulps.
 //
 //===----------------------------------------------------------------------===//
 #include "test/unit/cuda/CudaTestUtil.h"
@@ -145,14 +144,20 @@ struct AttendRun {
   int64_t cacheShift = 0;
 };
 
-/// The params of a run (host pointers; the caller swaps in device ones).
-k3::MlaAttendParams attendParams(const AttendData &d, const AttendRun &run,
-                                 const uint16_t *cache) {
+void runAttend(const AttendData &d, const AttendRun &run,
+               double maxDiffering = 0.02) {
   const AttendShape &s = d.s;
+  const int64_t width = s.L + s.R;
+  // The cache: `length` rows, then rows of NaN that must never be read.
+  std::vector<uint16_t> cache(run.cacheShift + (run.length + 2) * width,
+                              uint16_t(0xFFFF));
+  std::copy(d.rows.begin(), d.rows.begin() + run.length * width,
+            cache.begin() + run.cacheShift);
+
   k3::MlaAttendParams p;
   p.q = d.q.data();
   p.kvB = d.kvB.data();
-  p.cache = cache;
+  p.cache = cache.data() + run.cacheShift;
   p.length = run.length;
   p.gate = run.gated ? d.gate.data() : nullptr;
   p.numHeads = s.heads;
@@ -161,63 +166,29 @@ k3::MlaAttendParams attendParams(const AttendData &d, const AttendRun &run,
   p.vDim = s.V;
   p.kvLoraRank = s.L;
   p.scale = 1.0f / std::sqrt(static_cast<float>(s.P + s.R));
-  return p;
-}
-
-/// The cache of a run: `length` rows of the pool, then rows of NaN that must
-/// never be read, after `cacheShift` elements of padding.
-std::vector<uint16_t> attendCache(const AttendData &d, const AttendRun &run) {
-  const int64_t width = d.s.L + d.s.R;
-  std::vector<uint16_t> cache(run.cacheShift + (run.length + 2) * width,
-                              uint16_t(0xFFFF));
-  std::copy(d.rows.begin(), d.rows.begin() + run.length * width,
-            cache.begin() + run.cacheShift);
-  return cache;
-}
-
-/// k3_mla_attend's output for `run` (poisoned before the launch).
-std::vector<uint16_t> gpuAttend(const AttendData &d, const AttendRun &run,
-                                const Dev &dCache) {
-  const AttendShape &s = d.s;
-  k3::MlaAttendParams p =
-      attendParams(d, run, dCache.get<uint16_t>() + run.cacheShift);
-  Dev dOut = Dev::poisoned<uint16_t>(s.heads * s.V);
-  p.q = d.dq.get<uint16_t>();
-  p.kvB = d.dkvB.get<uint16_t>();
-  p.gate = run.gated ? d.dgate.get<uint16_t>() : nullptr;
-  p.out = dOut.get<uint16_t>();
-  const int64_t grid = run.gridX > 0 ? run.gridX : s.heads;
-  EXPECT_TRUE(launch("mla_attend", p, grid, run.blockX).isOk());
-  return dOut.download<uint16_t>(s.heads * s.V);
-}
-
-std::string attendName(const AttendData &d, const AttendRun &run) {
-  const AttendShape &s = d.s;
-  char what[160];
-  std::snprintf(what, sizeof(what),
-                "attend N%lld P%lld R%lld L%lld V%lld T%lld%s g%lld b%lld%s",
-                (long long)s.heads, (long long)s.P, (long long)s.R,
-                (long long)s.L, (long long)s.V, (long long)run.length,
-                run.gated ? " gated" : "",
-                (long long)(run.gridX > 0 ? run.gridX : s.heads),
-                (long long)run.blockX, run.cacheShift ? " shifted" : "");
-  return what;
-}
-
-/// Runs `run` on the CPU and the GPU and compares; returns the GPU output.
-std::vector<uint16_t> runAttend(const AttendData &d, const AttendRun &run,
-                                double maxDiffering = 0.02) {
-  const AttendShape &s = d.s;
-  std::vector<uint16_t> cache = attendCache(d, run);
-  k3::MlaAttendParams p = attendParams(d, run, cache.data() + run.cacheShift);
   std::vector<uint16_t> want(s.heads * s.V, 0xFFFF);
   p.out = want.data();
   k3::mlaAttendCpu(p);
 
   Dev dCache = Dev::of(cache);
-  std::vector<uint16_t> got = gpuAttend(d, run, dCache);
-  expectBf16Near(want, got, attendName(d, run), 1, maxDiffering);
-  return got;
+  Dev dOut = Dev::poisoned<uint16_t>(want.size());
+  p.q = d.dq.get<uint16_t>();
+  p.kvB = d.dkvB.get<uint16_t>();
+  p.cache = dCache.get<uint16_t>() + run.cacheShift;
+  p.gate = run.gated ? d.dgate.get<uint16_t>() : nullptr;
+  p.out = dOut.get<uint16_t>();
+  const int64_t grid = run.gridX > 0 ? run.gridX : s.heads;
+  ASSERT_TRUE(launch("mla_attend", p, grid, run.blockX).isOk());
+  std::vector<uint16_t> got = dOut.download<uint16_t>(want.size());
+
+  char what[160];
+  std::snprintf(what, sizeof(what),
+                "attend N%lld P%lld R%lld L%lld V%lld T%lld%s g%lld b%lld%s",
+                (long long)s.heads, (long long)s.P, (long long)s.R,
+                (long long)s.L, (long long)s.V, (long long)run.length,
+                run.gated ? " gated" : "", (long long)grid,
+                (long long)run.blockX, run.cacheShift ? " shifted" : "");
+  expectBf16Near(want, got, what, 1, maxDiffering);
 }
 
 /// K3's shapes at the contexts of a short decode and a longer one, with and
@@ -240,11 +211,9 @@ TEST(MlaCuda, AttendPeakedSoftmax) {
     runAttend(d, {t});
 }
 
-/// Small and odd shapes: the split path with small L, and the per-head
-/// path's variants: 16-byte chunks at L > 512 (L = 1024, its limit; 1000)
-/// and scalar ones (R or L not a multiple of 8; L = 999 near its limit,
-/// which accumulates in shared memory; K3's L with a misaligned cache
-/// pointer).
+/// Small and odd shapes: the 16-byte path with small L, the wide-L vector
+/// path (L = 1024, its limit), and the scalar path (R or L not a multiple of
+/// 8; L = 999 near its limit; K3's L with a misaligned cache pointer).
 TEST(MlaCuda, AttendSmallAndOddShapes) {
   K3_REQUIRE_GPU();
   {
@@ -278,94 +247,6 @@ TEST(MlaCuda, AttendSmallAndOddShapes) {
   }
 }
 
-/// Long contexts at K3's shapes on the split path: 4096 rows (128 splits of
-/// 2 tiles of 16 rows), 4097 (86 splits of 3 tiles, the last one 17 rows:
-/// a tile of one row) and 20000 (125 splits of 10 tiles).
-TEST(MlaCuda, AttendK3LongContext) {
-  K3_REQUIRE_GPU();
-  AttendData d({96, 128, 64, 512, 128}, 20000, 1.0f, 21);
-  runAttend(d, {4096});
-  runAttend(d, {4097, /*gated=*/false});
-  runAttend(d, {20000});
-}
-
-/// Peaked softmaxes over long contexts: the splits' maxima differ by tens,
-/// so the merge's rescaling by e^(m_s − M) matters.
-TEST(MlaCuda, AttendPeakedSoftmaxLongContext) {
-  K3_REQUIRE_GPU();
-  AttendData d({16, 128, 64, 512, 128}, 6000, 8.0f, 23);
-  runAttend(d, {3000});
-  runAttend(d, {6000, /*gated=*/false});
-}
-
-/// The split path at small and odd shapes: heads not a multiple of its 16
-/// per item, L not a multiple of 64 or 128, no rope part (R = 0), lengths
-/// not a multiple of the 16-row tile, multi-tile splits (> 2048 rows).
-TEST(MlaCuda, AttendSplitPathOddShapes) {
-  K3_REQUIRE_GPU();
-  {
-    AttendData d({20, 40, 24, 136, 40}, 3000, 1.0f, 41);
-    for (int64_t t : {1, 17, 1000, 3000})
-      runAttend(d, {t});
-  }
-  {
-    AttendData d({3, 16, 0, 64, 16}, 100, 1.0f, 42);
-    for (int64_t t : {1, 100})
-      runAttend(d, {t});
-  }
-  {
-    AttendData d({17, 8, 64, 512, 8}, 2100, 4.0f, 43);
-    runAttend(d, {2100});
-    runAttend(d, {2100, /*gated=*/false});
-  }
-}
-
-/// Any grid gives the same bits on the split path (its work split depends on
-/// the shape only and every reduction has a fixed order): grids 1 and 7,
-/// the codegen's 96, 264 and 528 (two and four blocks per SM on an H200) and
-/// 1000, at contexts with multi-tile splits and a short last split (5000
-/// rows: 105 splits of 3 tiles; 3000: 94 of 2); the back-to-back launches
-/// also check that each launch leaves the work queue reset.
-TEST(MlaCuda, AttendGridIndependentBits) {
-  K3_REQUIRE_GPU();
-  {
-    AttendData d({96, 128, 64, 512, 128}, 5000, 1.0f, 31);
-    const AttendRun base{5000};
-    const std::vector<uint16_t> ref = runAttend(d, base);
-    Dev dCache = Dev::of(attendCache(d, base));
-    for (int64_t grid : {1, 7, 96, 264, 528, 1000}) {
-      AttendRun r = base;
-      r.gridX = grid;
-      EXPECT_TRUE(gpuAttend(d, r, dCache) == ref) << attendName(d, r);
-    }
-  }
-  {
-    AttendData d({20, 40, 24, 136, 40}, 3000, 1.0f, 32);
-    const AttendRun base{3000, /*gated=*/false};
-    const std::vector<uint16_t> ref = runAttend(d, base);
-    Dev dCache = Dev::of(attendCache(d, base));
-    for (int64_t grid : {1, 3, 50, 264}) {
-      AttendRun r = base;
-      r.gridX = grid;
-      EXPECT_TRUE(gpuAttend(d, r, dCache) == ref) << attendName(d, r);
-    }
-  }
-}
-
-/// Shapes beyond the split path's module scratch (N·L > 2^18 floats of q̂;
-/// N > 1024 heads) take the per-head path at block 256, still right.
-TEST(MlaCuda, AttendBeyondSplitScratch) {
-  K3_REQUIRE_GPU();
-  {
-    AttendData d({520, 8, 8, 512, 8}, 64, 1.0f, 51);
-    runAttend(d, {64});
-  }
-  {
-    AttendData d({1030, 8, 8, 16, 8}, 64, 1.0f, 52);
-    runAttend(d, {64});
-  }
-}
-
 /// A latent rank over the kernel's limit (L <= 1024) is refused loudly: every
 /// output is NaN rather than a silently wrong value.
 TEST(MlaCuda, AttendUnsupportedShapeWritesNaN) {
@@ -390,9 +271,8 @@ TEST(MlaCuda, AttendUnsupportedShapeWritesNaN) {
     EXPECT_TRUE(std::isnan(k3::bf16ToFloat(v)));
 }
 
-/// Grids smaller than the work (the split path at K3's shapes with grid 7,
-/// at a small shape with grid 1) and other block sizes (the per-head path,
-/// heads block-stride: its online-softmax merge over 1 to 8 warps).
+/// Grid-stride over heads (grids smaller than numHeads, down to 1) and
+/// other block sizes (the online-softmax merge over 1 to 8 warps).
 TEST(MlaCuda, AttendAnyGridAndBlock) {
   K3_REQUIRE_GPU();
   AttendData k3({96, 128, 64, 512, 128}, 64, 1.0f, 11);
