@@ -18,6 +18,7 @@
 #include "kernels/norm/NormCpu.h"
 
 #include "kernels/common/BF16.h"
+#include "runtime/Tensor.h"
 
 #include <algorithm>
 #include <cmath>
@@ -31,13 +32,6 @@ namespace k3 {
 //===----------------------------------------------------------------------===//
 
 namespace {
-
-std::string shapeString(const std::vector<int64_t> &shape) {
-  std::string s = "[";
-  for (size_t i = 0; i < shape.size(); ++i)
-    s += (i ? ", " : "") + std::to_string(shape[i]);
-  return s + "]";
-}
 
 /// A bf16 vector or matrix with `numel` elements.
 Status resolveBf16(const TensorView *t, int64_t numel, const std::string &what,

@@ -9,6 +9,7 @@
 #include "runtime/PlanBinding.h"
 
 #include "kernels/common/BF16.h"
+#include "runtime/Tensor.h"
 
 #include <cstring>
 #include <map>
@@ -16,13 +17,6 @@
 namespace k3 {
 
 namespace {
-
-std::string shapeString(const std::vector<int64_t> &shape) {
-  std::string s = "[";
-  for (size_t i = 0; i < shape.size(); ++i)
-    s += (i ? ", " : "") + std::to_string(shape[i]);
-  return s + "]";
-}
 
 /// The shape without its size-1 dimensions ([1, D] and [D] hold the same).
 std::vector<int64_t> squeezed(const std::vector<int64_t> &shape) {

@@ -1,4 +1,5 @@
-//===- Tensor.cpp - Element types ------------------------------------------===//
+//===- Tensor.cpp - Element types
+//------------------------------------------===//
 #include "runtime/Tensor.h"
 
 namespace k3 {
@@ -39,6 +40,13 @@ bool parseDType(const std::string &name, DType &out) {
       return true;
     }
   return false;
+}
+
+std::string shapeString(const std::vector<int64_t> &shape) {
+  std::string s = "[";
+  for (size_t i = 0; i < shape.size(); ++i)
+    s += (i ? ", " : "") + std::to_string(shape[i]);
+  return s + "]";
 }
 
 } // namespace k3

@@ -16,7 +16,21 @@
 namespace k3 {
 
 /// Element types of safetensors ("BF16", "F32", ...).
-enum class DType { BF16, F16, F32, F64, U8, I8, I16, U16, I32, U32, I64, U64, BOOL };
+enum class DType {
+  BF16,
+  F16,
+  F32,
+  F64,
+  U8,
+  I8,
+  I16,
+  U16,
+  I32,
+  U32,
+  I64,
+  U64,
+  BOOL
+};
 
 /// Bytes per element.
 size_t dtypeSize(DType t);
@@ -24,6 +38,9 @@ size_t dtypeSize(DType t);
 const char *dtypeName(DType t);
 /// Parses the safetensors spelling; false when unknown.
 bool parseDType(const std::string &name, DType &out);
+
+/// "[a, b, c]", for messages about tensor shapes.
+std::string shapeString(const std::vector<int64_t> &shape);
 
 /// A read-only tensor whose bytes someone else owns.
 struct TensorView {
