@@ -43,6 +43,10 @@ public:
   virtual Status runLaunch(size_t index, int64_t token, int64_t pos) = 0;
   virtual Status readArena(std::vector<uint8_t> &out) = 0;
   virtual Status readState(size_t state, std::vector<uint8_t> &out) = 0;
+  /// Overwrites resident state `state` with `bytes` (exactly its size):
+  /// restoring a prefix snapshot.
+  virtual Status writeState(size_t state,
+                            const std::vector<uint8_t> &bytes) = 0;
 };
 
 } // namespace k3

@@ -103,4 +103,14 @@ Status CpuBackend::readState(size_t state, std::vector<uint8_t> &out) {
   return Status::ok();
 }
 
+Status CpuBackend::writeState(size_t state, const std::vector<uint8_t> &bytes) {
+  if (state >= states_.size())
+    return makeError("state ", state, " is out of range");
+  if (bytes.size() != stateBytes_[state])
+    return makeError("state ", state, " holds ", stateBytes_[state],
+                     " bytes, the snapshot has ", bytes.size());
+  std::memcpy(states_[state].get(), bytes.data(), bytes.size());
+  return Status::ok();
+}
+
 } // namespace k3

@@ -61,6 +61,7 @@ public:
   Status runLaunch(size_t index, int64_t token, int64_t pos) override;
   Status readArena(std::vector<uint8_t> &out) override;
   Status readState(size_t state, std::vector<uint8_t> &out) override;
+  Status writeState(size_t state, const std::vector<uint8_t> &bytes) override;
 
 private:
   CpuBackend() = default;

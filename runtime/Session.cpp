@@ -13,6 +13,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <filesystem>
@@ -109,9 +110,47 @@ Expected<std::unique_ptr<Session>> Session::open(PlanDoc plan,
   return s;
 }
 
-Expected<GenerateResult> Session::generate(const std::vector<int64_t> &prompt,
-                                           int64_t maxNew, bool keepLogits,
-                                           const TokenCallback &onToken) {
+Expected<PrefixSnapshot>
+Session::snapshotPrefix(const std::vector<int64_t> &prefix) {
+  K3_RETURN_IF_ERROR(checkPrompt(prefix, 1));
+  K3_RETURN_IF_ERROR(backend_->resetState());
+  for (size_t i = 0; i < prefix.size(); ++i)
+    K3_RETURN_IF_ERROR(backend_->step(prefix[i], static_cast<int64_t>(i)));
+  PrefixSnapshot snap;
+  snap.tokens = prefix;
+  snap.states.resize(plan_.states.size());
+  for (size_t i = 0; i < plan_.states.size(); ++i)
+    K3_RETURN_IF_ERROR(backend_->readState(i, snap.states[i]));
+  snap.logits.assign(backend_->logits(),
+                     backend_->logits() + backend_->vocab());
+  return snap;
+}
+
+Status Session::restore(const PrefixSnapshot &snap) {
+  if (snap.states.size() != plan_.states.size() ||
+      snap.logits.size() != static_cast<size_t>(backend_->vocab()))
+    return makeError("the prefix snapshot was not made with this plan (",
+                     snap.states.size(), " states, ", plan_.states.size(),
+                     " expected)");
+  std::vector<size_t> slot(snap.states.size());
+  for (size_t i = 0; i < slot.size(); ++i)
+    slot[i] = i;
+  if (snap.mutantSwapKdaSlots) {
+    std::vector<size_t> kda;
+    for (size_t i = 0; i < plan_.states.size(); ++i)
+      if (plan_.states[i].kind == "kda_state")
+        kda.push_back(i);
+    if (kda.size() >= 2)
+      std::swap(slot[kda[0]], slot[kda[1]]);
+  }
+  for (size_t i = 0; i < slot.size(); ++i)
+    K3_RETURN_IF_ERROR(backend_->writeState(slot[i], snap.states[i])
+                           .withContext("restoring the prefix snapshot"));
+  return Status::ok();
+}
+
+Status Session::checkPrompt(const std::vector<int64_t> &prompt,
+                            int64_t maxNew) const {
   const int64_t vocab = backend_->vocab();
   if (prompt.empty())
     return makeError("the prompt is empty; it needs at least one token "
@@ -130,6 +169,21 @@ Expected<GenerateResult> Session::generate(const std::vector<int64_t> &prompt,
         " tokens exceeds the plan's max_seq of ", backend_->maxSeq(),
         "; shorten the request or compile with a larger "
         "--max-seq");
+  return Status::ok();
+}
+
+Expected<GenerateResult> Session::generate(const std::vector<int64_t> &prompt,
+                                           int64_t maxNew, bool keepLogits,
+                                           const TokenCallback &onToken,
+                                           const PrefixSnapshot *prefix) {
+  const int64_t vocab = backend_->vocab();
+  K3_RETURN_IF_ERROR(checkPrompt(prompt, maxNew));
+  const int64_t n = static_cast<int64_t>(prompt.size());
+  if (prefix && (prefix->tokens.size() > prompt.size() ||
+                 !std::equal(prefix->tokens.begin(), prefix->tokens.end(),
+                             prompt.begin())))
+    return makeError("the prefix snapshot (", prefix->tokens.size(),
+                     " tokens) is not a prefix of the prompt");
 
   GenerateResult r;
   r.vocab = vocab;
@@ -137,16 +191,24 @@ Expected<GenerateResult> Session::generate(const std::vector<int64_t> &prompt,
   r.tokens.reserve(maxNew);
   if (keepLogits)
     r.logits.resize(static_cast<size_t>(maxNew * vocab));
-  K3_RETURN_IF_ERROR(backend_->resetState());
-
   auto t0 = std::chrono::steady_clock::now();
-  for (int64_t i = 0; i < n; ++i)
+  int64_t first = 0;
+  if (prefix) {
+    K3_RETURN_IF_ERROR(restore(*prefix));
+    first = static_cast<int64_t>(prefix->tokens.size());
+  } else {
+    K3_RETURN_IF_ERROR(backend_->resetState());
+  }
+  for (int64_t i = first; i < n; ++i)
     K3_RETURN_IF_ERROR(backend_->step(prompt[i], i));
   r.promptSeconds = secondsSince(t0);
 
   t0 = std::chrono::steady_clock::now();
   for (int64_t s = 0; s < maxNew; ++s) {
-    const float *logits = backend_->logits();
+    // The logits of the last prompt token: the snapshot's when the whole
+    // prompt was the prefix.
+    const float *logits =
+        s == 0 && first == n ? prefix->logits.data() : backend_->logits();
     int64_t id = 0;
     ArgmaxParams am;
     am.logits = logits;

@@ -53,6 +53,19 @@ struct GenerateResult {
   }
 };
 
+/// The per-sequence state after a prompt prefix (every resident state: KDA
+/// and conv states, MLA caches, AttnRes blocks) and the logits that follow
+/// it, kept on the host, so requests sharing the prefix skip its steps.
+struct PrefixSnapshot {
+  std::vector<int64_t> tokens;              ///< the prefix
+  std::vector<std::vector<uint8_t>> states; ///< per plan state
+  std::vector<float> logits;                ///< [vocab] after the prefix
+  /// Test lever (a graph mutant of the runtime): restore the first KDA
+  /// layer's state into the second KDA layer's slot and the other way round,
+  /// the bug a slot-keyed cache can have. Never set outside tests.
+  bool mutantSwapKdaSlots = false;
+};
+
 /// A plan bound to a checkpoint on a backend.
 class Session {
 public:
@@ -70,7 +83,14 @@ public:
   /// prompt + maxNew above the plan's max_seq.
   Expected<GenerateResult> generate(const std::vector<int64_t> &prompt,
                                     int64_t maxNew, bool keepLogits = false,
-                                    const TokenCallback &onToken = {});
+                                    const TokenCallback &onToken = {},
+                                    const PrefixSnapshot *prefix = nullptr);
+
+  /// Feeds `prefix` from a fresh state and returns the snapshot after it.
+  /// generate() with that snapshot and a prompt that starts with the prefix
+  /// restores it and feeds only the rest: bit-identical to feeding the
+  /// whole prompt. Errors: as generate()'s prompt checks.
+  Expected<PrefixSnapshot> snapshotPrefix(const std::vector<int64_t> &prefix);
 
   const PlanDoc &plan() const { return plan_; }
   /// The backend's name ("cpu", "cuda (NVIDIA H200 (sm_90))").
@@ -78,6 +98,10 @@ public:
 
 private:
   Session() = default;
+  /// The prompt checks of generate() (also for snapshotPrefix).
+  Status checkPrompt(const std::vector<int64_t> &prompt, int64_t maxNew) const;
+  /// Writes a snapshot's states back (the mutant lever applied).
+  Status restore(const PrefixSnapshot &snap);
   PlanDoc plan_;
   TensorStore store_;
   std::unique_ptr<Backend> backend_;

@@ -300,4 +300,15 @@ Status CudaBackend::readState(size_t state, std::vector<uint8_t> &out) {
   return driver_->copyToHost(out.data(), states_[state].get(), out.size());
 }
 
+Status CudaBackend::writeState(size_t state,
+                               const std::vector<uint8_t> &bytes) {
+  if (state >= states_.size())
+    return makeError("state ", state, " is out of range");
+  if (bytes.size() != states_[state].bytes())
+    return makeError("state ", state, " holds ", states_[state].bytes(),
+                     " bytes, the snapshot has ", bytes.size());
+  return driver_->copyToDevice(states_[state].get(), bytes.data(),
+                               bytes.size());
+}
+
 } // namespace k3

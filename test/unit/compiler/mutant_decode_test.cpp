@@ -74,6 +74,98 @@ TEST_P(MutantDecode, ReferenceComparisonRejectsIt) {
             << bad.diagnostic;
 }
 
+/// Prefix snapshots: restoring the state after a shared prompt prefix gives
+/// exactly the decode of the whole prompt, and a snapshot restored into the
+/// wrong layer slots (the KDA states of two layers swapped) is rejected by
+/// the same reference comparison.
+class SnapshotDecode : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(SnapshotDecode, RestoredPrefixDecodesTheSameAndTheWrongSlotIsCaught) {
+  const std::string preset = GetParam();
+  const std::string &dir = k3test::madeModelDir(preset, /*seed=*/1);
+  ::k3::Expected<::k3::ModelConfig> config =
+      ::k3::parseConfigFile(dir + "/config.json");
+  ASSERT_TRUE(config.hasValue()) << config.message();
+  std::string text =
+      k3test::compilePlan(*config, mlir::k3::FusionStrategy::Default, kMaxSeq);
+  ASSERT_FALSE(text.empty());
+  ::k3::Expected<::k3::PlanDoc> plan = ::k3::parsePlan(text);
+  ASSERT_TRUE(plan.hasValue()) << plan.message();
+  auto session = ::k3::Session::open(plan.take(), dir);
+  ASSERT_TRUE(session.hasValue()) << session.message();
+  ::k3::Session &ses = **session;
+
+  auto whole = ses.generate(kPrompt, kMaxNew, /*keepLogits=*/true);
+  ASSERT_TRUE(whole.hasValue()) << whole.message();
+  const std::vector<int64_t> prefix(kPrompt.begin(), kPrompt.begin() + 5);
+  auto snap = ses.snapshotPrefix(prefix);
+  ASSERT_TRUE(snap.hasValue()) << snap.message();
+  auto resumed = ses.generate(kPrompt, kMaxNew, true, {}, &*snap);
+  ASSERT_TRUE(resumed.hasValue()) << resumed.message();
+  EXPECT_EQ(resumed->tokens, whole->tokens);
+  EXPECT_EQ(resumed->logits, whole->logits) << "not bit-identical";
+
+  // The whole prompt as the prefix: the first token comes from the
+  // snapshot's logits.
+  auto full = ses.snapshotPrefix(kPrompt);
+  ASSERT_TRUE(full.hasValue()) << full.message();
+  auto fromFull = ses.generate(kPrompt, kMaxNew, true, {}, &*full);
+  ASSERT_TRUE(fromFull.hasValue()) << fromFull.message();
+  EXPECT_EQ(fromFull->logits, whole->logits);
+
+  // A snapshot of another prefix is refused.
+  std::vector<int64_t> other = kPrompt;
+  other[2] += 1;
+  auto wrong = ses.generate(other, kMaxNew, false, {}, &*snap);
+  ASSERT_FALSE(wrong.hasValue());
+  EXPECT_NE(wrong.message().find("is not a prefix of the prompt"),
+            std::string::npos)
+      << wrong.message();
+
+  // A snapshot of another plan (here: one state short) is refused.
+  ::k3::PrefixSnapshot broken = *snap;
+  broken.states.pop_back();
+  auto refused = ses.generate(kPrompt, kMaxNew, false, {}, &broken);
+  ASSERT_FALSE(refused.hasValue());
+  EXPECT_NE(refused.message().find("was not made with this plan"),
+            std::string::npos)
+      << refused.message();
+
+  ::k3::ref::RefDecode r;
+  ASSERT_NO_FATAL_FAILURE(
+      k3test::referenceDecode(*config, dir, kPrompt, kMaxNew, r));
+  ::k3::ref::DecodeCompareOptions opt;
+  opt.maxRowRelErr = kLogitsTol;
+  auto rows = [&](const ::k3::GenerateResult &g) {
+    return ::k3::ref::logitRowsFromFlat(g.logits, g.vocab);
+  };
+  auto good = ::k3::ref::compareDecode(r.tokens, r.logits, resumed->tokens,
+                                       rows(*resumed), opt);
+  EXPECT_TRUE(good.ok) << good.diagnostic;
+
+  ::k3::PrefixSnapshot swapped = *snap;
+  swapped.mutantSwapKdaSlots = true;
+  auto bad = ses.generate(kPrompt, kMaxNew, true, {}, &swapped);
+  ASSERT_TRUE(bad.hasValue()) << bad.message();
+  auto caught = ::k3::ref::compareDecode(r.tokens, r.logits, bad->tokens,
+                                         rows(*bad), opt);
+  EXPECT_FALSE(caught.ok) << "a snapshot restored into the wrong KDA slots "
+                             "passed the reference comparison";
+  std::cout << "[mutant " << preset << " snapshot-wrong-slot] "
+            << (caught.ok ? "NOT DETECTED" : "detected") << ": "
+            << caught.diagnostic;
+}
+
+INSTANTIATE_TEST_SUITE_P(Presets, SnapshotDecode,
+                         ::testing::Values("tiny", "tiny-linear"),
+                         [](const auto &info) {
+                           std::string n = info.param;
+                           for (char &c : n)
+                             if (c == '-')
+                               c = '_';
+                           return n;
+                         });
+
 std::string testName(const ::testing::TestParamInfo<Param> &info) {
   std::string n = std::get<0>(info.param) + "_" + std::get<1>(info.param) +
                   "_" + std::get<2>(info.param);
