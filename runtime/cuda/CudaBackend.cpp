@@ -4,6 +4,7 @@
 #include "kernels/PtxModules.h"
 
 #include <cstring>
+#include <mutex>
 
 namespace k3 {
 
@@ -13,7 +14,10 @@ namespace {
 /// so each distinct text is loaded once per process).
 Expected<cuda::CUmodule> moduleFor(cuda::Driver &driver, const std::string &ptx,
                                    const std::string &what) {
+  // Sessions may be opened from several threads.
+  static std::mutex mutex;
   static std::map<std::string, cuda::CUmodule> loaded;
+  std::lock_guard<std::mutex> lock(mutex);
   auto it = loaded.find(ptx);
   if (it != loaded.end())
     return it->second;

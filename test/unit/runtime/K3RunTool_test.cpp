@@ -123,7 +123,10 @@ TEST_F(K3RunToolTest, ExecutableMode) {
 }
 
 TEST_F(K3RunToolTest, UsageErrorsExitTwo) {
-  EXPECT_EQ(run(tool() + " --help", *dir).exitCode, 0);
+  RunResult help = run(tool() + " --help", *dir);
+  EXPECT_EQ(help.exitCode, 0);
+  EXPECT_TRUE(test::contains(help.out, "--backend cpu|cuda")) << help.out;
+  EXPECT_TRUE(test::contains(help.out, "--no-cuda-graph")) << help.out;
   for (const std::string &args :
        {std::string(""), " " + dir->file("m.plan"),
         " " + dir->file("m.plan") + " --weights x --prompt-ids 1",
