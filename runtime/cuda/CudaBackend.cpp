@@ -65,6 +65,19 @@ Expected<cuda::CUfunction> findCudaKernel(const std::string &kernel) {
   return kernelFunction(**driver, kernel, nullptr);
 }
 
+CudaBackend::~CudaBackend() {
+  if (!driver_)
+    return;
+  // Work in flight reads the buffers freed after this.
+  if (stream_)
+    (void)driver_->synchronize(stream_);
+  driver_->destroy(graphExec_);
+  driver_->destroy(graph_);
+  driver_->destroy(start_);
+  driver_->destroy(end_);
+  driver_->destroy(stream_);
+}
+
 std::string CudaBackend::name() const {
   return "cuda (" + driver_->deviceName() + ")";
 }
@@ -216,6 +229,7 @@ CudaBackend::bind(const PlanDoc &plan, const TensorStore &store,
     Expected<cuda::CUgraph> graph = d.createGraph();
     if (!graph)
       return graph.status();
+    be->graph_ = *graph;
     cuda::CUgraphNode prev = nullptr;
     for (size_t i = 0; i < be->launches_.size(); ++i) {
       const Grid &g = be->grids_[i];

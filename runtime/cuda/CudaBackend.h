@@ -32,6 +32,10 @@ Expected<cuda::CUfunction> findCudaKernel(const std::string &kernel);
 
 class CudaBackend final : public Backend {
 public:
+  ~CudaBackend() override;
+  CudaBackend(const CudaBackend &) = delete;
+  CudaBackend &operator=(const CudaBackend &) = delete;
+
   /// Validates `plan`, loads the embedded PTX, uploads the weights and binds
   /// every launch. Errors: no GPU or driver, a kernel without a CUDA
   /// implementation in this build (named), the binding errors of CpuBackend.
@@ -72,6 +76,7 @@ private:
   };
   std::vector<Grid> grids_;
   std::vector<cuda::CUfunction> functions_;
+  cuda::CUgraph graph_ = nullptr;
   cuda::CUgraphExec graphExec_ = nullptr;
   std::vector<cuda::CUgraphNode> nodes_; ///< per launch, with a graph
   uint64_t logitsOffset_ = 0;

@@ -81,6 +81,8 @@ struct Driver::Api {
   CUresult (*eventSynchronize)(CUevent);
   CUresult (*eventElapsedTime)(float *, CUevent, CUevent);
   CUresult (*getErrorName)(CUresult, const char **);
+  CUresult (*streamDestroy)(CUstream);
+  CUresult (*eventDestroy)(CUevent);
   CUresult (*graphCreate)(CUgraph *, unsigned);
   CUresult (*graphAddKernelNode)(CUgraphNode *, CUgraph, const CUgraphNode *,
                                  size_t, const KernelNodeParams *);
@@ -88,6 +90,8 @@ struct Driver::Api {
   CUresult (*graphExecKernelNodeSetParams)(CUgraphExec, CUgraphNode,
                                            const KernelNodeParams *);
   CUresult (*graphLaunch)(CUgraphExec, CUstream);
+  CUresult (*graphDestroy)(CUgraph);
+  CUresult (*graphExecDestroy)(CUgraphExec);
 };
 
 Status Driver::check(int result, const char *call) const {
@@ -141,6 +145,8 @@ Expected<Driver *> Driver::get() {
         {(void **)&a.eventSynchronize, "cuEventSynchronize"},
         {(void **)&a.eventElapsedTime, "cuEventElapsedTime"},
         {(void **)&a.getErrorName, "cuGetErrorName"},
+        {(void **)&a.streamDestroy, "cuStreamDestroy_v2"},
+        {(void **)&a.eventDestroy, "cuEventDestroy_v2"},
     };
     for (const Sym &s : syms) {
       *s.slot = ::dlsym(a.lib, s.name);
@@ -157,6 +163,8 @@ Expected<Driver *> Driver::get() {
         {(void **)&a.graphExecKernelNodeSetParams,
          "cuGraphExecKernelNodeSetParams_v2"},
         {(void **)&a.graphLaunch, "cuGraphLaunch"},
+        {(void **)&a.graphDestroy, "cuGraphDestroy"},
+        {(void **)&a.graphExecDestroy, "cuGraphExecDestroy"},
     };
     d->hasGraphs_ = true;
     for (const Sym &s : graphSyms) {
@@ -316,6 +324,23 @@ Status Driver::setKernelNodeParams(CUgraphExec exec, CUgraphNode node,
 
 Status Driver::launchGraph(CUgraphExec exec, CUstream stream) {
   return check(api_->graphLaunch(exec, stream), "cuGraphLaunch");
+}
+
+void Driver::destroy(CUstream s) {
+  if (s)
+    api_->streamDestroy(s);
+}
+void Driver::destroy(CUevent e) {
+  if (e)
+    api_->eventDestroy(e);
+}
+void Driver::destroy(CUgraph g) {
+  if (g && hasGraphs_)
+    api_->graphDestroy(g);
+}
+void Driver::destroy(CUgraphExec e) {
+  if (e && hasGraphs_)
+    api_->graphExecDestroy(e);
 }
 
 Expected<CUstream> Driver::createStream() {

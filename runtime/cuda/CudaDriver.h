@@ -82,6 +82,12 @@ public:
                              int64_t smem, void *params);
   Status launchGraph(CUgraphExec exec, CUstream stream);
 
+  /// Releases what the create/instantiate calls above made (null: no-op).
+  void destroy(CUstream s);
+  void destroy(CUevent e);
+  void destroy(CUgraph g);
+  void destroy(CUgraphExec e);
+
   Expected<CUstream> createStream();
   Status synchronize(CUstream stream);
   Expected<CUevent> createEvent();
