@@ -5,6 +5,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "kernels/common/CpuMath.h"
+#include "kernels/common/CpuParallel.h"
 #include "kernels/common/MXFP4.h"
 
 #include <vector>
@@ -62,16 +63,20 @@ void dequantMxfp4RowFast(const uint8_t *packed, const uint8_t *scale, int64_t k,
 
 void gemvAcc(const WeightRef &w, int64_t n, int64_t k, const float *x,
              float *y) {
-  if (w.format == kWeightMxfp4) {
-    std::vector<float> row(k);
-    for (int64_t r = 0; r < n; ++r) {
-      dequantMxfp4RowFast(w.packed, w.scale, k, r, row.data());
-      y[r] = dot(row.data(), x, k);
+  // Rows are independent and each is summed exactly as in a serial loop, so
+  // the row-parallel split cannot change a bit.
+  parallelRows(n, n * k, [&](int64_t begin, int64_t end) {
+    if (w.format == kWeightMxfp4) {
+      std::vector<float> row(k);
+      for (int64_t r = begin; r < end; ++r) {
+        dequantMxfp4RowFast(w.packed, w.scale, k, r, row.data());
+        y[r] = dot(row.data(), x, k);
+      }
+      return;
     }
-    return;
-  }
-  for (int64_t r = 0; r < n; ++r)
-    y[r] = dotBf16(w.bf16 + r * k, x, k);
+    for (int64_t r = begin; r < end; ++r)
+      y[r] = dotBf16(w.bf16 + r * k, x, k);
+  });
 }
 
 } // namespace cpu
