@@ -33,24 +33,24 @@ Expected<cuda::CUmodule> moduleFor(cuda::Driver &driver, const std::string &ptx,
 Expected<cuda::CUfunction> kernelFunction(cuda::Driver &driver,
                                           const std::string &kernel,
                                           const std::string *ptx) {
-  std::string text;
-  std::string what;
   if (ptx) {
-    text = *ptx;
-    what = "the plan's PTX for kernel '" + kernel + "'";
-  } else {
-    if (embeddedPtxModules().empty())
-      return makeError("this build has no CUDA kernels (nvcc was not found "
-                       "when it was configured) and the plan carries no PTX; "
-                       "use --backend cpu");
-    const PtxModule *m = ptxModuleFor(kernel);
-    if (!m)
-      return makeError("kernel '", kernel,
-                       "' has no CUDA implementation in this build");
-    text.assign(m->ptx, m->size);
-    what = std::string("PTX module '") + m->name + "'";
+    Expected<cuda::CUmodule> mod =
+        moduleFor(driver, *ptx, "the plan's PTX for kernel '" + kernel + "'");
+    if (!mod)
+      return mod.status();
+    return driver.function(*mod, "k3_" + kernel);
   }
-  Expected<cuda::CUmodule> mod = moduleFor(driver, text, what);
+  if (embeddedPtxModules().empty())
+    return makeError("this build has no CUDA kernels (nvcc was not found "
+                     "when it was configured) and the plan carries no PTX; "
+                     "use --backend cpu");
+  const PtxModule *m = ptxModuleFor(kernel);
+  if (!m)
+    return makeError("kernel '", kernel,
+                     "' has no CUDA implementation in this build");
+  Expected<cuda::CUmodule> mod =
+      moduleFor(driver, std::string(m->ptx, m->size),
+                std::string("PTX module '") + m->name + "'");
   if (!mod)
     return mod.status();
   return driver.function(*mod, "k3_" + kernel);
@@ -99,13 +99,20 @@ CudaBackend::bind(const PlanDoc &plan, const TensorStore &store,
 
   // Every kernel first: a missing one is the most likely error. The plan's
   // own PTX wins over the binary's (it is what the plan was compiled with).
+  // Resolved once per distinct kernel (a plan launches the same few kernels
+  // many times; each lookup keys on a module's whole PTX text).
+  std::map<std::string, cuda::CUfunction> byKernel;
   for (size_t i = 0; i < plan.launches.size(); ++i) {
     const PlanLaunch &l = plan.launches[i];
-    Expected<cuda::CUfunction> f =
-        kernelFunction(d, l.kernel, plan.ptxFor(l.kernel));
-    if (!f)
-      return f.status().withContext("launch " + std::to_string(i));
-    be->functions_.push_back(*f);
+    auto known = byKernel.find(l.kernel);
+    if (known == byKernel.end()) {
+      Expected<cuda::CUfunction> f =
+          kernelFunction(d, l.kernel, plan.ptxFor(l.kernel));
+      if (!f)
+        return f.status().withContext("launch " + std::to_string(i));
+      known = byKernel.emplace(l.kernel, *f).first;
+    }
+    be->functions_.push_back(known->second);
     Grid g;
     for (int a = 0; a < 3; ++a) {
       g.grid[a] = l.grid[a];
@@ -260,24 +267,9 @@ Status CudaBackend::step(int64_t token, int64_t pos) {
   K3_RETURN_IF_ERROR(checkStepInputs(token, pos, vocab_, maxSeq_));
   K3_RETURN_IF_ERROR(driver_->record(start_, stream_));
   for (size_t i = 0; i < launches_.size(); ++i) {
-    BoundLaunch &l = launches_[i];
-    if (graphExec_ && l.inputs.empty())
+    if (graphExec_ && launches_[i].inputs.empty())
       continue; // a graph node that never changes
-    l.setInputs(token, pos);
-    const Grid &g = grids_[i];
-    const std::string where =
-        "launch " + std::to_string(i) + " (" + l.kernel->name + ")";
-    if (graphExec_)
-      K3_RETURN_IF_ERROR(
-          driver_
-              ->setKernelNodeParams(graphExec_, nodes_[i], functions_[i],
-                                    g.grid, g.block, g.smem, l.params->data())
-              .withContext(where));
-    else
-      K3_RETURN_IF_ERROR(driver_
-                             ->launch(functions_[i], g.grid, g.block, g.smem,
-                                      stream_, l.params->data())
-                             .withContext(where));
+    K3_RETURN_IF_ERROR(launchOne(i, token, pos));
   }
   if (graphExec_)
     K3_RETURN_IF_ERROR(driver_->launchGraph(graphExec_, stream_));
@@ -285,8 +277,8 @@ Status CudaBackend::step(int64_t token, int64_t pos) {
   K3_RETURN_IF_ERROR(
       driver_->copyToHostAsync(logits_.data(), arena_.get() + logitsOffset_,
                                logits_.size() * sizeof(float), stream_));
-  K3_RETURN_IF_ERROR(driver_->synchronize(stream_).withContext(
-      "decode step at position " + std::to_string(pos)));
+  if (Status st = driver_->synchronize(stream_); !st)
+    return st.withContext("decode step at position " + std::to_string(pos));
   Expected<float> ms = driver_->elapsedMs(start_, end_);
   if (!ms)
     return ms.status();
@@ -294,16 +286,31 @@ Status CudaBackend::step(int64_t token, int64_t pos) {
   return Status::ok();
 }
 
-Status CudaBackend::runLaunch(size_t index, int64_t token, int64_t pos) {
-  if (index >= launches_.size())
-    return makeError("launch ", index, " is out of range");
+Status CudaBackend::launchOne(size_t index, int64_t token, int64_t pos) {
   BoundLaunch &l = launches_[index];
   l.setInputs(token, pos);
   const Grid &g = grids_[index];
-  K3_RETURN_IF_ERROR(driver_->launch(functions_[index], g.grid, g.block, g.smem,
-                                     stream_, l.params->data()));
+  // With a graph the node's params are replaced; it runs at the replay.
+  Status st = graphExec_ ? driver_->setKernelNodeParams(
+                               graphExec_, nodes_[index], functions_[index],
+                               g.grid, g.block, g.smem, l.params->data())
+                         : driver_->launch(functions_[index], g.grid, g.block,
+                                           g.smem, stream_, l.params->data());
+  if (!st)
+    return st.withContext("launch " + std::to_string(index) + " (" +
+                          l.kernel->name + ")");
+  return Status::ok();
+}
+
+Status CudaBackend::runLaunch(size_t index, int64_t token, int64_t pos) {
+  if (index >= launches_.size())
+    return makeError("launch ", index, " is out of range");
+  if (graphExec_)
+    return makeError("runLaunch needs a backend bound without a CUDA graph");
+  K3_RETURN_IF_ERROR(launchOne(index, token, pos));
   return driver_->synchronize(stream_).withContext(
-      "launch " + std::to_string(index) + " (" + l.kernel->name + ")");
+      "launch " + std::to_string(index) + " (" + launches_[index].kernel->name +
+      ")");
 }
 
 Status CudaBackend::readArena(std::vector<uint8_t> &out) {

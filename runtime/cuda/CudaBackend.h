@@ -62,6 +62,9 @@ public:
 
 private:
   CudaBackend() = default;
+  /// Launch `index` with the step inputs: a kernel launch, or, with a graph,
+  /// the node's params replaced for the next replay.
+  Status launchOne(size_t index, int64_t token, int64_t pos);
 
   cuda::Driver *driver_ = nullptr;
   cuda::CUstream stream_ = nullptr;
