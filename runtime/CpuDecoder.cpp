@@ -328,6 +328,42 @@ void CpuDecoder::reset() {
   }
 }
 
+namespace {
+
+/// out = R(W x) (+ residual, then R), bf16: one `linear`.
+void project(const WeightRef &w, int64_t n, int64_t k, const uint16_t *x,
+             uint16_t *out, const uint16_t *residual = nullptr) {
+  LinearParams lp;
+  lp.x = x;
+  lp.w = w;
+  lp.n = n;
+  lp.k = k;
+  lp.residual = residual;
+  lp.out = out;
+  linearCpu(lp);
+}
+
+/// A linear_multi over x (pre-normed by `norm`) with no entries yet.
+LinearMultiParams multiProjection(const uint16_t *x, int64_t k,
+                                  const uint16_t *norm, float eps) {
+  LinearMultiParams mp;
+  mp.x = x;
+  mp.k = k;
+  mp.normWeight = norm;
+  mp.normEps = eps;
+  return mp;
+}
+
+void addProjection(LinearMultiParams &mp, const WeightRef &w, int64_t n,
+                   uint16_t *out) {
+  LinearMultiEntry &e = mp.entries[mp.count++];
+  e.w = w;
+  e.n = n;
+  e.out = out;
+}
+
+} // namespace
+
 /// KDA mixer (K3.md §2): one linear_multi for everything read from h, the
 /// low-rank f_b (and g_b), kda_decode, o_proj with the residual epilogue.
 void CpuDecoder::runKda(Layer &ly, const uint16_t *h, const uint16_t *residual,
@@ -335,16 +371,9 @@ void CpuDecoder::runKda(Layer &ly, const uint16_t *h, const uint16_t *residual,
   const ModelConfig &c = config_;
   const int64_t D = c.hiddenSize, H = c.kda.numHeads, d = c.kda.headDim,
                 C = c.kdaChannels();
-  LinearMultiParams mp;
-  mp.x = h;
-  mp.k = D;
-  mp.normWeight = ly.inputLn;
-  mp.normEps = c.rmsNormEps;
+  LinearMultiParams mp = multiProjection(h, D, ly.inputLn, c.rmsNormEps);
   auto add = [&](const WeightRef &w, int64_t n, uint16_t *o) {
-    LinearMultiEntry &e = mp.entries[mp.count++];
-    e.w = w;
-    e.n = n;
-    e.out = o;
+    addProjection(mp, w, n, o);
   };
   add(ly.q, C, uq_.data());
   add(ly.k, C, uk_.data());
@@ -357,19 +386,9 @@ void CpuDecoder::runKda(Layer &ly, const uint16_t *h, const uint16_t *residual,
     add(ly.gA, d, small2_.data());
   linearMultiCpu(mp);
 
-  LinearParams lp;
-  lp.x = small1_.data();
-  lp.w = ly.fB;
-  lp.n = C;
-  lp.k = d;
-  lp.out = f_.data();
-  linearCpu(lp);
-  if (!c.kda.fullRankGate) {
-    lp.x = small2_.data();
-    lp.w = ly.gB;
-    lp.out = gt_.data();
-    linearCpu(lp);
-  }
+  project(ly.fB, C, d, small1_.data(), f_.data());
+  if (!c.kda.fullRankGate)
+    project(ly.gB, C, d, small2_.data(), gt_.data());
 
   KdaDecodeParams kp;
   kp.uq = uq_.data();
@@ -397,14 +416,7 @@ void CpuDecoder::runKda(Layer &ly, const uint16_t *h, const uint16_t *residual,
   kp.normEps = c.rmsNormEps;
   kdaDecodeCpu(kp);
 
-  LinearParams op;
-  op.x = y_.data();
-  op.w = ly.o;
-  op.n = D;
-  op.k = C;
-  op.residual = residual;
-  op.out = out;
-  linearCpu(op);
+  project(ly.o, D, C, y_.data(), out, residual);
 }
 
 /// MLA mixer (K3.md §3, absorbed form): q (via q_a + norm + q_b, or q_proj),
@@ -417,16 +429,9 @@ void CpuDecoder::runMla(Layer &ly, const uint16_t *h, const uint16_t *residual,
                 R = c.qkRopeHeadDim, Vd = c.vHeadDim, L = c.kvLoraRank;
   // The q_a / kv_a layernorms use eps 1e-6 (K3.md §1), not rms_norm_eps.
   constexpr float kMlaNormEps = 1e-6f;
-  LinearMultiParams mp;
-  mp.x = h;
-  mp.k = D;
-  mp.normWeight = ly.inputLn;
-  mp.normEps = c.rmsNormEps;
+  LinearMultiParams mp = multiProjection(h, D, ly.inputLn, c.rmsNormEps);
   auto add = [&](const WeightRef &w, int64_t n, uint16_t *o) {
-    LinearMultiEntry &e = mp.entries[mp.count++];
-    e.w = w;
-    e.n = n;
-    e.out = o;
+    addProjection(mp, w, n, o);
   };
   if (c.qLoraRank > 0)
     add(ly.qA, c.qLoraRank, qa_.data());
@@ -474,14 +479,7 @@ void CpuDecoder::runMla(Layer &ly, const uint16_t *h, const uint16_t *residual,
   at.scale = 1.0f / std::sqrt(static_cast<float>(P + R));
   mlaAttendCpu(at);
 
-  LinearParams op;
-  op.x = y_.data();
-  op.w = ly.o;
-  op.n = D;
-  op.k = N * Vd;
-  op.residual = residual;
-  op.out = out;
-  linearCpu(op);
+  project(ly.o, D, N * Vd, y_.data(), out, residual);
 }
 
 /// FFN (dense MLP or MoE) on m, pre-normed by post_attention_layernorm;
@@ -549,13 +547,7 @@ void CpuDecoder::runFfn(Layer &ly, const uint16_t *m, const uint16_t *residual,
   ep.hasBeta2 = gp.hasBeta2;
   ep.beta2 = gp.beta2;
   if (c.hasLatentMoe()) {
-    LinearParams lp;
-    lp.x = hn_.data();
-    lp.w = ly.routedDown;
-    lp.n = Dm;
-    lp.k = D;
-    lp.out = z_.data();
-    linearCpu(lp);
+    project(ly.routedDown, Dm, D, hn_.data(), z_.data());
     ep.x = z_.data();
     ep.out = r_.data();
     moeExpertsCpu(ep);
@@ -566,12 +558,7 @@ void CpuDecoder::runFfn(Layer &ly, const uint16_t *m, const uint16_t *residual,
       np.n = Dm;
       rmsNormCpu(np);
     }
-    lp.x = r_.data();
-    lp.w = ly.routedUp;
-    lp.n = D;
-    lp.k = Dm;
-    lp.out = routed_.data();
-    linearCpu(lp);
+    project(ly.routedUp, D, Dm, r_.data(), routed_.data());
   } else {
     ep.out = routed_.data();
     moeExpertsCpu(ep);
