@@ -306,7 +306,7 @@ struct StepInputs {
     l.headDim = d;
     l.x = t.q.data();
     l.out = q.data();
-    l.scale = 1.0f / std::sqrt(static_cast<float>(d));
+    l.scale = k3::kdaQueryScale(d);
     k3::kdaL2NormStepCpu(l);
     l.x = t.k.data();
     l.out = k.data();
@@ -461,7 +461,7 @@ TEST(KdaCuda, UnfusedChainIsRecurrentBitForBit) {
       l.headDim = d;
       l.x = dQt.get<uint16_t>();
       l.out = dQ.get<float>();
-      l.scale = 1.0f / std::sqrt(static_cast<float>(d));
+      l.scale = k3::kdaQueryScale(d);
       ASSERT_TRUE(launch("kda_l2norm", l, H).isOk());
       l.x = dKt.get<uint16_t>();
       l.out = dK.get<float>();

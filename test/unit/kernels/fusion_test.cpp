@@ -294,7 +294,7 @@ void runKdaSplit(bool lowerBound, uint64_t seed) {
   auto dtBias = randomF32(rng, C, 1.0f);
   auto aLog = randomF32(rng, H, 1.0f);
   std::vector<float> sA(H * d * d, 0.f), sB = sA;
-  const float qScale = 1.0f / std::sqrt(static_cast<float>(d));
+  const float qScale = kdaQueryScale(d);
 
   for (int t = 0; t < 5; ++t) {
     auto q = randomBf16(rng, C, 2.0f), k = randomBf16(rng, C, 2.0f),

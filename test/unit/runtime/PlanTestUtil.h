@@ -18,6 +18,7 @@
 #define K3C_TEST_UNIT_RUNTIME_PLANTESTUTIL_H
 
 #include "kernels/common/WeightRef.h"
+#include "kernels/kda/KdaParams.h"
 #include "runtime/Plan.h"
 
 #include <algorithm>
@@ -235,7 +236,7 @@ inline PlanDoc buildDecodePlan(const ModelConfig &c, int64_t maxSeq,
               .arg("out", ql)
               .arg("n", i64(C))
               .arg("headDim", i64(d))
-              .arg("scale", num(1.0f / std::sqrt(static_cast<float>(d))));
+              .arg("scale", num(kdaQueryScale(d)));
           plan.addLaunch("kda_l2norm")
               .arg("x", tk)
               .arg("out", kl)
