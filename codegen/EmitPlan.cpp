@@ -165,11 +165,15 @@ LogicalResult mlir::k3::emitPlan(ModuleOp module, llvm::StringRef fusion,
            << "the emitted plan is invalid: " << st.message();
   // A k3c built with CUDA carries the PTX of every kernel the plan launches
   // (the module that defines it), so the plan runs on a GPU by itself.
-  for (const ::k3::PlanLaunch &l : doc.launches)
+  // Each distinct kernel is looked up once (the lookup scans the PTX texts).
+  for (const ::k3::PlanLaunch &l : doc.launches) {
+    if (doc.kernelModules.count(l.kernel))
+      continue;
     if (const ::k3::PtxModule *m = ::k3::ptxModuleFor(l.kernel)) {
       doc.kernelModules.emplace(l.kernel, m->name);
-      doc.ptxModules.emplace(m->name, std::string(m->ptx, m->size));
+      doc.ptxModules.try_emplace(m->name, m->ptx, m->size); // once per module
     }
+  }
   planText = ::k3::serializePlan(doc);
   return success();
 }
