@@ -611,6 +611,10 @@ LogicalResult Lowering::lower(Operation *op) {
                sc, {}, kWorkQueueGrid);
         return success();
       })
+      .Case<ProbeOp>([&](ProbeOp o) {
+        k3l::ProbeOp::create(b_, loc_, ptr(o.getValue()), o.getNameAttr());
+        return success();
+      })
       .Case<func::ReturnOp>([&](func::ReturnOp o) -> LogicalResult {
         if (o.getNumOperands() != 1)
           return o.emitOpError() << "expects the decode step to return logits";

@@ -157,6 +157,13 @@ LogicalResult mlir::k3::emitPlan(ModuleOp module, llvm::StringRef fusion,
     } else if (auto lg = dyn_cast<k3l::LogitsOp>(op)) {
       ::k3::PlanArg a = bound.lookup(lg.getPtr());
       doc.logitsBuffer = a.index;
+    } else if (auto pr = dyn_cast<k3l::ProbeOp>(op)) {
+      ::k3::PlanArg a = bound.lookup(pr.getPtr());
+      if (a.kind != ::k3::PlanArg::Kind::Buffer || doc.launches.empty())
+        return pr.emitOpError()
+               << "expects a scratch buffer written by an earlier launch";
+      doc.probes.push_back({pr.getName().str(), a.index,
+                            static_cast<int64_t>(doc.launches.size())});
     }
   }
   ::k3::Status st = ::k3::validatePlan(doc);

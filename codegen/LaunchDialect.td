@@ -103,6 +103,20 @@ def K3L_LaunchOp : K3L_Op<"launch"> {
   let hasVerifier = 1;
 }
 
+def K3L_ProbeOp : K3L_Op<"probe"> {
+  let summary = "names the buffer that holds a probed value";
+  let description = [{
+    The lowering of `k3.probe`: after the launches before it in the step,
+    `ptr` holds the value named `name`. The plan lists it as a probe
+    (docs/PLAN.md); it is not a launch and costs nothing at run time.
+    ```mlir
+    k3l.probe %b {name = "layers.0.out"} : !k3l.ptr
+    ```
+  }];
+  let arguments = (ins K3L_PtrType:$ptr, StrAttr:$name);
+  let assemblyFormat = "$ptr attr-dict `:` type($ptr)";
+}
+
 def K3L_LogitsOp : K3L_Op<"logits"> {
   let summary = "marks the buffer that holds the step's fp32 logits";
   let description = [{

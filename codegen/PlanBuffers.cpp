@@ -48,7 +48,7 @@ struct K3PlanBuffersPass : k3::impl::K3PlanBuffersBase<K3PlanBuffersPass> {
         live.push_back({a, -1, -1, alignUp(a.getBytes(), alignment), 0});
         return;
       }
-      if (!isa<k3l::LaunchOp, k3l::LogitsOp>(op))
+      if (!isa<k3l::LaunchOp, k3l::LogitsOp, k3l::ProbeOp>(op))
         return;
       for (Value v : op->getOperands()) {
         auto it = index.find(v);

@@ -359,6 +359,15 @@ LogicalResult AttnResCommitOp::verify() {
   return success();
 }
 
+LogicalResult ProbeOp::verify() {
+  auto t = cast<RankedTensorType>(getValue().getType());
+  if (t.getRank() != 1)
+    return emitOpError() << "expects a 1-D value but got rank " << t.getRank();
+  if (getName().empty())
+    return emitOpError() << "expects a non-empty name";
+  return success();
+}
+
 LogicalResult LmHeadOp::verify() {
   SmallVector<int64_t> w = shapeOf(getWeight().getType());
   if (w.size() != 2)

@@ -284,6 +284,25 @@ def K3_AttnResCommitOp : K3_Op<"attn_res_commit", [K3_StateEffects]> {
   let hasVerifier = 1;
 }
 
+def K3_ProbeOp : K3_Op<"probe", [MemoryEffects<[MemWrite]>]> {
+  let summary = "names a value a checker may read after it is computed";
+  let description = [{
+    Marks `value` as the named point `name` of the decode step (e.g.
+    `layers.3.mixer`: the stream after layer 3's mixer, `layers.3.out`:
+    after its FFN). It computes nothing: the lowering turns it into a plan
+    probe (docs/PLAN.md) that a teacher-forced check reads launch by launch
+    and compares with the float64 reference's trace. Passes treat it as an
+    ordinary user of `value`; a fusion that replaces the value's producer
+    carries the probe to the new producer through the use.
+    ```mlir
+    k3.probe %x {name = "layers.0.out"} : tensor<256xbf16>
+    ```
+  }];
+  let arguments = (ins K3_Vector:$value, StrAttr:$name);
+  let assemblyFormat = "$value attr-dict `:` type($value)";
+  let hasVerifier = 1;
+}
+
 def K3_LmHeadOp : K3_Op<"lm_head", [Pure]> {
   let summary = "vocabulary projection to fp32 logits";
   let description = [{

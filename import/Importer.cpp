@@ -61,6 +61,14 @@ private:
   Value add(Value a, Value b) {
     return AddOp::create(b_, loc_, a.getType(), a, b);
   }
+  /// Names `v` as point `what` of layer `layer` for teacher-forced checks
+  /// (k3.probe); returns `v`.
+  Value probe(Value v, int64_t layer, const char *what) {
+    ProbeOp::create(b_, loc_, v,
+                    b_.getStringAttr("layers." + std::to_string(layer) + "." +
+                                     what));
+    return v;
+  }
   /// AttnRes over the committed blocks and `p` (K3.md §4).
   Value attnRes(Value p, const std::string &prefix, const std::string &which) {
     int64_t D = c_.hiddenSize;
@@ -256,8 +264,8 @@ OwningOpRef<ModuleOp> ModuleBuilder::build() {
     };
     if (!hasAttnRes) {
       // Plain pre-norm residual: h = x + Mixer(norm(x)); x = h + FFN(norm(h)).
-      Value h = add(x, mixer(x));
-      x = add(h, mlp(h));
+      Value h = probe(add(x, mixer(x)), l, "mixer");
+      x = probe(add(h, mlp(h)), l, "out");
       continue;
     }
     // K3.md §4: p is the partial block, B the committed blocks.
@@ -270,9 +278,9 @@ OwningOpRef<ModuleOp> ModuleBuilder::build() {
       ++committed_;
     }
     Value a = mixer(h);
-    p = commit ? a : add(p, a);
+    p = probe(commit ? a : add(p, a), l, "mixer");
     Value m = attnRes(p, lp, "mlp_res");
-    x = add(p, mlp(m));
+    x = probe(add(p, mlp(m)), l, "out");
   }
   Value final = hasAttnRes ? attnRes(x, mp, "output_attn_res") : x;
   Value n = rmsNorm(final, bf16Weight(mp + "norm", {D}), c_.rmsNormEps);

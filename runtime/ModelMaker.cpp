@@ -138,7 +138,7 @@ struct Plant {
   float attnResStd = 0.5f;    ///< AttnRes projections: std attnResStd/sqrt(D)
   std::vector<int64_t> pred_; ///< [vocab] a permutation
 
-  explicit Plant(const ModelConfig &c, uint64_t modelSeed) {
+  Plant(const ModelConfig &c, uint64_t modelSeed, bool planted) {
     // The model type is mixed in so that tiny and tiny-linear of one seed do
     // not share a bigram (their decodes would then print the same tokens).
     Rng mix(modelSeed ^ 0x706c616e74ull ^ fnv1a(c.modelType)); // "plant"
@@ -152,6 +152,11 @@ struct Plant {
     }
     if (c.hasAttnRes() && codeDims + 1 < dim)
       marker = codeDims;
+    if (!planted) {
+      codeDims = codeOnes = 0;
+      marker = -1;
+      headPlant = 0.0f;
+    }
     // pred: a uniformly random permutation of the vocabulary.
     pred_.resize(static_cast<size_t>(vocab));
     for (int64_t i = 0; i < vocab; ++i)
@@ -383,8 +388,9 @@ struct Shard {
 
 class Maker {
 public:
-  Maker(const ModelConfig &c, uint64_t seed, ProgressFn progress)
-      : config_(c), seed_(seed), plant_(c, seed),
+  Maker(const ModelConfig &c, uint64_t seed, ProgressFn progress,
+        bool planted)
+      : config_(c), seed_(seed), plant_(c, seed, planted),
         progress_(std::move(progress)) {}
 
   Status writeShard(const std::string &path, const Shard &shard) {
@@ -544,7 +550,7 @@ Status removeStaleCheckpoint(const fs::path &dir) {
 
 Status makeModel(const ModelConfig &config, uint64_t seed,
                  const std::string &dir, ProgressFn progress,
-                 int64_t shardBytes) {
+                 int64_t shardBytes, Structure structure) {
   K3_RETURN_IF_ERROR(config.validate());
   std::error_code ec;
   fs::path root(dir);
@@ -561,7 +567,8 @@ Status makeModel(const ModelConfig &config, uint64_t seed,
       return makeError("tensor ", s.name, " is too large");
   std::vector<Shard> shards = planShards(specs, shardBytes);
 
-  Maker maker(config, seed, std::move(progress));
+  Maker maker(config, seed, std::move(progress),
+              structure == Structure::Planted);
   for (const Shard &s : shards)
     maker.total += s.bytes;
   for (const Shard &s : shards)

@@ -36,9 +36,15 @@ using ProgressFn = std::function<void(uint64_t bytesDone, uint64_t bytesTotal)>;
 /// decoding does not sit on near-ties that rounding could flip.
 /// Tensors are generated and written one at a time, so memory stays at about
 /// one tensor (the largest is usually the embedding or lm_head).
+///
+/// `structure` Random leaves the plant out (plain random weights of the same
+/// scales): chaotic at bf16 for free-running greedy decodes, which is why
+/// the checks on such models are teacher-forced.
+enum class Structure { Planted, Random };
 Status makeModel(const ModelConfig &config, uint64_t seed,
                  const std::string &dir, ProgressFn progress = {},
-                 int64_t shardBytes = 0);
+                 int64_t shardBytes = 0,
+                 Structure structure = Structure::Planted);
 
 } // namespace k3
 

@@ -209,6 +209,12 @@ bool operator==(const PlanDoc &a, const PlanDoc &b) {
   return a.version == b.version && a.fusion == b.fusion &&
          a.maxSeq == b.maxSeq && a.config == b.config &&
          a.arenaBytes == b.arenaBytes && a.logitsBuffer == b.logitsBuffer &&
+         std::equal(a.probes.begin(), a.probes.end(), b.probes.begin(),
+                    b.probes.end(),
+                    [](const PlanProbe &x, const PlanProbe &y) {
+                      return x.name == y.name && x.buffer == y.buffer &&
+                             x.after == y.after;
+                    }) &&
          a.kernelModules == b.kernelModules &&
          a.ptxModules == b.ptxModules &&
          std::equal(a.buffers.begin(), a.buffers.end(), b.buffers.begin(),
@@ -512,6 +518,21 @@ Status validatePlan(const PlanDoc &plan) {
                      plan.config.vocabSize, " elements (vocab), found ",
                      lb.dtype, " with ", lb.elems);
 
+  for (size_t i = 0; i < plan.probes.size(); ++i) {
+    const PlanProbe &pr = plan.probes[i];
+    if (pr.name.empty())
+      return makeError("probes[", i, "]: the name is empty");
+    if (pr.buffer < 0 || pr.buffer >= static_cast<int64_t>(plan.buffers.size()))
+      return makeError("probe '", pr.name, "': buffer index ", pr.buffer,
+                       " is out of range (the plan has ", plan.buffers.size(),
+                       " buffers)");
+    if (pr.after < 1 || pr.after > static_cast<int64_t>(plan.launches.size()))
+      return makeError("probe '", pr.name, "': after ", pr.after,
+                       " is outside [1, ", plan.launches.size(), "] launches");
+    if (i > 0 && pr.after < plan.probes[i - 1].after)
+      return makeError("probe '", pr.name, "': probes must be in launch order");
+  }
+
   for (size_t i = 0; i < plan.launches.size(); ++i) {
     const PlanLaunch &l = plan.launches[i];
     const KernelInfo *k = findKernel(l.kernel);
@@ -601,6 +622,13 @@ std::string serializePlanBody(const PlanDoc &plan) {
         {{"name", w.name}, {"format", w.format}, {"shape", w.shape}});
   j["weights"] = std::move(weights);
   j["logits"] = {{"buffer", plan.logitsBuffer}};
+  if (!plan.probes.empty()) {
+    ojson probes = ojson::array();
+    for (const PlanProbe &pr : plan.probes)
+      probes.push_back(
+          {{"name", pr.name}, {"buffer", pr.buffer}, {"after", pr.after}});
+    j["probes"] = std::move(probes);
+  }
   ojson launches = ojson::array();
   for (const PlanLaunch &l : plan.launches) {
     ojson args = ojson::object();
@@ -915,6 +943,26 @@ bool parseBody(Reader &r, const ojson &j, PlanDoc &plan, Status &status) {
   if (!r.intMember(*logits, "logits", "buffer",
                    [&](int64_t v) { plan.logitsBuffer = v; }))
     return false;
+
+  if (const ojson *probes = r.member(j, "", "probes", false)) {
+    if (!probes->is_array())
+      return r.fail("probes", "expected an array");
+    for (size_t i = 0; i < probes->size(); ++i) {
+      const std::string p = "probes[" + std::to_string(i) + "]";
+      const ojson &o = (*probes)[i];
+      if (!o.is_object())
+        return r.fail(p, "expected an object");
+      PlanProbe pr;
+      const ojson *v;
+      if (!(v = r.member(o, p, "name")) ||
+          !r.getString(*v, p + ".name", pr.name))
+        return false;
+      if (!r.intMember(o, p, "buffer", [&](int64_t x) { pr.buffer = x; }) ||
+          !r.intMember(o, p, "after", [&](int64_t x) { pr.after = x; }))
+        return false;
+      plan.probes.push_back(std::move(pr));
+    }
+  }
 
   const ojson *launches = arrayMember("launches");
   if (!launches)

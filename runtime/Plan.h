@@ -121,6 +121,15 @@ struct PlanLaunch {
   const PlanArg *find(const std::string &name) const;
 };
 
+/// A named value of the step that a checker may read (docs/PLAN.md
+/// "probes"): once the first `after` launches of a step have run, buffer
+/// `buffer` holds it. Probes cost nothing when a plan runs normally.
+struct PlanProbe {
+  std::string name; ///< e.g. "layers.3.mixer", "layers.3.out"
+  int64_t buffer = -1;
+  int64_t after = 0; ///< launches [0, after) compute it
+};
+
 /// A whole plan (docs/PLAN.md "Body").
 struct PlanDoc {
   int64_t version = kPlanVersion;
@@ -133,6 +142,7 @@ struct PlanDoc {
   std::vector<PlanWeight> weights;
   int64_t logitsBuffer = -1; ///< index of the fp32 [vocab] logits buffer
   std::vector<PlanLaunch> launches;
+  std::vector<PlanProbe> probes; ///< in launch order
   /// PTX carried by the plan (a k3c built with CUDA): the module (kernel
   /// family) that defines each launched kernel, and each module's text once.
   std::map<std::string, std::string> kernelModules; ///< kernel -> module

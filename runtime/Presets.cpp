@@ -137,6 +137,27 @@ ModelConfig tinyLinear() {
                        32,   16,  4, 0,   128, 1,  0, 4096, 1,  2,  0});
 }
 
+/// Every size and scalar differs from every other one it could be confused
+/// with, so a swapped dimension, a wrong score scale or a scalar left at a
+/// kernel's default shows at model level: nope 24 / rope 16 / v 40,
+/// q_lora 80 / kv_lora 48 / latent 96 / expert intermediate 160 / dense 320,
+/// gate lower bound -3.5, conv width 3, SiTU betas 3 and 20, eps 1e-4,
+/// top-3 of 12 experts with routed scaling 1.7 and no shared expert, two
+/// dense layers, AttnRes blocks of 3 over 7 layers.
+ModelConfig tinyOdd() {
+  ModelConfig c = withGeometry(k3Like(),
+                               {1000, 192, 7, 320, 3,  32, 3, 80,   48, 24, 16,
+                                40,   12,  3, 96, 160, 0,  3, 2048, 1,  2,  0});
+  c.rmsNormEps = 1e-4f;
+  c.kda.gateLowerBound = -3.5f;
+  c.kda.convSize = 3;
+  c.situBeta = 3.0f;
+  c.situLinearBeta = 20.0f;
+  c.routedScalingFactor = 1.7f;
+  c.firstKDenseReplace = 2;
+  return c;
+}
+
 ModelConfig realK3() {
   return withGeometry(k3Like(),
                       {163840, 7168, 93,     33792, 96,   128, 96,   1536,
@@ -160,6 +181,11 @@ const Preset kPresets[] = {
      "Kimi-Linear features at toy size (hidden 256, 8 layers, "
      "16 bf16 experts, SwiGLU, low-rank gate); kimi_linear form",
      tinyLinear},
+    {"tiny-odd",
+     "K3 features at toy size with every dimension and scalar distinct "
+     "(P != R != V, lower bound -3.5, conv 3, top-3, no shared expert, "
+     "two dense layers): catches swapped sizes and defaulted scalars",
+     tinyOdd},
     {"k3",
      "real Kimi K3 geometry (hidden 7168, 93 layers, 896 experts); "
      "cut down with --layers/--experts",

@@ -7,6 +7,7 @@
 //===----------------------------------------------------------------------===//
 #include "runtime/Session.h"
 
+#include "kernels/common/BF16.h"
 #include "kernels/head/HeadCpu.h"
 #include "runtime/CpuBackend.h"
 #include "runtime/cuda/CudaBackend.h"
@@ -124,6 +125,59 @@ Session::snapshotPrefix(const std::vector<int64_t> &prefix) {
   snap.logits.assign(backend_->logits(),
                      backend_->logits() + backend_->vocab());
   return snap;
+}
+
+Expected<std::vector<ProbedStep>>
+Session::teacherForce(const std::vector<int64_t> &tokens) {
+  if (tokens.empty())
+    return makeError("teacher forcing needs at least one token");
+  for (size_t t = 0; t < tokens.size(); ++t)
+    K3_RETURN_IF_ERROR(checkStepInputs(tokens[t], static_cast<int64_t>(t),
+                                       backend_->vocab(), backend_->maxSeq())
+                           .withContext("teacher-forced token " +
+                                        std::to_string(t)));
+  K3_RETURN_IF_ERROR(backend_->resetState());
+  // Buffer contents as fp32 (bf16 widened exactly).
+  auto values = [&](const std::vector<uint8_t> &arena, int64_t buffer) {
+    const PlanBuffer &b = plan_.buffers[static_cast<size_t>(buffer)];
+    std::vector<float> v(static_cast<size_t>(b.elems));
+    const uint8_t *at = arena.data() + b.offset;
+    for (size_t i = 0; i < v.size(); ++i) {
+      if (b.dtype == "bf16") {
+        bf16_t h;
+        std::memcpy(&h, at + 2 * i, 2);
+        v[i] = bf16ToFloat(h);
+      } else {
+        std::memcpy(&v[i], at + 4 * i, 4);
+      }
+    }
+    return v;
+  };
+  std::vector<ProbedStep> out(tokens.size());
+  std::vector<uint8_t> arena;
+  const size_t launches = plan_.launches.size();
+  for (size_t t = 0; t < tokens.size(); ++t) {
+    ProbedStep &ps = out[t];
+    ps.probes.resize(plan_.probes.size());
+    size_t next = 0; // first probe not read yet
+    for (size_t l = 0; l < launches; ++l) {
+      K3_RETURN_IF_ERROR(
+          backend_->runLaunch(l, tokens[t], static_cast<int64_t>(t))
+              .withContext("teacher-forced step " + std::to_string(t)));
+      if (next == plan_.probes.size() ||
+          plan_.probes[next].after != static_cast<int64_t>(l + 1))
+        continue;
+      K3_RETURN_IF_ERROR(backend_->readArena(arena));
+      for (; next < plan_.probes.size() &&
+             plan_.probes[next].after == static_cast<int64_t>(l + 1);
+           ++next)
+        ps.probes[next] = values(arena, plan_.probes[next].buffer);
+    }
+    K3_RETURN_IF_ERROR(backend_->readArena(arena));
+    ps.logits = values(arena, plan_.logitsBuffer);
+    ps.logits.resize(static_cast<size_t>(backend_->vocab()));
+  }
+  return out;
 }
 
 Status Session::restore(const PrefixSnapshot &snap) {

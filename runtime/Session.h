@@ -66,6 +66,13 @@ struct PrefixSnapshot {
   bool mutantSwapKdaSlots = false;
 };
 
+/// What a teacher-forced step computed: every plan probe's values (plan
+/// order, as fp32) and the step's logits.
+struct ProbedStep {
+  std::vector<std::vector<float>> probes; ///< [probe] values
+  std::vector<float> logits;              ///< [vocab]
+};
+
 /// A plan bound to a checkpoint on a backend.
 class Session {
 public:
@@ -91,6 +98,14 @@ public:
   /// restores it and feeds only the rest: bit-identical to feeding the
   /// whole prompt. Errors: as generate()'s prompt checks.
   Expected<PrefixSnapshot> snapshotPrefix(const std::vector<int64_t> &prefix);
+
+  /// Teacher forcing for checks: from a fresh state, feeds `tokens[i]` at
+  /// position i (the caller's tokens, never the argmax), launch by launch,
+  /// and reads every plan probe (docs/PLAN.md) as soon as the launches that
+  /// compute it have run. Errors: no tokens, a token outside the
+  /// vocabulary, more tokens than the plan's max_seq.
+  Expected<std::vector<ProbedStep>>
+  teacherForce(const std::vector<int64_t> &tokens);
 
   const PlanDoc &plan() const { return plan_; }
   /// The backend's name ("cpu", "cuda (NVIDIA H200 (sm_90))").

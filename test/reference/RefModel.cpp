@@ -328,7 +328,9 @@ Vec RefModel::step(int64_t token) {
       st.mixer = rms(a);
       return a;
     };
-    auto ffn = [&](const Vec &in) {
+    // The FFN's output f; `base` is the stream it is added to (only used to
+    // compare candidates at a router near-tie).
+    auto ffn = [&](const Vec &in, const Vec &base) {
       Vec h = rmsNorm(in, L.postNorm, eps);
       if (L.isDense) {
         Vec f = gatedMlp(L.mlp.gate, L.mlp.up, L.mlp.down, h, act_);
@@ -338,18 +340,37 @@ Vec RefModel::step(int64_t token) {
       Routing r;
       Vec routed, shared;
       Vec out = moe(L.moe, h, &r, &routed, &shared);
+      // The gap between the last chosen and the best unchosen ranking score
+      // (s + bias).
+      auto rank = [&](int64_t e) { return r.scores[e] + L.moe.bias[e]; };
+      int64_t next = -1;
+      for (size_t e = 0; e < r.scores.size(); ++e)
+        if (std::find(r.experts.begin(), r.experts.end(),
+                      static_cast<int64_t>(e)) == r.experts.end() &&
+            (next < 0 || rank(e) > rank(next)))
+          next = static_cast<int64_t>(e);
+      const double margin =
+          next < 0 ? 1e300 : rank(r.experts.back()) - rank(next);
+      stepMargins.push_back(margin);
+      if (chooser_ && margin < tieMargin_) {
+        ++nearTies_;
+        std::vector<int64_t> swapped = r.experts;
+        swapped.back() = next;
+        Routing r2;
+        Vec routed2, shared2;
+        Vec out2 = moe(L.moe, h, &r2, &routed2, &shared2, &swapped);
+        if (chooser_(l, {add(base, out), add(base, out2)}) == 1) {
+          ++tiesSwapped_;
+          r = r2;
+          routed = routed2;
+          shared = shared2;
+          out = out2;
+        }
+      }
       st.ffn = rms(out);
       st.routed = rms(routed);
       st.shared = rms(shared);
       stepChoices.push_back(r.experts);
-      // Gap between the last chosen and the best unchosen ranking score.
-      double kth = r.scores[r.experts.back()] + L.moe.bias[r.experts.back()];
-      double next = -1e300;
-      for (size_t e = 0; e < r.scores.size(); ++e)
-        if (std::find(r.experts.begin(), r.experts.end(),
-                      static_cast<int64_t>(e)) == r.experts.end())
-          next = std::max(next, r.scores[e] + L.moe.bias[e]);
-      stepMargins.push_back(kth - next);
       return out;
     };
 
@@ -364,9 +385,13 @@ Vec RefModel::step(int64_t token) {
         trace_->push_back(h);
         trace_->push_back(h);
       }
-      x = add(h, ffn(h));
+      if (override_)
+        override_(l, 0, h);
+      x = add(h, ffn(h, h));
       if (trace_)
         trace_->push_back(x);
+      if (override_)
+        override_(l, 1, x);
       continue;
     }
 
@@ -394,6 +419,8 @@ Vec RefModel::step(int64_t token) {
     st.ffnStream = rms(p);
     if (trace_)
       trace_->push_back(p);
+    if (override_)
+      override_(l, 0, p);
     std::vector<Vec> src = blocks;
     src.push_back(p);
     Vec m = attnRes(src, L.mlpResNorm, L.mlpResProj, eps, &alpha);
@@ -401,9 +428,11 @@ Vec RefModel::step(int64_t token) {
       st.maxAlpha = std::max(st.maxAlpha, v);
     if (trace_)
       trace_->push_back(m);
-    x = add(p, ffn(m));
+    x = add(p, ffn(m, p));
     if (trace_)
       trace_->push_back(x);
+    if (override_)
+      override_(l, 1, x);
   }
 
   Vec last = x;

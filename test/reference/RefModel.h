@@ -15,6 +15,7 @@
 #include "runtime/Status.h"
 #include "test/reference/Reference.h"
 
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -65,6 +66,35 @@ public:
   /// and after the FFN (x), the same rows CpuDecoder::setTrace records.
   void setTrace(std::vector<Vec> *trace) { trace_ = trace; }
 
+  /// Teacher-forced checks: at a MoE layer whose router margin (the k-th
+  /// minus the best unchosen ranking score) is below `margin`, the
+  /// reference computes the layer's output both with its own top-k (0) and
+  /// with the boundary pair swapped (1), and continues with the candidate
+  /// `choose(layer, candidates)` returns: the one the compared run is
+  /// nearest to. Only such near-ties, where rounding noise may decide, are
+  /// taken either way; everything else follows the reference alone.
+  using TieChooser =
+      std::function<size_t(int64_t layer, const std::vector<Vec> &candidates)>;
+  void setTieChooser(TieChooser choose, double margin) {
+    chooser_ = std::move(choose);
+    tieMargin_ = margin;
+  }
+  /// Layer-local checks: after computing the stream after layer `layer`'s
+  /// mixer (`point` 0) or its FFN (`point` 1), the reference lets
+  /// `replace` overwrite it (with the compared run's value) and goes on
+  /// from there, so each layer is measured from the same input on both
+  /// sides and errors do not compound from layer to layer. The trace keeps
+  /// the reference's own values.
+  using StreamOverride =
+      std::function<void(int64_t layer, int point, Vec &stream)>;
+  void setStreamOverride(StreamOverride replace) {
+    override_ = std::move(replace);
+  }
+
+  /// Near-ties met so far, and how many of them followed the swapped pair.
+  int64_t nearTies() const { return nearTies_; }
+  int64_t tiesSwapped() const { return tiesSwapped_; }
+
   /// Experts chosen at every step so far: [step][moe layer] -> top-k ids.
   const std::vector<std::vector<std::vector<int64_t>>> &expertChoices() const {
     return choices_;
@@ -112,6 +142,10 @@ private:
   std::vector<Vec> margins_;
   std::vector<std::vector<LayerStats>> stats_;
   std::vector<Vec> *trace_ = nullptr;
+  TieChooser chooser_;
+  StreamOverride override_;
+  double tieMargin_ = 0;
+  int64_t nearTies_ = 0, tiesSwapped_ = 0;
 };
 
 /// A whole reference greedy decode, for end-to-end checks of any decoder.

@@ -528,6 +528,23 @@ Vec mla(const MlaRef &layer, MlaCache &cache, const Vec &h) {
 
 //===--- MoE --------------------------------------------------------------===//
 
+namespace {
+/// r.weights from r.scores at r.experts (K3.md §5: unbiased, renormalised,
+/// scaled).
+void setMixingWeights(Routing &r, bool renormalize, double scaling) {
+  double sum = 0.0;
+  for (int64_t i : r.experts)
+    sum += r.scores[i];
+  r.weights.clear();
+  for (int64_t i : r.experts) {
+    double w = r.scores[i];
+    if (renormalize)
+      w /= (sum + 1e-20);
+    r.weights.push_back(w * scaling);
+  }
+}
+} // namespace
+
 Routing route(const WeightRef &gate, const Vec &bias, const Vec &h,
               int64_t topk, bool renormalize, double scaling) {
   Routing r;
@@ -550,15 +567,7 @@ Routing route(const WeightRef &gate, const Vec &bias, const Vec &h,
     taken[best] = true;
     r.experts.push_back(best);
   }
-  double sum = 0.0;
-  for (int64_t i : r.experts)
-    sum += r.scores[i];
-  for (int64_t i : r.experts) {
-    double w = r.scores[i];
-    if (renormalize)
-      w /= (sum + 1e-20);
-    r.weights.push_back(w * scaling);
-  }
+  setMixingWeights(r, renormalize, scaling);
   return r;
 }
 
@@ -572,9 +581,13 @@ Vec expertMix(const std::vector<Vec> &outputs, const Vec &weights) {
 }
 
 Vec moe(const MoeRef &layer, const Vec &h, Routing *routing, Vec *routedOut,
-        Vec *sharedOut) {
+        Vec *sharedOut, const std::vector<int64_t> *experts) {
   Routing r = route(layer.router, layer.bias, h, layer.topk, layer.renormalize,
                     layer.scaling);
+  if (experts) {
+    r.experts = *experts;
+    setMixingWeights(r, layer.renormalize, layer.scaling);
+  }
   Vec z = layer.latent ? linear(layer.routedDown, h) : h;
   std::vector<Vec> ys;
   for (int64_t e : r.experts) {

@@ -309,8 +309,13 @@ struct MoeRef {
 /// `routedOut` / `sharedOut`, when given, receive the two bf16 terms of the
 /// final sum (routed after the latent up-projection; shared empty when the
 /// layer has none), so a caller can see how much each moves the residual.
+///
+/// `experts`, when given, replaces the router's top-k choice (the mixing
+/// weights are then those of these experts): a teacher-forced check uses it
+/// to follow the compared run at a router near-tie.
 Vec moe(const MoeRef &layer, const Vec &h, Routing *routing = nullptr,
-        Vec *routedOut = nullptr, Vec *sharedOut = nullptr);
+        Vec *routedOut = nullptr, Vec *sharedOut = nullptr,
+        const std::vector<int64_t> *experts = nullptr);
 
 //===--- AttnRes and head -------------------------------------------------===//
 

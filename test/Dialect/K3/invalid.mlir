@@ -664,3 +664,17 @@ func.func @f(%x: tensor<8xbf16>, %w1: tensor<32x8xbf16>, %w2: tensor<8x32xbf16>)
          : (tensor<8xbf16>, tensor<32x8xbf16>, tensor<32x8xbf16>, tensor<8x32xbf16>) -> tensor<8xbf16>
   return
 }
+
+// -----
+func.func @f(%x: tensor<2x4xbf16>) {
+  // expected-error @+1 {{'k3.probe' op expects a 1-D value but got rank 2}}
+  k3.probe %x {name = "layers.0.out"} : tensor<2x4xbf16>
+  return
+}
+
+// -----
+func.func @f(%x: tensor<8xbf16>) {
+  // expected-error @+1 {{'k3.probe' op expects a non-empty name}}
+  k3.probe %x {name = ""} : tensor<8xbf16>
+  return
+}

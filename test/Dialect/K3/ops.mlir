@@ -81,6 +81,8 @@ func.func @coarse(%tok: i32, %pos: index, %table: tensor<16x8xbf16>, %w8: tensor
           act = #k3<activation situ>, situ_beta = 4.0 : f64, eps = 1.0e-05 : f64}
          : (tensor<8xbf16>, tensor<4x8xbf16>, tensor<4xf32>, tensor<32x8xbf16>, tensor<8x32xbf16>, tensor<32xbf16>,
             !k3.mxfp4<4x32x32>, !k3.mxfp4<4x32x32>, !k3.mxfp4<4x32x32>) -> tensor<8xbf16>
+  // CHECK: k3.probe %{{.*}} {name = "layers.0.out"} : tensor<8xbf16>
+  k3.probe %x {name = "layers.0.out"} : tensor<8xbf16>
   // CHECK: k3.attn_res_commit
   k3.attn_res_commit %blocks, %x {index = 0 : i64} : !k3.attn_res_blocks<max_blocks = 3, hidden = 8>, tensor<8xbf16>
   // CHECK: k3.attn_res

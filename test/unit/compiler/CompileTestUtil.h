@@ -63,10 +63,11 @@ inline std::string compilePlan(const ::k3::ModelConfig &config,
   return plan;
 }
 
-/// A made model directory per (preset, seed), shared by a test binary's
+/// A made model directory per (preset, seed, structure), shared by a test binary's
 /// tests and removed when it exits.
-inline const std::string &madeModelDir(const std::string &preset,
-                                       uint64_t seed) {
+inline const std::string &
+madeModelDir(const std::string &preset, uint64_t seed,
+             ::k3::Structure structure = ::k3::Structure::Planted) {
   struct Dirs {
     std::map<std::string, std::string> byKey;
     ~Dirs() {
@@ -76,7 +77,8 @@ inline const std::string &madeModelDir(const std::string &preset,
     }
   };
   static Dirs dirs;
-  std::string key = preset + "-" + std::to_string(seed);
+  std::string key = preset + "-" + std::to_string(seed) +
+                    (structure == ::k3::Structure::Random ? "-random" : "");
   auto it = dirs.byKey.find(key);
   if (it != dirs.byKey.end())
     return it->second;
@@ -85,7 +87,7 @@ inline const std::string &madeModelDir(const std::string &preset,
                         .string();
   ::k3::Expected<::k3::ModelConfig> c = ::k3::presetConfig(preset);
   EXPECT_TRUE(c.hasValue());
-  ::k3::Status st = ::k3::makeModel(*c, seed, dir);
+  ::k3::Status st = ::k3::makeModel(*c, seed, dir, {}, 0, structure);
   EXPECT_TRUE(st.isOk()) << (st.isOk() ? "" : st.message());
   return dirs.byKey[key] = dir;
 }

@@ -28,7 +28,7 @@ std::vector<int64_t> range(int64_t from, int64_t to, int64_t step) {
 
 TEST(Presets, Names) {
   std::vector<std::string> names = presetNames();
-  ASSERT_EQ(names.size(), 4u);
+  ASSERT_EQ(names.size(), 5u);
   EXPECT_EQ(names[0], "tiny");
   for (const std::string &n : names) {
     EXPECT_FALSE(presetDescription(n).empty()) << n;
@@ -40,7 +40,7 @@ TEST(Presets, Names) {
 TEST(Presets, UnknownNameListsTheValidOnes) {
   EXPECT_ERROR_CONTAINS(presetConfig("k4"),
                         "unknown preset 'k4' (valid presets: tiny, "
-                        "tiny-linear, k3, kimi-linear-48b)");
+                        "tiny-linear, tiny-odd, k3, kimi-linear-48b)");
   EXPECT_ERROR_CONTAINS(presetConfig("tiny", -1), "layer count");
   EXPECT_ERROR_CONTAINS(presetConfig("tiny", 0, -3), "expert count");
 }
