@@ -9,6 +9,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "test/unit/compiler/CompileTestUtil.h"
+#include "test/unit/compiler/TeacherForced.h"
 
 #include <iostream>
 #include <map>
@@ -51,6 +52,30 @@ void compareWithReference(const std::string &preset, const std::string &mutant,
       ::k3::ref::compareDecode(r.tokens, r.logits, got.tokens, got.logits, opt);
 }
 
+/// The layer-local teacher-forced check (TeacherForced.h) of `preset`'s
+/// random model compiled with `strategy` and `mutant` ("" for none).
+void forcedCheck(const std::string &preset, const std::string &mutant,
+                 mlir::k3::FusionStrategy strategy, k3test::ForcedResult &r) {
+  constexpr int64_t steps = 16;
+  const std::string &dir =
+      k3test::madeModelDir(preset, /*seed=*/3, ::k3::Structure::Random);
+  ::k3::Expected<::k3::ModelConfig> config =
+      ::k3::parseConfigFile(dir + "/config.json");
+  ASSERT_TRUE(config.hasValue()) << config.message();
+  std::string text =
+      k3test::compilePlan(*config, strategy, steps, mutant, /*layer=*/1);
+  ASSERT_FALSE(text.empty()) << "compilation failed (mutant '" << mutant
+                             << "')";
+  ::k3::Expected<::k3::PlanDoc> plan = ::k3::parsePlan(text);
+  ASSERT_TRUE(plan.hasValue()) << plan.message();
+  auto session = ::k3::Session::open(plan.take(), dir);
+  ASSERT_TRUE(session.hasValue()) << session.message();
+  ASSERT_NO_FATAL_FAILURE(k3test::teacherForcedCompare(
+      *config, dir, **session,
+      k3test::forcedTokens(config->vocabSize, steps, /*seed=*/5),
+      k3test::ForcedBounds(), r));
+}
+
 /// (preset, mutant kind, fusion strategy).
 using Param = std::tuple<std::string, std::string, std::string>;
 class MutantDecode : public ::testing::TestWithParam<Param> {};
@@ -72,6 +97,19 @@ TEST_P(MutantDecode, ReferenceComparisonRejectsIt) {
   std::cout << "[mutant " << preset << " " << mutant << " " << strategyName
             << "] " << (bad.ok ? "NOT DETECTED" : "detected") << ": "
             << bad.diagnostic;
+
+  // The teacher-forced layer-local check, on a random model where nothing
+  // planted can hide an error: the clean graph passes, the mutant fails.
+  k3test::ForcedResult forcedClean, forcedBad;
+  ASSERT_NO_FATAL_FAILURE(forcedCheck(preset, "", strategy, forcedClean));
+  EXPECT_TRUE(forcedClean.ok) << forcedClean.diagnostic;
+  ASSERT_NO_FATAL_FAILURE(forcedCheck(preset, mutant, strategy, forcedBad));
+  EXPECT_FALSE(forcedBad.ok) << "mutant '" << mutant
+                             << "' passed the teacher-forced check";
+  std::cout << "[mutant " << preset << " " << mutant << " " << strategyName
+            << " teacher-forced] "
+            << (forcedBad.ok ? "NOT DETECTED" : "detected") << ": "
+            << forcedBad.diagnostic;
 }
 
 /// Prefix snapshots: restoring the state after a shared prompt prefix gives
@@ -178,6 +216,14 @@ std::string testName(const ::testing::TestParamInfo<Param> &info) {
 INSTANTIATE_TEST_SUITE_P(
     Tiny, MutantDecode,
     ::testing::Combine(::testing::Values("tiny"),
+                       ::testing::Values("attn-res-skip", "router-expert0",
+                                         "skip-layer"),
+                       ::testing::Values("none", "default", "max")),
+    testName);
+
+INSTANTIATE_TEST_SUITE_P(
+    TinyOdd, MutantDecode,
+    ::testing::Combine(::testing::Values("tiny-odd"),
                        ::testing::Values("attn-res-skip", "router-expert0",
                                          "skip-layer"),
                        ::testing::Values("none", "default", "max")),
