@@ -214,7 +214,10 @@ TEST(Mla, OneCachedRowGivesWuvTimesLatent) {
   MlaAttendParams p;
   p.q = q.data(), p.kvB = kvB.data(), p.cache = cache.data(), p.length = 1;
   p.out = o.data(), p.numHeads = N, p.nopeDim = P, p.ropeDim = R, p.vDim = V,
-  p.kvLoraRank = L, p.scale = 0.25f;
+  p.kvLoraRank = L;
+  // The scale K3.md §3 derives from the dims; with one row the softmax is 1
+  // whatever the scale (the reference tests check the scale itself).
+  p.scale = 1.0f / std::sqrt(static_cast<float>(P + R));
   mlaAttendCpu(p);
   for (int64_t h = 0; h < N; ++h) {
     std::vector<uint16_t> expect(V);

@@ -10,6 +10,7 @@
 
 #include "test/reference/Compare.h"
 #include "test/reference/Reference.h"
+#include "test/reference/TestData.h"
 
 #include <gtest/gtest.h>
 
@@ -73,6 +74,41 @@ inline ::testing::AssertionResult agrees(const std::vector<uint16_t> &got,
            << "relative error " << s.relErr() << " >= " << tol.maxRelErr << ": "
            << s.str();
   return ::testing::AssertionSuccess() << s.str();
+}
+
+/// `got` with the element of largest |want| moved by `factor` (5% by
+/// default): the perturbed output a comparison must reject.
+inline std::vector<uint16_t> perturbLargest(const std::vector<uint16_t> &got,
+                                            const Vec &want,
+                                            double factor = 1.05) {
+  size_t big = 0;
+  for (size_t i = 1; i < want.size(); ++i)
+    if (std::fabs(want[i]) > std::fabs(want[big]))
+      big = i;
+  std::vector<uint16_t> bad = got;
+  bad[big] = ref::toBf16Bits(ref::fromBf16Bits(got[big]) * factor);
+  return bad;
+}
+
+/// n bf16 values uniform in [−scale, scale), none zero, two per 64-bit draw:
+/// cheaper than ref::randomBf16 for weight matrices of tens of millions of
+/// entries (K3's shared MLP has 132M).
+inline std::vector<uint16_t> fastRandomBf16(ref::Rng &rng, int64_t n,
+                                            double scale) {
+  std::vector<uint16_t> w(n);
+  for (int64_t i = 0; i < n; i += 2) {
+    const uint64_t r = rng.raw();
+    const uint64_t halves[2] = {r >> 40, (r >> 8) & 0xffffff};
+    for (int j = 0; j < 2 && i + j < n; ++j) {
+      // 24 random bits -> [-scale, scale); the bf16 value is the datum.
+      const float v = static_cast<float>(scale * (halves[j] * 0x1p-23 - 1.0));
+      uint16_t b = ref::toBf16Bits(v);
+      if ((b & 0x7fff) == 0)
+        b = ref::toBf16Bits(scale / 2);
+      w[i + j] = b;
+    }
+  }
+  return w;
 }
 
 } // namespace reftest

@@ -19,9 +19,20 @@
 // rounds at q, kv, the cache row, o and o_proj, so a flip can travel:
 // max|diff|/max|ref| < 1e-2 and at most 5% inexact elements.
 //
+// The score scale: the reference derives its own, 1/sqrt(P+R) in float64,
+// from the dims (mlaAttendNaive takes no scale), and the kernel gets the fp32
+// value the runtime passes (kernelScale below, as CpuDecoder and the plans
+// compute it), so the two sides never share a constant. The "distinct" shape
+// has P, R, V, L and every sum of them that a kernel could mistake for P+R
+// different (P = 24, R = 8, V = 20, L = 40: P+R = 32, L+R = 48, P+V = 44,
+// V+R = 28), so a dims mix-up cannot hide behind equal sizes (K3 has
+// P = V = 128).
+//
 // Every comparison is shown able to fail: a copy of the kernel output with
-// its largest element moved by 5% must be rejected, and so must the output of
-// the kernel run with the wrong score scale 1/sqrt(L+R).
+// its largest element moved by 5% must be rejected, and so must the outputs
+// of the kernel run with a scale derived from the wrong dims: 1/sqrt(L+R)
+// (K3.md §3 warns of it), 1/sqrt(P) (q_r forgotten), 1/sqrt(L) and
+// 1/sqrt(P+V); the mixer chain rejects 1/sqrt(L+R) too.
 //
 //===----------------------------------------------------------------------===//
 #include "kernels/gemv/GemvCpu.h"
@@ -73,6 +84,12 @@ struct MlaShape {
   int64_t heads, nope, rope, latent, value, hidden;
   const char *name;
 };
+
+/// The score scale the kernel is given for dims whose score sums over
+/// `dotDims` = P+R values: 1/sqrt in fp32, as the runtime computes it.
+float kernelScale(int64_t dotDims) {
+  return 1.0f / std::sqrt(static_cast<float>(dotDims));
+}
 
 ref::MlaDims dimsOf(const MlaShape &s) {
   ref::MlaDims d;
@@ -179,7 +196,7 @@ TEST_P(MlaRef, AttendMatchesNaiveForm) {
     mlaAttendCpu(p);
     return out;
   };
-  const float scale = 1.0f / std::sqrt(static_cast<float>(P + R));
+  const float scale = kernelScale(P + R);
   Vec previous;
   for (int64_t length : {int64_t(1), int64_t(7), int64_t(64)}) {
     const std::string tag =
@@ -200,11 +217,21 @@ TEST_P(MlaRef, AttendMatchesNaiveForm) {
                  "mla_attend+gate " + tag);
 
     if (length > 1) {
-      // Attention must matter: more cached rows change the output, and
-      // the wrong scale (1/sqrt(L+R), K3.md §3 warns of it) is rejected.
+      // Attention must matter: more cached rows change the output, and a
+      // scale derived from the wrong dims is rejected.
       EXPECT_GT(ref::rowRelErr(want, previous), 0.05) << tag;
-      auto wrong = run(length, nullptr, 1.0f / std::sqrt(float(L + R)));
-      EXPECT_FALSE(agrees(wrong, want, tol)) << tag << ": wrong scale passed";
+      const struct {
+        int64_t dims;
+        const char *what;
+      } wrongScales[] = {{L + R, "1/sqrt(L+R)"},
+                         {P, "1/sqrt(P)"},
+                         {L, "1/sqrt(L)"},
+                         {P + V, "1/sqrt(P+V)"}};
+      for (const auto &w : wrongScales) {
+        auto wrong = run(length, nullptr, kernelScale(w.dims));
+        EXPECT_FALSE(agrees(wrong, want, tol))
+            << tag << ": scale " << w.what << " passed";
+      }
     }
     previous = want;
   }
@@ -325,7 +352,7 @@ TEST_P(MlaMixerRef, KernelChainMatchesReferenceMla) {
     at.ropeDim = R;
     at.vDim = V;
     at.kvLoraRank = L;
-    at.scale = 1.0f / std::sqrt(static_cast<float>(P + R));
+    at.scale = kernelScale(P + R);
     mlaAttendCpu(at);
 
     auto out = ref::poisonedBf16(D);
@@ -339,6 +366,18 @@ TEST_P(MlaMixerRef, KernelChainMatchesReferenceMla) {
     expectAgrees(out, want, tol,
                  std::string("mla mixer ") + s.name + " step " +
                      std::to_string(t));
+
+    if (t == tokens - 1) {
+      // The whole chain with the attention scaled by 1/sqrt(L+R) fails.
+      auto o2 = ref::poisonedBf16(N * V);
+      at.out = o2.data();
+      at.scale = kernelScale(L + R);
+      mlaAttendCpu(at);
+      auto out2 = ref::poisonedBf16(D);
+      linear(o2.data(), oProj, D, N * V, nullptr, out2.data());
+      EXPECT_FALSE(agrees(out2, want, tol))
+          << s.name << ": the chain with scale 1/sqrt(L+R) passed";
+    }
   }
 }
 
@@ -346,7 +385,9 @@ INSTANTIATE_TEST_SUITE_P(
     Shapes, MlaRef,
     ::testing::Values(MlaShape{96, 128, 64, 512, 128, 7168, "K3"},
                       MlaShape{4, 128, 64, 512, 128, 7168, "N4"},
-                      MlaShape{3, 12, 6, 36, 10, 40, "odd"}),
+                      MlaShape{3, 12, 6, 36, 10, 40, "odd"},
+                      // P, R, V, L and their sums all different.
+                      MlaShape{5, 24, 8, 40, 20, 72, "distinct"}),
     [](const ::testing::TestParamInfo<MlaShape> &i) {
       return std::string(i.param.name);
     });
@@ -357,7 +398,9 @@ INSTANTIATE_TEST_SUITE_P(
         // K3 per-head dims, 4 heads, cut hidden / q_lora, output gate.
         MixerShape{{4, 128, 64, 512, 128, 256, "N4_qlora_gate"}, 96, true},
         // Kimi-Linear form (direct q_proj, no gate) at odd sizes.
-        MixerShape{{3, 12, 6, 36, 10, 40, "odd_qproj"}, 0, false}),
+        MixerShape{{3, 12, 6, 36, 10, 40, "odd_qproj"}, 0, false},
+        // All dims distinct, q_lora and the gate.
+        MixerShape{{5, 24, 8, 40, 20, 72, "distinct_qlora_gate"}, 36, true}),
     [](const ::testing::TestParamInfo<MixerShape> &i) {
       return std::string(i.param.mla.name);
     });

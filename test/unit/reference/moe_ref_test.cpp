@@ -5,9 +5,13 @@
 //  * the router at K3's size (D = 7168, E = 896, top-16, sigmoid scores,
 //    e_score_correction_bias for the ranking only, renormalised, scaling 1),
 //    at Kimi-Linear's (D = 2304, E = 256, top-8, scaling 2.446), without
-//    renormalisation, without a bias, and with k = E; plus the forceExpert
-//    mutant (every slot routes to the forced expert with its unbiased score,
-//    renormalised and scaled as usual, MoeParams.h / MoeCpu.cpp);
+//    renormalisation, without a bias, and with k = E (with a bias, the top-k
+//    SET must differ from the unbiased one, and the kernel run without the
+//    bias must match the unbiased reference); a K3 case whose bias is built
+//    to pull the 300th expert to the top and push the best one out; plus the
+//    forceExpert mutant (every slot routes to the forced expert with its
+//    unbiased score, renormalised and scaled as usual, MoeParams.h /
+//    MoeCpu.cpp);
 //  * the expert mix with MXFP4 experts (quantised from random weights with
 //    quantizeMxfp4) and SiTU (β1 = 4, β2 = 25) at K3's per-expert size
 //    (latent Dm = 3584, moe_intermediate I = 3072), top-2 from a table of
@@ -27,7 +31,8 @@
 // Every comparison is shown able to fail: the expert mix rejects its own
 // output with the largest element moved by 5% and the output computed with
 // two ids swapped against their weights; the router comparison rejects
-// swapped ids, a foreign id and a weight off by 1e-5 relative.
+// swapped ids, a foreign id, a weight off by 1e-5 relative, weights taken
+// from the biased scores and the kernel run without its bias.
 //
 //===----------------------------------------------------------------------===//
 #include "kernels/common/MXFP4.h"
@@ -68,6 +73,12 @@ double rankingMargin(const ref::Routing &r, const Vec &bias, int64_t k) {
   for (int64_t i = 0; i + 1 < n; ++i)
     margin = std::min(margin, v[i] - v[i + 1]);
   return margin;
+}
+
+/// The ids as a sorted list (the top-k as a set).
+std::vector<int64_t> idSet(std::vector<int64_t> ids) {
+  std::sort(ids.begin(), ids.end());
+  return ids;
 }
 
 /// The router's output against the reference: the same ids in the same
@@ -129,12 +140,16 @@ struct RouterInputs {
       biasD.assign(bias.begin(), bias.end());
     }
     ref::WeightRef g = ref::WeightRef::fromBf16(gate.data(), s.experts, s.dim);
-    // Redraw the token until the ranking is clear of ties.
+    // Redraw the token until the ranking is clear of ties, with the bias
+    // and (the test also runs the router without it) without.
     for (draws = 1; draws <= 50; ++draws) {
       h = ref::randomBf16(rng, s.dim, 1.5);
       want = ref::route(g, biasD, ref::fromBf16(h), s.topK, s.renormalize,
                         s.scaling);
       margin = rankingMargin(want, biasD, s.topK);
+      if (s.bias)
+        margin =
+            std::min(margin, rankingMargin(want, Vec(s.experts, 0.0), s.topK));
       if (margin > 1e-4)
         break;
     }
@@ -181,15 +196,33 @@ TEST_P(RouterRef, SameExpertsAndWeights) {
     EXPECT_NEAR(sum, s.scaling, 1e-5 * s.scaling);
   }
   if (s.bias && s.topK < s.experts) {
-    // The bias must matter for this draw: ranking by s alone picks others.
-    std::vector<int64_t> bySigmoid(s.experts);
-    std::iota(bySigmoid.begin(), bySigmoid.end(), 0);
-    std::stable_sort(bySigmoid.begin(), bySigmoid.end(),
-                     [&](int64_t a, int64_t b) {
-                       return in.want.scores[a] > in.want.scores[b];
-                     });
-    bySigmoid.resize(s.topK);
-    EXPECT_NE(bySigmoid, in.want.experts) << "the bias changes nothing";
+    // The bias must matter for this draw: the SET of experts chosen by s
+    // alone differs from the one chosen by s + bias (not merely the order).
+    // And the kernel without the bias matches the reference without it.
+    ref::Routing plain =
+        ref::route(ref::WeightRef::fromBf16(in.gate.data(), s.experts, s.dim),
+                   Vec(s.experts, 0.0), ref::fromBf16(in.h), s.topK,
+                   s.renormalize, s.scaling);
+    EXPECT_NE(idSet(plain.experts), idSet(in.want.experts))
+        << "the bias does not change the top-k set";
+    ASSERT_GT(rankingMargin(plain, Vec(s.experts, 0.0), s.topK), 1e-4);
+    std::vector<int32_t> plainIds;
+    std::vector<float> plainW;
+    RouterParams p = in.params(s, plainIds, plainW);
+    p.bias = nullptr;
+    routerCpu(p);
+    EXPECT_TRUE(
+        routingAgrees(plainIds, plainW, plain.experts, plain.weights, 1e-6))
+        << "without the bias";
+    // The biased reference rejects the unbiased kernel run.
+    EXPECT_FALSE(routingAgrees(plainIds, plainW, in.want.experts,
+                               in.want.weights, 1e-6));
+    int64_t changed = 0;
+    for (int64_t e : in.want.experts)
+      changed += std::find(plain.experts.begin(), plain.experts.end(), e) ==
+                 plain.experts.end();
+    std::cout << "[router " << s.name << "] the bias swaps " << changed
+              << " of " << s.topK << " experts into the top-k\n";
   }
 
   // The comparison can fail: swapped ids, a foreign id, a weight off by
@@ -237,6 +270,88 @@ TEST_P(RouterRef, ForceExpertFillsEverySlot) {
       std::cout << "[router " << s.name << " forceExpert 0] weight " << w[0]
                 << ", max rel err " << maxRel << "\n";
   }
+}
+
+TEST(RouterBiasRef, BiasPullsALowExpertInAndPushesTheBestOut) {
+  // K3's router (D = 7168, E = 896, top-16, renormalised, scaling 1) with a
+  // bias built to reorder the top-k: ±0.05 noise everywhere, −0.6 on the
+  // expert with the best unbiased score, +0.6 on the one ranked 300th. The
+  // kernel must pick the reference's ids (the promoted one in, the demoted
+  // one out) with the UNBIASED scores as weights.
+  const int64_t D = 7168, E = 896;
+  const int32_t K = 16;
+  Rng rng(640);
+  auto gate = ref::randomBf16(rng, E * D, 3.0 / std::sqrt(D));
+  const ref::WeightRef g = ref::WeightRef::fromBf16(gate.data(), E, D);
+  std::vector<float> bias;
+  Vec biasD;
+  std::vector<uint16_t> h;
+  ref::Routing plain, want;
+  int64_t best = -1, promoted = -1;
+  int draws = 0;
+  for (draws = 1; draws <= 50; ++draws) {
+    h = ref::randomBf16(rng, D, 1.5);
+    plain = ref::route(g, Vec(E, 0.0), ref::fromBf16(h), E, true, 1.0);
+    best = plain.experts[0];
+    promoted = plain.experts[299];
+    bias = ref::randomFloats(rng, E, -0.05, 0.05);
+    bias[best] = -0.6f;
+    bias[promoted] = 0.6f;
+    biasD.assign(bias.begin(), bias.end());
+    want = ref::route(g, biasD, ref::fromBf16(h), K, true, 1.0);
+    if (rankingMargin(want, biasD, K) > 1e-4)
+      break;
+  }
+  ASSERT_GT(rankingMargin(want, biasD, K), 1e-4) << "no tie-free draw";
+  ASSERT_EQ(want.experts[0], promoted);
+  ASSERT_EQ(std::count(want.experts.begin(), want.experts.end(), best), 0);
+  plain.experts.resize(K);
+  EXPECT_NE(idSet(plain.experts), idSet(want.experts));
+
+  std::vector<int32_t> ids(K, -1);
+  std::vector<float> w(K, NAN);
+  RouterParams p;
+  p.h = h.data();
+  p.gate = gate.data();
+  p.bias = bias.data();
+  p.numExperts = E;
+  p.dim = D;
+  p.topK = K;
+  p.renormalize = 1;
+  p.scaling = 1.0f;
+  p.outIds = ids.data();
+  p.outWeights = w.data();
+  routerCpu(p);
+  double maxRel = 0;
+  EXPECT_TRUE(routingAgrees(ids, w, want.experts, want.weights, 1e-6, &maxRel));
+  std::cout << "[router K3 reordering bias] draw " << draws << ": expert "
+            << promoted << " (unbiased rank 300, s = " << want.scores[promoted]
+            << ") first, expert " << best
+            << " (unbiased best, s = " << want.scores[best]
+            << ") out; weight of the promoted " << w[0]
+            << ", max weight rel err " << maxRel << "\n";
+  // The promoted expert's weight is its low unbiased score, not s + 0.6.
+  EXPECT_LT(w[0], w[1]);
+
+  // Able to fail: weights from the biased scores (s + bias, renormalised)
+  // are rejected, and so is the kernel run without its bias.
+  std::vector<float> biasedW(K);
+  double sum = 0;
+  for (int32_t k = 0; k < K; ++k)
+    sum += want.scores[want.experts[k]] + biasD[want.experts[k]];
+  for (int32_t k = 0; k < K; ++k)
+    biasedW[k] = static_cast<float>(
+        (want.scores[want.experts[k]] + biasD[want.experts[k]]) / sum);
+  EXPECT_FALSE(routingAgrees(ids, biasedW, want.experts, want.weights, 1e-6))
+      << "biased weights passed";
+  std::vector<int32_t> ids2(K, -1);
+  std::vector<float> w2(K, NAN);
+  p.bias = nullptr;
+  p.outIds = ids2.data();
+  p.outWeights = w2.data();
+  routerCpu(p);
+  EXPECT_FALSE(routingAgrees(ids2, w2, want.experts, want.weights, 1e-6))
+      << "the router without its bias passed";
 }
 
 INSTANTIATE_TEST_SUITE_P(
