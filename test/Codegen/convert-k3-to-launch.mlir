@@ -1,8 +1,17 @@
 // convert-k3-to-launch: weights, state and scratch become k3l pointers, each
 // fine k3 op the launch of its kernel with the params fields bound by name.
-// RUN: k3-opt %s --convert-k3-to-launch | FileCheck %s
+// RUN: k3-opt %s -split-input-file --convert-k3-to-launch | FileCheck %s
 // The lowered IR verifies and round-trips.
-// RUN: k3-opt %s --convert-k3-to-launch | k3-opt | FileCheck %s
+// RUN: k3-opt %s -split-input-file --convert-k3-to-launch | k3-opt -split-input-file | FileCheck %s
+// No k3 op survives in any function (only k3l ops, which name theirs in op = "k3.<op>").
+// RUN: k3-opt %s -split-input-file --convert-k3-to-launch | FileCheck %s --check-prefix=NOK3
+// NOK3-NOT: {{^ *(%[^ ]+ = )?k3\.[a-z_]+ }}
+// NOK3: func.func @decode_step
+// NOK3-NOT: {{^ *(%[^ ]+ = )?k3\.[a-z_]+ }}
+// NOK3: func.func @kda_fine
+// NOK3-NOT: {{^ *(%[^ ]+ = )?k3\.[a-z_]+ }}
+// NOK3: func.func @fused
+// NOK3-NOT: {{^ *(%[^ ]+ = )?k3\.[a-z_]+ }}
 
 // CHECK-LABEL: func.func @decode_step
 // The step keeps (token, pos) and returns nothing: the logits are a buffer.
@@ -109,4 +118,184 @@ func.func @decode_step(%tok: i32, %pos: index) -> tensor<64xf32> {
   %head = k3.weight "lm_head.weight" : tensor<64x16xbf16>
   %logits = k3.linear %mix, %head : (tensor<16xbf16>, tensor<64x16xbf16>) -> tensor<64xf32>
   return %logits : tensor<64xf32>
+}
+
+// -----
+
+// The KDA chain's fine kernels get the values their params need: the conv
+// width from the weights (3, not head_dim 4) and the state offset of the
+// k slice (8 channels x 2 history values x 4 bytes = 64); the l2norm eps and
+// scale; the gate's lower bound only with hasLowerBound = 1; the gated
+// norm's eps; SiTU's beta1/beta2 (hasBeta2 = 0 without the linear branch)
+// and SwiGLU's activation = 1 without betas; the rms_norm eps (1e-6, as for
+// the q_a / kv_a layernorms).
+// CHECK-LABEL: func.func @kda_fine
+// CHECK: %[[CS:.*]] = k3l.state "layers.0.conv" {bytes = 192 : i64, kind = "conv_state", shape = array<i64: 24, 2>}
+// CHECK: %[[CW:.*]] = k3l.weight "q_conv1d.weight"
+// CHECK: %[[QC:.*]] = k3l.alloc {{{.*}}name = "conv"}
+// CHECK: k3l.launch "kda_conv"(%{{.*}}, %[[CW]], %[[CS]], %[[QC]])
+// CHECK-SAME: arg_offsets = array<i64: 0, 0, 64, 0>
+// CHECK-SAME: scalars = {channels = 8 : i64, width = 3 : i64}
+// CHECK: k3l.launch "kda_l2norm"(%[[QC]],
+// CHECK-SAME: grid = array<i64: 2, 1, 1>
+// CHECK-SAME: scalars = {eps = 9.9999999999999995E-7 : f64, headDim = 4 : i64, n = 8 : i64, scale = 5.000000e-01 : f64}
+// CHECK: k3l.launch "kda_l2norm"(%[[QC]],
+// CHECK-SAME: scalars = {eps = 9.9999999999999995E-7 : f64, headDim = 4 : i64, n = 8 : i64, scale = 1.000000e+00 : f64}
+// CHECK: k3l.launch "kda_gate"
+// CHECK-SAME: scalars = {hasLowerBound = 1 : i64, headDim = 4 : i64, lowerBound = -5.000000e+00 : f64, numHeads = 2 : i64}
+// CHECK: k3l.launch "kda_gate"
+// CHECK-SAME: scalars = {hasLowerBound = 0 : i64, headDim = 4 : i64, numHeads = 2 : i64}
+// CHECK: k3l.launch "sigmoid"
+// CHECK-SAME: scalars = {n = 2 : i64}
+// CHECK: k3l.launch "kda_step"
+// CHECK-SAME: scalars = {headDim = 4 : i64, numHeads = 2 : i64}
+// CHECK: k3l.launch "kda_gated_norm"
+// CHECK-SAME: scalars = {eps = 2.000000e-05 : f64, headDim = 4 : i64, numHeads = 2 : i64}
+// CHECK: k3l.launch "gated_act"
+// CHECK-SAME: op = "k3.situ", scalars = {activation = 0 : i64, beta1 = 3.000000e+00 : f64, beta2 = 2.000000e+01 : f64, hasBeta2 = 1 : i64, n = 8 : i64}
+// CHECK: k3l.launch "gated_act"
+// CHECK-SAME: op = "k3.situ", scalars = {activation = 0 : i64, beta1 = 3.000000e+00 : f64, hasBeta2 = 0 : i64, n = 8 : i64}
+// CHECK: k3l.launch "gated_act"
+// CHECK-SAME: op = "k3.swiglu", scalars = {activation = 1 : i64, n = 8 : i64}
+// CHECK: k3l.launch "rms_norm"
+// CHECK-SAME: scalars = {eps = 9.9999999999999995E-7 : f64, n = 8 : i64}
+// CHECK: k3l.launch "linear"
+// CHECK-SAME: arg_names = ["x", "w", "outF32"]
+// CHECK: k3l.logits
+func.func @kda_fine(%tok: i32, %pos: index) -> tensor<16xf32> {
+  %table = k3.weight "embed" : tensor<16x8xbf16>
+  %x = k3.embed %tok, %table : tensor<16x8xbf16> -> tensor<8xbf16>
+  %cs = k3.state "layers.0.conv" : !k3.conv_state<channels = 24, window = 2>
+  %s = k3.state "layers.0.kda" : !k3.kda_state<heads = 2, key_dim = 4, value_dim = 4>
+  %cw = k3.weight "q_conv1d.weight" : tensor<8x1x3xbf16>
+  %qc = k3.conv_step %x, %cw, %cs {offset = 8 : i64}
+          : (tensor<8xbf16>, tensor<8x1x3xbf16>, !k3.conv_state<channels = 24, window = 2>) -> tensor<8xbf16>
+  %q = k3.l2norm %qc {head_dim = 4 : i64, eps = 1.0e-06 : f64, scale = 0.5 : f64} : tensor<8xbf16> -> tensor<8xf32>
+  %k = k3.l2norm %qc {head_dim = 4 : i64, eps = 1.0e-06 : f64, scale = 1.0 : f64} : tensor<8xbf16> -> tensor<8xf32>
+  %dt = k3.weight "dt_bias" : tensor<8xf32>
+  %alog = k3.weight "A_log" : tensor<2xf32>
+  %g = k3.kda_gate %x, %dt, %alog {heads = 2 : i64, lower_bound = -5.0 : f64}
+         : (tensor<8xbf16>, tensor<8xf32>, tensor<2xf32>) -> tensor<8xf32>
+  %g2 = k3.kda_gate %x, %dt, %alog {heads = 2 : i64}
+         : (tensor<8xbf16>, tensor<8xf32>, tensor<2xf32>) -> tensor<8xf32>
+  %wb = k3.weight "b_proj.weight" : tensor<2x8xbf16>
+  %bl = k3.linear %x, %wb : (tensor<8xbf16>, tensor<2x8xbf16>) -> tensor<2xbf16>
+  %beta = k3.sigmoid %bl : tensor<2xbf16> -> tensor<2xf32>
+  %o = k3.kda_step %q, %k, %qc, %g, %beta, %s
+         : (tensor<8xf32>, tensor<8xf32>, tensor<8xbf16>, tensor<8xf32>, tensor<2xf32>,
+            !k3.kda_state<heads = 2, key_dim = 4, value_dim = 4>) -> tensor<8xbf16>
+  %on = k3.weight "o_norm.weight" : tensor<4xbf16>
+  %y = k3.gated_rms_norm %o, %x, %on {head_dim = 4 : i64, eps = 2.0e-05 : f64}
+         : (tensor<8xbf16>, tensor<8xbf16>, tensor<4xbf16>) -> tensor<8xbf16>
+  %a1 = k3.situ %y, %y {beta = 3.0 : f64, linear_beta = 20.0 : f64} : tensor<8xbf16>
+  %a2 = k3.situ %a1, %a1 {beta = 3.0 : f64} : tensor<8xbf16>
+  %a3 = k3.swiglu %a2, %a2 : tensor<8xbf16>
+  %nw = k3.weight "q_a_layernorm.weight" : tensor<8xbf16>
+  %n = k3.rms_norm %a3, %nw {eps = 1.0e-06 : f64} : tensor<8xbf16>, tensor<8xbf16> -> tensor<8xbf16>
+  %head = k3.weight "lm_head.weight" : tensor<16x8xbf16>
+  %logits = k3.linear %n, %head : (tensor<8xbf16>, tensor<16x8xbf16>) -> tensor<16xf32>
+  return %logits : tensor<16xf32>
+}
+
+// -----
+
+// The fused ops: kda_decode's convWidth (3), hasLowerBound / lowerBound and
+// normEps, and the three conv-state slices (64 bytes apart); mla_decode's
+// cache append eps and the attend's score scale 1/sqrt(nope + rope) =
+// 1/sqrt(12) (nope 8, rope 4, v_dim 6 and kv_lora 8 all differ, so a scale
+// from any other dimension shows); routed_experts' router scalars (top 3,
+// no renormalisation, scaling 2.5), expert betas and latent norm eps;
+// gated_mlp's normEps and betas; attn_res's normEps only with then_norm.
+// CHECK-LABEL: func.func @fused
+// CHECK: k3l.launch "kda_decode"
+// CHECK-SAME: arg_offsets = array<i64: 0, 0, 0, 0, 0, 0, 0, 64, 128, 0, 0, 0, 0, 0, 0, 0, 0>
+// CHECK-SAME: scalars = {convWidth = 3 : i64, hasLowerBound = 1 : i64, headDim = 4 : i64, lowerBound = -5.000000e+00 : f64, normEps = 2.000000e-05 : f64, numHeads = 2 : i64}
+// CHECK: k3l.launch "kda_decode"
+// CHECK-SAME: scalars = {convWidth = 3 : i64, hasLowerBound = 0 : i64, headDim = 4 : i64, normEps = 1.000000e-05 : f64, numHeads = 2 : i64}
+// CHECK: %[[KVA:.*]] = k3l.weight "kv_a.weight"
+// CHECK: %[[KV:.*]] = k3l.alloc {bytes = 24 : i64, dtype = "bf16", elems = 12 : i64, name = "mla_kv"}
+// CHECK: k3l.launch "linear"(%{{.*}}, %[[KVA]], %[[KV]])
+// CHECK-SAME: op = "k3.mla_decode", scalars = {k = 8 : i64, n = 12 : i64}
+// CHECK-NEXT: k3l.launch "mla_cache_append"(%[[KV]],
+// CHECK-SAME: op = "k3.mla_decode", scalars = {eps = 9.9999999999999995E-7 : f64, kvLoraRank = 8 : i64, ropeDim = 4 : i64}
+// CHECK: k3l.launch "mla_attend"
+// CHECK-SAME: arg_names = ["q", "kvB", "cache", "gate", "out"]
+// CHECK-SAME: op = "k3.mla_decode", scalars = {kvLoraRank = 8 : i64, nopeDim = 8 : i64, numHeads = 2 : i64, ropeDim = 4 : i64, scale = 0.2886751{{[0-9]*}} : f64, vDim = 6 : i64}
+// CHECK: k3l.launch "router"
+// CHECK-SAME: op = "k3.routed_experts", scalars = {dim = 8 : i64, numExperts = 4 : i64, renormalize = 0 : i64, scaling = 2.500000e+00 : f64, topK = 3 : i64}
+// CHECK: k3l.launch "moe_experts"
+// CHECK-SAME: op = "k3.routed_experts", scalars = {activation = 0 : i64, beta1 = 3.000000e+00 : f64, beta2 = 2.000000e+01 : f64, dim = 8 : i64, hasBeta2 = 1 : i64, interDim = 16 : i64, numExperts = 4 : i64, topK = 3 : i64}
+// CHECK: k3l.launch "rms_norm"
+// CHECK-SAME: op = "k3.routed_experts", scalars = {eps = 2.000000e-05 : f64, n = 8 : i64}
+// CHECK: k3l.launch "gated_mlp"
+// CHECK-SAME: arg_names = ["x", "normWeight", "w1", "w3", "w2", "residual", "out"]
+// CHECK-SAME: scalars = {activation = 0 : i64, beta1 = 3.000000e+00 : f64, hasBeta2 = 0 : i64, inDim = 8 : i64, interDim = 32 : i64, normEps = 9.9999999999999995E-7 : f64, outDim = 8 : i64}
+// CHECK: k3l.launch "attn_res"
+// CHECK-SAME: arg_names = ["blocks", "extra", "wNorm", "wProj", "out"]
+// CHECK-SAME: scalars = {dim = 8 : i64, eps = 2.000000e-05 : f64, numBlocks = 2 : i64}
+// CHECK: k3l.launch "attn_res"
+// CHECK-SAME: arg_names = ["blocks", "extra", "wNorm", "wProj", "normWeight", "out"]
+// CHECK-SAME: scalars = {dim = 8 : i64, eps = 9.9999999999999995E-7 : f64, normEps = 9.9999999999999995E-7 : f64, numBlocks = 3 : i64}
+// CHECK: k3l.logits
+func.func @fused(%tok: i32, %pos: index) -> tensor<16xf32> {
+  %table = k3.weight "embed" : tensor<16x8xbf16>
+  %x = k3.embed %tok, %table : tensor<16x8xbf16> -> tensor<8xbf16>
+  %cs = k3.state "layers.0.conv" : !k3.conv_state<channels = 24, window = 2>
+  %s = k3.state "layers.0.kda" : !k3.kda_state<heads = 2, key_dim = 4, value_dim = 4>
+  %cw = k3.weight "conv1d.weight" : tensor<8x1x3xbf16>
+  %dt = k3.weight "dt_bias" : tensor<8xf32>
+  %alog = k3.weight "A_log" : tensor<2xf32>
+  %on = k3.weight "o_norm.weight" : tensor<4xbf16>
+  %b = k3.weight "b" : tensor<2xbf16>
+  %k1 = k3.kda_decode %x, %x, %x, %x, %b, %x, %cs, %s weights(%cw, %cw, %cw, %dt, %alog, %on)
+          {config = #k3.kda<heads = 2, head_dim = 4, conv = 3, full_rank_gate = true, lower_bound = -5.0 : f64>, eps = 2.0e-05 : f64}
+          : (tensor<8xbf16>, tensor<8xbf16>, tensor<8xbf16>, tensor<8xbf16>, tensor<2xbf16>, tensor<8xbf16>,
+             !k3.conv_state<channels = 24, window = 2>, !k3.kda_state<heads = 2, key_dim = 4, value_dim = 4>,
+             tensor<8x1x3xbf16>, tensor<8x1x3xbf16>, tensor<8x1x3xbf16>, tensor<8xf32>, tensor<2xf32>, tensor<4xbf16>) -> tensor<8xbf16>
+  %k2 = k3.kda_decode %k1, %k1, %k1, %k1, %b, %k1, %cs, %s weights(%cw, %cw, %cw, %dt, %alog, %on)
+          {config = #k3.kda<heads = 2, head_dim = 4, conv = 3>, eps = 1.0e-05 : f64}
+          : (tensor<8xbf16>, tensor<8xbf16>, tensor<8xbf16>, tensor<8xbf16>, tensor<2xbf16>, tensor<8xbf16>,
+             !k3.conv_state<channels = 24, window = 2>, !k3.kda_state<heads = 2, key_dim = 4, value_dim = 4>,
+             tensor<8x1x3xbf16>, tensor<8x1x3xbf16>, tensor<8x1x3xbf16>, tensor<8xf32>, tensor<2xf32>, tensor<4xbf16>) -> tensor<8xbf16>
+  %cache = k3.state "layers.1.mla" : !k3.mla_cache<max_seq = 64, width = 12>
+  %q = k3.weight "q" : tensor<24xbf16>
+  %kva = k3.weight "kv_a.weight" : tensor<12x8xbf16>
+  %kvn = k3.weight "kv_a_layernorm.weight" : tensor<8xbf16>
+  %kvb = k3.weight "kv_b.weight" : tensor<28x8xbf16>
+  %wg = k3.weight "g_proj.weight" : tensor<12x8xbf16>
+  %gt = k3.linear %k2, %wg : (tensor<8xbf16>, tensor<12x8xbf16>) -> tensor<12xbf16>
+  %m = k3.mla_decode %k2, %q weights(%kva, %kvn, %kvb) cache(%cache, %pos) gate(%gt)
+         {config = #k3.mla<heads = 2, q_lora = 0, kv_lora = 8, nope = 8, rope = 4, v_dim = 6, output_gate = true>, eps = 1.0e-06 : f64}
+         : (tensor<8xbf16>, tensor<24xbf16>, tensor<12x8xbf16>, tensor<8xbf16>, tensor<28x8xbf16>,
+            !k3.mla_cache<max_seq = 64, width = 12>, index, tensor<12xbf16>) -> tensor<12xbf16>
+  %wo = k3.weight "o_proj.weight" : tensor<8x12xbf16>
+  %h = k3.linear %m, %wo : (tensor<12xbf16>, tensor<8x12xbf16>) -> tensor<8xbf16>
+  %gate = k3.weight "gate.weight" : tensor<4x8xbf16>
+  %bias = k3.weight "gate.e_score_correction_bias" : tensor<4xf32>
+  %e13 = k3.weight "experts.{e}.w1.weight" : tensor<4x16x8xbf16>
+  %e2 = k3.weight "experts.{e}.w2.weight" : tensor<4x8x16xbf16>
+  %rn = k3.weight "routed_expert_norm.weight" : tensor<8xbf16>
+  %r = k3.routed_experts %h, %h router(%gate, %bias) experts(%e13, %e13, %e2) norm(%rn)
+         {act = #k3<activation situ>, eps = 2.0e-05 : f64, renormalize = false, scaling = 2.5 : f64,
+          situ_beta = 3.0 : f64, situ_linear_beta = 20.0 : f64, top_k = 3 : i64}
+         : (tensor<8xbf16>, tensor<8xbf16>, tensor<4x8xbf16>, tensor<4xf32>, tensor<4x16x8xbf16>, tensor<4x16x8xbf16>,
+            tensor<4x8x16xbf16>, tensor<8xbf16>) -> tensor<8xbf16>
+  %n = k3.weight "post_attention_layernorm.weight" : tensor<8xbf16>
+  %w1 = k3.weight "mlp.gate_proj.weight" : tensor<32x8xbf16>
+  %w3 = k3.weight "mlp.up_proj.weight" : tensor<32x8xbf16>
+  %w2 = k3.weight "mlp.down_proj.weight" : tensor<8x32xbf16>
+  %d = k3.gated_mlp %r, %w1, %w3, %w2 norm(%n) residual(%r)
+         {act = #k3<activation situ>, eps = 1.0e-06 : f64, situ_beta = 3.0 : f64}
+         : (tensor<8xbf16>, tensor<32x8xbf16>, tensor<32x8xbf16>, tensor<8x32xbf16>, tensor<8xbf16>, tensor<8xbf16>) -> tensor<8xbf16>
+  %blocks = k3.state "attn_res" : !k3.attn_res_blocks<max_blocks = 3, hidden = 8>
+  %arn = k3.weight "attn_res_norm.weight" : tensor<8xbf16>
+  %arp = k3.weight "attn_res_proj.weight" : tensor<1x8xbf16>
+  %a1 = k3.attn_res %blocks, %d, %arn, %arp {count = 2 : i64, eps = 2.0e-05 : f64}
+          : (!k3.attn_res_blocks<max_blocks = 3, hidden = 8>, tensor<8xbf16>, tensor<8xbf16>, tensor<1x8xbf16>) -> tensor<8xbf16>
+  %fn = k3.weight "norm.weight" : tensor<8xbf16>
+  %a2 = k3.attn_res %blocks, %a1, %arn, %arp then_norm(%fn) {count = 3 : i64, eps = 1.0e-06 : f64}
+          : (!k3.attn_res_blocks<max_blocks = 3, hidden = 8>, tensor<8xbf16>, tensor<8xbf16>, tensor<1x8xbf16>, tensor<8xbf16>) -> tensor<8xbf16>
+  %head = k3.weight "lm_head.weight" : tensor<16x8xbf16>
+  %logits = k3.linear %a2, %head : (tensor<8xbf16>, tensor<16x8xbf16>) -> tensor<16xf32>
+  return %logits : tensor<16xf32>
 }

@@ -1,13 +1,15 @@
 // RUN: k3-opt %s -split-input-file -k3-fuse-residual | FileCheck %s
 
-// add(r, linear) → the linear's residual epilogue, keeping its norm.
+// add(r, linear) → the linear's residual epilogue, keeping its norm and the
+// norm's eps (1e-6 here, so that a default would show).
 // CHECK-LABEL: func.func @residual
 // CHECK-SAME: (%[[R:[^:]*]]: tensor<16xbf16>, %[[X:[^:]*]]: tensor<8xbf16>, %[[W:[^:]*]]: tensor<16x8xbf16>, %[[N:[^:]*]]: tensor<8xbf16>)
 // CHECK-NOT: k3.add
-// CHECK: %[[Y:.*]] = k3.linear %[[X]], %[[W]] norm(%[[N]]) residual(%[[R]]) {eps = 1.000000e-05 : f64}
+// CHECK: %[[Y:.*]] = k3.linear %[[X]], %[[W]] norm(%[[N]]) residual(%[[R]]) {eps = 9.9999999999999995E-7 : f64}
+// CHECK-NOT: k3.add
 // CHECK: return %[[Y]]
 func.func @residual(%r: tensor<16xbf16>, %x: tensor<8xbf16>, %w: tensor<16x8xbf16>, %n: tensor<8xbf16>) -> tensor<16xbf16> {
-  %p = k3.linear %x, %w norm(%n) {eps = 1.0e-05 : f64}
+  %p = k3.linear %x, %w norm(%n) {eps = 1.0e-06 : f64}
          : (tensor<8xbf16>, tensor<16x8xbf16>, tensor<8xbf16>) -> tensor<16xbf16>
   %s = k3.add %r, %p : tensor<16xbf16>
   return %s : tensor<16xbf16>
@@ -19,8 +21,9 @@ func.func @residual(%r: tensor<16xbf16>, %x: tensor<8xbf16>, %w: tensor<16x8xbf1
 // residual (the projection is rebuilt at the add, after both).
 // CHECK-LABEL: func.func @two_linears
 // CHECK-SAME: (%[[X:[^:]*]]: tensor<8xbf16>, %[[A:[^:]*]]: tensor<16x8xbf16>, %[[B:[^:]*]]: tensor<16x8xbf16>)
+// CHECK-NOT: k3.add
 // CHECK: %[[P:.*]] = k3.linear %[[X]], %[[A]] :
-// CHECK-NEXT: %[[Q:.*]] = k3.linear %[[X]], %[[B]] residual(%[[P]])
+// CHECK-NEXT: %[[Q:.*]] = k3.linear %[[X]], %[[B]] residual(%[[P]]) :
 // CHECK-NOT: k3.add
 // CHECK: return %[[Q]]
 func.func @two_linears(%x: tensor<8xbf16>, %a: tensor<16x8xbf16>, %b: tensor<16x8xbf16>) -> tensor<16xbf16> {
@@ -70,3 +73,4 @@ func.func @already_residual(%r: tensor<16xbf16>, %x: tensor<8xbf16>, %w: tensor<
   %s = k3.add %r, %p : tensor<16xbf16>
   return %s : tensor<16xbf16>
 }
+

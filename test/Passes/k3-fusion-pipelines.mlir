@@ -13,22 +13,31 @@
 // NONE-NOT: residual(
 // NONE: return
 
+// The fused ops keep the values of the coarse ones: the KDA gate's lower
+// bound and eps, the q_a/kv_a layernorm eps 1e-6 of MLA, the latent MoE's
+// router (top_k, renormalize, routed scaling 2.5), SiTU betas and latent
+// norm eps (2e-5), and the dense MLP's SiTU betas.
 // DEFAULT-LABEL: func.func @step
-// DEFAULT: k3.kda_decode
+// DEFAULT: k3.kda_decode {{.*}} {config = #k3.kda<heads = 2, head_dim = 4, conv = 4, full_rank_gate = true, lower_bound = -5.000000e+00 : f64>, eps = 1.000000e-05 : f64}
 // DEFAULT: k3.linear {{.*}} residual(
-// DEFAULT: k3.situ
-// DEFAULT: k3.mla_decode
-// DEFAULT: k3.routed_experts {{.*}} norm(
+// DEFAULT: k3.situ {{.*}} {beta = 4.000000e+00 : f64, linear_beta = 2.500000e+01 : f64}
+// DEFAULT: k3.mla_decode {{.*}} gate({{.*}}) {config = #k3.mla<heads = 2, q_lora = 0, kv_lora = 8, nope = 4, rope = 4, v_dim = 4, output_gate = true>, eps = 9.9999999999999995E-7 : f64}
+// DEFAULT: k3.routed_experts {{.*}} norm({{.*}}) {act = #k3<activation situ>, eps = 2.000000e-05 : f64, renormalize = true, scaling = 2.500000e+00 : f64, situ_beta = 4.000000e+00 : f64, top_k = 2 : i64}
+// DEFAULT: k3.situ {{.*}} {beta = 4.000000e+00 : f64} :
 // DEFAULT-NOT: k3.gated_mlp
-// DEFAULT: k3.linear {{.*}} norm({{.*}}) {{.*}} -> tensor<16xf32>
+// DEFAULT: k3.linear {{.*}} norm({{.*}}) {eps = 1.000000e-05 : f64} : {{.*}} -> tensor<16xf32>
+// DEFAULT-NOT: k3.rms_norm
+// DEFAULT: return
 
 // MAX-LABEL: func.func @step
 // MAX: k3.kda_decode
-// MAX: k3.gated_mlp {{.*}} norm({{.*}}) residual(
+// MAX: k3.gated_mlp {{.*}} norm({{.*}}) residual({{.*}}) {act = #k3<activation situ>, eps = 1.000000e-05 : f64, situ_beta = 4.000000e+00 : f64, situ_linear_beta = 2.500000e+01 : f64}
 // MAX: k3.mla_decode
-// MAX: k3.routed_experts {{.*}} norm(
-// MAX: k3.gated_mlp {{.*}} residual(
+// MAX: k3.routed_experts {{.*}} norm({{.*}}) {act = #k3<activation situ>, eps = 2.000000e-05 : f64, renormalize = true, scaling = 2.500000e+00 : f64, situ_beta = 4.000000e+00 : f64, top_k = 2 : i64}
+// MAX: k3.gated_mlp {{.*}} residual({{.*}}) {act = #k3<activation situ>, situ_beta = 4.000000e+00 : f64} :
 // MAX-NOT: k3.situ
+// MAX-NOT: k3.swiglu
+// MAX: return
 func.func @step(%tok: i32, %pos: index, %table: tensor<16x8xbf16>, %w8: tensor<8xbf16>,
                 %conv: !k3.conv_state<channels = 24, window = 3>,
                 %s: !k3.kda_state<heads = 2, key_dim = 4, value_dim = 4>,
@@ -62,8 +71,8 @@ func.func @step(%tok: i32, %pos: index, %table: tensor<16x8xbf16>, %w8: tensor<8
   %xm = k3.add %xd, %m : tensor<8xbf16>
   %n4 = k3.rms_norm %xm, %w8 {eps = 1.0e-05 : f64} : tensor<8xbf16>, tensor<8xbf16> -> tensor<8xbf16>
   %l = k3.latent_moe %n4 router(%gate, %bias) latent(%down, %up) norm(%w32) experts(%x1, %x1, %x1) shared(%w1, %w3, %w2)
-         {config = #k3.moe<experts = 4, top_k = 2, intermediate = 32, shared = 1, scaling = 1.0 : f64>,
-          act = #k3<activation situ>, situ_beta = 4.0 : f64, eps = 1.0e-05 : f64}
+         {config = #k3.moe<experts = 4, top_k = 2, intermediate = 32, shared = 1, scaling = 2.5 : f64>,
+          act = #k3<activation situ>, situ_beta = 4.0 : f64, eps = 2.0e-05 : f64}
          : (tensor<8xbf16>, tensor<4x8xbf16>, tensor<4xf32>, tensor<32x8xbf16>, tensor<8x32xbf16>, tensor<32xbf16>,
             !k3.mxfp4<4x32x32>, !k3.mxfp4<4x32x32>, !k3.mxfp4<4x32x32>, tensor<32x8xbf16>, tensor<32x8xbf16>, tensor<8x32xbf16>) -> tensor<8xbf16>
   %xl = k3.add %xm, %l : tensor<8xbf16>

@@ -59,10 +59,15 @@ TEST_P(CompiledDecode, MatchesCpuDecoderAndReference) {
   ASSERT_TRUE(cpuTokens.hasValue()) << cpuTokens.message();
   EXPECT_EQ(got.tokens, *cpuTokens);
   ASSERT_EQ(cpuLogits.size(), static_cast<size_t>(kMaxNew));
+  ASSERT_EQ(got.logits.size(), static_cast<size_t>(kMaxNew));
   int64_t differing = 0;
-  for (int64_t s = 0; s < kMaxNew; ++s)
+  for (int64_t s = 0; s < kMaxNew; ++s) {
+    // Whole rows on both sides, or the comparison below checks nothing.
+    ASSERT_EQ(cpuLogits[s].size(), static_cast<size_t>(config->vocabSize));
+    ASSERT_EQ(got.logits[s].size(), cpuLogits[s].size());
     for (size_t v = 0; v < cpuLogits[s].size(); ++v)
       differing += got.logits[s][v] != static_cast<double>(cpuLogits[s][v]);
+  }
   EXPECT_EQ(differing, 0) << "logits differ from CpuDecoder in " << differing
                           << " places";
 

@@ -152,6 +152,63 @@ void expectRoutingVaries(const E2eResult &r, int64_t topk) {
   EXPECT_GT(static_cast<int64_t>(used.size()), topk);
 }
 
+/// Steps the reference fed: the prompt, then every generated token but the
+/// last.
+int64_t stepsFed() {
+  return static_cast<int64_t>(kPrompt.size()) + kNewTokens - 1;
+}
+
+/// AttnRes was computed and is a real mix. The output AttnRes recorded one
+/// α per step over every committed block plus the final stream; each α is a
+/// softmax (in [0, 1], summing to 1) that is not a one-hot pick; and every
+/// layer's AttnRes (pre-mixer and pre-FFN) recorded its largest α.
+void expectAttnResMixes(const E2eResult &r, const ModelConfig &c) {
+  ASSERT_EQ(static_cast<int64_t>(r.ref.outputAlphas.size()), stepsFed())
+      << "the output AttnRes recorded no α (or not one per step)";
+  // Layers 0, S, 2S, ... commit a block; the output AttnRes reads them all
+  // and the final stream.
+  const size_t sources = static_cast<size_t>(
+      (c.numLayers + c.attnResBlockSize - 1) / c.attnResBlockSize + 1);
+  double maxAlpha = 0.0, minAlpha = 1.0;
+  for (const auto &a : r.ref.outputAlphas) {
+    ASSERT_EQ(a.size(), sources);
+    double sum = 0.0;
+    for (double x : a) {
+      ASSERT_TRUE(std::isfinite(x));
+      EXPECT_GE(x, 0.0);
+      EXPECT_LE(x, 1.0);
+      sum += x;
+      maxAlpha = std::max(maxAlpha, x);
+      minAlpha = std::min(minAlpha, x);
+    }
+    EXPECT_NEAR(sum, 1.0, 1e-9) << "α is not a softmax";
+  }
+  std::cout << "[e2e] output AttnRes α in [" << minAlpha << ", " << maxAlpha
+            << "] over " << sources << " sources\n";
+  // Not one-hot, and not uniform either: the projections prefer sources.
+  EXPECT_LT(maxAlpha, 0.999) << "AttnRes degenerated to one source";
+  EXPECT_GT(maxAlpha, 1.0 / static_cast<double>(sources) + 1e-3)
+      << "AttnRes weighs every source the same";
+  ASSERT_EQ(static_cast<int64_t>(r.ref.layerStats.size()), stepsFed());
+  for (const auto &step : r.ref.layerStats) {
+    ASSERT_EQ(static_cast<int64_t>(step.size()), c.numLayers);
+    for (int64_t l = 0; l < c.numLayers; ++l) {
+      // Layer 0's pre-FFN AttnRes already mixes block 0 and p.
+      EXPECT_GT(step[l].maxAlpha, 0.0) << "layer " << l << " recorded no α";
+      EXPECT_LE(step[l].maxAlpha, 1.0) << "layer " << l;
+    }
+  }
+}
+
+/// No AttnRes at all: no α recorded anywhere.
+void expectNoAttnRes(const E2eResult &r) {
+  EXPECT_TRUE(r.ref.outputAlphas.empty());
+  ASSERT_EQ(static_cast<int64_t>(r.ref.layerStats.size()), stepsFed());
+  for (const auto &step : r.ref.layerStats)
+    for (const ref::LayerStats &s : step)
+      EXPECT_EQ(s.maxAlpha, 0.0);
+}
+
 // The made models are confident by construction (ModelMaker.cpp, struct
 // Plant: a routing code, a planted bigram), so fp32-vs-float64 rounding
 // cannot resolve a near-tie differently and all 64 tokens must agree. Over
@@ -175,12 +232,7 @@ TEST(E2eCpuDecode, TinyMatchesReference) {
   EXPECT_EQ(r.cmp.rowsCompared, kNewTokens);
   expectNonDegenerate(r, m.config.vocabSize);
   expectRoutingVaries(r, m.config.numExpertsPerToken);
-  // The output AttnRes mixes several sources, not a one-hot pick.
-  double maxAlpha = 0.0;
-  for (const auto &a : r.ref.outputAlphas)
-    for (double x : a)
-      maxAlpha = std::max(maxAlpha, x);
-  EXPECT_LT(maxAlpha, 0.999) << "AttnRes degenerated to one source";
+  expectAttnResMixes(r, m.config);
 }
 
 TEST(E2eCpuDecode, TinyLinearMatchesReference) {
@@ -194,6 +246,7 @@ TEST(E2eCpuDecode, TinyLinearMatchesReference) {
   EXPECT_EQ(r.cmp.rowsCompared, kNewTokens);
   expectNonDegenerate(r, m.config.vocabSize);
   expectRoutingVaries(r, m.config.numExpertsPerToken);
+  expectNoAttnRes(r);
 }
 
 //===----------------------------------------------------------------------===//

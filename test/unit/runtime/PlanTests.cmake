@@ -1,6 +1,9 @@
 #===- test/unit/runtime/PlanTests.cmake - Plan/backend/session tests ------===#
 # Included from this directory's CMakeLists.txt.
 k3c_add_unit_test(runtime_plan_test SOURCES Plan_test.cpp LIBS K3Runtime)
+# The kernel-table test reads docs/PLAN.md from the source tree.
+target_compile_definitions(runtime_plan_test PRIVATE
+                           K3C_SOURCE_DIR="${PROJECT_SOURCE_DIR}")
 k3c_add_unit_test(runtime_session_test SOURCES Session_test.cpp LIBS K3Runtime)
 k3c_add_unit_test(runtime_npy_test SOURCES Npy_test.cpp LIBS K3Runtime)
 k3c_add_unit_test(runtime_executable_test SOURCES Executable_test.cpp
