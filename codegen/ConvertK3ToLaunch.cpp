@@ -105,7 +105,10 @@ void activationArgs(std::optional<Activation> act, std::optional<APFloat> b1,
   bool situ = act && *act == Activation::situ;
   out.push_back(I("activation", situ ? 0 : 1));
   if (situ) {
-    out.push_back(F("beta1", b1 ? b1->convertToDouble() : 4.0));
+    // No fallback value: an op without its beta leaves the field out, and
+    // the plan validator refuses the launch (every scalar is required).
+    if (b1)
+      out.push_back(F("beta1", b1->convertToDouble()));
     out.push_back(I("hasBeta2", b2 ? 1 : 0));
     if (b2)
       out.push_back(F("beta2", b2->convertToDouble()));

@@ -553,6 +553,23 @@ Status validatePlan(const PlanDoc &plan) {
           validateArg(plan, *k, l.args[a].first, l.args[a].second)
               .withContext(launchName(plan, i)));
     }
+    // Every scalar the kernel reads must be given: a plan never falls back
+    // on a params struct's default (a lowering that stops emitting, say,
+    // the gate's lower bound must fail here, not decode with -5).
+    for (const KernelField &f : k->fields) {
+      if (f.need == KernelField::Need::Never || l.find(f.name))
+        continue;
+      const PlanArg *other = f.other.empty() ? nullptr : l.find(f.other);
+      const bool needed =
+          f.need == KernelField::Need::Always ||
+          (f.need == KernelField::Need::IfGiven && other) ||
+          (f.need == KernelField::Need::IfValue && other &&
+           other->kind == PlanArg::Kind::Int && other->intValue == f.value);
+      if (needed)
+        return makeError(launchName(plan, i), ": scalar '", f.name,
+                         "' is missing (", k->paramsName,
+                         " reads it; plans must give every such value)");
+    }
     for (int d = 0; d < 3; ++d)
       if (l.grid[d] < 0 || l.block[d] < 0)
         return makeError(launchName(plan, i), ": negative grid or block");

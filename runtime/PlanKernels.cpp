@@ -27,6 +27,7 @@
 #include "kernels/moe/MoeCpu.h"
 #include "kernels/norm/NormCpu.h"
 
+#include <cctype>
 #include <cstddef>
 #include <cstring>
 #include <type_traits>
@@ -421,6 +422,65 @@ std::vector<KernelField> linearMultiFields() {
   return f;
 }
 
+/// Scalars that a kernel reads only in some configurations; every other
+/// scalar field of every kernel is required in each launch. One table, so a
+/// kernel's conditions are stated once and both backends read them.
+struct ScalarCondition {
+  const char *kernel, *field;
+  KernelField::Need need;
+  const char *other = "";
+  int64_t value = 0;
+};
+const ScalarCondition kScalarConditions[] = {
+    {"linear", "normEps", KernelField::Need::IfGiven, "normWeight"},
+    {"linear_multi", "normEps", KernelField::Need::IfGiven, "normWeight"},
+    {"gated_mlp", "normEps", KernelField::Need::IfGiven, "normWeight"},
+    {"attn_res", "normEps", KernelField::Need::IfGiven, "normWeight"},
+    // SiTU's betas (activation 0); beta2 only with a linear softcap.
+    {"gated_act", "beta1", KernelField::Need::IfValue, "activation", 0},
+    {"gated_act", "hasBeta2", KernelField::Need::IfValue, "activation", 0},
+    {"gated_act", "beta2", KernelField::Need::IfValue, "hasBeta2", 1},
+    {"gated_mlp", "beta1", KernelField::Need::IfValue, "activation", 0},
+    {"gated_mlp", "hasBeta2", KernelField::Need::IfValue, "activation", 0},
+    {"gated_mlp", "beta2", KernelField::Need::IfValue, "hasBeta2", 1},
+    {"moe_experts", "beta1", KernelField::Need::IfValue, "activation", 0},
+    {"moe_experts", "hasBeta2", KernelField::Need::IfValue, "activation", 0},
+    {"moe_experts", "beta2", KernelField::Need::IfValue, "hasBeta2", 1},
+    // The KDA gate's lower bound, only in its lb * sigmoid form.
+    {"kda_gate", "lowerBound", KernelField::Need::IfValue, "hasLowerBound", 1},
+    {"kda_recurrent", "lowerBound", KernelField::Need::IfValue,
+     "hasLowerBound", 1},
+    {"kda_decode", "lowerBound", KernelField::Need::IfValue, "hasLowerBound",
+     1},
+    // A test lever (k3-inject-mutant), never part of a real plan.
+    {"router", "forceExpert", KernelField::Need::Never},
+};
+
+/// Marks every scalar field required, then applies kScalarConditions (and
+/// linear_multi's per-entry n_i, needed with w_i).
+void applyScalarNeeds(std::vector<KernelInfo> &table) {
+  for (KernelInfo &k : table)
+    for (KernelField &f : k.fields)
+      if (f.kind == FieldKind::Int64 || f.kind == FieldKind::Int32 ||
+          f.kind == FieldKind::Float32) {
+        f.need = KernelField::Need::Always;
+        if (k.name == "linear_multi" && f.name.size() > 1 && f.name[0] == 'n' &&
+            std::isdigit(static_cast<unsigned char>(f.name[1]))) {
+          f.need = KernelField::Need::IfGiven;
+          f.other = "w" + f.name.substr(1);
+        }
+      }
+  for (const ScalarCondition &c : kScalarConditions)
+    for (KernelInfo &k : table)
+      if (k.name == c.kernel)
+        for (KernelField &f : k.fields)
+          if (f.name == c.field) {
+            f.need = c.need;
+            f.other = c.other;
+            f.value = c.value;
+          }
+}
+
 std::vector<KernelInfo> buildTable() {
   std::vector<KernelInfo> t;
   auto add = [&](const char *name, const char *params,
@@ -634,6 +694,7 @@ std::vector<KernelInfo> buildTable() {
   }
 #undef K3_HOLDER
 #undef K3_CHECK
+  applyScalarNeeds(t);
   return t;
 }
 

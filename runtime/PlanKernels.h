@@ -46,6 +46,17 @@ struct KernelField {
   FieldKind kind = FieldKind::Int64;
   ElemType elem = ElemType::None; ///< pointer fields only
   size_t offset = 0;              ///< byte offset in the params struct
+  /// Scalars: whether a launch must give the field (a plan never relies on
+  /// a params struct's default). Pointer fields are optional here; each
+  /// kernel's check says which it needs.
+  enum class Need {
+    Always,  ///< every launch
+    Never,   ///< optional (test levers such as the router's forceExpert)
+    IfGiven, ///< when field `other` is given
+    IfValue, ///< when field `other` is given as the integer `value`
+  } need = Need::Never;
+  std::string other;
+  int64_t value = 0;
 };
 
 /// A params struct instance plus the CPU entry point that consumes it.

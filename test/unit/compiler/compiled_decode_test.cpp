@@ -11,6 +11,7 @@
 #include "test/unit/compiler/CompileTestUtil.h"
 
 #include "runtime/CpuDecoder.h"
+#include "runtime/PlanKernels.h"
 
 #include <iostream>
 
@@ -87,9 +88,52 @@ TEST_P(CompiledDecode, MatchesCpuDecoderAndReference) {
   EXPECT_EQ(cmp.rowsCompared, kMaxNew);
 }
 
+/// Every scalar a launch gives is one its kernel reads (removing it makes
+/// the plan invalid, naming the field), and validatePlan already refused
+/// any plan missing one: a lowering can neither drop a value silently
+/// (the kernel would run on its params struct's default) nor emit one no
+/// kernel reads.
+TEST_P(CompiledDecode, EveryLaunchGivesExactlyTheScalarsItsKernelReads) {
+  auto [preset, strategyName] = GetParam();
+  mlir::k3::FusionStrategy strategy;
+  ASSERT_TRUE(mlir::k3::parseFusionStrategy(strategyName, strategy));
+  ::k3::Expected<::k3::ModelConfig> config = ::k3::presetConfig(preset);
+  ASSERT_TRUE(config.hasValue()) << config.message();
+  ::k3::Expected<::k3::PlanDoc> plan =
+      ::k3::parsePlan(k3test::compilePlan(*config, strategy, kMaxSeq));
+  ASSERT_TRUE(plan.hasValue()) << plan.message();
+  int64_t scalars = 0;
+  for (size_t i = 0; i < plan->launches.size(); ++i) {
+    const ::k3::KernelInfo *k = ::k3::findKernel(plan->launches[i].kernel);
+    ASSERT_NE(k, nullptr);
+    for (size_t a = 0; a < plan->launches[i].args.size(); ++a) {
+      const std::string field = plan->launches[i].args[a].first;
+      const ::k3::KernelField *f = k->field(field);
+      ASSERT_NE(f, nullptr);
+      if (f->kind != ::k3::FieldKind::Int64 &&
+          f->kind != ::k3::FieldKind::Int32 &&
+          f->kind != ::k3::FieldKind::Float32)
+        continue;
+      ++scalars;
+      ::k3::PlanDoc cut = *plan;
+      auto &args = cut.launches[i].args;
+      args.erase(args.begin() + static_cast<std::ptrdiff_t>(a));
+      ::k3::Status st = ::k3::validatePlan(cut);
+      EXPECT_FALSE(st.isOk()) << "launch " << i << " (" << k->name
+                              << ") gives '" << field
+                              << "', which its kernel does not need";
+      if (!st.isOk())
+        EXPECT_NE(st.message().find("scalar '" + field + "' is missing"),
+                  std::string::npos)
+            << st.message();
+    }
+  }
+  EXPECT_GT(scalars, 3 * static_cast<int64_t>(plan->launches.size()) / 2);
+}
+
 INSTANTIATE_TEST_SUITE_P(
     Presets, CompiledDecode,
-    ::testing::Combine(::testing::Values("tiny", "tiny-linear"),
+    ::testing::Combine(::testing::Values("tiny", "tiny-linear", "tiny-odd"),
                        ::testing::Values("none", "default", "max")),
     k3test::paramName);
 

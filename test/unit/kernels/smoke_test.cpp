@@ -97,13 +97,19 @@ TEST(Router, BiasRanksButWeightsStayUnbiased) {
   const int64_t D = 16, E = 5;
   auto h = randomBf16(rng, D, 1.0f);
   auto gate = randomBf16(rng, E * D, 0.5f);
-  // A huge bias on experts 4 and 2 forces them to the top, in that order.
-  std::vector<float> bias = {0.0f, 0.0f, 10.0f, 0.0f, 20.0f};
+  // The unbiased top-2, then a huge bias on the two lowest-scoring experts
+  // forces them to the top instead, in bias order: the bias must change the
+  // choice, not confirm it.
   std::vector<int32_t> ids;
   std::vector<float> w;
+  route(gate, std::vector<float>(E, 0.0f), h, E, E, false, 1.0f, ids, w);
+  const int32_t worst = ids[E - 1], secondWorst = ids[E - 2];
+  std::vector<float> bias(E, 0.0f);
+  bias[worst] = 20.0f;
+  bias[secondWorst] = 10.0f;
   route(gate, bias, h, E, 2, false, 3.0f, ids, w);
-  EXPECT_EQ(ids[0], 4);
-  EXPECT_EQ(ids[1], 2);
+  EXPECT_EQ(ids[0], worst);
+  EXPECT_EQ(ids[1], secondWorst);
   std::vector<float> hf(D);
   cpu::widen(h.data(), D, hf.data());
   for (int k = 0; k < 2; ++k) {
@@ -214,7 +220,10 @@ TEST(Mla, OneCachedRowGivesWuvTimesLatent) {
   MlaAttendParams p;
   p.q = q.data(), p.kvB = kvB.data(), p.cache = cache.data(), p.length = 1;
   p.out = o.data(), p.numHeads = N, p.nopeDim = P, p.ropeDim = R, p.vDim = V,
-  p.kvLoraRank = L, p.scale = 0.25f;
+  p.kvLoraRank = L;
+  // The scale K3.md §3 derives from the dims; with one row the softmax is 1
+  // whatever the scale (the reference tests check the scale itself).
+  p.scale = 1.0f / std::sqrt(static_cast<float>(P + R));
   mlaAttendCpu(p);
   for (int64_t h = 0; h < N; ++h) {
     std::vector<uint16_t> expect(V);

@@ -236,12 +236,15 @@ inline PlanDoc buildDecodePlan(const ModelConfig &c, int64_t maxSeq,
               .arg("out", ql)
               .arg("n", i64(C))
               .arg("headDim", i64(d))
+              .arg("eps", num(kKdaL2NormEps))
               .arg("scale", num(kdaQueryScale(d)));
           plan.addLaunch("kda_l2norm")
               .arg("x", tk)
               .arg("out", kl)
               .arg("n", i64(C))
-              .arg("headDim", i64(d));
+              .arg("headDim", i64(d))
+              .arg("eps", num(kKdaL2NormEps))
+              .arg("scale", num(1.0));
           plan.addLaunch("kda_gate")
               .arg("f", f)
               .arg("dtBias", dtBias)
