@@ -3,9 +3,12 @@
 #
 # Runs, from a folder made by scripts/gpu-stage.sh: every CUDA kernel test,
 # the compiled plans on the CUDA backend against the CPU backend and the
-# float64 reference, a CUDA decode of each tiny plan with k3-run, and the
-# kernel benchmark at K3 sizes. Prints a short table; exits non-zero when a
-# test fails. Results (logs, JSON) go to $OUT when set, else /tmp/gpu-check.
+# float64 reference, a CUDA decode of each tiny plan with k3-run and its
+# launch-by-launch check against the CPU kernels (k3-run --check-against
+# cpu), and the kernel benchmark at K3 sizes. Prints a short table; exits
+# non-zero when a test fails or is skipped (K3C_REQUIRE_GPU=1: here a test
+# that cannot run is a failure), naming each. Results (logs, JSON) go to
+# $OUT when set, else /tmp/gpu-check.
 #
 #   scripts/gpu-check.sh [STAGE_DIR] [--no-bench] [--sanitize]
 #
@@ -24,6 +27,7 @@ done
 OUTDIR=${OUT:-/tmp/gpu-check}
 mkdir -p "$OUTDIR"
 export LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-}:/usr/local/nvidia/lib64
+export K3C_REQUIRE_GPU=1
 
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
 status=0
@@ -31,30 +35,45 @@ printf '%-34s %8s %8s %8s\n' test passed failed skipped
 export K3C_CUDA_TEST_PLANS=$STAGE/plans
 for t in "$STAGE"/bin/cuda_test; do
   name=$(basename "$t")
-  "$t" --gtest_brief=1 >"$OUTDIR/$name.log" 2>&1
+  log="$OUTDIR/$name.log"
+  "$t" >"$log" 2>&1
   rc=$?
-  count() { grep -o "^\[  $1 *\] [0-9]* test" "$OUTDIR/$name.log" | head -1 | grep -o '[0-9]*' || echo 0; }
+  # gtest's closing counts ("[  PASSED  ] 70 tests.").
+  count() { grep -o "^\[  $1 *\] [0-9]* test" "$log" | tail -1 | grep -o '[0-9]*' || echo 0; }
   pass=$(count PASSED)
   fail=$(count FAILED)
   skip=$(count SKIPPED)
   printf '%-34s %8s %8s %8s\n' "$name" "$pass" "$fail" "$skip"
-  if [ $rc -ne 0 ]; then
+  if [ $rc -ne 0 ] || [ "$fail" != 0 ] || [ "$skip" != 0 ] || [ "$pass" = 0 ]; then
     status=1
-    grep -B2 -A12 'Failure\|FAILED' "$OUTDIR/$name.log" | head -60
+    echo "$name: exit $rc; failed or skipped (K3C_REQUIRE_GPU=1):"
+    grep -E '^\[  (FAILED |SKIPPED) \] [A-Za-z]' "$log" |
+      sed -e 's/ ([0-9]* ms)$//' -e 's/^/  /' | sort -u
+    grep -B2 -A12 ': Failure$' "$log" | head -60
   fi
 done
 
 echo
-printf '%-24s %s\n' plan "k3-run --backend cuda (64 tokens)"
+printf '%-20s %s\n' plan "k3-run --backend cuda (64 tokens), then --check-against cpu (8 tokens)"
 mkdir -p /tmp/k3-models
 for model in tiny tiny-linear; do
   "$STAGE"/bin/k3-mkmodel $model -o /tmp/k3-models/$model >/dev/null 2>&1
   for fusion in none default max; do
     plan="$STAGE/plans/$model-$fusion.plan"
-    line=$("$STAGE"/bin/k3-run "$plan" --weights /tmp/k3-models/$model \
-      --prompt-ids 1,17,300,42 --max-new 64 --backend cuda 2>&1 >/dev/null | tail -1)
-    [ $? -ne 0 ] && status=1
-    printf '%-24s %s\n' "$model-$fusion" "${line#*: }"
+    "$STAGE"/bin/k3-run "$plan" --weights /tmp/k3-models/$model \
+      --prompt-ids 1,17,300,42 --max-new 64 --backend cuda \
+      >/dev/null 2>"$OUTDIR/k3-run-$model-$fusion.log"
+    rc=$?
+    [ $rc -ne 0 ] && status=1
+    line=$(tail -1 "$OUTDIR/k3-run-$model-$fusion.log")
+    printf '%-20s %s\n' "$model-$fusion" "${line#*: }"
+    "$STAGE"/bin/k3-run "$plan" --weights /tmp/k3-models/$model \
+      --prompt-ids 1,17,300,42 --max-new 8 --backend cuda --check-against cpu \
+      >/dev/null 2>"$OUTDIR/k3-run-check-$model-$fusion.log"
+    rc=$?
+    [ $rc -ne 0 ] && status=1
+    line=$(tail -1 "$OUTDIR/k3-run-check-$model-$fusion.log")
+    printf '%-20s %s\n' "" "${line#*: }"
   done
 done
 
@@ -73,6 +92,8 @@ fi
 
 if [ $BENCH = 1 ]; then
   echo
-  "$STAGE"/bin/kernel_bench --json "$OUTDIR/kernel_bench.json"
+  "$STAGE"/bin/kernel_bench --json "$OUTDIR/kernel_bench.json" || status=1
 fi
+echo
+[ $status = 0 ] && echo "gpu-check: OK" || echo "gpu-check: FAILED (see above; logs in $OUTDIR)"
 exit $status

@@ -4,10 +4,14 @@
 // the plan file; a binary made by `k3c --emit=exe` is this program with a
 // plan appended (Executable.h), and then PLAN is omitted. Generated ids go to
 // stdout as they are produced (one flush per token); the timing summary goes
-// to stderr so stdout stays machine-readable. Exit codes: 0 ok, 1 runtime
-// error (bad plan, weights, request), 2 bad command line.
+// to stderr so stdout stays machine-readable. With --check-against cpu the
+// decode runs launch by launch and every launch is checked against the CPU
+// kernels on the same inputs (runtime/Differential.h). Exit codes: 0 ok, 1
+// runtime error (bad plan, weights, request), 2 bad command line, 3 a launch
+// out of tolerance.
 //
 //===----------------------------------------------------------------------===//
+#include "runtime/Differential.h"
 #include "runtime/Executable.h"
 #include "runtime/Npy.h"
 #include "runtime/Plan.h"
@@ -25,6 +29,7 @@ namespace {
 
 constexpr int kExitFailure = 1;
 constexpr int kExitUsage = 2;
+constexpr int kExitMismatch = 3;
 
 std::string g_prog = "k3-run";
 
@@ -60,12 +65,20 @@ void printHelp(std::FILE *out, bool embedded) {
       "                       NVIDIA driver and a build with nvcc\n"
       "  --no-cuda-graph      launch kernel by kernel instead of replaying\n"
       "                       one CUDA graph per step (debugging, timing)\n"
+      "  --check-against cpu  debugging: decode launch by launch and check\n"
+      "                       each launch's outputs against the CPU kernels\n"
+      "                       run on the same inputs, within that kernel's\n"
+      "                       tolerance (bit-identical with --backend cpu);\n"
+      "                       names the first launch out of tolerance\n"
+      "                       (kernel, op, launch, step, field, errors) and\n"
+      "                       exits 3, else prints one OK line to stderr\n"
       "  --logits-out FILE    write the logits that chose each generated\n"
       "                       token as float32 .npy [max_new, vocab]\n"
       "  --quiet              print only the generated ids\n"
       "  -h, --help           show this help\n"
       "\n"
-      "exit status: 0 ok, 1 runtime error, 2 bad command line\n");
+      "exit status: 0 ok, 1 runtime error, 2 bad command line, 3 a launch\n"
+      "out of tolerance (--check-against)\n");
 }
 
 int usageError(const std::string &message) {
@@ -108,6 +121,43 @@ bool parseIds(const std::string &text, std::vector<int64_t> &out) {
   }
 }
 
+/// --check-against cpu: the ids on stdout as they are chosen, then the
+/// differential's one-line verdict on stderr.
+int runCheck(const k3::PlanDoc &plan, const std::string &weights,
+             k3::BackendKind kind, const std::vector<int64_t> &prompt,
+             int64_t maxNew, const std::string &logitsOut, bool quiet) {
+  k3::DifferentialOptions opt;
+  opt.keepLogits = !logitsOut.empty();
+  bool printed = false;
+  opt.onToken = [&](int64_t index, int64_t token) {
+    printed = true;
+    std::printf(index == 0 ? "%lld" : " %lld", static_cast<long long>(token));
+    std::fflush(stdout);
+  };
+  std::string name;
+  k3::Expected<k3::DifferentialReport> r =
+      k3::checkAgainstCpu(plan, weights, kind, prompt, maxNew, opt, &name);
+  if (printed)
+    std::printf("\n");
+  std::fflush(stdout);
+  if (!r)
+    return runtimeError(r.message());
+  if (!r->ok()) {
+    std::fprintf(stderr, "%s: error: %s\n", g_prog.c_str(),
+                 r->summary(name).c_str());
+    return kExitMismatch;
+  }
+  if (!logitsOut.empty()) {
+    k3::Status s = k3::writeNpyF32(logitsOut, r->logits.data(), maxNew,
+                                   plan.config.vocabSize);
+    if (!s)
+      return runtimeError(s.message());
+  }
+  if (!quiet)
+    std::fprintf(stderr, "%s: %s\n", g_prog.c_str(), r->summary(name).c_str());
+  return 0;
+}
+
 } // namespace
 
 int main(int argc, char **argv) {
@@ -124,7 +174,8 @@ int main(int argc, char **argv) {
     return runtimeError(embedded.message());
   const bool isExe = embedded->has_value();
 
-  std::string planPath, weights, promptText, backend = "cpu", logitsOut;
+  std::string planPath, weights, promptText, backend = "cpu", logitsOut,
+                                             checkAgainst;
   int64_t maxNew = -1;
   bool quiet = false, haveMaxNew = false, cudaGraph = true;
   for (int i = 1; i < argc; ++i) {
@@ -152,6 +203,9 @@ int main(int argc, char **argv) {
     } else if (a == "--backend") {
       if (!value(backend))
         return usageError("--backend needs cpu or cuda");
+    } else if (a == "--check-against") {
+      if (!value(checkAgainst) || checkAgainst != "cpu")
+        return usageError("--check-against needs cpu (the only reference)");
     } else if (a == "--logits-out") {
       if (!value(logitsOut))
         return usageError("--logits-out needs a file name");
@@ -191,10 +245,12 @@ int main(int argc, char **argv) {
             : k3::readPlanFile(planPath);
   if (!plan)
     return runtimeError(plan.message());
-  k3::Expected<std::unique_ptr<k3::Session>> session = k3::Session::open(
-      plan.take(), weights,
-      backend == "cuda" ? k3::BackendKind::Cuda : k3::BackendKind::Cpu,
-      cudaGraph);
+  const k3::BackendKind kind =
+      backend == "cuda" ? k3::BackendKind::Cuda : k3::BackendKind::Cpu;
+  if (!checkAgainst.empty())
+    return runCheck(*plan, weights, kind, prompt, maxNew, logitsOut, quiet);
+  k3::Expected<std::unique_ptr<k3::Session>> session =
+      k3::Session::open(plan.take(), weights, kind, cudaGraph);
   if (!session)
     return runtimeError(session.message());
 

@@ -2,10 +2,12 @@
 //-*-===//
 //
 // What every kernel test on the GPU does: skip (not fail) where there is no
-// GPU; upload fresh random inputs; poison the outputs (0xFF bytes: a bf16 or
-// f32 NaN) on both sides before the run; run the CPU implementation and the
-// CUDA entry point on the same params struct (host pointers for one, device
-// pointers for the other); compare by relative error.
+// GPU, unless K3C_REQUIRE_GPU=1 (scripts/gpu-check.sh sets it: on the GPU
+// machine a skipped test is a failure, with the same message); upload fresh
+// random inputs; poison the outputs (0xFF bytes: a bf16 or f32 NaN) on both
+// sides before the run; run the CPU implementation and the CUDA entry point on
+// the same params struct (host pointers for one, device pointers for the
+// other); compare by relative error.
 //
 //===----------------------------------------------------------------------===//
 #ifndef K3C_TEST_UNIT_CUDA_CUDATESTUTIL_H
@@ -30,12 +32,31 @@
 
 namespace k3test {
 
-/// Skips the calling test when there is no usable GPU (CI has none).
+/// Whether K3C_REQUIRE_GPU is set to something other than "" or "0": then a
+/// GPU test that cannot run fails instead of skipping.
+inline bool gpuRequired() {
+  const char *v = std::getenv("K3C_REQUIRE_GPU");
+  return v && *v && std::strcmp(v, "0") != 0;
+}
+
+/// Skips the calling test with `message` (stream operands), or fails it with
+/// the same message when gpuRequired().
+#define K3_SKIP_OR_FAIL(message)                                               \
+  do {                                                                         \
+    if (::k3test::gpuRequired()) {                                             \
+      GTEST_FAIL() << message;                                                 \
+    } else {                                                                   \
+      GTEST_SKIP() << message;                                                 \
+    }                                                                          \
+  } while (0)
+
+/// Skips the calling test when there is no usable GPU (CI has none); fails
+/// it under K3C_REQUIRE_GPU=1.
 #define K3_REQUIRE_GPU()                                                       \
   do {                                                                         \
     ::k3::Expected<::k3::cuda::Driver *> d = ::k3::cuda::Driver::get();        \
     if (!d)                                                                    \
-      GTEST_SKIP() << "no GPU: " << d.message();                               \
+      K3_SKIP_OR_FAIL("no GPU: " << d.message());                              \
   } while (0)
 
 /// Deterministic random data: normal(0, std) as bf16 / f32.

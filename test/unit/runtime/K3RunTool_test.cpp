@@ -1,8 +1,9 @@
 //===- K3RunTool_test.cpp - The k3-run command line -----------------------===//
 //
 // Runs the built k3-run (and a model executable made from it) on a tiny
-// model: ids on stdout matching CpuDecoder, the .npy dump, and the exit
-// codes of usage errors, runtime errors and corrupted plans.
+// model: ids on stdout matching CpuDecoder, the .npy dump, the
+// launch-by-launch check against the CPU kernels, and the exit codes of usage
+// errors, runtime errors and corrupted plans.
 //
 //===----------------------------------------------------------------------===//
 #include "runtime/CpuDecoder.h"
@@ -20,6 +21,7 @@
 
 #include <sys/wait.h>
 
+#include <algorithm>
 #include <cstdio>
 
 namespace k3 {
@@ -109,6 +111,34 @@ TEST_F(K3RunToolTest, GeneratesWhatCpuDecoderGenerates) {
   EXPECT_EQ(r.err, "");
 }
 
+TEST_F(K3RunToolTest, CheckAgainstCpu) {
+  // CPU against the CPU kernels: every launch bit-identical, the same ids
+  // and logits as a plain run.
+  RunResult r =
+      run(tool() + " " + dir->file("m.plan") + common() +
+              " --check-against cpu --logits-out " + dir->file("c.npy"),
+          *dir);
+  EXPECT_EQ(r.exitCode, 0) << r.err;
+  EXPECT_EQ(r.out, expected);
+  EXPECT_TRUE(test::contains(r.err, "check against cpu OK: 8 steps x "))
+      << r.err;
+  EXPECT_TRUE(test::contains(r.err, "bit-identical")) << r.err;
+  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+  Expected<NpyF32> npy = readNpyF32(dir->file("c.npy"));
+  ASSERT_TRUE(npy.hasValue()) << npy.message();
+  ASSERT_EQ(npy->rows, 6);
+  for (int64_t s = 0; s < 6; ++s)
+    EXPECT_TRUE(std::equal(logits[s].begin(), logits[s].end(),
+                           npy->values.begin() + s * config.vocabSize));
+
+  r = run(tool() + " " + dir->file("m.plan") + common() +
+              " --backend cpu --check-against cpu --quiet",
+          *dir);
+  EXPECT_EQ(r.exitCode, 0) << r.err;
+  EXPECT_EQ(r.out, expected);
+  EXPECT_EQ(r.err, "");
+}
+
 TEST_F(K3RunToolTest, ExecutableMode) {
   ASSERT_TRUE(writeExecutable(tool(), plan, dir->file("tiny-model")).isOk());
   RunResult r = run(dir->file("tiny-model") + common(), *dir);
@@ -127,6 +157,7 @@ TEST_F(K3RunToolTest, UsageErrorsExitTwo) {
   EXPECT_EQ(help.exitCode, 0);
   EXPECT_TRUE(test::contains(help.out, "--backend cpu|cuda")) << help.out;
   EXPECT_TRUE(test::contains(help.out, "--no-cuda-graph")) << help.out;
+  EXPECT_TRUE(test::contains(help.out, "--check-against cpu")) << help.out;
   for (const std::string &args :
        {std::string(""), " " + dir->file("m.plan"),
         " " + dir->file("m.plan") + " --weights x --prompt-ids 1",
@@ -135,7 +166,9 @@ TEST_F(K3RunToolTest, UsageErrorsExitTwo) {
             " --weights x --prompt-ids 1,a "
             "--max-new 3",
         " " + dir->file("m.plan") + " --weights x --prompt-ids 1 --max-new 0",
-        " " + dir->file("m.plan") + common() + " --backend tpu"}) {
+        " " + dir->file("m.plan") + common() + " --backend tpu",
+        " " + dir->file("m.plan") + common() + " --check-against cuda",
+        " " + dir->file("m.plan") + common() + " --check-against"}) {
     RunResult r = run(tool() + args, *dir);
     EXPECT_EQ(r.exitCode, 2) << args << "\n" << r.err;
     EXPECT_TRUE(test::contains(r.err, "error:")) << r.err;
@@ -147,6 +180,11 @@ TEST_F(K3RunToolTest, RuntimeErrorsExitOne) {
   if (!cuda::Driver::get().hasValue()) {
     // No GPU here: --backend cuda must say why, not crash.
     r = run(tool() + " " + dir->file("m.plan") + common() + " --backend cuda",
+            *dir);
+    EXPECT_EQ(r.exitCode, 1);
+    EXPECT_TRUE(test::contains(r.err, "on the GPU: no")) << r.err;
+    r = run(tool() + " " + dir->file("m.plan") + common() +
+                " --backend cuda --check-against cpu",
             *dir);
     EXPECT_EQ(r.exitCode, 1);
     EXPECT_TRUE(test::contains(r.err, "on the GPU: no")) << r.err;
