@@ -56,7 +56,7 @@ done
 echo
 printf '%-20s %s\n' plan "k3-run --backend cuda (64 tokens), then --check-against cpu (8 tokens)"
 mkdir -p /tmp/k3-models
-for model in tiny tiny-linear; do
+for model in tiny tiny-linear tiny-odd; do
   "$STAGE"/bin/k3-mkmodel $model -o /tmp/k3-models/$model >/dev/null 2>&1
   for fusion in none default max; do
     plan="$STAGE/plans/$model-$fusion.plan"

@@ -17,10 +17,22 @@ rm -rf "$STAGE"
 mkdir -p "$STAGE/bin" "$STAGE/plans"
 cp "$BUILD_DIR"/test/unit/bin/cuda_test "$STAGE/bin/"
 cp "$BUILD_DIR"/bin/kernel_bench "$BUILD_DIR"/bin/k3-run "$BUILD_DIR"/bin/k3-mkmodel "$STAGE/bin/"
-for preset in tiny tiny-linear; do
+for preset in tiny tiny-linear tiny-odd; do
   for fusion in none default max; do
     "$BUILD_DIR"/bin/k3c "preset:$preset" --fusion=$fusion --max-seq 512 \
       -o "$STAGE/plans/$preset-$fusion.plan"
   done
 done
+# Real-size plans for scripts/gpu-perf.sh: Kimi-Linear-48B geometry with 32
+# experts (the model itself is made on the GPU machine).
+cfg=$(mktemp -d)
+"$BUILD_DIR"/bin/k3-mkmodel kimi-linear-48b --experts 32 --config-only \
+  -o "$cfg/kl" >/dev/null
+for fusion in none default max; do
+  "$BUILD_DIR"/bin/k3c "$cfg/kl" --fusion=$fusion --max-seq 2048 \
+    -o "$STAGE/plans/kimi-linear-48b-e32-$fusion.plan"
+done
+rm -rf "$cfg"
+shared=$(dirname "$0")/../../shared/tools/ncu-summary.py
+[ -f "$shared" ] && cp "$shared" "$STAGE/"
 du -sh "$STAGE"

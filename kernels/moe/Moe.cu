@@ -57,6 +57,8 @@ constexpr int kMixSlots = 64;
 /// Module scratch capacities: experts of `router`, interDim of `gated_mlp`,
 /// topK · interDim of `moe_experts`.
 constexpr int64_t kRouterCap = 8192;
+/// Largest topK `router` ranks (K3: 16, Kimi-Linear: 8).
+constexpr int32_t kRouterMaxTopK = 256;
 constexpr int64_t kGatedActCap = int64_t(1) << 18;
 constexpr int64_t kMoeActCap = int64_t(1) << 20;
 /// L2 prefetch distances (bytes per weight row): bf16 rows stay kAheadBf16
@@ -539,24 +541,6 @@ __device__ __forceinline__ unsigned long long rankKey(float rank, int64_t e) {
          (0xffffffffu - static_cast<unsigned>(e));
 }
 
-/// Max over the block; every thread gets it (32 slots of `scratch`).
-__device__ unsigned long long blockMaxKey(unsigned long long v,
-                                          unsigned long long *scratch) {
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1)
-    v = max(v, __shfl_xor_sync(0xffffffffu, v, o));
-  __syncthreads();
-  if (lane == 0)
-    scratch[warp] = v;
-  __syncthreads();
-  v = lane < static_cast<int>(blockDim.x >> 5) ? scratch[lane] : 0ull;
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1)
-    v = max(v, __shfl_xor_sync(0xffffffffu, v, o));
-  return v;
-}
-
 } // namespace
 
 //===----------------------------------------------------------------------===//
@@ -569,21 +553,25 @@ __device__ unsigned long long blockMaxKey(unsigned long long v,
 // routerCpu (the same fp32 operations after the scores).
 // Grid: warp w of block b scores experts (b · warps + w) + i · (grid · warps)
 // into module scratch; the last block to finish (arrival counter) ranks them:
-// topK rounds of a block-wide max over the 64-bit (rank, index) keys, each
-// round below the previous winner. Any grid is correct; ceil(E / 8) blocks
-// of 256 spread the E × D gate over one row per warp (grid 1: one SM reads
-// the whole gate, ~20x slower).
-// Limits: E <= kRouterCap (else ids -1, weights NaN); D <= kStageCap is
-// staged in shared memory (longer h is read from global memory).
+// each thread places its experts by counting the 64-bit (rank, index) keys
+// above theirs (stopping at topK), then the top-k scores are read in
+// parallel and one thread sums them in rank order. Any grid is correct;
+// ceil(E / 8) blocks of 256 spread the E × D gate over one row per warp
+// (grid 1: one SM reads the whole gate, ~20x slower).
+// Limits: E <= kRouterCap and topK <= kRouterMaxTopK (else ids -1, weights
+// NaN); D <= kStageCap is staged in shared memory (longer h is read from
+// global memory).
 extern "C" __global__ void __launch_bounds__(1024)
     k3_router(const RouterParams p) {
   __shared__ float4 xs[kStageCap / 4];
-  __shared__ unsigned long long keyScratch[32];
+  __shared__ int32_t topIds[kRouterMaxTopK];
+  __shared__ float topScores[kRouterMaxTopK];
+  __shared__ float denomShared;
   __shared__ int last;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int warps = blockDim.x >> 5;
   const int64_t E = p.numExperts, D = p.dim;
-  if (E > kRouterCap) {
+  if (E > kRouterCap || p.topK > kRouterMaxTopK) {
     for (int64_t k = dev::globalThread(); k < p.topK; k += dev::gridThreads())
       p.outIds[k] = -1, p.outWeights[k] = __int_as_float(0x7fc00000);
     return;
@@ -623,50 +611,56 @@ extern "C" __global__ void __launch_bounds__(1024)
     return;
   __threadfence();
 
+  // The ranks' keys' high words, staged (the h stage is no longer needed),
+  // then every key's place by counting the keys above it (keys are unique:
+  // the low word is the index), stopping at topK: no block-wide rounds, and
+  // the keys outside the top-k, the vast majority, stop after a few reads.
+  unsigned *rankBits = reinterpret_cast<unsigned *>(xs);
+  const int32_t K = p.topK;
+  for (int32_t k = threadIdx.x; k < K; k += blockDim.x)
+    topIds[k] = -1; // E < topK: the places no expert takes
   if (p.forceExpert < 0) {
-    // The ranks' keys' high words, staged (the h stage is no longer needed).
-    unsigned *rankBits = reinterpret_cast<unsigned *>(xs);
     for (int64_t e = threadIdx.x; e < E; e += blockDim.x) {
       const float r = __ldcg(&gRouterScores[e]) + (p.bias ? p.bias[e] : 0.0f);
       rankBits[e] = static_cast<unsigned>(rankKey(r, e) >> 32);
     }
-    __syncthreads();
-    unsigned long long prev = ~0ull;
-    for (int32_t k = 0; k < p.topK; ++k) {
-      unsigned long long best = 0;
-      for (int64_t e = threadIdx.x; e < E; e += blockDim.x) {
-        const unsigned long long key =
-            (static_cast<unsigned long long>(rankBits[e]) << 32) |
-            (0xffffffffu - static_cast<unsigned>(e));
-        if (key < prev && key > best)
-          best = key;
-      }
-      best = blockMaxKey(best, keyScratch);
-      prev = best;
-      if (threadIdx.x == 0)
-        p.outIds[k] = best ? static_cast<int32_t>(0xffffffffu -
-                                                  static_cast<unsigned>(best))
-                           : -1;
-    }
   }
+  __syncthreads();
+  auto keyOf = [&](int64_t e) {
+    return (static_cast<unsigned long long>(rankBits[e]) << 32) |
+           (0xffffffffu - static_cast<unsigned>(e));
+  };
+  if (p.forceExpert < 0)
+    for (int64_t e = threadIdx.x; e < E; e += blockDim.x) {
+      const unsigned long long mine = keyOf(e);
+      int32_t above = 0;
+      for (int64_t j = 0; j < E && above < K; ++j)
+        above += keyOf(j) > mine;
+      if (above < K)
+        topIds[above] = static_cast<int32_t>(e);
+    }
+  __syncthreads();
+  // Each place's score in parallel; then routerCpu's weights, operation for
+  // operation (the sum in rank order by one thread, from shared memory).
+  for (int32_t k = threadIdx.x; k < K; k += blockDim.x) {
+    const int32_t id = p.forceExpert >= 0 ? p.forceExpert : topIds[k];
+    topScores[k] = id >= 0 && id < E ? __ldcg(&gRouterScores[id])
+                                     : __int_as_float(0x7fc00000);
+    p.outIds[k] = id;
+  }
+  __syncthreads();
   if (threadIdx.x == 0) {
-    // routerCpu's weights, operation for operation.
     float sum = 0.0f;
-    for (int32_t k = 0; k < p.topK; ++k) {
-      const int32_t id = p.forceExpert >= 0 ? p.forceExpert : p.outIds[k];
-      const float s = id >= 0 && id < E ? __ldcg(&gRouterScores[id])
-                                        : __int_as_float(0x7fc00000);
-      p.outIds[k] = id;
-      p.outWeights[k] = s;
-      sum += s;
-    }
-    const float denom = p.renormalize ? sum + 1e-20f : 1.0f;
-    for (int32_t k = 0; k < p.topK; ++k) {
-      float w = p.outWeights[k];
-      if (p.renormalize)
-        w = w / denom;
-      p.outWeights[k] = w * p.scaling;
-    }
+    for (int32_t k = 0; k < K; ++k)
+      sum += topScores[k];
+    denomShared = p.renormalize ? sum + 1e-20f : 1.0f;
+  }
+  __syncthreads();
+  for (int32_t k = threadIdx.x; k < K; k += blockDim.x) {
+    float w = topScores[k];
+    if (p.renormalize)
+      w = w / denomShared;
+    p.outWeights[k] = w * p.scaling;
   }
 }
 

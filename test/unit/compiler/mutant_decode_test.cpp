@@ -9,7 +9,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "test/unit/compiler/CompileTestUtil.h"
-#include "test/unit/compiler/TeacherForced.h"
+#include "test/reference/TeacherForced.h"
 
 #include <iostream>
 #include <map>

@@ -23,6 +23,7 @@
 #include "runtime/Session.h"
 #include "test/reference/Compare.h"
 #include "test/reference/RefModel.h"
+#include "test/reference/TeacherForced.h"
 
 #include <cstdlib>
 #include <filesystem>
@@ -270,9 +271,41 @@ TEST_P(DecodeCuda, LaunchByLaunchAgainstCpu) {
   EXPECT_EQ(r->tokens, got->tokens);
 }
 
+/// The layer-local teacher-forced check (test/reference/TeacherForced.h) on
+/// the CUDA backend: a random (unplanted) model of the preset, 16 forced
+/// tokens, every layer's stream after its mixer and FFN and the logits
+/// against the float64 reference, with the CPU backend's bounds.
+TEST_P(DecodeCuda, TeacherForcedLayersFollowTheReference) {
+  K3_REQUIRE_PLANS();
+  const std::string preset = std::get<0>(GetParam());
+  const std::string dir = modelDir(preset) + "-random";
+  if (!std::filesystem::exists(dir + "/config.json")) {
+    auto c = k3::presetConfig(preset);
+    ASSERT_TRUE(c.hasValue());
+    k3::Status st =
+        k3::makeModel(*c, /*seed=*/3, dir, {}, 0, k3::Structure::Random);
+    ASSERT_TRUE(st.isOk()) << st.message();
+  }
+  auto config = k3::parseConfigFile(dir + "/config.json");
+  ASSERT_TRUE(config.hasValue()) << config.message();
+  auto plan = k3::readPlanFile(planPath(GetParam()));
+  ASSERT_TRUE(plan.hasValue()) << plan.message();
+  auto session =
+      k3::Session::open(plan.take(), dir, k3::BackendKind::Cuda, false);
+  ASSERT_TRUE(session.hasValue()) << session.message();
+  k3test::ForcedResult r;
+  ASSERT_NO_FATAL_FAILURE(k3test::teacherForcedCompare(
+      *config, dir, **session, k3test::forcedTokens(config->vocabSize, 16, 11),
+      k3test::ForcedBounds(), r));
+  std::cout << "[cuda teacher-forced] " << preset << "/"
+            << std::get<1>(GetParam()) << ": " << r.diagnostic;
+  EXPECT_TRUE(r.ok) << r.diagnostic;
+  std::filesystem::remove_all(dir);
+}
+
 INSTANTIATE_TEST_SUITE_P(
     Presets, DecodeCuda,
-    ::testing::Combine(::testing::Values("tiny", "tiny-linear"),
+    ::testing::Combine(::testing::Values("tiny", "tiny-linear", "tiny-odd"),
                        ::testing::Values("none", "default", "max")),
     [](const auto &info) {
       std::string n = std::get<0>(info.param) + "_" + std::get<1>(info.param);

@@ -1,5 +1,4 @@
-//===- TeacherForced.h - Layer-by-layer checks against the reference -*- C++
-//-*-===//
+//===- TeacherForced.h - Layer checks against the reference ---*- C++ -*-===//
 //
 // The strong end-to-end check. A free-running greedy decode is a weak test:
 // one near-tie flips a token and the rest compares nothing, and with a
@@ -16,8 +15,8 @@
 // output is nearer to; anything else is a real difference.
 //
 //===----------------------------------------------------------------------===//
-#ifndef K3C_TEST_UNIT_COMPILER_TEACHERFORCED_H
-#define K3C_TEST_UNIT_COMPILER_TEACHERFORCED_H
+#ifndef K3C_TEST_REFERENCE_TEACHERFORCED_H
+#define K3C_TEST_REFERENCE_TEACHERFORCED_H
 
 #include "runtime/ModelWeights.h"
 #include "runtime/Safetensors.h"
@@ -268,4 +267,4 @@ inline std::vector<int64_t> forcedTokens(int64_t vocab, int64_t n,
 
 } // namespace k3test
 
-#endif // K3C_TEST_UNIT_COMPILER_TEACHERFORCED_H
+#endif // K3C_TEST_REFERENCE_TEACHERFORCED_H
