@@ -3,8 +3,9 @@
 // The last step of k3c: the planned launch IR becomes a PlanDoc
 // (runtime/Plan.h) and its text (docs/PLAN.md). The emitter validates what
 // it wrote with the runtime's own validator, so a plan k3c writes is a plan
-// k3-run accepts. It also counts the bytes each launch moves per token for
-// the kernel report.
+// k3-run accepts. The kernel report counts the bytes each launch moves per
+// token with the runtime's launchBytes (runtime/Profile.h), the accounting
+// the profiler and the decode benchmark use too.
 //
 //===----------------------------------------------------------------------===//
 #include "codegen/Codegen.h"
@@ -14,27 +15,10 @@
 
 #include "runtime/Plan.h"
 #include "runtime/PlanKernels.h"
+#include "runtime/Profile.h"
 
 using namespace mlir;
 using namespace mlir::k3;
-
-namespace {
-
-// Bytes a launch's pointer argument moves per token (the kernel report).
-// Weights: all of it, except stacked experts (only top-k are read). States:
-// read and written whole, except the MLA cache (one row written by the
-// append, all max_seq rows read by the attend: the planned worst case).
-
-int64_t weightBytes(k3l::WeightOp w) {
-  int64_t n = 1;
-  for (int64_t d : w.getShape())
-    n *= d;
-  if (w.getFormat() == "mxfp4")
-    return n / 2 + n / 32;
-  return n * (w.getFormat() == "f32" ? 4 : 2);
-}
-
-} // namespace
 
 LogicalResult mlir::k3::emitPlan(ModuleOp module, llvm::StringRef fusion,
                                  std::string &planText,
@@ -94,48 +78,11 @@ LogicalResult mlir::k3::emitPlan(ModuleOp module, llvm::StringRef fusion,
         pl.block[i] = l.getBlock()[i];
       }
       pl.smem = l.getSmem();
-      const ::k3::KernelInfo *info = ::k3::findKernel(pl.kernel);
-      LaunchReport row{pl.kernel, pl.op, 0, 0};
-      int64_t topK = 0;
-      if (auto k = l.getScalars().getAs<IntegerAttr>("topK"))
-        topK = k.getInt();
       for (auto [i, v] : llvm::enumerate(l.getArgs())) {
         std::string name = cast<StringAttr>(l.getArgNames()[i]).str();
         ::k3::PlanArg arg = bound.lookup(v);
         arg.offset = l.getArgOffsets()[i];
         pl.arg(name, arg);
-        const ::k3::KernelField *f = info ? info->field(name) : nullptr;
-        bool out = f && f->kind == ::k3::FieldKind::PtrOut;
-        int64_t bytes = 0;
-        if (auto a = v.getDefiningOp<k3l::AllocOp>()) {
-          bytes = a.getBytes();
-        } else if (auto w = v.getDefiningOp<k3l::WeightOp>()) {
-          bytes = weightBytes(w);
-          // The embedding reads one row of its table.
-          if (pl.kernel == "embed")
-            bytes = w.getShape()[1] * 2;
-          if (f && f->kind == ::k3::FieldKind::WeightTable && topK > 0)
-            bytes = bytes / w.getShape()[0] * topK;
-        } else if (auto s = v.getDefiningOp<k3l::StateOp>()) {
-          bytes = s.getBytes();
-          if (s.getKind() == "mla_cache") {
-            if (pl.kernel == "mla_cache_append")
-              row.bytesWritten += s.getShape()[1] * 2;
-            else
-              row.bytesRead += bytes;
-            continue;
-          }
-          // A conv-state argument covers one of q/k/v: a third of the slot.
-          if (s.getKind() == "conv_state")
-            bytes /= 3;
-          // Recurrent and conv state: read and written in place.
-          if (out) {
-            row.bytesRead += bytes;
-            row.bytesWritten += bytes;
-            continue;
-          }
-        }
-        (out ? row.bytesWritten : row.bytesRead) += bytes;
       }
       for (NamedAttribute s : l.getScalars()) {
         if (auto i = dyn_cast<IntegerAttr>(s.getValue()))
@@ -152,8 +99,6 @@ LogicalResult mlir::k3::emitPlan(ModuleOp module, llvm::StringRef fusion,
                                                  : ::k3::PlanInput::Length;
         pl.arg(in.getName().str(), ::k3::PlanArg::fromInput(input));
       }
-      if (report)
-        report->push_back(row);
     } else if (auto lg = dyn_cast<k3l::LogitsOp>(op)) {
       ::k3::PlanArg a = bound.lookup(lg.getPtr());
       doc.logitsBuffer = a.index;
@@ -170,6 +115,14 @@ LogicalResult mlir::k3::emitPlan(ModuleOp module, llvm::StringRef fusion,
   if (!st)
     return module.emitError()
            << "the emitted plan is invalid: " << st.message();
+  // The report: the MLA cache at the planned max context.
+  if (report)
+    for (size_t i = 0; i < doc.launches.size(); ++i) {
+      const ::k3::LaunchBytes b = ::k3::launchBytes(doc, i);
+      report->push_back({doc.launches[i].kernel, doc.launches[i].op,
+                         static_cast<int64_t>(b.read),
+                         static_cast<int64_t>(b.written)});
+    }
   // A k3c built with CUDA carries the PTX of every kernel the plan launches
   // (the module that defines it), so the plan runs on a GPU by itself.
   // Each distinct kernel is looked up once (the lookup scans the PTX texts).

@@ -47,6 +47,44 @@ public:
   /// restoring a prefix snapshot.
   virtual Status writeState(size_t state,
                             const std::vector<uint8_t> &bytes) = 0;
+
+  /// Profiling (runtime/Profile.h: `k3-run --profile`, bench/decode_bench).
+  /// Each runs real decode steps (the state advances as in step()) with
+  /// step()'s input checks; the defaults say the backend cannot.
+  ///
+  /// One step run launch by launch, each launch timed alone: µs per launch
+  /// in plan order (the CUDA backend: device time between events around
+  /// each launch, with the queue kept ahead of the GPU; the CPU: wall time).
+  virtual Expected<std::vector<double>> timeLaunches(int64_t token,
+                                                     int64_t pos) {
+    (void)token;
+    (void)pos;
+    return makeError(name(), " cannot time single launches");
+  }
+  /// One whole step, in µs: with `replay` and a backend that has one
+  /// (replaysGraph()), one CUDA graph replay; else the launches one by one
+  /// as step() issues them without a graph. The logits stay on the device.
+  virtual Expected<double> timeStep(int64_t token, int64_t pos, bool replay) {
+    (void)token;
+    (void)pos;
+    (void)replay;
+    return makeError(name(), " cannot time steps");
+  }
+  /// Whether timeStep(…, true) replays a CUDA graph.
+  virtual bool replaysGraph() const { return false; }
+  /// The memory's copy bandwidth in GB/s (bytes read + written per second)
+  /// from copying `bytes` between two buffers of this backend's memory
+  /// (0: the backend's default size), median of several copies.
+  virtual Expected<double> measureCopyGBps(uint64_t bytes) {
+    (void)bytes;
+    return makeError(name(), " cannot measure its copy bandwidth");
+  }
+  /// What measureCopyGBps(bytes) copies, in words ("device-to-device
+  /// cuMemcpy of 1024 MiB").
+  virtual std::string copyMethod(uint64_t bytes) const {
+    (void)bytes;
+    return "none";
+  }
 };
 
 } // namespace k3

@@ -9,6 +9,8 @@
 
 #include "kernels/common/BF16.h"
 
+#include <algorithm>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 
@@ -16,6 +18,14 @@ namespace k3 {
 
 namespace {
 constexpr size_t kArenaAlign = 64;
+/// The default copy of measureCopyGBps: well above any host cache.
+constexpr uint64_t kDefaultCopyBytes = 256ull << 20;
+constexpr int kCopyRuns = 5;
+
+using Clock = std::chrono::steady_clock;
+double microsecondsSince(Clock::time_point t0) {
+  return std::chrono::duration<double, std::micro>(Clock::now() - t0).count();
+}
 } // namespace
 
 void CpuBackend::Aligned::operator()(uint8_t *p) const { std::free(p); }
@@ -111,6 +121,72 @@ Status CpuBackend::writeState(size_t state, const std::vector<uint8_t> &bytes) {
                      " bytes, the snapshot has ", bytes.size());
   std::memcpy(states_[state].get(), bytes.data(), bytes.size());
   return Status::ok();
+}
+
+//===----------------------------------------------------------------------===//
+// Profiling
+//===----------------------------------------------------------------------===//
+
+Expected<std::vector<double>> CpuBackend::timeLaunches(int64_t token,
+                                                       int64_t pos) {
+  K3_RETURN_IF_ERROR(checkStepInputs(token, pos, vocab_, maxSeq_));
+  std::vector<double> us(launches_.size());
+  for (size_t i = 0; i < launches_.size(); ++i) {
+    BoundLaunch &l = launches_[i];
+    l.setInputs(token, pos);
+    const Clock::time_point t0 = Clock::now();
+    l.params->runCpu();
+    us[i] = microsecondsSince(t0);
+  }
+  return us;
+}
+
+Expected<double> CpuBackend::timeStep(int64_t token, int64_t pos, bool replay) {
+  (void)replay; // no graph on the host
+  K3_RETURN_IF_ERROR(checkStepInputs(token, pos, vocab_, maxSeq_));
+  const Clock::time_point t0 = Clock::now();
+  for (BoundLaunch &l : launches_) {
+    l.setInputs(token, pos);
+    l.params->runCpu();
+  }
+  return microsecondsSince(t0);
+}
+
+Expected<double> CpuBackend::measureCopyGBps(uint64_t bytes) {
+  if (bytes == 0)
+    bytes = kDefaultCopyBytes;
+  Block src, dst;
+  for (Block *b : {&src, &dst}) {
+    void *mem = std::aligned_alloc(kArenaAlign, (bytes + kArenaAlign - 1) /
+                                                    kArenaAlign * kArenaAlign);
+    if (!mem)
+      return makeError("cannot allocate ", bytes,
+                       " bytes to measure the copy bandwidth");
+    b->reset(static_cast<uint8_t *>(mem));
+  }
+  // Touch every page first (and never copy zeros).
+  std::memset(src.get(), 0x5a, bytes);
+  std::memset(dst.get(), 0, bytes);
+  std::memcpy(dst.get(), src.get(), bytes);
+  std::vector<double> us;
+  for (int r = 0; r < kCopyRuns; ++r) {
+    const Clock::time_point t0 = Clock::now();
+    std::memcpy(dst.get(), src.get(), bytes);
+    us.push_back(microsecondsSince(t0));
+  }
+  // Keep the copies observable.
+  volatile uint8_t sink = dst.get()[bytes - 1];
+  (void)sink;
+  std::sort(us.begin(), us.end());
+  const double median = std::max(us[us.size() / 2], 1e-3);
+  return 2.0 * static_cast<double>(bytes) / (median * 1e3);
+}
+
+std::string CpuBackend::copyMethod(uint64_t bytes) const {
+  if (bytes == 0)
+    bytes = kDefaultCopyBytes;
+  return "host memcpy of " + std::to_string(bytes >> 20) +
+         " MiB, one thread, read + write";
 }
 
 } // namespace k3

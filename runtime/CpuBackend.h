@@ -63,6 +63,15 @@ public:
   Status readState(size_t state, std::vector<uint8_t> &out) override;
   Status writeState(size_t state, const std::vector<uint8_t> &bytes) override;
 
+  /// Profiling: wall time (steady_clock) around each launch / the whole step
+  /// (no graph: `replay` is ignored); the copy is one memcpy between two
+  /// host buffers (256 MiB by default), on one thread.
+  Expected<std::vector<double>> timeLaunches(int64_t token,
+                                             int64_t pos) override;
+  Expected<double> timeStep(int64_t token, int64_t pos, bool replay) override;
+  Expected<double> measureCopyGBps(uint64_t bytes) override;
+  std::string copyMethod(uint64_t bytes) const override;
+
 private:
   CpuBackend() = default;
 

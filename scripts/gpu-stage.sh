@@ -3,7 +3,7 @@
 #
 # The GPU machine has no MLIR and no internet, so the binaries are built here
 # (with nvcc: the PTX is embedded) and carried there: this copies the CUDA
-# tests, the compiled-plan GPU test, the benchmark and the tools into
+# tests, the compiled-plan GPU test, the benchmarks and the tools into
 # build/gpu-stage, plus plans for the tiny presets. Then, on the GPU machine:
 #   scripts/gpu-check.sh build/gpu-stage
 #
@@ -16,7 +16,8 @@ ninja -C "$BUILD_DIR" >/dev/null
 rm -rf "$STAGE"
 mkdir -p "$STAGE/bin" "$STAGE/plans"
 cp "$BUILD_DIR"/test/unit/bin/cuda_test "$STAGE/bin/"
-cp "$BUILD_DIR"/bin/kernel_bench "$BUILD_DIR"/bin/k3-run "$BUILD_DIR"/bin/k3-mkmodel "$STAGE/bin/"
+cp "$BUILD_DIR"/bin/kernel_bench "$BUILD_DIR"/bin/decode_bench "$BUILD_DIR"/bin/k3-run \
+  "$BUILD_DIR"/bin/k3-mkmodel "$STAGE/bin/"
 for preset in tiny tiny-linear tiny-odd; do
   for fusion in none default max; do
     "$BUILD_DIR"/bin/k3c "preset:$preset" --fusion=$fusion --max-seq 512 \

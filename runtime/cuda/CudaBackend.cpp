@@ -3,12 +3,31 @@
 
 #include "kernels/PtxModules.h"
 
+#include <algorithm>
+#include <chrono>
+#include <cmath>
 #include <cstring>
 #include <mutex>
 
 namespace k3 {
 
 namespace {
+
+/// measureCopyGBps: the default copy (far above the 60 MB L2) and its runs.
+constexpr uint64_t kDefaultCopyBytes = 1ull << 30;
+constexpr int kCopyRuns = 10;
+/// timeLaunches' gate: one copy of this size takes ~30 µs on an H200 (and
+/// evicts the L2, as the previous step's lm_head would); before the first
+/// measurement the host is assumed to queue a launch and its event in
+/// kGuessQueueUs; at most kMaxGateCopies copies are queued.
+constexpr uint64_t kGateBytes = 64ull << 20;
+constexpr double kGuessQueueUs = 10.0;
+constexpr int64_t kMaxGateCopies = 4096;
+
+using Clock = std::chrono::steady_clock;
+double microsecondsSince(Clock::time_point t0) {
+  return std::chrono::duration<double, std::micro>(Clock::now() - t0).count();
+}
 
 /// Loaded PTX modules by text (a load JIT-compiles the PTX for the device,
 /// so each distinct text is loaded once per process).
@@ -75,6 +94,8 @@ CudaBackend::~CudaBackend() {
   driver_->destroy(graph_);
   driver_->destroy(start_);
   driver_->destroy(end_);
+  for (cuda::CUevent e : launchEvents_)
+    driver_->destroy(e);
   driver_->destroy(stream_);
 }
 
@@ -260,7 +281,9 @@ CudaBackend::bind(const PlanDoc &plan, const TensorStore &store,
 Status CudaBackend::resetState() {
   for (cuda::DeviceBuffer &s : states_)
     K3_RETURN_IF_ERROR(driver_->memset8(s.get(), 0, s.bytes()));
-  return Status::ok();
+  // cuMemsetD8 may return before it is done, and it runs on the legacy
+  // default stream, which our non-blocking stream does not wait for.
+  return driver_->synchronize(nullptr).withContext("zeroing the state");
 }
 
 Status CudaBackend::step(int64_t token, int64_t pos) {
@@ -332,8 +355,164 @@ Status CudaBackend::writeState(size_t state,
   if (bytes.size() != states_[state].bytes())
     return makeError("state ", state, " holds ", states_[state].bytes(),
                      " bytes, the snapshot has ", bytes.size());
-  return driver_->copyToDevice(states_[state].get(), bytes.data(),
-                               bytes.size());
+  K3_RETURN_IF_ERROR(
+      driver_->copyToDevice(states_[state].get(), bytes.data(), bytes.size()));
+  // A pageable host-to-device copy may return before its DMA is done (on
+  // the legacy stream, see resetState).
+  return driver_->synchronize(nullptr).withContext("writing a state");
+}
+
+//===----------------------------------------------------------------------===//
+// Profiling
+//===----------------------------------------------------------------------===//
+
+Status CudaBackend::launchDirect(size_t index, int64_t token, int64_t pos) {
+  BoundLaunch &l = launches_[index];
+  l.setInputs(token, pos);
+  const Grid &g = grids_[index];
+  Status st = driver_->launch(functions_[index], g.grid, g.block, g.smem,
+                              stream_, l.params->data());
+  if (!st)
+    return st.withContext("launch " + std::to_string(index) + " (" +
+                          l.kernel->name + ")");
+  return Status::ok();
+}
+
+Status CudaBackend::queueGate() {
+  if (!gateSrc_.get()) {
+    Expected<cuda::DeviceBuffer> src = cuda::DeviceBuffer::create(kGateBytes);
+    if (!src)
+      return src.status().withContext("the profiler's gate buffers");
+    Expected<cuda::DeviceBuffer> dst = cuda::DeviceBuffer::create(kGateBytes);
+    if (!dst)
+      return dst.status().withContext("the profiler's gate buffers");
+    K3_RETURN_IF_ERROR(driver_->memset8(src->get(), 0x5a, kGateBytes));
+    K3_RETURN_IF_ERROR(driver_->synchronize(nullptr));
+    // One copy to warm up, one timed.
+    K3_RETURN_IF_ERROR(
+        driver_->copyDeviceAsync(dst->get(), src->get(), kGateBytes, stream_));
+    K3_RETURN_IF_ERROR(driver_->record(start_, stream_));
+    K3_RETURN_IF_ERROR(
+        driver_->copyDeviceAsync(dst->get(), src->get(), kGateBytes, stream_));
+    K3_RETURN_IF_ERROR(driver_->record(end_, stream_));
+    Expected<float> ms = driver_->elapsedMs(start_, end_);
+    if (!ms)
+      return ms.status();
+    gateSrc_ = src.take();
+    gateDst_ = dst.take();
+    gateCopyUs_ = std::max(1.0, *ms * 1000.0);
+    gateCopies_ = static_cast<int64_t>(std::ceil(
+                      kGuessQueueUs * static_cast<double>(launches_.size()) /
+                      gateCopyUs_)) +
+                  1;
+    gateCopies_ = std::min(gateCopies_, kMaxGateCopies);
+  }
+  for (int64_t i = 0; i < gateCopies_; ++i)
+    K3_RETURN_IF_ERROR(driver_->copyDeviceAsync(gateDst_.get(), gateSrc_.get(),
+                                                kGateBytes, stream_));
+  return Status::ok();
+}
+
+Expected<std::vector<double>> CudaBackend::timeLaunches(int64_t token,
+                                                        int64_t pos) {
+  K3_RETURN_IF_ERROR(checkStepInputs(token, pos, vocab_, maxSeq_));
+  const size_t n = launches_.size();
+  while (launchEvents_.size() < n + 1) {
+    Expected<cuda::CUevent> e = driver_->createEvent();
+    if (!e)
+      return e.status();
+    launchEvents_.push_back(*e);
+  }
+  K3_RETURN_IF_ERROR(queueGate());
+  // Event i + 1 closes launch i and opens launch i + 1: with the queue
+  // ahead of the GPU the launches run back to back, as in a replay.
+  const Clock::time_point t0 = Clock::now();
+  K3_RETURN_IF_ERROR(driver_->record(launchEvents_[0], stream_));
+  for (size_t i = 0; i < n; ++i) {
+    K3_RETURN_IF_ERROR(launchDirect(i, token, pos));
+    K3_RETURN_IF_ERROR(driver_->record(launchEvents_[i + 1], stream_));
+  }
+  const double queuedUs = microsecondsSince(t0);
+  if (Status st = driver_->synchronize(stream_); !st)
+    return st.withContext("profiled step at position " + std::to_string(pos));
+  std::vector<double> us(n);
+  for (size_t i = 0; i < n; ++i) {
+    Expected<float> ms =
+        driver_->elapsedMs(launchEvents_[i], launchEvents_[i + 1]);
+    if (!ms)
+      return ms.status();
+    us[i] = *ms * 1000.0;
+  }
+  // Next time: copies for half as long again as this queuing took.
+  gateCopies_ = std::min<int64_t>(
+      kMaxGateCopies,
+      static_cast<int64_t>(std::ceil(1.5 * queuedUs / gateCopyUs_)) + 1);
+  return us;
+}
+
+Expected<double> CudaBackend::timeStep(int64_t token, int64_t pos,
+                                       bool replay) {
+  K3_RETURN_IF_ERROR(checkStepInputs(token, pos, vocab_, maxSeq_));
+  const bool graph = replay && graphExec_;
+  if (graph)
+    for (size_t i = 0; i < launches_.size(); ++i)
+      if (!launches_[i].inputs.empty())
+        K3_RETURN_IF_ERROR(launchOne(i, token, pos)); // updates the node
+  K3_RETURN_IF_ERROR(driver_->record(start_, stream_));
+  if (graph) {
+    K3_RETURN_IF_ERROR(driver_->launchGraph(graphExec_, stream_));
+  } else {
+    for (size_t i = 0; i < launches_.size(); ++i)
+      K3_RETURN_IF_ERROR(launchDirect(i, token, pos));
+  }
+  K3_RETURN_IF_ERROR(driver_->record(end_, stream_));
+  if (Status st = driver_->synchronize(stream_); !st)
+    return st.withContext("timed step at position " + std::to_string(pos));
+  Expected<float> ms = driver_->elapsedMs(start_, end_);
+  if (!ms)
+    return ms.status();
+  return *ms * 1000.0;
+}
+
+Expected<double> CudaBackend::measureCopyGBps(uint64_t bytes) {
+  if (bytes == 0)
+    bytes = kDefaultCopyBytes;
+  Expected<cuda::DeviceBuffer> src = cuda::DeviceBuffer::create(bytes);
+  if (!src)
+    return src.status().withContext("the copy-bandwidth buffers");
+  Expected<cuda::DeviceBuffer> dst = cuda::DeviceBuffer::create(bytes);
+  if (!dst)
+    return dst.status().withContext("the copy-bandwidth buffers");
+  // Never zeros; the memset runs on the legacy stream (see resetState).
+  K3_RETURN_IF_ERROR(driver_->memset8(src->get(), 0x5a, bytes));
+  K3_RETURN_IF_ERROR(driver_->memset8(dst->get(), 0x00, bytes));
+  K3_RETURN_IF_ERROR(driver_->synchronize(nullptr));
+  K3_RETURN_IF_ERROR(
+      driver_->copyDeviceAsync(dst->get(), src->get(), bytes, stream_));
+  std::vector<double> ms;
+  for (int r = 0; r < kCopyRuns; ++r) {
+    K3_RETURN_IF_ERROR(driver_->record(start_, stream_));
+    K3_RETURN_IF_ERROR(
+        driver_->copyDeviceAsync(dst->get(), src->get(), bytes, stream_));
+    K3_RETURN_IF_ERROR(driver_->record(end_, stream_));
+    Expected<float> t = driver_->elapsedMs(start_, end_);
+    if (!t)
+      return t.status();
+    ms.push_back(*t);
+  }
+  // The buffers are freed on return: nothing may still use them.
+  K3_RETURN_IF_ERROR(driver_->synchronize(stream_));
+  std::sort(ms.begin(), ms.end());
+  const double median = std::max(ms[ms.size() / 2], 1e-6);
+  return 2.0 * static_cast<double>(bytes) / (median * 1e6);
+}
+
+std::string CudaBackend::copyMethod(uint64_t bytes) const {
+  if (bytes == 0)
+    bytes = kDefaultCopyBytes;
+  return "device-to-device cuMemcpyDtoDAsync of " +
+         std::to_string(bytes >> 20) + " MiB, read + write, median of " +
+         std::to_string(kCopyRuns);
 }
 
 } // namespace k3

@@ -55,6 +55,21 @@ public:
   Status readState(size_t state, std::vector<uint8_t> &out) override;
   Status writeState(size_t state, const std::vector<uint8_t> &bytes) override;
 
+  /// Profiling (Backend.h). timeLaunches brackets every launch with events
+  /// and, so that an event pair holds device time only (not the host's
+  /// launch latency on an idle GPU), first queues device-to-device copies
+  /// that keep the GPU busy until the host has queued the whole step; the
+  /// number of copies follows the measured queuing time. timeStep replays
+  /// the graph (`replay`, when bound with one) or launches one by one, both
+  /// between two events. measureCopyGBps: cuMemcpyDtoDAsync between two
+  /// device buffers (1 GiB by default), timed with events.
+  Expected<std::vector<double>> timeLaunches(int64_t token,
+                                             int64_t pos) override;
+  Expected<double> timeStep(int64_t token, int64_t pos, bool replay) override;
+  bool replaysGraph() const override { return graphExec_ != nullptr; }
+  Expected<double> measureCopyGBps(uint64_t bytes) override;
+  std::string copyMethod(uint64_t bytes) const override;
+
   /// Device time of the last step's launches (ms), for benchmarks.
   float lastStepMs() const { return lastStepMs_; }
   /// Whether steps replay a CUDA graph (else one cuLaunchKernel per launch).
@@ -65,6 +80,10 @@ private:
   /// Launch `index` with the step inputs: a kernel launch, or, with a graph,
   /// the node's params replaced for the next replay.
   Status launchOne(size_t index, int64_t token, int64_t pos);
+  /// Launch `index` on the stream now, graph or not (profiling).
+  Status launchDirect(size_t index, int64_t token, int64_t pos);
+  /// Queues the copies that keep the GPU busy ahead of timeLaunches.
+  Status queueGate();
 
   cuda::Driver *driver_ = nullptr;
   cuda::CUstream stream_ = nullptr;
@@ -85,6 +104,13 @@ private:
   uint64_t logitsOffset_ = 0;
   std::vector<float> logits_;
   float lastStepMs_ = 0;
+  // Profiling, made on first use: an event per launch boundary, and the
+  // gate's copy buffers with the device time of one copy and the copies the
+  // next timeLaunches queues.
+  std::vector<cuda::CUevent> launchEvents_;
+  cuda::DeviceBuffer gateSrc_, gateDst_;
+  double gateCopyUs_ = 0;
+  int64_t gateCopies_ = 0;
 };
 
 } // namespace k3

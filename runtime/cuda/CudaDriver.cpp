@@ -68,6 +68,7 @@ struct Driver::Api {
   CUresult (*memcpyDtoH)(void *, CUdeviceptr, size_t);
   CUresult (*memcpyDtoHAsync)(void *, CUdeviceptr, size_t, CUstream);
   CUresult (*memsetD8)(CUdeviceptr, unsigned char, size_t);
+  CUresult (*memcpyDtoDAsync)(CUdeviceptr, CUdeviceptr, size_t, CUstream);
   CUresult (*moduleLoadDataEx)(CUmodule *, const void *, unsigned, int *,
                                void **);
   CUresult (*moduleGetFunction)(CUfunction *, CUmodule, const char *);
@@ -135,6 +136,7 @@ Expected<Driver *> Driver::get() {
         {(void **)&a.memcpyDtoH, "cuMemcpyDtoH_v2"},
         {(void **)&a.memcpyDtoHAsync, "cuMemcpyDtoHAsync_v2"},
         {(void **)&a.memsetD8, "cuMemsetD8_v2"},
+        {(void **)&a.memcpyDtoDAsync, "cuMemcpyDtoDAsync_v2"},
         {(void **)&a.moduleLoadDataEx, "cuModuleLoadDataEx"},
         {(void **)&a.moduleGetFunction, "cuModuleGetFunction"},
         {(void **)&a.launchKernel, "cuLaunchKernel"},
@@ -248,6 +250,13 @@ Status Driver::copyToHostAsync(void *dst, CUdeviceptr src, size_t bytes,
 
 Status Driver::memset8(CUdeviceptr dst, uint8_t value, size_t bytes) {
   return bytes ? check(api_->memsetD8(dst, value, bytes), "cuMemsetD8")
+               : Status::ok();
+}
+
+Status Driver::copyDeviceAsync(CUdeviceptr dst, CUdeviceptr src, size_t bytes,
+                               CUstream stream) {
+  return bytes ? check(api_->memcpyDtoDAsync(dst, src, bytes, stream),
+                       "cuMemcpyDtoDAsync")
                : Status::ok();
 }
 

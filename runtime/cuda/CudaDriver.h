@@ -56,6 +56,10 @@ public:
   Status copyToHostAsync(void *dst, CUdeviceptr src, size_t bytes,
                          CUstream stream);
   Status memset8(CUdeviceptr dst, uint8_t value, size_t bytes);
+  /// Device-to-device copy queued on `stream` (the copy-bandwidth
+  /// measurement of the profiler and the benchmarks).
+  Status copyDeviceAsync(CUdeviceptr dst, CUdeviceptr src, size_t bytes,
+                         CUstream stream);
 
   /// Loads a PTX module (JIT-compiled by the driver for this device); the
   /// error carries the JIT log.

@@ -6,15 +6,19 @@
 // stdout as they are produced (one flush per token); the timing summary goes
 // to stderr so stdout stays machine-readable. With --check-against cpu the
 // decode runs launch by launch and every launch is checked against the CPU
-// kernels on the same inputs (runtime/Differential.h). Exit codes: 0 ok, 1
-// runtime error (bad plan, weights, request), 2 bad command line, 3 a launch
-// out of tolerance.
+// kernels on the same inputs (runtime/Differential.h). With --profile the
+// decode is followed by a profile of its next step (runtime/Profile.h): each
+// launch timed alone, whole steps, by kernel and by layer part against the
+// bytes they move and the measured copy bandwidth, printed to stderr. Exit
+// codes: 0 ok, 1 runtime error (bad plan, weights, request), 2 bad command
+// line, 3 a launch out of tolerance.
 //
 //===----------------------------------------------------------------------===//
 #include "runtime/Differential.h"
 #include "runtime/Executable.h"
 #include "runtime/Npy.h"
 #include "runtime/Plan.h"
+#include "runtime/Profile.h"
 #include "runtime/Session.h"
 
 #include <cerrno>
@@ -72,6 +76,16 @@ void printHelp(std::FILE *out, bool embedded) {
       "                       names the first launch out of tolerance\n"
       "                       (kernel, op, launch, step, field, errors) and\n"
       "                       exits 3, else prints one OK line to stderr\n"
+      "  --profile            after the decode, profile its next step (the\n"
+      "                       state refilled with the same tokens): each\n"
+      "                       launch timed alone (CUDA events / wall clock),\n"
+      "                       whole steps (graph replay and kernel by\n"
+      "                       kernel), tables by kernel and by layer part\n"
+      "                       with bytes, GB/s and the share of the copy\n"
+      "                       bandwidth measured in this process, and the\n"
+      "                       step against its bandwidth floor (stderr)\n"
+      "  --profile-steps N    timed steps of each kind (default 20, after 3\n"
+      "                       warm-up steps)\n"
       "  --logits-out FILE    write the logits that chose each generated\n"
       "                       token as float32 .npy [max_new, vocab]\n"
       "  --quiet              print only the generated ids\n"
@@ -119,6 +133,36 @@ bool parseIds(const std::string &text, std::vector<int64_t> &out) {
       return true;
     start = comma + 1;
   }
+}
+
+/// --profile: binds the plan again (the session is gone, so the memory is
+/// free), refills the state with the tokens the decode fed, then profiles
+/// the step the decode would take next.
+int runProfile(const k3::PlanDoc &plan, const std::string &weights,
+               k3::BackendKind kind, bool cudaGraph,
+               const std::vector<int64_t> &prompt,
+               const std::vector<int64_t> &generated, int64_t steps) {
+  k3::Expected<std::unique_ptr<k3::BoundPlan>> bound =
+      k3::bindPlan(plan, weights, kind, cudaGraph);
+  if (!bound)
+    return runtimeError(bound.message());
+  k3::Backend &be = *(*bound)->backend;
+  std::vector<int64_t> fed = prompt;
+  fed.insert(fed.end(), generated.begin(), generated.end() - 1);
+  k3::Status st = be.resetState();
+  for (size_t i = 0; st && i < fed.size(); ++i)
+    st = be.step(fed[i], static_cast<int64_t>(i));
+  if (!st)
+    return runtimeError(st.withContext("refilling the state").message());
+  k3::ProfileOptions opt;
+  opt.steps = steps;
+  opt.pos = static_cast<int64_t>(fed.size());
+  opt.token = generated.back();
+  k3::Expected<k3::StepProfile> p = k3::profileStep(be, plan, opt);
+  if (!p)
+    return runtimeError(p.message());
+  std::fprintf(stderr, "%s", k3::formatProfile(*p).c_str());
+  return 0;
 }
 
 /// --check-against cpu: the ids on stdout as they are chosen, then the
@@ -176,8 +220,8 @@ int main(int argc, char **argv) {
 
   std::string planPath, weights, promptText, backend = "cpu", logitsOut,
                                              checkAgainst;
-  int64_t maxNew = -1;
-  bool quiet = false, haveMaxNew = false, cudaGraph = true;
+  int64_t maxNew = -1, profileSteps = 20;
+  bool quiet = false, haveMaxNew = false, cudaGraph = true, profile = false;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     auto value = [&](std::string &out) -> bool {
@@ -209,6 +253,13 @@ int main(int argc, char **argv) {
     } else if (a == "--logits-out") {
       if (!value(logitsOut))
         return usageError("--logits-out needs a file name");
+    } else if (a == "--profile") {
+      profile = true;
+    } else if (a == "--profile-steps") {
+      std::string v;
+      if (!value(v) || !parseInt(v, profileSteps) || profileSteps < 1)
+        return usageError("--profile-steps needs an integer >= 1");
+      profile = true;
     } else if (a == "--quiet") {
       quiet = true;
     } else if (a == "--no-cuda-graph") {
@@ -239,6 +290,8 @@ int main(int argc, char **argv) {
                       promptText + "'");
   if (backend != "cpu" && backend != "cuda")
     return usageError("--backend must be cpu or cuda, got '" + backend + "'");
+  if (profile && !checkAgainst.empty())
+    return usageError("--profile and --check-against are separate runs");
 
   k3::Expected<k3::PlanDoc> plan =
       isExe ? k3::parsePlan(**embedded, "embedded plan")
@@ -289,6 +342,12 @@ int main(int argc, char **argv) {
                  result->promptSeconds, promptRate,
                  static_cast<long long>(result->decodeSteps),
                  result->decodeSeconds, result->decodeTokensPerSecond());
+  }
+  if (profile) {
+    k3::PlanDoc planCopy = (*session)->plan();
+    session->reset(); // free the first binding's memory
+    return runProfile(planCopy, weights, kind, cudaGraph, prompt,
+                      result->tokens, profileSteps);
   }
   return 0;
 }

@@ -15,3 +15,12 @@ k3c_add_unit_test(runtime_k3run_tool_test SOURCES K3RunTool_test.cpp
 add_dependencies(runtime_k3run_tool_test k3-run)
 target_compile_definitions(runtime_k3run_tool_test PRIVATE
                            K3C_RUN_PATH="$<TARGET_FILE:k3-run>")
+# Launch bytes, layer parts and step profiles (runtime/Profile.h); the tool
+# test runs the built k3-run --profile and decode_bench.
+k3c_add_unit_test(runtime_profile_test SOURCES Profile_test.cpp LIBS K3Runtime)
+k3c_add_unit_test(runtime_profile_tool_test SOURCES ProfileTool_test.cpp
+                  LIBS K3Runtime)
+add_dependencies(runtime_profile_tool_test k3-run decode_bench)
+target_compile_definitions(runtime_profile_tool_test PRIVATE
+                           K3C_RUN_PATH="$<TARGET_FILE:k3-run>"
+                           K3C_DECODE_BENCH_PATH="$<TARGET_FILE:decode_bench>")
