@@ -14,11 +14,14 @@
 //===----------------------------------------------------------------------===//
 #include "codegen/Codegen.h"
 
+#include "kernels/gemv/GemvParams.h"
+
 #include "mlir/IR/PatternMatch.h"
 #include "llvm/ADT/TypeSwitch.h"
 
 #include <algorithm>
 #include <cmath>
+#include <iterator>
 
 #define DEBUG_TYPE "convert-k3-to-launch"
 
@@ -187,6 +190,8 @@ private:
   // Ops.
   LogicalResult lower(Operation *op);
   void lowerLinear(LinearOp op, StringRef name = "linear");
+  /// k3.linear_group: one `linear_multi` launch over all its projections.
+  void lowerLinearGroup(LinearGroupOp op);
   /// The `mla_attend` launch of `op` (k3.mla_attend or k3.mla_decode):
   /// absorbed attention over the cache with the optional output gate.
   void lowerMlaAttend(Operation *op, MlaConfigAttr c, Value q, Value kvB,
@@ -271,6 +276,39 @@ void Lowering::lowerLinear(LinearOp op, StringRef name) {
           {"residual", opt(op.getResidual())},
           {f32 ? "outF32" : "out", out}},
          sc, {}, gemvGrid(n, static_cast<bool>(op.getNorm())));
+}
+
+void Lowering::lowerLinearGroup(LinearGroupOp op) {
+  // Field names are LinearMultiParams' entries as the plan names them
+  // (w<i>, n<i>, out<i>; runtime/PlanKernels.cpp).
+  static constexpr StringLiteral kW[] = {"w0", "w1", "w2", "w3",
+                                         "w4", "w5", "w6", "w7"};
+  static constexpr StringLiteral kN[] = {"n0", "n1", "n2", "n3",
+                                         "n4", "n5", "n6", "n7"};
+  static constexpr StringLiteral kOut[] = {"out0", "out1", "out2", "out3",
+                                           "out4", "out5", "out6", "out7"};
+  static_assert(std::size(kW) == ::k3::kLinearMultiMax,
+                "one field name per linear_multi entry");
+  int64_t count = op.getWeights().size(), k = len(op.getX()), rows = 0;
+  // Allocations in result order (buffer order is plan output).
+  SmallVector<Value> outs;
+  for (Value r : op.getResults())
+    outs.push_back(alloc(r, "linear_group"));
+  SmallVector<PtrArg> args = {{"x", ptr(op.getX())},
+                              {"normWeight", opt(op.getNorm())}};
+  SmallVector<ScalarArg> sc = {I("k", k), I("count", count)};
+  if (op.getNorm())
+    sc.push_back(F("normEps", op.getEps()->convertToDouble()));
+  for (auto [i, w] : llvm::enumerate(op.getWeights())) {
+    int64_t n = dimOf(w, 0);
+    rows += n;
+    args.push_back({kW[i], ptr(w)});
+    args.push_back({kOut[i], outs[i]});
+    sc.push_back(I(kN[i], n));
+  }
+  // One index space over every entry's rows (k3_linear_multi).
+  launch("linear_multi", op, args, sc, {},
+         gemvGrid(rows, static_cast<bool>(op.getNorm())));
 }
 
 void Lowering::lowerMlaAttend(Operation *op, MlaConfigAttr c, Value q,
@@ -362,6 +400,10 @@ LogicalResult Lowering::lower(Operation *op) {
       })
       .Case<LinearOp>([&](LinearOp o) {
         lowerLinear(o);
+        return success();
+      })
+      .Case<LinearGroupOp>([&](LinearGroupOp o) {
+        lowerLinearGroup(o);
         return success();
       })
       .Case<AddOp>([&](AddOp o) {
@@ -659,7 +701,7 @@ LogicalResult Lowering::run() {
 }
 
 struct ConvertK3ToLaunchPass
-    : k3::impl::ConvertK3ToLaunchBase<ConvertK3ToLaunchPass> {
+    : mlir::k3::impl::ConvertK3ToLaunchBase<ConvertK3ToLaunchPass> {
   void runOnOperation() override {
     for (auto fn : getOperation().getOps<func::FuncOp>())
       if (failed(Lowering(fn).run()))

@@ -8,6 +8,8 @@
 //===----------------------------------------------------------------------===//
 #include "dialect/K3Dialect.h"
 
+#include "kernels/gemv/GemvParams.h"
+
 #include "llvm/ADT/STLExtras.h"
 
 #include <cmath>
@@ -408,6 +410,47 @@ LogicalResult LinearOp::verify() {
       return failure();
     if (!getResult().getType().getElementType().isBF16())
       return emitOpError() << "expects a bf16 result with a residual epilogue";
+  }
+  return success();
+}
+
+LogicalResult LinearGroupOp::verify() {
+  // One linear_multi launch carries at most kLinearMultiMax projections.
+  size_t count = getWeights().size();
+  if (count < 1 || count > static_cast<size_t>(::k3::kLinearMultiMax))
+    return emitOpError() << "expects 1 to " << ::k3::kLinearMultiMax
+                         << " weights (one linear_multi launch) but got "
+                         << count;
+  if (getResults().size() != count)
+    return emitOpError() << "expects one result per weight (" << count
+                         << ") but got " << getResults().size();
+  FailureOr<int64_t> kOr = vectorLength(*this, "x", getX());
+  if (failed(kOr))
+    return failure();
+  int64_t K = *kOr;
+  for (auto [i, w] : llvm::enumerate(getWeights())) {
+    std::string idx = std::to_string(i);
+    SmallVector<int64_t> s = shapeOf(w.getType());
+    if (s.size() != 2)
+      return emitOpError() << "expects weight " << idx
+                           << " of rank 2 [out, in] but got rank " << s.size();
+    if (s[1] != K)
+      return emitOpError() << "expects weight " << idx << " of shape [" << s[0]
+                           << ", " << K << "] (k = len(x)) but got "
+                           << shapeStr(s);
+    if (failed(expectShape(*this, "result " + idx, getResult(i).getType(),
+                           {s[0]})))
+      return failure();
+  }
+  if (getNorm()) {
+    if (failed(expectShape(*this, "norm", getNorm(), {K})))
+      return failure();
+    if (!getEps())
+      return emitOpError() << "expects eps with a fused norm";
+    if (failed(expectPositive(*this, "eps", getEps()->convertToDouble())))
+      return failure();
+  } else if (getEps()) {
+    return emitOpError() << "expects no eps without a fused norm";
   }
   return success();
 }

@@ -698,4 +698,32 @@ def K3_GatedMlpOp : K3_Op<"gated_mlp", [AttrSizedOperandSegments, Pure]> {
   let hasVerifier = 1;
 }
 
+def K3_LinearGroupOp : K3_Op<"linear_group", [AttrSizedOperandSegments, Pure]> {
+  let summary = "several projections of one input in one launch (horizontal fusion)";
+  let description = [{
+    `result_i = R(W_i x̂)` for every weight, where `x̂ = x`, or with
+    `norm(%w)` the RMSNorm of `x` with weight `%w` and `eps`, computed once
+    (LinearMultiParams). Result i is exactly what `k3.linear %x, %w_i`
+    with the same norm and eps gives, bit for bit: the fused
+    norm rounds as `k3.rms_norm` does and every row is its own dot product.
+    There is no residual epilogue and no fp32 output. 1 to 8 weights
+    (kLinearMultiMax), each [n_i, k] with k = len(x), bf16 or MXFP4. Built
+    by `k3-fuse-projections` from `k3.linear`s of the same input.
+    ```mlir
+    %q, %k, %b = k3.linear_group %x, %wq, %wk, %wb norm(%nw) {eps = 1.0e-05 : f64}
+                   : (tensor<256xbf16>, tensor<256x256xbf16>, tensor<256x256xbf16>, tensor<4x256xbf16>,
+                      tensor<256xbf16>) -> (tensor<256xbf16>, tensor<256xbf16>, tensor<4xbf16>)
+    ```
+  }];
+  let arguments = (ins K3_BF16Tensor:$x, Variadic<K3_MatrixType>:$weights,
+                       Optional<K3_BF16Tensor>:$norm,
+                       OptionalAttr<F64Attr>:$eps);
+  let results = (outs Variadic<K3_BF16Tensor>:$results);
+  let assemblyFormat = [{
+    $x `,` $weights (`norm` `(` $norm^ `)`)?
+    attr-dict `:` functional-type(operands, results)
+  }];
+  let hasVerifier = 1;
+}
+
 #endif // K3_OPS_TD

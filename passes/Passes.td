@@ -102,6 +102,42 @@ def K3FuseMlp : Pass<"k3-fuse-mlp", "::mlir::func::FuncOp"> {
   }];
 }
 
+def K3FuseProjections : Pass<"k3-fuse-projections", "::mlir::func::FuncOp"> {
+  let summary = "Group projections of the same input into one k3.linear_group";
+  let description = [{
+    Horizontal fusion: `k3.linear` ops of one block that read the same `x`
+    with the same folded norm (weight and eps) or none, have no residual
+    epilogue and a bf16 result become one `k3.linear_group` (one
+    `linear_multi` launch over all their rows; the input norm is computed
+    once). Each result is bit-identical to the projection it replaces.
+    Groups hold 2 to 8 projections (kLinearMultiMax); a larger set is split
+    in block order into groups of 8 (a single remainder stays a
+    `k3.linear`). The group is placed before the first user of any of its
+    results; a projection whose weight does not dominate that point stays
+    out. Users of other kinds (e.g. `k3.probe`) never block a group.
+
+    Runs after the other fusions, which match single `k3.linear`s (the
+    KDA, MLA and gated MLP chains), so it only groups what they left:
+    typically KDA's q, k, v, f_a, b, g (or g_a) projections of the layer
+    input, MLA's q (or q_a) with its output gate, and a dense MLP's gate and
+    up projections where `k3-fuse-mlp` did not run.
+
+    Before:
+    ```mlir
+    %q = k3.linear %x, %wq norm(%n) {eps = 1.0e-05 : f64} : (...) -> tensor<256xbf16>
+    %k = k3.linear %x, %wk norm(%n) {eps = 1.0e-05 : f64} : (...) -> tensor<256xbf16>
+    %b = k3.linear %x, %wb norm(%n) {eps = 1.0e-05 : f64} : (...) -> tensor<4xbf16>
+    %o = k3.linear %y, %wo residual(%x) : (...) -> tensor<256xbf16>
+    ```
+    After:
+    ```mlir
+    %q, %k, %b = k3.linear_group %x, %wq, %wk, %wb norm(%n) {eps = 1.0e-05 : f64}
+                   : (...) -> (tensor<256xbf16>, tensor<256xbf16>, tensor<4xbf16>)
+    %o = k3.linear %y, %wo residual(%x) : (...) -> tensor<256xbf16>
+    ```
+  }];
+}
+
 def K3InjectMutant : Pass<"k3-inject-mutant", "::mlir::func::FuncOp"> {
   let summary = "Make a deliberately wrong decode step (a test mutant)";
   let description = [{

@@ -6,6 +6,13 @@
 // `max` also fuses AttnRes into its norm and whole gated MLPs into one
 // kernel. Each is registered as a named pipeline for k3-opt as well.
 //
+// Both `default` and `max` end with k3-fuse-projections: grouping the
+// projections of one input into one linear_multi launch changes no bit (each
+// entry is `linear` with the same input and norm), normalises the input once
+// instead of per projection on either backend, and saves a launch per
+// projection. That is what `default` is for; `none` keeps one launch per
+// projection, the finest graph to compare and to profile kernel by kernel.
+//
 //===----------------------------------------------------------------------===//
 #include "passes/Passes.h"
 
@@ -60,6 +67,10 @@ void mlir::k3::buildK3FusionPipeline(OpPassManager &pm,
     fn.addPass(createK3FuseResidual());
     if (strategy == FusionStrategy::Max)
       fn.addPass(createK3FuseMlp());
+    // Horizontal fusion last: the matchers above look for single
+    // projections (kv_a in the MLA chain, w1/w3 of a gated MLP), so only
+    // what they left is grouped into linear_multi launches.
+    fn.addPass(createK3FuseProjections());
   }
   fn.addPass(createCanonicalizerPass());
   fn.addPass(createCSEPass());

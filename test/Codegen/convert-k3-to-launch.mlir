@@ -299,3 +299,55 @@ func.func @fused(%tok: i32, %pos: index) -> tensor<16xf32> {
   %logits = k3.linear %a2, %head : (tensor<8xbf16>, tensor<16x8xbf16>) -> tensor<16xf32>
   return %logits : tensor<16xf32>
 }
+
+// -----
+
+// k3.linear_group: one linear_multi launch. x, the norm weight and its eps
+// are shared; entry i binds w<i>, out<i> (a fresh buffer per result, in
+// result order) and n<i>; count is the number of entries. The grid is
+// gemvGrid over the rows of all entries: with the fused norm at most four
+// blocks per SM (528 for 8258 rows), without it a warp per row of
+// 2304 + 2304 rows (576 blocks, where each entry alone would get 288).
+// CHECK-LABEL: func.func @projections
+// CHECK: %[[X:.*]] = k3l.alloc {{{.*}}name = "embed"}
+// CHECK: %[[N:.*]] = k3l.weight "input_layernorm.weight"
+// CHECK: %[[WQ:.*]] = k3l.weight "q_proj.weight" {format = "bf16", shape = array<i64: 8192, 32>}
+// CHECK: %[[WK:.*]] = k3l.weight "k_proj" {format = "mxfp4", shape = array<i64: 64, 32>}
+// CHECK: %[[WB:.*]] = k3l.weight "b_proj.weight" {format = "bf16", shape = array<i64: 2, 32>}
+// CHECK: %[[O0:.*]] = k3l.alloc {bytes = 16384 : i64, dtype = "bf16", elems = 8192 : i64, name = "linear_group"}
+// CHECK-NEXT: %[[O1:.*]] = k3l.alloc {bytes = 128 : i64, dtype = "bf16", elems = 64 : i64, name = "linear_group"}
+// CHECK-NEXT: %[[O2:.*]] = k3l.alloc {bytes = 4 : i64, dtype = "bf16", elems = 2 : i64, name = "linear_group"}
+// CHECK-NEXT: k3l.launch "linear_multi"(%[[X]], %[[N]], %[[WQ]], %[[O0]], %[[WK]], %[[O1]], %[[WB]], %[[O2]])
+// CHECK-SAME: arg_names = ["x", "normWeight", "w0", "out0", "w1", "out1", "w2", "out2"]
+// CHECK-SAME: grid = array<i64: 528, 1, 1>
+// CHECK-SAME: op = "k3.linear_group"
+// CHECK-SAME: scalars = {count = 3 : i64, k = 32 : i64, n0 = 8192 : i64, n1 = 64 : i64, n2 = 2 : i64, normEps = 2.000000e-05 : f64}
+// CHECK: %[[WU:.*]] = k3l.weight "up.weight"
+// CHECK: %[[P0:.*]] = k3l.alloc {bytes = 4608 : i64, dtype = "bf16", elems = 2304 : i64, name = "linear_group"}
+// CHECK-NEXT: %[[P1:.*]] = k3l.alloc {bytes = 4608 : i64, dtype = "bf16", elems = 2304 : i64, name = "linear_group"}
+// CHECK-NEXT: k3l.launch "linear_multi"(%[[O2]], %[[WU]], %[[P0]], %[[WU]], %[[P1]])
+// CHECK-SAME: arg_names = ["x", "w0", "out0", "w1", "out1"]
+// CHECK-SAME: grid = array<i64: 576, 1, 1>
+// CHECK-SAME: op = "k3.linear_group"
+// CHECK-SAME: scalars = {count = 2 : i64, k = 2 : i64, n0 = 2304 : i64, n1 = 2304 : i64}
+// CHECK-NEXT: k3l.alloc
+// CHECK-NEXT: k3l.launch "add"(%[[P0]], %[[P1]],
+// CHECK: k3l.logits
+func.func @projections(%tok: i32, %pos: index) -> tensor<16xf32> {
+  %table = k3.weight "embed" : tensor<16x32xbf16>
+  %x = k3.embed %tok, %table : tensor<16x32xbf16> -> tensor<32xbf16>
+  %n = k3.weight "input_layernorm.weight" : tensor<32xbf16>
+  %wq = k3.weight "q_proj.weight" : tensor<8192x32xbf16>
+  %wk = k3.weight "k_proj" : !k3.mxfp4<64x32>
+  %wb = k3.weight "b_proj.weight" : tensor<2x32xbf16>
+  %q, %k, %b = k3.linear_group %x, %wq, %wk, %wb norm(%n) {eps = 2.0e-05 : f64}
+                 : (tensor<32xbf16>, tensor<8192x32xbf16>, !k3.mxfp4<64x32>, tensor<2x32xbf16>, tensor<32xbf16>)
+                   -> (tensor<8192xbf16>, tensor<64xbf16>, tensor<2xbf16>)
+  %wu = k3.weight "up.weight" : tensor<2304x2xbf16>
+  %u0, %u1 = k3.linear_group %b, %wu, %wu
+               : (tensor<2xbf16>, tensor<2304x2xbf16>, tensor<2304x2xbf16>) -> (tensor<2304xbf16>, tensor<2304xbf16>)
+  %s = k3.add %u0, %u1 : tensor<2304xbf16>
+  %head = k3.weight "lm_head.weight" : tensor<16x2304xbf16>
+  %logits = k3.linear %s, %head : (tensor<2304xbf16>, tensor<16x2304xbf16>) -> tensor<16xf32>
+  return %logits : tensor<16xf32>
+}

@@ -4,6 +4,8 @@
 // RUN: k3-opt %s -k3-fusion-none | FileCheck %s --check-prefix=NONE
 // RUN: k3-opt %s -k3-fusion-default | FileCheck %s --check-prefix=DEFAULT
 // RUN: k3-opt %s -k3-fusion-max | FileCheck %s --check-prefix=MAX
+// RUN: k3-opt %s -k3-fusion-default | FileCheck %s --check-prefix=DEFGROUP
+// RUN: k3-opt %s -k3-fusion-max | FileCheck %s --check-prefix=MAXGROUP
 
 // NONE-LABEL: func.func @step
 // NONE-NOT: k3.kda_decode
@@ -11,6 +13,7 @@
 // NONE-NOT: k3.routed_experts
 // NONE-NOT: norm(
 // NONE-NOT: residual(
+// NONE-NOT: k3.linear_group
 // NONE: return
 
 // The fused ops keep the values of the coarse ones: the KDA gate's lower
@@ -28,6 +31,34 @@
 // DEFAULT: k3.linear {{.*}} norm({{.*}}) {eps = 1.000000e-05 : f64} : {{.*}} -> tensor<16xf32>
 // DEFAULT-NOT: k3.rms_norm
 // DEFAULT: return
+
+// default and max group the projections of one input that the other
+// fusions leave (k3-fuse-projections, last): KDA's q/k/v/g (one weight
+// here, merged by CSE), f_a and b with the input norm; MLA's q and gate.
+// default also groups the dense MLP's w1/w3 (with their norm) and the latent
+// MoE's down projection with the shared experts' w1/w3, which max fuses
+// into gated_mlp instead. Residual and fp32 projections stay single.
+// DEFGROUP-LABEL: func.func @step
+// DEFGROUP: %[[KDA:.*]]:3 = k3.linear_group %{{[^,]*}}, %{{[^,]*}}, %{{[^,]*}}, %{{[^,]*}} norm(%{{.*}}) {eps = 1.000000e-05 : f64}
+// DEFGROUP: k3.kda_decode %[[KDA]]#0, %[[KDA]]#0, %[[KDA]]#0, %{{.*}}, %[[KDA]]#2, %[[KDA]]#0,
+// DEFGROUP: %[[MLP:.*]]:2 = k3.linear_group %{{.*}} norm(%{{.*}}) {eps = 1.000000e-05 : f64}
+// DEFGROUP-NEXT: k3.situ %[[MLP]]#0, %[[MLP]]#1
+// DEFGROUP: %[[MLA:.*]]:2 = k3.linear_group %{{[^,]*}}, %{{[^,]*}}, %{{[^,]*}} :
+// DEFGROUP-NEXT: k3.mla_decode %{{.*}}, %[[MLA]]#0 weights({{.*}}) gate(%[[MLA]]#1)
+// DEFGROUP: %[[MOE:.*]]:3 = k3.linear_group %{{[^,]*}}, %{{[^,]*}}, %{{[^,]*}}, %{{[^,]*}} :
+// DEFGROUP-NEXT: k3.routed_experts %{{.*}}, %[[MOE]]#0 router(
+// DEFGROUP: k3.situ %[[MOE]]#1, %[[MOE]]#2
+// DEFGROUP-NOT: k3.linear_group
+// DEFGROUP: return
+// MAXGROUP-LABEL: func.func @step
+// MAXGROUP: %[[KDA:.*]]:3 = k3.linear_group %{{.*}} norm(%{{.*}}) {eps = 1.000000e-05 : f64}
+// MAXGROUP: k3.kda_decode %[[KDA]]#0,
+// MAXGROUP-NOT: k3.linear_group
+// MAXGROUP: k3.gated_mlp
+// MAXGROUP: %[[MLA:.*]]:2 = k3.linear_group
+// MAXGROUP-NEXT: k3.mla_decode %{{.*}}, %[[MLA]]#0 weights({{.*}}) gate(%[[MLA]]#1)
+// MAXGROUP-NOT: k3.linear_group
+// MAXGROUP: return
 
 // MAX-LABEL: func.func @step
 // MAX: k3.kda_decode

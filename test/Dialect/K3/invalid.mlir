@@ -678,3 +678,84 @@ func.func @f(%x: tensor<8xbf16>) {
   k3.probe %x {name = ""} : tensor<8xbf16>
   return
 }
+
+// -----
+func.func @f(%x: tensor<8xbf16>, %w: tensor<4x8xbf16>) {
+  // expected-error @+1 {{'k3.linear_group' op expects 1 to 8 weights (one linear_multi launch) but got 9}}
+  %y:9 = k3.linear_group %x, %w, %w, %w, %w, %w, %w, %w, %w, %w
+           : (tensor<8xbf16>, tensor<4x8xbf16>, tensor<4x8xbf16>, tensor<4x8xbf16>, tensor<4x8xbf16>, tensor<4x8xbf16>,
+              tensor<4x8xbf16>, tensor<4x8xbf16>, tensor<4x8xbf16>, tensor<4x8xbf16>)
+             -> (tensor<4xbf16>, tensor<4xbf16>, tensor<4xbf16>, tensor<4xbf16>, tensor<4xbf16>, tensor<4xbf16>,
+                 tensor<4xbf16>, tensor<4xbf16>, tensor<4xbf16>)
+  return
+}
+
+// -----
+func.func @f(%x: tensor<8xbf16>) {
+  // expected-error @+1 {{'k3.linear_group' op expects 1 to 8 weights (one linear_multi launch) but got 0}}
+  "k3.linear_group"(%x) <{operandSegmentSizes = array<i32: 1, 0, 0>}> : (tensor<8xbf16>) -> ()
+  return
+}
+
+// -----
+func.func @f(%x: tensor<8xbf16>, %w: tensor<4x8xbf16>) {
+  // expected-error @+1 {{'k3.linear_group' op expects one result per weight (2) but got 1}}
+  %y = k3.linear_group %x, %w, %w : (tensor<8xbf16>, tensor<4x8xbf16>, tensor<4x8xbf16>) -> tensor<4xbf16>
+  return
+}
+
+// -----
+func.func @f(%x: tensor<2x4xbf16>, %w: tensor<4x8xbf16>) {
+  // expected-error @+1 {{'k3.linear_group' op expects x to be a vector (rank 1) but got rank 2}}
+  %y = k3.linear_group %x, %w : (tensor<2x4xbf16>, tensor<4x8xbf16>) -> tensor<4xbf16>
+  return
+}
+
+// -----
+func.func @f(%x: tensor<8xbf16>, %w: tensor<4x8xbf16>, %v: tensor<8xbf16>) {
+  // expected-error @+1 {{'k3.linear_group' op expects weight 1 of rank 2 [out, in] but got rank 1}}
+  %y:2 = k3.linear_group %x, %w, %v : (tensor<8xbf16>, tensor<4x8xbf16>, tensor<8xbf16>) -> (tensor<4xbf16>, tensor<8xbf16>)
+  return
+}
+
+// -----
+func.func @f(%x: tensor<8xbf16>, %w: tensor<4x8xbf16>, %w2: tensor<16x4xbf16>) {
+  // expected-error @+1 {{'k3.linear_group' op expects weight 1 of shape [16, 8] (k = len(x)) but got [16, 4]}}
+  %y:2 = k3.linear_group %x, %w, %w2 : (tensor<8xbf16>, tensor<4x8xbf16>, tensor<16x4xbf16>) -> (tensor<4xbf16>, tensor<16xbf16>)
+  return
+}
+
+// -----
+func.func @f(%x: tensor<8xbf16>, %w: tensor<4x8xbf16>, %w2: tensor<16x8xbf16>) {
+  // expected-error @+1 {{'k3.linear_group' op expects result 1 of shape [16] but got [4]}}
+  %y:2 = k3.linear_group %x, %w, %w2 : (tensor<8xbf16>, tensor<4x8xbf16>, tensor<16x8xbf16>) -> (tensor<4xbf16>, tensor<4xbf16>)
+  return
+}
+
+// -----
+func.func @f(%x: tensor<8xbf16>, %w: tensor<4x8xbf16>, %n: tensor<4xbf16>) {
+  // expected-error @+1 {{'k3.linear_group' op expects norm of shape [8] but got [4]}}
+  %y = k3.linear_group %x, %w norm(%n) {eps = 1.0e-05 : f64} : (tensor<8xbf16>, tensor<4x8xbf16>, tensor<4xbf16>) -> tensor<4xbf16>
+  return
+}
+
+// -----
+func.func @f(%x: tensor<8xbf16>, %w: tensor<4x8xbf16>) {
+  // expected-error @+1 {{'k3.linear_group' op expects eps with a fused norm}}
+  %y = k3.linear_group %x, %w norm(%x) : (tensor<8xbf16>, tensor<4x8xbf16>, tensor<8xbf16>) -> tensor<4xbf16>
+  return
+}
+
+// -----
+func.func @f(%x: tensor<8xbf16>, %w: tensor<4x8xbf16>) {
+  // expected-error @+1 {{'k3.linear_group' op expects eps to be positive and finite, got 0}}
+  %y = k3.linear_group %x, %w norm(%x) {eps = 0.0 : f64} : (tensor<8xbf16>, tensor<4x8xbf16>, tensor<8xbf16>) -> tensor<4xbf16>
+  return
+}
+
+// -----
+func.func @f(%x: tensor<8xbf16>, %w: tensor<4x8xbf16>) {
+  // expected-error @+1 {{'k3.linear_group' op expects no eps without a fused norm}}
+  %y = k3.linear_group %x, %w {eps = 1.0e-05 : f64} : (tensor<8xbf16>, tensor<4x8xbf16>) -> tensor<4xbf16>
+  return
+}

@@ -202,3 +202,19 @@ func.func @fused(%x: tensor<8xbf16>, %b2: tensor<2xbf16>, %cw: tensor<8x1x4xbf16
          : (tensor<8xbf16>, tensor<32x8xbf16>, tensor<32x8xbf16>, tensor<8x32xbf16>) -> tensor<8xbf16>
   return
 }
+
+// k3.linear_group: with a fused norm (mixed bf16 / MXFP4 weights of one k),
+// and without one.
+// CHECK-LABEL: func.func @linear_group
+// CHECK-SAME: (%[[X:[^:]*]]: tensor<32xbf16>, %[[W:[^:]*]]: tensor<16x32xbf16>, %[[MX:[^:]*]]: !k3.mxfp4<8x32>, %[[N:[^:]*]]: tensor<32xbf16>)
+func.func @linear_group(%x: tensor<32xbf16>, %w: tensor<16x32xbf16>, %mx: !k3.mxfp4<8x32>, %n: tensor<32xbf16>) {
+  // CHECK: %{{.*}}:3 = k3.linear_group %[[X]], %[[W]], %[[MX]], %[[W]] norm(%[[N]]) {eps = 1.000000e-05 : f64}
+  // CHECK-SAME: : (tensor<32xbf16>, tensor<16x32xbf16>, !k3.mxfp4<8x32>, tensor<16x32xbf16>, tensor<32xbf16>)
+  // CHECK-SAME: -> (tensor<16xbf16>, tensor<8xbf16>, tensor<16xbf16>)
+  %a:3 = k3.linear_group %x, %w, %mx, %w norm(%n) {eps = 1.0e-05 : f64}
+           : (tensor<32xbf16>, tensor<16x32xbf16>, !k3.mxfp4<8x32>, tensor<16x32xbf16>, tensor<32xbf16>)
+             -> (tensor<16xbf16>, tensor<8xbf16>, tensor<16xbf16>)
+  // CHECK: k3.linear_group %[[X]], %[[W]] : (tensor<32xbf16>, tensor<16x32xbf16>) -> tensor<16xbf16>
+  %b = k3.linear_group %x, %w : (tensor<32xbf16>, tensor<16x32xbf16>) -> tensor<16xbf16>
+  return
+}
