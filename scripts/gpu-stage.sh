@@ -34,6 +34,6 @@ for fusion in none default max; do
     -o "$STAGE/plans/kimi-linear-48b-e32-$fusion.plan"
 done
 rm -rf "$cfg"
-shared=$(dirname "$0")/../../shared/tools/ncu-summary.py
+shared=$(cd "$(dirname "$0")/.." && pwd)/../shared/tools/ncu-summary.py
 [ -f "$shared" ] && cp "$shared" "$STAGE/"
 du -sh "$STAGE"

@@ -240,6 +240,7 @@ __device__ __forceinline__ bool aligned16(const void *p) {
 /// NaN); blockDim <= 512 (the register budget); out must not alias a source.
 extern "C" __global__ void __launch_bounds__(512)
     k3_attn_res(const AttnResParams p) {
+  dev::enterStep();
   __shared__ AttnResShared s;
   if (blockIdx.x != 0)
     return;
@@ -267,6 +268,7 @@ extern "C" __global__ void __launch_bounds__(512)
 /// else over single elements. src may be the destination row itself (then
 /// nothing needs to move); a partial overlap is not supported.
 extern "C" __global__ void k3_attn_res_commit(const AttnResCommitParams p) {
+  dev::enterStep();
   uint16_t *dst = p.blocks + p.index * p.dim;
   if (dst == p.src)
     return;

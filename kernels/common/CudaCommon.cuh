@@ -200,6 +200,35 @@ __device__ __forceinline__ float weightAt(const WeightRef &w, int64_t cols,
   return e2m1ToF(code) * e8m0ToF(w.scale[row * (cols / 32) + col / 32]);
 }
 
+//===--- Programmatic dependent launch (Hopper) ---------------------------===//
+//
+// The runtime launches every kernel of a step with programmatic stream
+// serialization (and programmatic graph edges): a kernel may start while
+// the one before it still runs. So every kernel
+//  1. lets the next kernel launch as soon as all its own blocks are
+//     running (allowDependentLaunch), and
+//  2. waits for the previous kernel to finish and flush its memory
+//     (waitForPriorGrids) before it touches any buffer or state: only work
+//     that depends on nothing produced in the step (an L2 prefetch of
+//     weights, say) may come before the wait.
+// Launched without the attribute, both are no-ops.
+
+/// Lets the next kernel in the stream launch (its blocks wait in
+/// waitForPriorGrids until this grid completes).
+__device__ __forceinline__ void allowDependentLaunch() {
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+}
+/// Blocks until the previous kernel in the stream has completed and its
+/// writes are visible.
+__device__ __forceinline__ void waitForPriorGrids() {
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+}
+/// Both, for kernels with nothing to do before their inputs are ready.
+__device__ __forceinline__ void enterStep() {
+  allowDependentLaunch();
+  waitForPriorGrids();
+}
+
 } // namespace dev
 } // namespace k3
 

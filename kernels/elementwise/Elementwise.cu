@@ -84,16 +84,19 @@ struct AddOp {
 
 /// k3_add: out = R(a + b), the residual add.
 extern "C" __global__ void k3_add(const AddParams p) {
+  dev::enterStep();
   map2(p.a, p.b, p.out, p.n, AddOp{});
 }
 
 /// k3_mul_sigmoid: out = R(x · sigmoid(gate)), the MLA output gate.
 extern "C" __global__ void k3_mul_sigmoid(const MulSigmoidParams p) {
+  dev::enterStep();
   map2(p.x, p.gate, p.out, p.n, MulSigmoidOp{});
 }
 
 /// k3_gated_act: out = R(act(g, u)), SiTU or SwiGLU (K3.md §6).
 extern "C" __global__ void k3_gated_act(const GatedActParams p) {
+  dev::enterStep();
   map2(p.g, p.u, p.out, p.n,
        GatedActOp{p.activation, p.beta1, p.hasBeta2, p.beta2});
 }

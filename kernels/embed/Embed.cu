@@ -11,6 +11,7 @@
 using namespace k3;
 
 extern "C" __global__ void k3_embed(const EmbedParams p) {
+  dev::enterStep();
   const bool valid = p.token >= 0 && p.token < p.vocab;
   const uint16_t *row = p.table + (valid ? p.token : 0) * p.dim;
   for (int64_t i = dev::globalThread(); i < p.dim; i += dev::gridThreads())

@@ -434,11 +434,16 @@ __device__ void gemvBody(const Rows &rows, const uint16_t *x, int64_t k,
   const int perBlock = warps / slices;
   const int slot = warp / slices, slice = warp % slices;
   const int64_t first = static_cast<int64_t>(blockIdx.x) * perBlock;
+  dev::allowDependentLaunch();
   if (first >= total)
     return; // the whole block: no row for it
 
+  // The weights are no kernel's output: their first bytes are asked for
+  // while the previous kernel may still run (programmatic dependent
+  // launch), and x only after it has finished.
   if (first + slot < total)
     prefetchRowHead(rows.at(first + slot), k, slice, slices, lane);
+  dev::waitForPriorGrids();
   const float r = normW ? rmsFactor(x, k, eps, scratch) : 0.0f;
 
   int64_t stagedAt = -1;

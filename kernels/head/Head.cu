@@ -59,6 +59,7 @@ __device__ __forceinline__ Best warpBest(Best b) {
 /// the scan is element-wise.
 extern "C" __global__ void __launch_bounds__(1024)
     k3_argmax(const ArgmaxParams p) {
+  dev::enterStep();
   __shared__ float sv[32];
   __shared__ int64_t si[32];
   if (blockIdx.x != 0)

@@ -409,6 +409,7 @@ __device__ void gatedNormHead(const uint16_t *o, const uint16_t *gate,
 // Grid: any; one thread per channel, grid-stride (plans: ceil(C / 256)).
 //===----------------------------------------------------------------------===//
 extern "C" __global__ void k3_kda_conv(const KdaConvParams p) {
+  dev::enterStep();
   const int hist = p.width - 1;
   for (int64_t c = dev::globalThread(); c < p.channels;
        c += dev::gridThreads()) {
@@ -427,6 +428,7 @@ extern "C" __global__ void k3_kda_conv(const KdaConvParams p) {
 // is the one kda_recurrent and kda_decode use, so their q and k match.
 //===----------------------------------------------------------------------===//
 extern "C" __global__ void k3_kda_l2norm(const KdaL2NormParams p) {
+  dev::enterStep();
   __shared__ float scratch[32];
   const int64_t d = p.headDim;
   if (d <= 0)
@@ -450,6 +452,7 @@ extern "C" __global__ void k3_kda_l2norm(const KdaL2NormParams p) {
 // Grid: any; one thread per channel, grid-stride (plans: numHeads).
 //===----------------------------------------------------------------------===//
 extern "C" __global__ void k3_kda_gate(const KdaGateParams p) {
+  dev::enterStep();
   const int64_t n = p.numHeads * p.headDim;
   for (int64_t c = dev::globalThread(); c < n; c += dev::gridThreads()) {
     const float a = expf(p.aLog[c / p.headDim]);
@@ -462,6 +465,7 @@ extern "C" __global__ void k3_kda_gate(const KdaGateParams p) {
 // Grid: any; grid-stride (plans: 1 block for the H logits).
 //===----------------------------------------------------------------------===//
 extern "C" __global__ void k3_sigmoid(const SigmoidParams p) {
+  dev::enterStep();
   for (int64_t i = dev::globalThread(); i < p.n; i += dev::gridThreads())
     p.out[i] = dev::sigmoidF(dev::bf16ToF(p.x[i]));
 }
@@ -509,6 +513,7 @@ __device__ void normaliseQK(int d, float sq, float sk, StepShared &sm) {
 //===----------------------------------------------------------------------===//
 extern "C" __global__ void __launch_bounds__(1024)
     k3_kda_step(const KdaStepParams p) {
+  dev::enterStep();
   __shared__ StepShared sm;
   if (!recurrentShapeOk(p.numHeads, p.headDim, p.out))
     return;
@@ -547,6 +552,7 @@ extern "C" __global__ void __launch_bounds__(1024)
 //===----------------------------------------------------------------------===//
 extern "C" __global__ void __launch_bounds__(1024)
     k3_kda_recurrent(const KdaRecurrentParams p) {
+  dev::enterStep();
   __shared__ StepShared sm;
   if (!recurrentShapeOk(p.numHeads, p.headDim, p.out))
     return;
@@ -589,6 +595,7 @@ extern "C" __global__ void __launch_bounds__(1024)
 // Grid: any; one block per head, block-stride (plans: numHeads).
 //===----------------------------------------------------------------------===//
 extern "C" __global__ void k3_kda_gated_norm(const KdaGatedNormParams p) {
+  dev::enterStep();
   __shared__ float scratch[32];
   const int64_t d = p.headDim;
   for (int64_t h = blockIdx.x; h < p.numHeads; h += gridDim.x)
@@ -612,6 +619,7 @@ extern "C" __global__ void k3_kda_gated_norm(const KdaGatedNormParams p) {
 //===----------------------------------------------------------------------===//
 extern "C" __global__ void __launch_bounds__(1024)
     k3_kda_decode(const KdaDecodeParams p) {
+  dev::enterStep();
   __shared__ StepShared sm;
   if (!recurrentShapeOk(p.numHeads, p.headDim, p.out))
     return;

@@ -311,6 +311,7 @@ __device__ void attendHead(const MlaAttendParams &p, int64_t h,
 /// reduction, 1 KB read for K3); the row's L + R elements are then written
 /// grid-stride, so any grid writes each element exactly once.
 extern "C" __global__ void k3_mla_cache_append(const MlaCacheAppendParams p) {
+  dev::enterStep();
   __shared__ float scratch[32];
   const int64_t L = p.kvLoraRank, R = p.ropeDim;
   float ss = 0.0f;
@@ -348,6 +349,7 @@ extern "C" __global__ void k3_mla_cache_append(const MlaCacheAppendParams p) {
 /// L = 512, R = 64 — are inside).
 extern "C" __global__ void __launch_bounds__(kAttendMaxThreads)
     k3_mla_attend(const MlaAttendParams p) {
+  dev::enterStep();
   __shared__ AttendShared s;
   const int64_t L = p.kvLoraRank, R = p.ropeDim;
   const bool aligned = ((reinterpret_cast<uintptr_t>(p.cache) |

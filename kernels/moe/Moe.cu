@@ -563,6 +563,7 @@ __device__ __forceinline__ unsigned long long rankKey(float rank, int64_t e) {
 // global memory).
 extern "C" __global__ void __launch_bounds__(1024)
     k3_router(const RouterParams p) {
+  dev::enterStep();
   __shared__ float4 xs[kStageCap / 4];
   __shared__ int32_t topIds[kRouterMaxTopK];
   __shared__ float topScores[kRouterMaxTopK];
@@ -682,6 +683,7 @@ extern "C" __global__ void __launch_bounds__(1024)
 // by one thread).
 extern "C" __global__ void __launch_bounds__(1024)
     k3_gated_mlp(const GatedMlpParams p) {
+  dev::enterStep();
   __shared__ float4 xs[kStageCap / 4];
   __shared__ float normParts[kNormParts];
   __shared__ unsigned slot;
@@ -851,6 +853,7 @@ __device__ __forceinline__ void moeMixUnit(const MoeExpertsParams &p,
 // outside [0, numExperts) makes its slot NaN.
 extern "C" __global__ void __launch_bounds__(1024)
     k3_moe_experts(const MoeExpertsParams p) {
+  dev::enterStep();
   __shared__ float4 xs[kStageCap / 4];
   __shared__ float ys[kMixRows][kMixSlots];
   __shared__ float mix[kMixRows]; // Σ_k weights[k] · y_k so far, per row

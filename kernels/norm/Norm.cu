@@ -75,6 +75,7 @@ __device__ __forceinline__ float factor(float s, int64_t n, float eps) {
 /// `out` may alias `x` exactly (not at an offset).
 extern "C" __global__ void __launch_bounds__(1024)
     k3_rms_norm(const RmsNormParams p) {
+  dev::enterStep();
   __shared__ float scratch[32];
   if (blockIdx.x != 0)
     return;

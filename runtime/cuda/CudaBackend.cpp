@@ -263,7 +263,8 @@ CudaBackend::bind(const PlanDoc &plan, const TensorStore &store,
       const Grid &g = be->grids_[i];
       Expected<cuda::CUgraphNode> node =
           d.addKernelNode(*graph, prev, be->functions_[i], g.grid, g.block,
-                          g.smem, be->launches_[i].params->data());
+                          g.smem, be->launches_[i].params->data(),
+                          /*programmatic=*/true);
       if (!node)
         return node.status().withContext("launch " + std::to_string(i));
       be->nodes_.push_back(*node);
@@ -318,7 +319,8 @@ Status CudaBackend::launchOne(size_t index, int64_t token, int64_t pos) {
                                graphExec_, nodes_[index], functions_[index],
                                g.grid, g.block, g.smem, l.params->data())
                          : driver_->launch(functions_[index], g.grid, g.block,
-                                           g.smem, stream_, l.params->data());
+                                           g.smem, stream_, l.params->data(),
+                                           /*programmatic=*/true);
   if (!st)
     return st.withContext("launch " + std::to_string(index) + " (" +
                           l.kernel->name + ")");
@@ -371,7 +373,8 @@ Status CudaBackend::launchDirect(size_t index, int64_t token, int64_t pos) {
   l.setInputs(token, pos);
   const Grid &g = grids_[index];
   Status st = driver_->launch(functions_[index], g.grid, g.block, g.smem,
-                              stream_, l.params->data());
+                              stream_, l.params->data(),
+                              /*programmatic=*/true);
   if (!st)
     return st.withContext("launch " + std::to_string(index) + " (" +
                           l.kernel->name + ")");

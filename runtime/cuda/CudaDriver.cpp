@@ -8,6 +8,7 @@
 
 #include <dlfcn.h>
 
+#include <cstdlib>
 #include <mutex>
 
 namespace k3 {
@@ -36,6 +37,33 @@ struct KernelNodeParams {
   void *kern;
   CUcontext ctx;
 };
+
+/// CUlaunchAttribute / CUlaunchConfig / CUgraphEdgeData of cuda.h (CUDA
+/// 12.3+), for programmatic dependent launch.
+struct LaunchAttribute {
+  int id;
+  char pad[4];
+  union {
+    char bytes[64];
+    int programmaticStreamSerializationAllowed;
+  } value;
+};
+struct LaunchConfig {
+  unsigned gridDimX, gridDimY, gridDimZ;
+  unsigned blockDimX, blockDimY, blockDimZ;
+  unsigned sharedMemBytes;
+  CUstream stream;
+  LaunchAttribute *attrs;
+  unsigned numAttrs;
+};
+struct GraphEdgeData {
+  unsigned char fromPort, toPort, type, reserved[5];
+};
+static_assert(sizeof(LaunchAttribute) == 72, "CUlaunchAttribute layout");
+static_assert(sizeof(GraphEdgeData) == 8, "CUgraphEdgeData layout");
+constexpr int kLaunchAttrProgrammaticStreamSerialization = 6;
+constexpr unsigned char kGraphDependencyProgrammatic = 1;
+constexpr unsigned char kGraphKernelPortProgrammatic = 1;
 
 KernelNodeParams nodeParams(CUfunction f, const int64_t grid[3],
                             const int64_t block[3], int64_t smem, void **args) {
@@ -93,6 +121,11 @@ struct Driver::Api {
   CUresult (*graphLaunch)(CUgraphExec, CUstream);
   CUresult (*graphDestroy)(CUgraph);
   CUresult (*graphExecDestroy)(CUgraphExec);
+  CUresult (*launchKernelEx)(const LaunchConfig *, CUfunction, void **,
+                             void **);
+  CUresult (*graphAddDependencies)(CUgraph, const CUgraphNode *,
+                                   const CUgraphNode *, const GraphEdgeData *,
+                                   size_t);
 };
 
 Status Driver::check(int result, const char *call) const {
@@ -173,6 +206,11 @@ Expected<Driver *> Driver::get() {
       *s.slot = ::dlsym(a.lib, s.name);
       d->hasGraphs_ = d->hasGraphs_ && *s.slot;
     }
+    // Programmatic dependent launch (CUDA 12.3+): optional too.
+    a.launchKernelEx = reinterpret_cast<decltype(a.launchKernelEx)>(
+        ::dlsym(a.lib, "cuLaunchKernelEx"));
+    a.graphAddDependencies = reinterpret_cast<decltype(a.graphAddDependencies)>(
+        ::dlsym(a.lib, "cuGraphAddDependencies_v2"));
     Status st = d->check(a.init(0), "cuInit");
     if (!st) {
       failure = st.withContext("no usable CUDA driver (a stub libcuda returns "
@@ -209,6 +247,11 @@ Expected<Driver *> Driver::get() {
     }
     d->deviceName_ = std::string(name) + " (sm_" + std::to_string(d->major_) +
                      std::to_string(d->minor_) + ")";
+    // Dependent launch needs sm_90 (griddepcontrol) and both entry points;
+    // K3C_PDL=0 turns it off (to measure what it buys).
+    const char *pdl = std::getenv("K3C_PDL");
+    d->hasPdl_ = a.launchKernelEx && a.graphAddDependencies &&
+                 d->major_ >= 9 && !(pdl && std::string(pdl) == "0");
     driver = d.release();
   });
   if (!driver)
@@ -283,8 +326,26 @@ Expected<CUfunction> Driver::function(CUmodule module,
 
 Status Driver::launch(CUfunction f, const int64_t grid[3],
                       const int64_t block[3], int64_t smem, CUstream stream,
-                      void *params) {
+                      void *params, bool programmatic) {
   void *args[] = {params};
+  if (programmatic && hasPdl_) {
+    LaunchAttribute attr{};
+    attr.id = kLaunchAttrProgrammaticStreamSerialization;
+    attr.value.programmaticStreamSerializationAllowed = 1;
+    LaunchConfig c{};
+    c.gridDimX = static_cast<unsigned>(grid[0]);
+    c.gridDimY = static_cast<unsigned>(grid[1]);
+    c.gridDimZ = static_cast<unsigned>(grid[2]);
+    c.blockDimX = static_cast<unsigned>(block[0]);
+    c.blockDimY = static_cast<unsigned>(block[1]);
+    c.blockDimZ = static_cast<unsigned>(block[2]);
+    c.sharedMemBytes = static_cast<unsigned>(smem);
+    c.stream = stream;
+    c.attrs = &attr;
+    c.numAttrs = 1;
+    return check(api_->launchKernelEx(&c, f, args, nullptr),
+                 "cuLaunchKernelEx");
+  }
   return check(
       api_->launchKernel(
           f, static_cast<unsigned>(grid[0]), static_cast<unsigned>(grid[1]),
@@ -303,10 +364,23 @@ Expected<CUgraph> Driver::createGraph() {
 Expected<CUgraphNode> Driver::addKernelNode(CUgraph graph, CUgraphNode after,
                                             CUfunction f, const int64_t grid[3],
                                             const int64_t block[3],
-                                            int64_t smem, void *params) {
+                                            int64_t smem, void *params,
+                                            bool programmatic) {
   void *args[] = {params};
   KernelNodeParams p = nodeParams(f, grid, block, smem, args);
   CUgraphNode node = nullptr;
+  if (programmatic && hasPdl_ && after) {
+    K3_RETURN_IF_ERROR(check(api_->graphAddKernelNode(&node, graph, nullptr,
+                                                      0, &p),
+                             "cuGraphAddKernelNode"));
+    GraphEdgeData edge{};
+    edge.fromPort = kGraphKernelPortProgrammatic;
+    edge.type = kGraphDependencyProgrammatic;
+    K3_RETURN_IF_ERROR(check(
+        api_->graphAddDependencies(graph, &after, &node, &edge, 1),
+        "cuGraphAddDependencies (programmatic edge)"));
+    return node;
+  }
   K3_RETURN_IF_ERROR(
       check(api_->graphAddKernelNode(&node, graph, after ? &after : nullptr,
                                      after ? 1 : 0, &p),

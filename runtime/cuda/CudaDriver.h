@@ -66,9 +66,17 @@ public:
   Expected<CUmodule> loadModule(const std::string &ptx);
   Expected<CUfunction> function(CUmodule module, const std::string &name);
   /// Launches `f` with one argument: the params struct at `params`
-  /// (`paramBytes` long), passed by value.
+  /// (`paramBytes` long), passed by value. `programmatic`: with programmatic
+  /// stream serialization (Hopper's dependent launch: `f` may start while
+  /// the previous kernel in the stream runs; every k3 kernel waits for it
+  /// before touching memory, kernels/common/CudaCommon.cuh); ignored when
+  /// the driver lacks cuLaunchKernelEx.
   Status launch(CUfunction f, const int64_t grid[3], const int64_t block[3],
-                int64_t smem, CUstream stream, void *params);
+                int64_t smem, CUstream stream, void *params,
+                bool programmatic = false);
+  /// Whether launch(..., programmatic) and programmatic graph edges are
+  /// available (driver entry points of CUDA 12.3+ and an sm_90 device).
+  bool hasProgrammaticLaunch() const { return hasPdl_; }
 
   /// Whether the driver has the CUDA graph entry points below.
   bool hasGraphs() const { return hasGraphs_; }
@@ -76,10 +84,12 @@ public:
   /// one (`after` null for the first), instantiated once and replayed; the
   /// params of a node are copied when it is added or updated.
   Expected<CUgraph> createGraph();
+  /// `programmatic`: the edge from `after` is a programmatic one (the
+  /// graph form of launch(..., programmatic)).
   Expected<CUgraphNode> addKernelNode(CUgraph graph, CUgraphNode after,
                                       CUfunction f, const int64_t grid[3],
                                       const int64_t block[3], int64_t smem,
-                                      void *params);
+                                      void *params, bool programmatic = false);
   Expected<CUgraphExec> instantiate(CUgraph graph);
   Status setKernelNodeParams(CUgraphExec exec, CUgraphNode node, CUfunction f,
                              const int64_t grid[3], const int64_t block[3],
@@ -109,6 +119,7 @@ private:
   CUcontext context_ = nullptr;
   std::string deviceName_;
   int major_ = 0, minor_ = 0, smCount_ = 0;
+  bool hasPdl_ = false;
   bool hasGraphs_ = false;
 };
 
