@@ -4,9 +4,11 @@
 # On the GPU machine, from a folder made by scripts/gpu-stage.sh: makes the
 # Kimi-Linear-48B geometry there (27 layers; 32 routed experts read the same
 # bytes per token as 256 at batch 1) unless it exists, decodes it with each
-# fusion strategy's plan (CUDA graph replay and kernel by kernel), and
-# profiles one strategy kernel by kernel with Nsight Compute. Results go to
-# $OUT (else /tmp/gpu-perf): k3-run logs, the ncu CSV and its summary.
+# fusion strategy's plan (decode_bench: CUDA graph replay and kernel by
+# kernel, with and without programmatic dependent launch), profiles the
+# default strategy with k3-run --profile and one strategy kernel by kernel
+# with Nsight Compute. Results go to $OUT (else /tmp/gpu-perf): benchmark
+# tables and JSON, the profile, the ncu CSV and its summary.
 #
 #   scripts/gpu-perf.sh [STAGE_DIR] [--no-ncu]
 #
@@ -31,25 +33,30 @@ if [ ! -f "$KL/config.json" ] || [ ! -f "$KL/model.safetensors.index.json" ]; th
   echo "made $KL in $(( $(date +%s) - t0 )) s ($(du -sh "$KL" | cut -f1))"
 fi
 
-# A 1024-token prompt is fed one token per step today; the timing line
-# reports decode tokens/s separately.
-prompt=$(seq -s, 1 1024)
+# Whole steps of each strategy at context 1024 (decode_bench: copy
+# bandwidth measured in the same process, median of 50 steps, JSON), with
+# programmatic dependent launch (the default) and without (K3C_PDL=0).
+plans=()
 for fusion in none default max; do
   plan="$STAGE/plans/kimi-linear-48b-e32-$fusion.plan"
-  [ -f "$plan" ] || continue
-  for graph in "" --no-cuda-graph; do
-    "$STAGE"/bin/k3-run "$plan" --weights "$KL" --prompt-ids "$prompt" \
-      --max-new 128 --backend cuda $graph --quiet \
-      >/dev/null 2>"$OUTDIR/run-$fusion${graph:+-nograph}.log"
-    rc=$?
-    [ $rc -ne 0 ] && status=1
-    printf '%-8s %-16s %s\n' "$fusion" "${graph:-graph}" \
-      "$(tail -1 "$OUTDIR/run-$fusion${graph:+-nograph}.log")"
-  done
+  [ -f "$plan" ] && plans+=(--plan "$fusion=$plan")
 done
+mkdir -p "$OUTDIR/results"
+"$STAGE"/bin/decode_bench --weights "$KL" --model kimi-linear-48b-e32 \
+  "${plans[@]}" --backend cuda --context 1024 --out-dir "$OUTDIR/results" \
+  2>&1 | tee "$OUTDIR/bench-pdl.txt" || status=1
+K3C_PDL=0 "$STAGE"/bin/decode_bench --weights "$KL" \
+  --model kimi-linear-48b-e32-nopdl "${plans[@]}" --backend cuda \
+  --context 1024 --out-dir "$OUTDIR/results" 2>&1 |
+  tee "$OUTDIR/bench-nopdl.txt" || status=1
+# The project's own per-kernel profile of the default strategy.
+"$STAGE"/bin/k3-run "$STAGE/plans/kimi-linear-48b-e32-default.plan" \
+  --weights "$KL" --prompt-ids "$(seq -s, 1 64)" --max-new 8 --backend cuda \
+  --profile >/dev/null 2>"$OUTDIR/profile-default.txt" || status=1
+tail -45 "$OUTDIR/profile-default.txt"
 
 if [ $NCU = 1 ] && command -v ncu >/dev/null; then
-  plan="$STAGE/plans/kimi-linear-48b-e32-${K3C_NCU_FUSION:-default}.plan"
+  plan="$STAGE/plans/kimi-linear-48b-e32-${K3C_NCU_FUSION:-max}.plan"
   # Kernel by kernel (no graph); skip the launches of the first 8 steps.
   launches=$(grep -o '"kernel":' "$plan" | wc -l)
   ncu --clock-control none --launch-skip $((8 * launches)) \
