@@ -99,7 +99,7 @@ TEST_P(ExecutableDecode, MatchesReference) {
 
 INSTANTIATE_TEST_SUITE_P(
     Presets, ExecutableDecode,
-    ::testing::Combine(::testing::Values("tiny", "tiny-linear"),
+    ::testing::Combine(::testing::Values("tiny", "tiny-linear", "tiny-odd"),
                        ::testing::Values("none", "default", "max")),
     k3test::paramName);
 

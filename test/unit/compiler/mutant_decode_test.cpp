@@ -195,7 +195,7 @@ TEST_P(SnapshotDecode, RestoredPrefixDecodesTheSameAndTheWrongSlotIsCaught) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Presets, SnapshotDecode,
-                         ::testing::Values("tiny", "tiny-linear"),
+                         ::testing::Values("tiny", "tiny-linear", "tiny-odd"),
                          [](const auto &info) {
                            std::string n = info.param;
                            for (char &c : n)

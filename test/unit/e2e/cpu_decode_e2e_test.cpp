@@ -249,6 +249,24 @@ TEST(E2eCpuDecode, TinyLinearMatchesReference) {
   expectNoAttnRes(r);
 }
 
+/// tiny-odd: every size and scalar distinct (P != R != V, lower bound -3.5,
+/// conv 3, top-3 of 12, no shared expert, two dense layers, eps 1e-4).
+TEST(E2eCpuDecode, TinyOddMatchesReference) {
+  MadeModel m;
+  ASSERT_NO_FATAL_FAILURE(makeAndBind("tiny-odd", 4321, m));
+  ASSERT_TRUE(m.config.hasAttnRes() && m.config.numSharedExperts == 0 &&
+              m.config.firstKDenseReplace == 2 && m.config.kda.convSize == 3)
+      << "tiny-odd no longer differs from tiny where it should";
+  E2eResult r;
+  ASSERT_NO_FATAL_FAILURE(decodeBoth(m, kTinyLogitsTol, r));
+  EXPECT_TRUE(r.cmp.ok) << r.cmp.diagnostic;
+  EXPECT_EQ(r.cmp.firstTokenMismatch, -1);
+  EXPECT_EQ(r.cmp.rowsCompared, kNewTokens);
+  expectNonDegenerate(r, m.config.vocabSize);
+  expectRoutingVaries(r, m.config.numExpertsPerToken);
+  expectAttnResMixes(r, m.config);
+}
+
 //===----------------------------------------------------------------------===//
 // The comparison helper itself must be able to fail.
 //===----------------------------------------------------------------------===//

@@ -139,7 +139,7 @@ TEST_P(CpuDecoderTest, ReportsErrors) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Presets, CpuDecoderTest,
-                         ::testing::Values("tiny", "tiny-linear"),
+                         ::testing::Values("tiny", "tiny-linear", "tiny-odd"),
                          [](const auto &info) {
                            std::string s = info.param;
                            for (char &ch : s)
