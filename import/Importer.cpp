@@ -5,8 +5,11 @@
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Builders.h"
+#include "mlir/IR/Diagnostics.h"
 
+#include <initializer_list>
 #include <string>
+#include <utility>
 
 using namespace mlir;
 using namespace mlir::k3;
@@ -14,7 +17,8 @@ using ::k3::ModelConfig;
 
 namespace {
 
-/// Emits the ops of one decode step while walking the model's layers.
+/// Emits the ops of one decode step while walking the model's layers. The
+/// config is checked first (importModel): every size below fits.
 class ModuleBuilder {
 public:
   ModuleBuilder(MLIRContext &ctx, const ModelConfig &c, int64_t maxSeq)
@@ -292,10 +296,110 @@ OwningOpRef<ModuleOp> ModuleBuilder::build() {
   return module;
 }
 
+//===----------------------------------------------------------------------===//
+// Config checks
+//===----------------------------------------------------------------------===//
+
+/// The largest tensor or state a plan may hold (docs/PLAN.md: 1 TiB), and its
+/// largest max_seq.
+constexpr int64_t kMaxTensorBytes = int64_t(1) << 40;
+constexpr int64_t kMaxSeqLimit = int64_t(1) << 24;
+
+/// One factor of a derived size: the config field it comes from and its
+/// value.
+using Factor = std::pair<const char *, int64_t>;
+
+/// elemBytes times the product of `factors`, or an error naming the fields
+/// (joined by " * ") when that is not positive or exceeds kMaxTensorBytes.
+/// Never wraps: every step is checked.
+std::string checkTensor(const char *what, int64_t elemBytes,
+                        std::initializer_list<Factor> factors) {
+  int64_t n = elemBytes;
+  bool ok = true;
+  std::string fields;
+  for (const Factor &f : factors) {
+    fields += (fields.empty() ? "" : " * ") + std::string(f.first) + " (" +
+              std::to_string(f.second) + ")";
+    if (f.second <= 0 || __builtin_mul_overflow(n, f.second, &n) ||
+        n > kMaxTensorBytes)
+      ok = false;
+  }
+  if (ok)
+    return "";
+  return std::string(what) + " needs " + fields + " * " +
+         std::to_string(elemBytes) +
+         " bytes, which is not positive or exceeds the 2^40 bytes a plan "
+         "tensor may hold";
+}
+
+/// The first size the module would build that overflows or exceeds what a
+/// plan can hold, as a message naming the config fields; "" when none.
+/// ModelConfig::validate bounds each field; this bounds their products,
+/// before any type is built (a wrapped size would otherwise surface as
+/// "'k3l.state' op expects a positive size but got -48...").
+std::string checkSizes(const ModelConfig &c, int64_t maxSeq) {
+  if (maxSeq < 1 || maxSeq > kMaxSeqLimit)
+    return "max_seq " + std::to_string(maxSeq) + " is outside [1, " +
+           std::to_string(kMaxSeqLimit) + "]";
+  const Factor V{"vocab_size", c.vocabSize}, D{"hidden_size", c.hiddenSize},
+      H{"linear_attn_config.num_heads", c.kda.numHeads},
+      d{"linear_attn_config.head_dim", c.kda.headDim},
+      N{"num_attention_heads", c.numAttentionHeads},
+      L{"kv_lora_rank", c.kvLoraRank},
+      I{"moe_intermediate_size", c.moeIntermediateSize},
+      E{"num_experts", c.numExperts},
+      Dm{c.hasLatentMoe() ? "routed_expert_hidden_size" : "hidden_size",
+         c.moeHiddenSize()},
+      T{"max_seq", maxSeq};
+  const Factor PR{"qk_nope_head_dim + qk_rope_head_dim",
+                  c.qkNopeHeadDim + c.qkRopeHeadDim},
+      PV{"qk_nope_head_dim + v_head_dim", c.qkNopeHeadDim + c.vHeadDim},
+      LR{"kv_lora_rank + qk_rope_head_dim", c.kvLoraRank + c.qkRopeHeadDim};
+  std::string e;
+  auto check = [&](const char *what, int64_t bytes,
+                   std::initializer_list<Factor> f) {
+    if (e.empty())
+      e = checkTensor(what, bytes, f);
+  };
+  check("embed_tokens", 2, {V, D});
+  check("the KDA state", 4, {H, d, d});
+  check("the KDA projections", 2, {H, d, D});
+  check("the KDA conv state", 4,
+        {{"3", 3}, H, d, {"short_conv_kernel_size", c.kda.convSize}});
+  check("the MLA q projection", 2,
+        {N, PR, c.qLoraRank > 0 ? Factor{"q_lora_rank", c.qLoraRank} : D});
+  check("kv_b_proj", 2, {N, PV, L});
+  check("o_proj", 2, {D, N, {"v_head_dim", c.vHeadDim}});
+  check("the MLA cache", 2, {T, LR});
+  if (c.firstKDenseReplace > 0)
+    check("the dense MLP", 2, {{"intermediate_size", c.intermediateSize}, D});
+  check("the router gate", 2, {E, D});
+  check("the routed experts (one matrix, all experts)", 2, {E, I, Dm});
+  if (c.numSharedExperts > 0)
+    check("the shared experts", 2,
+          {{"num_shared_experts", c.numSharedExperts}, I, D});
+  if (c.hasAttnRes())
+    check("the AttnRes blocks", 2,
+          {{"num_hidden_layers / attn_res_block_size",
+            (c.numLayers + c.attnResBlockSize - 1) / c.attnResBlockSize},
+           D});
+  return e;
+}
+
 } // namespace
 
 OwningOpRef<ModuleOp> mlir::k3::importModel(MLIRContext &ctx,
                                             const ModelConfig &config,
                                             int64_t maxSeq) {
+  // A config that did not come through the reader, or sizes that are each in
+  // range but multiply past what a plan can hold: refused here, naming the
+  // config field, instead of as a wrapped size in some op's verifier.
+  ::k3::Status valid = config.validate();
+  std::string sizes = valid ? checkSizes(config, maxSeq) : "";
+  if (!valid || !sizes.empty()) {
+    emitError(UnknownLoc::get(&ctx))
+        << "config: " << (valid ? sizes : valid.message());
+    return nullptr;
+  }
   return ModuleBuilder(ctx, config, maxSeq).build();
 }

@@ -11,6 +11,8 @@
 //
 //===----------------------------------------------------------------------===//
 #include "runtime/Config.h"
+#include "runtime/AtomicFile.h"
+#include "runtime/JsonCheck.h"
 #include "runtime/ModelWeights.h"
 
 #include <nlohmann/json.hpp>
@@ -37,6 +39,23 @@ constexpr const char *kK3Architecture = "KimiK3ForConditionalGeneration";
 constexpr const char *kLinearArchitecture = "KimiLinearForCausalLM";
 constexpr const char *kMxfp4Format = "mxfp4-pack-quantized";
 constexpr const char *kCompressedTensors = "compressed-tensors";
+
+/// Upper bounds on the size fields (ModelConfig::validate). Far above any
+/// real model (K3: vocab 163840, hidden 7168, 93 layers, 896 experts) and far
+/// below what would overflow a size computed from them; a config beyond them
+/// is corrupted or hostile, and refusing it up front keeps every later
+/// allocation (layer tables, tensor names, the compiler's types) bounded.
+constexpr int64_t kMaxVocab = int64_t(1) << 22;
+constexpr int64_t kMaxHidden = 65536;
+constexpr int64_t kMaxLayers = 1024;
+constexpr int64_t kMaxIntermediate = int64_t(1) << 20;
+constexpr int64_t kMaxHeads = 1024;
+constexpr int64_t kMaxRank = 65536;   ///< q_lora_rank, kv_lora_rank
+constexpr int64_t kMaxHeadDim = 4096; ///< MLA and KDA head widths
+constexpr int64_t kMaxConv = 64;      ///< short_conv_kernel_size
+constexpr int64_t kMaxExperts = 65536;
+constexpr int64_t kMaxSharedExperts = 1024;
+constexpr int64_t kMaxPositions = (int64_t(1) << 31) - 1;
 
 //===----------------------------------------------------------------------===//
 // Typed field access
@@ -466,7 +485,13 @@ std::vector<std::string> bf16LinearModules(const ModelConfig &c) {
     return s.size() >= t.size() &&
            s.compare(s.size() - t.size(), t.size(), t) == 0;
   };
-  for (const std::string &name : expectedTensorNames(c)) {
+  // The routed experts are skipped below, and no other name depends on
+  // their number: list the names of a one-expert model, so the walk costs
+  // the same for 896 experts as for one.
+  ModelConfig one = c;
+  one.numExperts = 1;
+  one.numExpertsPerToken = 1;
+  for (const std::string &name : expectedTensorNames(one)) {
     if (!endsWith(name, suffix))
       continue; // A_log, dt_bias, e_score_correction_bias, packed experts
     std::string module = name.substr(0, name.size() - suffix.size());
@@ -592,6 +617,15 @@ Status ModelConfig::validate() const {
       return makeError(f(key), " must be positive, got ", v);
     return Status::ok();
   };
+  // A size field in [1, max]: larger than any GPU could hold.
+  auto bounded = [&](int64_t v, const char *key, int64_t max) -> Status {
+    K3_RETURN_IF_ERROR(positive(v, key));
+    if (v > max)
+      return makeError(f(key), " = ", v, " exceeds the limit of ", max,
+                       " (larger than any GPU could hold: the config is "
+                       "corrupted)");
+    return Status::ok();
+  };
 
   if (modelType == kK3ModelType) {
     if (tensorPrefix != "language_model.")
@@ -609,9 +643,9 @@ Status ModelConfig::validate() const {
                      "')");
   }
 
-  K3_RETURN_IF_ERROR(positive(vocabSize, "vocab_size"));
-  K3_RETURN_IF_ERROR(positive(hiddenSize, "hidden_size"));
-  K3_RETURN_IF_ERROR(positive(numLayers, "num_hidden_layers"));
+  K3_RETURN_IF_ERROR(bounded(vocabSize, "vocab_size", kMaxVocab));
+  K3_RETURN_IF_ERROR(bounded(hiddenSize, "hidden_size", kMaxHidden));
+  K3_RETURN_IF_ERROR(bounded(numLayers, "num_hidden_layers", kMaxLayers));
   if (!(rmsNormEps > 0.0f) || !std::isfinite(rmsNormEps))
     return makeError(f("rms_norm_eps"), " must be a positive number, got ",
                      rmsNormEps);
@@ -629,15 +663,21 @@ Status ModelConfig::validate() const {
   }
 
   // MLA.
-  K3_RETURN_IF_ERROR(positive(numAttentionHeads, "num_attention_heads"));
-  K3_RETURN_IF_ERROR(positive(numKeyValueHeads, "num_key_value_heads"));
+  K3_RETURN_IF_ERROR(
+      bounded(numAttentionHeads, "num_attention_heads", kMaxHeads));
+  K3_RETURN_IF_ERROR(
+      bounded(numKeyValueHeads, "num_key_value_heads", kMaxHeads));
   if (qLoraRank < 0)
     return makeError(f("q_lora_rank"), " must be positive or null, got ",
                      qLoraRank);
-  K3_RETURN_IF_ERROR(positive(kvLoraRank, "kv_lora_rank"));
-  K3_RETURN_IF_ERROR(positive(qkNopeHeadDim, "qk_nope_head_dim"));
-  K3_RETURN_IF_ERROR(positive(qkRopeHeadDim, "qk_rope_head_dim"));
-  K3_RETURN_IF_ERROR(positive(vHeadDim, "v_head_dim"));
+  if (qLoraRank > 0)
+    K3_RETURN_IF_ERROR(bounded(qLoraRank, "q_lora_rank", kMaxRank));
+  K3_RETURN_IF_ERROR(bounded(kvLoraRank, "kv_lora_rank", kMaxRank));
+  K3_RETURN_IF_ERROR(
+      bounded(qkNopeHeadDim, "qk_nope_head_dim", kMaxHeadDim));
+  K3_RETURN_IF_ERROR(
+      bounded(qkRopeHeadDim, "qk_rope_head_dim", kMaxHeadDim));
+  K3_RETURN_IF_ERROR(bounded(vHeadDim, "v_head_dim", kMaxHeadDim));
   if (!mlaUseNope)
     return makeError(f("mla_use_nope"),
                      " is false or absent: MLA with rotary position embedding "
@@ -646,13 +686,13 @@ Status ModelConfig::validate() const {
 
   // KDA.
   const std::string lin = f("linear_attn_config.");
-  if (kda.numHeads <= 0)
-    return makeError(lin, "num_heads must be positive, got ", kda.numHeads);
-  if (kda.headDim <= 0)
-    return makeError(lin, "head_dim must be positive, got ", kda.headDim);
-  if (kda.convSize <= 0)
-    return makeError(lin, "short_conv_kernel_size must be positive, got ",
-                     kda.convSize);
+  K3_RETURN_IF_ERROR(
+      bounded(kda.numHeads, "linear_attn_config.num_heads", kMaxHeads));
+  K3_RETURN_IF_ERROR(
+      bounded(kda.headDim, "linear_attn_config.head_dim", kMaxHeadDim));
+  K3_RETURN_IF_ERROR(bounded(kda.convSize,
+                             "linear_attn_config.short_conv_kernel_size",
+                             kMaxConv));
   if (kda.hasLowerBound &&
       !(kda.gateLowerBound >= -5.0f && kda.gateLowerBound < 0.0f))
     return makeError(lin, "gate_lower_bound must be in [-5, 0) or null, got ",
@@ -690,34 +730,44 @@ Status ModelConfig::validate() const {
     return makeError(f("first_k_dense_replace"), " must be in [0, ", numLayers,
                      "], got ", firstKDenseReplace);
   if (firstKDenseReplace > 0)
-    K3_RETURN_IF_ERROR(positive(intermediateSize, "intermediate_size"));
+    K3_RETURN_IF_ERROR(
+        bounded(intermediateSize, "intermediate_size", kMaxIntermediate));
+  else if (intermediateSize < 0 || intermediateSize > kMaxIntermediate)
+    return makeError(f("intermediate_size"), " = ", intermediateSize,
+                     " is outside [0, ", kMaxIntermediate, "]");
   if (moeLayerFreq != 1)
     return makeError(
         f("moe_layer_freq"), " = ", moeLayerFreq,
         " is not supported (every layer from first_k_dense_replace "
         "on must be MoE: moe_layer_freq 1)");
-  K3_RETURN_IF_ERROR(positive(numExperts, "num_experts"));
+  K3_RETURN_IF_ERROR(bounded(numExperts, "num_experts", kMaxExperts));
   K3_RETURN_IF_ERROR(positive(numExpertsPerToken, "num_experts_per_token"));
   if (numExpertsPerToken > numExperts)
     return makeError(f("num_experts_per_token"), " (", numExpertsPerToken,
                      ") exceeds num_experts (", numExperts, ")");
-  K3_RETURN_IF_ERROR(positive(moeIntermediateSize, "moe_intermediate_size"));
+  K3_RETURN_IF_ERROR(bounded(moeIntermediateSize, "moe_intermediate_size",
+                             kMaxIntermediate));
   if (numSharedExperts < 0)
     return makeError(f("num_shared_experts"), " must be >= 0, got ",
                      numSharedExperts);
+  if (numSharedExperts > 0)
+    K3_RETURN_IF_ERROR(bounded(numSharedExperts, "num_shared_experts",
+                               kMaxSharedExperts));
   if (routedExpertHiddenSize < 0)
     return makeError(f("routed_expert_hidden_size"),
                      " must be positive or absent, got ",
                      routedExpertHiddenSize);
+  if (routedExpertHiddenSize > 0)
+    K3_RETURN_IF_ERROR(bounded(routedExpertHiddenSize,
+                               "routed_expert_hidden_size", kMaxHidden));
   if (routerActivation != "sigmoid")
     return makeError(f("moe_router_activation_func"), ": '", routerActivation,
                      "' is not supported (only 'sigmoid')");
   if (topkMethod != "noaux_tc")
     return makeError(f("topk_method"), ": '", topkMethod,
                      "' is not supported (only 'noaux_tc')");
-  if (numExpertGroup <= 0)
-    return makeError(f("num_expert_group"), " must be positive, got ",
-                     numExpertGroup);
+  K3_RETURN_IF_ERROR(
+      bounded(numExpertGroup, "num_expert_group", kMaxExperts));
   if (topkGroup <= 0 || topkGroup > numExpertGroup)
     return makeError(f("topk_group"),
                      " must be in [1, num_expert_group = ", numExpertGroup,
@@ -745,14 +795,18 @@ Status ModelConfig::validate() const {
   if (attnResBlockSize < 0)
     return makeError(f("attn_res_block_size"),
                      " must be positive or absent, got ", attnResBlockSize);
-  if (maxPositionEmbeddings < 0)
-    return makeError(f("max_position_embeddings"), " must be >= 0, got ",
-                     maxPositionEmbeddings);
+  if (attnResBlockSize > 0)
+    K3_RETURN_IF_ERROR(
+        bounded(attnResBlockSize, "attn_res_block_size", kMaxLayers));
+  if (maxPositionEmbeddings < 0 || maxPositionEmbeddings > kMaxPositions)
+    return makeError(f("max_position_embeddings"), " = ",
+                     maxPositionEmbeddings, " is outside [0, ", kMaxPositions,
+                     "]");
   for (auto [id, key] :
        {std::pair<int64_t, const char *>{bosTokenId, "bos_token_id"},
         {eosTokenId, "eos_token_id"},
         {padTokenId, "pad_token_id"}})
-    if (id >= vocabSize)
+    if (id < -1 || id >= vocabSize)
       return makeError(f(key), " (", id, ") is outside the vocabulary (",
                        vocabSize, ")");
   return Status::ok();
@@ -808,6 +862,9 @@ bool operator==(const ModelConfig &a, const ModelConfig &b) {
 
 Expected<ModelConfig> parseConfigText(const std::string &text,
                                       const std::string &origin) {
+  // Depth and duplicate keys first: the tree parser would silently keep the
+  // last of two equal keys, and a deep document would exhaust the stack.
+  K3_RETURN_IF_ERROR(checkJsonText(text).withContext(origin));
   json top;
   try {
     top = json::parse(text);
@@ -827,14 +884,12 @@ Expected<ModelConfig> parseConfigText(const std::string &text,
 }
 
 Expected<ModelConfig> parseConfigFile(const std::string &path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in)
-    return makeError(path, ": cannot open the config file");
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  if (in.bad())
-    return makeError(path, ": read error");
-  return parseConfigText(ss.str(), path);
+  // A regular file of bounded size: not /dev/zero (read until memory runs
+  // out), not a FIFO (blocks forever).
+  std::string text;
+  K3_RETURN_IF_ERROR(
+      readRegularFile(path, kMaxJsonFileBytes, text, "config file"));
+  return parseConfigText(text, path);
 }
 
 std::string writeConfigJson(const ModelConfig &c) {

@@ -9,6 +9,8 @@
 //===----------------------------------------------------------------------===//
 #include "runtime/Plan.h"
 
+#include "runtime/AtomicFile.h"
+#include "runtime/JsonCheck.h"
 #include "runtime/PlanKernels.h"
 
 #include <nlohmann/json.hpp>
@@ -16,7 +18,9 @@
 #include <algorithm>
 #include <array>
 #include <cinttypes>
+#include <cfloat>
 #include <climits>
+#include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <limits>
@@ -32,6 +36,18 @@ namespace {
 /// corrupted plan, and refusing it keeps allocation sizes far from overflow.
 constexpr uint64_t kMaxPlanBytes = uint64_t(1) << 40;
 constexpr int64_t kMaxPlanSeq = int64_t(1) << 24;
+/// The arena and the states together: what a backend allocates at bind,
+/// bounded by what a GPU could hold (an H200 has 141 GB).
+constexpr uint64_t kMaxResidentBytes = uint64_t(1) << 38;
+/// Experts of one stacked ({e}) weight: the config's bound on num_experts.
+constexpr int64_t kMaxPlanExperts = 65536;
+/// CUDA's launch limits (any device): grid, threads per block, and the
+/// largest dynamic shared memory a block may opt into (sm_90: 227 KiB).
+constexpr int64_t kMaxGridX = (int64_t(1) << 31) - 1;
+constexpr int64_t kMaxGridYZ = 65535;
+constexpr int64_t kMaxBlockThreads = 1024;
+constexpr int64_t kMaxBlockZ = 64;
+constexpr int64_t kMaxSmem = 227 * 1024;
 const char kMagic[] = "K3CPLAN ";
 
 } // namespace
@@ -344,6 +360,9 @@ Status validateArg(const PlanDoc &plan, const KernelInfo &kernel,
     if (arg.kind != K::Int && arg.kind != K::Float)
       return makeError("'", name, "' is a float field of ", kernel.paramsName,
                        "; it cannot take ", argKindName(arg.kind));
+    if (arg.kind == K::Float && !(std::fabs(arg.floatValue) <= FLT_MAX))
+      return makeError("'", name, "': ", arg.floatValue,
+                       " is not a finite float");
     return Status::ok();
   default:
     break;
@@ -426,6 +445,41 @@ Status validateArg(const PlanDoc &plan, const KernelInfo &kernel,
   return Status::ok();
 }
 
+/// Every buffer a launch reads was written by an earlier launch of the step
+/// (buffers hold nothing across steps), the logits buffer by some launch,
+/// and each probe's buffer by a launch before its `after`. Call after the
+/// per-launch checks (kernels and fields known).
+Status validateLaunchOrder(const PlanDoc &plan) {
+  std::vector<int64_t> firstWrite(plan.buffers.size(), -1);
+  for (size_t i = 0; i < plan.launches.size(); ++i) {
+    const PlanLaunch &l = plan.launches[i];
+    const KernelInfo *k = findKernel(l.kernel);
+    for (const auto &[name, arg] : l.args) {
+      const KernelField *f = k->field(name);
+      if (arg.kind != PlanArg::Kind::Buffer || f->kind != FieldKind::PtrIn)
+        continue;
+      if (firstWrite[arg.index] < 0)
+        return makeError(launchName(plan, i), ": '", name, "' reads buffer '",
+                         plan.buffers[arg.index].name,
+                         "' before any launch of the step writes it");
+    }
+    for (const auto &[name, arg] : l.args)
+      if (arg.kind == PlanArg::Kind::Buffer &&
+          k->field(name)->kind == FieldKind::PtrOut &&
+          firstWrite[arg.index] < 0)
+        firstWrite[arg.index] = static_cast<int64_t>(i);
+  }
+  if (!plan.launches.empty() && firstWrite[plan.logitsBuffer] < 0)
+    return makeError("logits buffer '", plan.buffers[plan.logitsBuffer].name,
+                     "' is never written by a launch");
+  for (const PlanProbe &pr : plan.probes)
+    if (firstWrite[pr.buffer] < 0 || firstWrite[pr.buffer] >= pr.after)
+      return makeError("probe '", pr.name, "': buffer '",
+                       plan.buffers[pr.buffer].name,
+                       "' is not written by launches [0, ", pr.after, ")");
+  return Status::ok();
+}
+
 } // namespace
 
 Status validatePlan(const PlanDoc &plan) {
@@ -478,6 +532,16 @@ Status validatePlan(const PlanDoc &plan) {
       return makeError(at, ": ", s.bytes, " bytes does not match its shape (",
                        n, " bytes)");
   }
+  // Everything a backend allocates before binding (the arena and every
+  // state) together.
+  uint64_t resident = plan.arenaBytes;
+  for (const PlanState &s : plan.states)
+    if (__builtin_add_overflow(resident, s.bytes, &resident))
+      resident = UINT64_MAX;
+  if (resident > kMaxResidentBytes)
+    return makeError("the arena and the states need ", resident,
+                     " bytes together, more than the ", kMaxResidentBytes,
+                     " (256 GiB) any GPU could hold");
 
   for (size_t i = 0; i < plan.weights.size(); ++i) {
     const PlanWeight &w = plan.weights[i];
@@ -497,6 +561,9 @@ Status validatePlan(const PlanDoc &plan) {
       return makeError(at, ": empty shape");
     if (w.stacked() && rank < 2)
       return makeError(at, ": a stacked ({e}) weight needs [experts, ...]");
+    if (w.stacked() && w.shape[0] > kMaxPlanExperts)
+      return makeError(at, ": ", w.shape[0], " experts exceed the limit of ",
+                       kMaxPlanExperts);
     if (w.format == "mxfp4") {
       if (rank != (w.stacked() ? 3u : 2u))
         return makeError(at, ": an mxfp4 weight is [out, in]",
@@ -575,8 +642,28 @@ Status validatePlan(const PlanDoc &plan) {
         return makeError(launchName(plan, i), ": negative grid or block");
     if (l.smem < 0)
       return makeError(launchName(plan, i), ": negative smem");
+    // CUDA's limits, so that no launch shape fails only on the GPU.
+    const int64_t gridMax[3] = {kMaxGridX, kMaxGridYZ, kMaxGridYZ};
+    const int64_t blockMax[3] = {kMaxBlockThreads, kMaxBlockThreads,
+                                 kMaxBlockZ};
+    for (int d = 0; d < 3; ++d)
+      if (l.grid[d] < 1 || l.grid[d] > gridMax[d] || l.block[d] < 1 ||
+          l.block[d] > blockMax[d])
+        return makeError(launchName(plan, i), ": grid [", l.grid[0], ", ",
+                         l.grid[1], ", ", l.grid[2], "] or block [",
+                         l.block[0], ", ", l.block[1], ", ", l.block[2],
+                         "] is outside CUDA's limits (grid <= [2^31-1, "
+                         "65535, 65535], block <= [1024, 1024, 64])");
+    if (l.block[0] * l.block[1] * l.block[2] > kMaxBlockThreads)
+      return makeError(launchName(plan, i), ": block of ",
+                       l.block[0] * l.block[1] * l.block[2],
+                       " threads exceeds ", kMaxBlockThreads);
+    if (l.smem > kMaxSmem)
+      return makeError(launchName(plan, i), ": smem ", l.smem,
+                       " bytes exceeds the ", kMaxSmem,
+                       " bytes a block may use");
   }
-  return Status::ok();
+  return validateLaunchOrder(plan);
 }
 
 //===----------------------------------------------------------------------===//
@@ -695,15 +782,8 @@ std::string serializePlan(const PlanDoc &plan) {
 }
 
 Status writePlanFile(const std::string &path, const PlanDoc &plan) {
-  const std::string bytes = serializePlan(plan);
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  if (!out)
-    return makeError(path, ": cannot open for writing");
-  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-  out.close();
-  if (!out)
-    return makeError(path, ": write failed");
-  return Status::ok();
+  // A temporary next to `path`, renamed over it once complete.
+  return writeFileAtomic(path, serializePlan(plan));
 }
 
 //===----------------------------------------------------------------------===//
@@ -798,6 +878,10 @@ bool parseArg(Reader &r, const ojson &v, const std::string &path,
   if (v.is_number_float()) {
     out.kind = PlanArg::Kind::Float;
     out.floatValue = v.get<double>();
+    // 1e999 parses as infinity; no kernel scalar means that, and the writer
+    // could not write it back (JSON has no infinity).
+    if (!std::isfinite(out.floatValue))
+      return r.fail(path, "the number is not finite");
     return true;
   }
   if (!v.is_object())
@@ -1126,6 +1210,10 @@ Expected<PlanDoc> parsePlan(const std::string &bytes,
     return err(m);
   }
 
+  // Depth and duplicate keys before the tree parser (which would keep the
+  // last of two equal keys, and recurse on a deep document).
+  K3_RETURN_IF_ERROR(
+      checkJsonText(std::string_view(bytes).substr(nl + 1)).withContext(origin));
   PlanDoc plan;
   Status status;
   try {
@@ -1143,14 +1231,10 @@ Expected<PlanDoc> parsePlan(const std::string &bytes,
 }
 
 Expected<PlanDoc> readPlanFile(const std::string &path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in)
-    return makeError(path, ": cannot open the plan file");
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  if (in.bad())
-    return makeError(path, ": read failed");
-  return parsePlan(ss.str(), path);
+  std::string bytes;
+  K3_RETURN_IF_ERROR(
+      readRegularFile(path, kMaxPlanFileBytes, bytes, "plan file"));
+  return parsePlan(bytes, path);
 }
 
 const std::string *PlanDoc::ptxFor(const std::string &kernel) const {

@@ -27,10 +27,14 @@ std::vector<int64_t> squeezed(const std::vector<int64_t> &shape) {
   return s;
 }
 
+/// The element count of a shape, or -1 when a dimension is negative or the
+/// product overflows (validatePlan bounds plan shapes; this never wraps
+/// whatever it is given).
 int64_t numelOf(const std::vector<int64_t> &shape) {
   int64_t n = 1;
   for (int64_t d : shape)
-    n *= d;
+    if (d < 0 || __builtin_mul_overflow(n, d, &n))
+      return -1;
   return n;
 }
 
@@ -203,7 +207,7 @@ public:
     if (it == bound_.end())
       return makeError("'", field, "' is required but not given");
     const PlanWeight &w = plan_.weights[it->second.weightIndex];
-    if (w.shape[0] < count)
+    if (count < 0 || w.shape[0] < count)
       return makeError("'", field, "' has ", w.shape[0],
                        " experts but the launch uses ", count);
     return matrix(field, w,
@@ -223,9 +227,12 @@ private:
   }
   Status matrix(const char *field, const PlanWeight &w,
                 const std::vector<int64_t> &shape, int64_t rows, int64_t cols) {
-    const bool ok = w.format == "mxfp4"
-                        ? shape == std::vector<int64_t>{rows, cols}
-                        : numelOf(shape) >= rows * cols;
+    int64_t need = 0;
+    const bool fits = rows >= 0 && cols >= 0 &&
+                      !__builtin_mul_overflow(rows, cols, &need);
+    const bool ok = fits && (w.format == "mxfp4"
+                                 ? shape == std::vector<int64_t>{rows, cols}
+                                 : numelOf(shape) >= need);
     if (!ok)
       return makeError("'", field, "' is used as [", rows, ", ", cols,
                        "] but weight '", w.name, "' is ", shapeString(w.shape));
@@ -336,12 +343,28 @@ Status bindLaunch(const PlanDoc &plan, size_t index, const PlanMemory &mem,
     }
   }
 
-  // Check with every input at its largest value, then leave them there: a
-  // step overwrites them before each run.
-  launch.setInputs(plan.config.vocabSize - 1, plan.maxSeq - 1);
+  // Check with every input at its smallest value (token 0, pos 0, length 1:
+  // a size or divisor bound to an input must not be 0 at step 0) and at its
+  // largest (token vocab - 1, pos max_seq - 1, length max_seq: every extent
+  // must cover the last step). Checks are monotone in each size, so the
+  // steps in between are covered too. A step overwrites the inputs before
+  // each run.
   Checker checker(*kernel, bound, plan);
-  if (kernel->check)
-    K3_RETURN_IF_ERROR(kernel->check(p, checker).withContext(where));
+  if (kernel->check) {
+    const bool hasInputs = !launch.inputs.empty();
+    if (hasInputs) {
+      launch.setInputs(0, 0);
+      K3_RETURN_IF_ERROR(kernel->check(p, checker).withContext(
+          where + " (with the step inputs at token 0, pos 0, length 1)"));
+    }
+    launch.setInputs(plan.config.vocabSize - 1, plan.maxSeq - 1);
+    K3_RETURN_IF_ERROR(kernel->check(p, checker).withContext(
+        hasInputs ? where + " (with the step inputs at token " +
+                        std::to_string(plan.config.vocabSize - 1) + ", pos " +
+                        std::to_string(plan.maxSeq - 1) + ", length " +
+                        std::to_string(plan.maxSeq) + ")"
+                  : where));
+  }
   return Status::ok();
 }
 

@@ -119,19 +119,68 @@ Status checkAs(const void *params, ExtentChecker &ext) {
   return Check(*static_cast<const P *>(params), ext);
 }
 
+/// No size field, and no element count derived from size fields, may exceed
+/// this: a buffer, state or weight is at most 2^40 bytes (docs/PLAN.md), so
+/// a larger count can never be covered, and keeping every factor and product
+/// below it keeps the arithmetic far from int64_t overflow.
+constexpr int64_t kMaxElems = int64_t(1) << 40;
+
+/// A size field: in [1, kMaxElems].
 template <typename T>
 Status positive(const char *kernel, const char *field, T value) {
   if (value <= 0)
     return makeError(kernel, ": ", field, " must be positive, got ", value);
+  if (static_cast<int64_t>(value) > kMaxElems)
+    return makeError(kernel, ": ", field, " = ", value,
+                     " is larger than any buffer a plan may hold (2^40)");
+  return Status::ok();
+}
+
+/// A count that may be zero (ropeDim, numBlocks): in [0, kMaxElems].
+template <typename T>
+Status nonNegative(const char *kernel, const char *field, T value) {
+  if (value < 0)
+    return makeError(kernel, ": ", field, " must be >= 0, got ", value);
+  if (static_cast<int64_t>(value) > kMaxElems)
+    return makeError(kernel, ": ", field, " = ", value,
+                     " is larger than any buffer a plan may hold (2^40)");
+  return Status::ok();
+}
+
+/// out = a * b for element counts (each in [0, kMaxElems]), or an error
+/// naming `what` when the product passes kMaxElems (so never overflows:
+/// numHeads = 2^58 cannot wrap to a small count).
+Status mul(const char *kernel, const char *what, int64_t a, int64_t b,
+           int64_t &out) {
+  if (a < 0 || b < 0 || __builtin_mul_overflow(a, b, &out) ||
+      out > kMaxElems)
+    return makeError(kernel, ": ", what, " = ", a, " * ", b,
+                     " is larger than any buffer a plan may hold (2^40)");
+  return Status::ok();
+}
+
+/// out = a + b for element counts, with the same bound.
+Status add(const char *kernel, const char *what, int64_t a, int64_t b,
+           int64_t &out) {
+  if (a < 0 || b < 0 || __builtin_add_overflow(a, b, &out) ||
+      out > kMaxElems)
+    return makeError(kernel, ": ", what, " = ", a, " + ", b,
+                     " is larger than any buffer a plan may hold (2^40)");
   return Status::ok();
 }
 
 //--- checks: which elements each pointer field covers ---------------------//
+//
+// Every count is computed with mul/add above, never with a bare `*`: the
+// fields come from a file, and a product that wrapped would pass the extent
+// check with a tiny count while the kernel loops over the real one.
 
 Status checkEmbed(const EmbedParams &p, ExtentChecker &x) {
   K3_RETURN_IF_ERROR(positive("embed", "vocab", p.vocab));
   K3_RETURN_IF_ERROR(positive("embed", "dim", p.dim));
-  K3_RETURN_IF_ERROR(x.need("table", p.vocab * p.dim));
+  int64_t table = 0;
+  K3_RETURN_IF_ERROR(mul("embed", "vocab * dim", p.vocab, p.dim, table));
+  K3_RETURN_IF_ERROR(x.need("table", table));
   return x.need("out", p.dim);
 }
 
@@ -195,82 +244,115 @@ Status checkGatedAct(const GatedActParams &p, ExtentChecker &x) {
 Status checkKdaConv(const KdaConvParams &p, ExtentChecker &x) {
   K3_RETURN_IF_ERROR(positive("kda_conv", "channels", p.channels));
   K3_RETURN_IF_ERROR(positive("kda_conv", "width", p.width));
+  int64_t weight = 0, state = 0;
+  K3_RETURN_IF_ERROR(
+      mul("kda_conv", "channels * width", p.channels, p.width, weight));
+  K3_RETURN_IF_ERROR(
+      mul("kda_conv", "channels * (width - 1)", p.channels, p.width - 1, state));
   K3_RETURN_IF_ERROR(x.need("u", p.channels));
-  K3_RETURN_IF_ERROR(x.need("weight", p.channels * p.width));
+  K3_RETURN_IF_ERROR(x.need("weight", weight));
   if (p.width > 1)
-    K3_RETURN_IF_ERROR(x.need("state", p.channels * (p.width - 1)));
+    K3_RETURN_IF_ERROR(x.need("state", state));
   return x.need("out", p.channels);
 }
 
+/// C = numHeads * headDim and the state's C * headDim, checked.
+Status kdaSizes(const char *kernel, int64_t numHeads, int64_t headDim,
+                int64_t &C, int64_t &state) {
+  K3_RETURN_IF_ERROR(positive(kernel, "numHeads", numHeads));
+  K3_RETURN_IF_ERROR(positive(kernel, "headDim", headDim));
+  K3_RETURN_IF_ERROR(mul(kernel, "numHeads * headDim", numHeads, headDim, C));
+  return mul(kernel, "numHeads * headDim * headDim", C, headDim, state);
+}
+
 Status checkKdaRecurrent(const KdaRecurrentParams &p, ExtentChecker &x) {
-  K3_RETURN_IF_ERROR(positive("kda_recurrent", "numHeads", p.numHeads));
-  K3_RETURN_IF_ERROR(positive("kda_recurrent", "headDim", p.headDim));
-  const int64_t C = p.numHeads * p.headDim;
+  int64_t C = 0, S = 0;
+  K3_RETURN_IF_ERROR(kdaSizes("kda_recurrent", p.numHeads, p.headDim, C, S));
   for (const char *f : {"q", "k", "v", "f", "out"})
     K3_RETURN_IF_ERROR(x.need(f, C));
   K3_RETURN_IF_ERROR(x.need("betaLogit", p.numHeads));
   K3_RETURN_IF_ERROR(x.need("dtBias", C));
   K3_RETURN_IF_ERROR(x.need("aLog", p.numHeads));
-  return x.need("state", C * p.headDim);
+  return x.need("state", S);
 }
 
 Status checkKdaGatedNorm(const KdaGatedNormParams &p, ExtentChecker &x) {
-  K3_RETURN_IF_ERROR(positive("kda_gated_norm", "numHeads", p.numHeads));
-  K3_RETURN_IF_ERROR(positive("kda_gated_norm", "headDim", p.headDim));
-  const int64_t C = p.numHeads * p.headDim;
+  int64_t C = 0, S = 0;
+  K3_RETURN_IF_ERROR(kdaSizes("kda_gated_norm", p.numHeads, p.headDim, C, S));
   for (const char *f : {"o", "gate", "out"})
     K3_RETURN_IF_ERROR(x.need(f, C));
   return x.need("weight", p.headDim);
 }
 
 Status checkKdaDecode(const KdaDecodeParams &p, ExtentChecker &x) {
-  K3_RETURN_IF_ERROR(positive("kda_decode", "numHeads", p.numHeads));
-  K3_RETURN_IF_ERROR(positive("kda_decode", "headDim", p.headDim));
+  int64_t C = 0, S = 0, conv = 0, convState = 0;
+  K3_RETURN_IF_ERROR(kdaSizes("kda_decode", p.numHeads, p.headDim, C, S));
   K3_RETURN_IF_ERROR(positive("kda_decode", "convWidth", p.convWidth));
-  const int64_t C = p.numHeads * p.headDim, W = p.convWidth;
+  const int64_t W = p.convWidth;
+  K3_RETURN_IF_ERROR(mul("kda_decode", "numHeads * headDim * convWidth", C, W,
+                         conv));
+  K3_RETURN_IF_ERROR(mul("kda_decode", "numHeads * headDim * (convWidth - 1)",
+                         C, W - 1, convState));
   for (const char *f : {"uq", "uk", "uv", "f", "dtBias", "gate", "out"})
     K3_RETURN_IF_ERROR(x.need(f, C));
   for (const char *f : {"convQ", "convK", "convV"})
-    K3_RETURN_IF_ERROR(x.need(f, C * W));
+    K3_RETURN_IF_ERROR(x.need(f, conv));
   if (W > 1)
     for (const char *f : {"convStateQ", "convStateK", "convStateV"})
-      K3_RETURN_IF_ERROR(x.need(f, C * (W - 1)));
+      K3_RETURN_IF_ERROR(x.need(f, convState));
   K3_RETURN_IF_ERROR(x.need("betaLogit", p.numHeads));
   K3_RETURN_IF_ERROR(x.need("aLog", p.numHeads));
-  K3_RETURN_IF_ERROR(x.need("state", C * p.headDim));
+  K3_RETURN_IF_ERROR(x.need("state", S));
   return x.need("normWeight", p.headDim);
 }
 
 Status checkMlaCacheAppend(const MlaCacheAppendParams &p, ExtentChecker &x) {
   K3_RETURN_IF_ERROR(positive("mla_cache_append", "kvLoraRank", p.kvLoraRank));
-  if (p.ropeDim < 0)
-    return makeError("mla_cache_append: ropeDim must be >= 0");
-  const int64_t w = p.kvLoraRank + p.ropeDim;
+  K3_RETURN_IF_ERROR(nonNegative("mla_cache_append", "ropeDim", p.ropeDim));
+  int64_t w = 0, rows = 0, cache = 0;
+  K3_RETURN_IF_ERROR(
+      add("mla_cache_append", "kvLoraRank + ropeDim", p.kvLoraRank, p.ropeDim, w));
   K3_RETURN_IF_ERROR(x.need("kv", w));
   K3_RETURN_IF_ERROR(x.need("normWeight", p.kvLoraRank));
-  // When pos is an input the binder sets it to its largest value (max_seq -
-  // 1) before this check, so the cache must hold every position allowed.
-  if (p.pos < 0)
-    return makeError("mla_cache_append: pos must be >= 0, got ", p.pos);
-  return x.need("cache", (p.pos + 1) * w);
+  // When pos is an input the binder checks it at its smallest and largest
+  // value (0 and max_seq - 1), so the cache must hold every position
+  // allowed.
+  K3_RETURN_IF_ERROR(nonNegative("mla_cache_append", "pos", p.pos));
+  K3_RETURN_IF_ERROR(add("mla_cache_append", "pos + 1", p.pos, 1, rows));
+  K3_RETURN_IF_ERROR(mul("mla_cache_append", "(pos + 1) * (kvLoraRank + "
+                                             "ropeDim)",
+                         rows, w, cache));
+  return x.need("cache", cache);
 }
 
 Status checkMlaAttend(const MlaAttendParams &p, ExtentChecker &x) {
+  const char *k = "mla_attend";
   for (auto [name, v] :
        {std::pair<const char *, int64_t>{"numHeads", p.numHeads},
         {"nopeDim", p.nopeDim},
         {"vDim", p.vDim},
         {"kvLoraRank", p.kvLoraRank}})
-    K3_RETURN_IF_ERROR(positive("mla_attend", name, v));
-  if (p.ropeDim < 0)
-    return makeError("mla_attend: ropeDim must be >= 0");
+    K3_RETURN_IF_ERROR(positive(k, name, v));
+  K3_RETURN_IF_ERROR(nonNegative(k, "ropeDim", p.ropeDim));
   const int64_t N = p.numHeads, L = p.kvLoraRank;
-  K3_RETURN_IF_ERROR(x.need("q", N * (p.nopeDim + p.ropeDim)));
-  K3_RETURN_IF_ERROR(x.need("kvB", N * (p.nopeDim + p.vDim) * L));
-  K3_RETURN_IF_ERROR(positive("mla_attend", "length", p.length));
-  K3_RETURN_IF_ERROR(x.need("cache", p.length * (L + p.ropeDim)));
-  K3_RETURN_IF_ERROR(x.optional("gate", N * p.vDim));
-  return x.need("out", N * p.vDim);
+  int64_t qw = 0, q = 0, kvw = 0, kvRows = 0, kvB = 0, cw = 0, cache = 0,
+          out = 0;
+  K3_RETURN_IF_ERROR(add(k, "nopeDim + ropeDim", p.nopeDim, p.ropeDim, qw));
+  K3_RETURN_IF_ERROR(mul(k, "numHeads * (nopeDim + ropeDim)", N, qw, q));
+  K3_RETURN_IF_ERROR(add(k, "nopeDim + vDim", p.nopeDim, p.vDim, kvw));
+  K3_RETURN_IF_ERROR(mul(k, "numHeads * (nopeDim + vDim)", N, kvw, kvRows));
+  K3_RETURN_IF_ERROR(
+      mul(k, "numHeads * (nopeDim + vDim) * kvLoraRank", kvRows, L, kvB));
+  K3_RETURN_IF_ERROR(x.need("q", q));
+  K3_RETURN_IF_ERROR(x.need("kvB", kvB));
+  K3_RETURN_IF_ERROR(positive(k, "length", p.length));
+  K3_RETURN_IF_ERROR(add(k, "kvLoraRank + ropeDim", L, p.ropeDim, cw));
+  K3_RETURN_IF_ERROR(
+      mul(k, "length * (kvLoraRank + ropeDim)", p.length, cw, cache));
+  K3_RETURN_IF_ERROR(x.need("cache", cache));
+  K3_RETURN_IF_ERROR(mul(k, "numHeads * vDim", N, p.vDim, out));
+  K3_RETURN_IF_ERROR(x.optional("gate", out));
+  return x.need("out", out);
 }
 
 Status checkRouter(const RouterParams &p, ExtentChecker &x) {
@@ -282,8 +364,11 @@ Status checkRouter(const RouterParams &p, ExtentChecker &x) {
   if (p.forceExpert >= p.numExperts)
     return makeError("router: forceExpert must be < numExperts = ",
                      p.numExperts, ", got ", p.forceExpert);
+  int64_t gate = 0;
+  K3_RETURN_IF_ERROR(
+      mul("router", "numExperts * dim", p.numExperts, p.dim, gate));
   K3_RETURN_IF_ERROR(x.need("h", p.dim));
-  K3_RETURN_IF_ERROR(x.need("gate", p.numExperts * p.dim));
+  K3_RETURN_IF_ERROR(x.need("gate", gate));
   K3_RETURN_IF_ERROR(x.optional("bias", p.numExperts));
   K3_RETURN_IF_ERROR(x.need("outIds", p.topK));
   return x.need("outWeights", p.topK);
@@ -328,13 +413,15 @@ struct HasNormWeight<P, std::void_t<decltype(std::declval<P>().normWeight)>>
 
 Status checkAttnRes(const AttnResParams &p, ExtentChecker &x) {
   K3_RETURN_IF_ERROR(positive("attn_res", "dim", p.dim));
-  if (p.numBlocks < 0)
-    return makeError("attn_res: numBlocks must be >= 0, got ", p.numBlocks);
+  K3_RETURN_IF_ERROR(nonNegative("attn_res", "numBlocks", p.numBlocks));
   if (p.numBlocks + (p.extra ? 1 : 0) < 1)
     return makeError("attn_res: needs at least one source (numBlocks > 0 or "
                      "extra)");
+  int64_t blocks = 0;
+  K3_RETURN_IF_ERROR(
+      mul("attn_res", "numBlocks * dim", p.numBlocks, p.dim, blocks));
   if (p.numBlocks > 0)
-    K3_RETURN_IF_ERROR(x.need("blocks", p.numBlocks * p.dim));
+    K3_RETURN_IF_ERROR(x.need("blocks", blocks));
   K3_RETURN_IF_ERROR(x.optional("extra", p.dim));
   K3_RETURN_IF_ERROR(x.need("wNorm", p.dim));
   K3_RETURN_IF_ERROR(x.need("wProj", p.dim));
@@ -345,10 +432,13 @@ Status checkAttnRes(const AttnResParams &p, ExtentChecker &x) {
 
 Status checkAttnResCommit(const AttnResCommitParams &p, ExtentChecker &x) {
   K3_RETURN_IF_ERROR(positive("attn_res_commit", "dim", p.dim));
-  if (p.index < 0)
-    return makeError("attn_res_commit: index must be >= 0, got ", p.index);
+  K3_RETURN_IF_ERROR(nonNegative("attn_res_commit", "index", p.index));
+  int64_t rows = 0, blocks = 0;
+  K3_RETURN_IF_ERROR(add("attn_res_commit", "index + 1", p.index, 1, rows));
+  K3_RETURN_IF_ERROR(
+      mul("attn_res_commit", "(index + 1) * dim", rows, p.dim, blocks));
   K3_RETURN_IF_ERROR(x.need("src", p.dim));
-  return x.need("blocks", (p.index + 1) * p.dim);
+  return x.need("blocks", blocks);
 }
 
 Status checkKdaL2Norm(const KdaL2NormParams &p, ExtentChecker &x) {
@@ -362,9 +452,8 @@ Status checkKdaL2Norm(const KdaL2NormParams &p, ExtentChecker &x) {
 }
 
 Status checkKdaGate(const KdaGateParams &p, ExtentChecker &x) {
-  K3_RETURN_IF_ERROR(positive("kda_gate", "numHeads", p.numHeads));
-  K3_RETURN_IF_ERROR(positive("kda_gate", "headDim", p.headDim));
-  const int64_t C = p.numHeads * p.headDim;
+  int64_t C = 0, S = 0;
+  K3_RETURN_IF_ERROR(kdaSizes("kda_gate", p.numHeads, p.headDim, C, S));
   for (const char *f : {"f", "dtBias", "out"})
     K3_RETURN_IF_ERROR(x.need(f, C));
   return x.need("aLog", p.numHeads);
@@ -377,13 +466,12 @@ Status checkSigmoid(const SigmoidParams &p, ExtentChecker &x) {
 }
 
 Status checkKdaStep(const KdaStepParams &p, ExtentChecker &x) {
-  K3_RETURN_IF_ERROR(positive("kda_step", "numHeads", p.numHeads));
-  K3_RETURN_IF_ERROR(positive("kda_step", "headDim", p.headDim));
-  const int64_t C = p.numHeads * p.headDim;
+  int64_t C = 0, S = 0;
+  K3_RETURN_IF_ERROR(kdaSizes("kda_step", p.numHeads, p.headDim, C, S));
   for (const char *f : {"q", "k", "v", "g", "out"})
     K3_RETURN_IF_ERROR(x.need(f, C));
   K3_RETURN_IF_ERROR(x.need("beta", p.numHeads));
-  return x.need("state", C * p.headDim);
+  return x.need("state", S);
 }
 
 Status checkArgmax(const ArgmaxParams &p, ExtentChecker &x) {

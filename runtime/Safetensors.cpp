@@ -11,6 +11,9 @@
 //===----------------------------------------------------------------------===//
 #include "runtime/Safetensors.h"
 
+#include "runtime/AtomicFile.h"
+#include "runtime/JsonCheck.h"
+
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
@@ -39,6 +42,13 @@ namespace {
 constexpr const char *kMetadataKey = "__metadata__";
 constexpr const char *kIndexFile = "model.safetensors.index.json";
 constexpr const char *kSingleFile = "model.safetensors";
+/// The official reader's bound on the header (safetensors MAX_HEADER_SIZE).
+constexpr uint64_t kMaxHeaderBytes = 100000000;
+
+int64_t mtimeNs(const struct stat &st) {
+  return static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 +
+         st.st_mtim.tv_nsec;
+}
 
 std::string errnoText() { return std::strerror(errno); }
 
@@ -104,10 +114,18 @@ Status parseEntry(const std::string &name, const json &entry, uint64_t dataSize,
   if (end > dataSize)
     return makeError("tensor '", name, "': data_offsets [", begin, ", ", end,
                      "] run past the end of the data section (", dataSize,
-                     " bytes; is the file truncated?)");
+                     " bytes; is the file truncated?): the shard is smaller "
+                     "than its header says");
   Expected<uint64_t> bytes = tensorByteSize(view.dtype, view.shape);
   if (!bytes)
     return bytes.status().withContext("tensor '" + name + "'");
+  // The element count must fit int64_t however the dimensions multiply
+  // (TensorView::numel), even when a zero dimension makes the bytes 0.
+  int64_t numel = 1;
+  for (int64_t d : view.shape)
+    if (__builtin_mul_overflow(numel, d, &numel))
+      return makeError("tensor '", name, "': shape ", shapeText(view.shape),
+                       " has more elements than fit 64 bits");
   if (*bytes != end - begin)
     return makeError("tensor '", name, "': ", dtype, " ", shapeText(view.shape),
                      " needs ", *bytes, " bytes but data_offsets span ",
@@ -159,7 +177,8 @@ SafetensorsFile::open(const std::string &path) {
   file->path_ = path;
   auto fail = [&](const Status &s) { return s.withContext(path); };
 
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // O_NONBLOCK: a FIFO is refused below instead of blocking the open.
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0)
     return fail(makeError("cannot open: ", errnoText()));
   struct stat st;
@@ -173,6 +192,7 @@ SafetensorsFile::open(const std::string &path) {
     return fail(makeError("not a regular file"));
   }
   uint64_t fileSize = static_cast<uint64_t>(st.st_size);
+  file->mtimeNs_ = mtimeNs(st);
   if (fileSize < 8) {
     ::close(fd);
     return fail(makeError("file is ", fileSize,
@@ -195,7 +215,16 @@ SafetensorsFile::open(const std::string &path) {
   if (headerLen > fileSize - 8)
     return fail(makeError("header length ", headerLen, " exceeds the file (",
                           fileSize, " bytes, 8 of them the length itself)"));
+  if (headerLen > kMaxHeaderBytes)
+    return fail(makeError("header length ", headerLen, " exceeds the limit of ",
+                          kMaxHeaderBytes, " bytes"));
 
+  // Depth and duplicate tensor names before the tree parser, which would
+  // keep only the last of two entries with one name.
+  Status structure = checkJsonText(std::string_view(
+      reinterpret_cast<const char *>(bytes + 8), headerLen));
+  if (!structure)
+    return fail(structure.withContext("header"));
   json header;
   try {
     header = json::parse(bytes + 8, bytes + 8 + headerLen);
@@ -269,6 +298,29 @@ SafetensorsFile::open(const std::string &path) {
 // TensorStore
 //===----------------------------------------------------------------------===//
 
+Status SafetensorsFile::checkUnchanged() const {
+  struct stat st;
+  if (::stat(path_.c_str(), &st) != 0)
+    return makeError(path_, ": the shard is gone since it was opened: ",
+                     errnoText());
+  if (static_cast<uint64_t>(st.st_size) < mapSize_)
+    return makeError(path_, ": the shard shrank from ", mapSize_, " to ",
+                     st.st_size,
+                     " bytes since it was opened (truncated while in use; "
+                     "reading it now would crash with SIGBUS)");
+  if (static_cast<uint64_t>(st.st_size) != mapSize_ ||
+      mtimeNs(st) != mtimeNs_)
+    return makeError(path_, ": the shard was modified since it was opened; "
+                            "reopen the checkpoint");
+  return Status::ok();
+}
+
+Status TensorStore::checkUnchanged() const {
+  for (const auto &f : files_)
+    K3_RETURN_IF_ERROR(f->checkUnchanged());
+  return Status::ok();
+}
+
 const TensorView *TensorStore::find(const std::string &name) const {
   auto it = index_.find(name);
   return it == index_.end() ? nullptr : it->second;
@@ -298,14 +350,13 @@ Expected<TensorStore> TensorStore::open(const std::string &path) {
     fs::path dir(path);
     if (fs::exists(dir / kIndexFile, ec)) {
       std::string indexPath = (dir / kIndexFile).string();
-      std::ifstream in(indexPath, std::ios::binary);
-      if (!in)
-        return makeError(indexPath, ": cannot open");
-      std::ostringstream ss;
-      ss << in.rdbuf();
+      std::string text;
+      K3_RETURN_IF_ERROR(readRegularFile(indexPath, kMaxIndexFileBytes, text,
+                                         "shard index"));
+      K3_RETURN_IF_ERROR(checkJsonText(text).withContext(indexPath));
       json index;
       try {
-        index = json::parse(ss.str());
+        index = json::parse(text);
       } catch (const std::exception &e) {
         return makeError(indexPath, ": invalid JSON: ", e.what());
       }

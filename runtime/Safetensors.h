@@ -36,12 +36,18 @@ public:
   const TensorView *find(const std::string &name) const;
   /// The "__metadata__" string map.
   const std::map<std::string, std::string> &metadata() const { return metadata_; }
+  /// Checks that the file on disk is still the one that was mapped: the
+  /// size and modification time recorded at open. A file truncated while
+  /// mapped makes any read of the lost pages fault (SIGBUS), which no check
+  /// can prevent; this one names the shard before the next run touches it.
+  Status checkUnchanged() const;
 
 private:
   SafetensorsFile() = default;
   std::string path_;
   void *map_ = nullptr;
   size_t mapSize_ = 0;
+  int64_t mtimeNs_ = 0; ///< st_mtim at open, in nanoseconds
   std::vector<TensorView> tensors_;
   std::map<std::string, size_t> index_;
   std::map<std::string, std::string> metadata_;
@@ -59,6 +65,8 @@ public:
   /// Every tensor of every file.
   std::vector<const TensorView *> all() const;
   size_t size() const { return index_.size(); }
+  /// SafetensorsFile::checkUnchanged for every shard.
+  Status checkUnchanged() const;
 
 private:
   std::vector<std::shared_ptr<SafetensorsFile>> files_;

@@ -16,6 +16,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 
@@ -49,6 +50,26 @@ std::string firstDifference(const ojson &a, const ojson &b,
     return "";
   return (path.empty() ? std::string("config") : path) + " (plan: " + a.dump() +
          ", weights: " + b.dump() + ")";
+}
+
+/// The first non-finite value of the `vocab` logits that choose generated
+/// token `s` (fed at position `pos`), as an error; ok when all are finite.
+/// One pass over a row per token: cheap next to the step that made it.
+Status checkFiniteLogits(const float *logits, int64_t vocab, int64_t s,
+                         int64_t pos, const TensorStore &store) {
+  for (int64_t i = 0; i < vocab; ++i) {
+    if (std::isfinite(logits[i]))
+      continue;
+    std::string why = "the weights or the plan produce NaN/Inf (check the "
+                      "checkpoint for non-finite values)";
+    if (Status changed = store.checkUnchanged(); !changed)
+      why = changed.message();
+    return makeError("decode step ", s, " (the logits after position ", pos,
+                     ") is not finite: logits[", i, "] = ", logits[i],
+                     "; stopping instead of choosing a token from them: ",
+                     why);
+  }
+  return Status::ok();
 }
 
 double secondsSince(std::chrono::steady_clock::time_point t0) {
@@ -263,6 +284,8 @@ Expected<GenerateResult> Session::generate(const std::vector<int64_t> &prompt,
     // prompt was the prefix.
     const float *logits =
         s == 0 && first == n ? prefix->logits.data() : backend_->logits();
+    // argmax skips NaN: without this a broken model decodes "0 0 0 ...".
+    K3_RETURN_IF_ERROR(checkFiniteLogits(logits, vocab, s, n - 1 + s, store_));
     int64_t id = 0;
     ArgmaxParams am;
     am.logits = logits;

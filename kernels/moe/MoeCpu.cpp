@@ -8,12 +8,17 @@
 // E <= 1024), scanning upwards with a strict `>` so ties go to the lower index.
 //
 // Limits: MXFP4 matrices need their column count % 32 == 0; scratch is
-// allocated per call.
+// allocated per call. An expert id outside [0, numExperts) (ids come from a
+// buffer, so a bad plan or a corrupted router output can put anything there)
+// is never used as an index: its slot's output is NaN, as in the CUDA
+// kernel, so the whole mix is NaN and the decode's non-finite check stops.
 //
 //===----------------------------------------------------------------------===//
 #include "kernels/moe/MoeCpu.h"
 #include "kernels/common/CpuMath.h"
 
+#include <algorithm>
+#include <limits>
 #include <vector>
 
 namespace k3 {
@@ -111,7 +116,10 @@ void moeExpertsCpu(const MoeExpertsParams &p) {
                       p.beta1, p.hasBeta2, p.beta2};
   for (int32_t k = 0; k < p.topK; ++k) {
     const int32_t e = p.ids[k];
-    gatedMlpBody(shape, p.w1[e], p.w3[e], p.w2[e], x.data(), y.data());
+    if (e >= 0 && e < p.numExperts)
+      gatedMlpBody(shape, p.w1[e], p.w3[e], p.w2[e], x.data(), y.data());
+    else
+      std::fill(y.begin(), y.end(), std::numeric_limits<float>::quiet_NaN());
     const float w = p.weights[k];
     for (int64_t i = 0; i < p.dim; ++i)
       acc[i] += w * y[i];

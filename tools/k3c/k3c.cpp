@@ -4,17 +4,26 @@
 // Every stage can be printed (--emit), the fusion strategy chosen
 // (--fusion) or replaced by a pipeline string (--k3-pipeline), and MLIR's
 // usual debugging flags apply (--mlir-print-ir-after-all, --mlir-timing, ...).
+// --help lists k3c's own options and those MLIR flags only, not the hundreds
+// of LLVM backend options linked in with MLIR.
+//
+// Every output (-o) is written to a temporary file next to the target and
+// renamed over it when complete (runtime/AtomicFile.h): an existing target
+// must be a regular file that is not one of the inputs, and a failed write is
+// an error, never a truncated file.
 //
 //===----------------------------------------------------------------------===//
 #include "codegen/Codegen.h"
 #include "import/Importer.h"
 #include "passes/Passes.h"
 
+#include "runtime/AtomicFile.h"
 #include "runtime/Config.h"
 #include "runtime/Executable.h"
 #include "runtime/Presets.h"
 
 #include "mlir/IR/AsmState.h"
+#include "mlir/IR/Diagnostics.h"
 #include "mlir/IR/MLIRContext.h"
 #include "mlir/IR/Verifier.h"
 #include "mlir/Pass/PassManager.h"
@@ -30,13 +39,19 @@
 #include "llvm/Support/raw_ostream.h"
 
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <sstream>
+#include <vector>
 
 using namespace mlir;
 namespace cl = llvm::cl;
 
 static cl::OptionCategory k3cCat("k3c options");
+/// MLIR's IR-printing, pass-manager, timing and context flags (registered
+/// without a category; moved here so --help can show them and hide the
+/// rest).
+static cl::OptionCategory mlirCat("MLIR debugging options");
 
 static cl::opt<std::string>
     inputPath(cl::Positional,
@@ -71,13 +86,17 @@ static cl::opt<std::string> mutant(
     cl::desc("Test only: compile a deliberately wrong graph (k3-inject-mutant "
              "kind: attn-res-skip | router-expert0 | skip-layer), with "
              "any --fusion"),
-    cl::init(""));
+    cl::init(""), cl::cat(k3cCat));
 static cl::opt<int64_t> mutantLayer("mutant-layer",
                                     cl::desc("The layer --mutant=skip-layer "
                                              "removes"),
-                                    cl::init(1));
+                                    cl::init(1), cl::cat(k3cCat));
+/// The plan format's bound on max_seq (docs/PLAN.md).
+constexpr int64_t kMaxSeqLimit = int64_t(1) << 24;
 static cl::opt<int64_t>
-    maxSeq("max-seq", cl::desc("Planned maximum context (prompt + generated)"),
+    maxSeq("max-seq",
+           cl::desc("Planned maximum context (prompt + generated), at most "
+                    "2^24"),
            cl::init(4096), cl::cat(k3cCat));
 static cl::opt<bool>
     report("report",
@@ -90,14 +109,93 @@ static cl::opt<double>
                        "measured ~4300)"),
               cl::init(4300.0), cl::cat(k3cCat));
 
+/// The config file `in` names: a directory's config.json or the file itself;
+/// "" for preset:NAME.
+static std::string configPath(const std::string &in) {
+  if (in.rfind("preset:", 0) == 0)
+    return "";
+  if (llvm::sys::fs::is_directory(in))
+    return (llvm::Twine(in) + "/config.json").str();
+  return in;
+}
+
 /// Reads the config: a directory's config.json, a file, or preset:NAME.
 static ::k3::Expected<::k3::ModelConfig> loadConfig(const std::string &in) {
   if (in.rfind("preset:", 0) == 0)
     return ::k3::presetConfig(in.substr(7));
-  std::string path = in;
-  if (llvm::sys::fs::is_directory(in))
-    path = (llvm::Twine(in) + "/config.json").str();
-  return ::k3::parseConfigFile(path);
+  return ::k3::parseConfigFile(configPath(in));
+}
+
+/// Shows k3c's options and MLIR's debugging flags in --help; hides the LLVM
+/// backend options MLIR links in (hundreds of them).
+static void hideUnrelatedOptions() {
+  for (auto &entry : cl::getRegisteredOptions())
+    if (entry.first.starts_with("mlir-"))
+      entry.second->addCategory(mlirCat);
+  cl::HideUnrelatedOptions({&k3cCat, &mlirCat});
+}
+
+/// Writes `bytes` to standard output; a failed write (a closed pipe, a full
+/// disk) is an error.
+static int writeStdout(llvm::StringRef bytes) {
+  llvm::raw_fd_ostream &os = llvm::outs();
+  os << bytes;
+  os.flush();
+  if (os.has_error()) {
+    llvm::errs() << "k3c: writing to standard output failed: "
+                 << os.error().message() << "\n";
+    os.clear_error();
+    return 1;
+  }
+  return 0;
+}
+
+/// Writes `bytes` to `path` through an AtomicFile (inputs never replaced).
+static int writeOutput(const std::string &path, llvm::StringRef bytes,
+                       const ::k3::OutputOptions &options) {
+  if (path == "-")
+    return writeStdout(bytes);
+  ::k3::Status st = ::k3::writeFileAtomic(
+      path, std::string_view(bytes.data(), bytes.size()), options);
+  if (!st) {
+    llvm::errs() << "k3c: " << st.message() << "\n";
+    return 1;
+  }
+  return 0;
+}
+
+/// The executable: the runtime binary at `runtime` (without a plan it may
+/// already carry) + `plan` + the 16-byte trailer (docs/PLAN.md), written
+/// through an AtomicFile with mode 0777 & ~umask.
+static ::k3::Status writeExe(const std::string &runtime,
+                             const std::string &plan, const std::string &out,
+                             ::k3::OutputOptions options) {
+  ::k3::Expected<std::optional<std::string>> embedded =
+      ::k3::findEmbeddedPlan(runtime);
+  if (!embedded)
+    return embedded.status();
+  std::string binary;
+  K3_RETURN_IF_ERROR(::k3::readRegularFile(runtime, uint64_t(1) << 32, binary,
+                                           "runtime binary"));
+  const size_t carried =
+      *embedded ? (*embedded)->size() + ::k3::kExeTrailerSize : 0;
+  if (carried > binary.size())
+    return ::k3::makeError(runtime, ": changed while it was read");
+  binary.resize(binary.size() - carried);
+  unsigned char trailer[::k3::kExeTrailerSize];
+  uint64_t len = plan.size();
+  for (int i = 0; i < 8; ++i, len >>= 8)
+    trailer[i] = static_cast<unsigned char>(len & 0xFF);
+  std::memcpy(trailer + 8, ::k3::kExeTrailerMagic, 8);
+  options.executable = true;
+  ::k3::Expected<std::unique_ptr<::k3::AtomicFile>> f =
+      ::k3::AtomicFile::create(out, options);
+  if (!f)
+    return f.status();
+  K3_RETURN_IF_ERROR((*f)->write(binary));
+  K3_RETURN_IF_ERROR((*f)->write(plan));
+  K3_RETURN_IF_ERROR((*f)->write(trailer, sizeof(trailer)));
+  return (*f)->commit();
 }
 
 static void printReport(const std::vector<mlir::k3::LaunchReport> &rows,
@@ -144,6 +242,7 @@ int main(int argc, char **argv) {
   registerMLIRContextCLOptions();
   registerPassManagerCLOptions();
   registerDefaultTimingManagerCLOptions();
+  hideUnrelatedOptions();
   cl::ParseCommandLineOptions(
       argc, argv,
       "k3c: compile a Kimi K3 / Kimi-Linear model variant to a decode plan\n\n"
@@ -168,13 +267,29 @@ int main(int argc, char **argv) {
                     "k3-inject-mutant to the pipeline string instead\n";
     return 2;
   }
-  if (maxSeq <= 0) {
-    llvm::errs() << "k3c: --max-seq must be positive\n";
+  if (maxSeq <= 0 || maxSeq > kMaxSeqLimit) {
+    llvm::errs() << "k3c: --max-seq must be in [1, 2^24 = " << kMaxSeqLimit
+                 << "], got " << maxSeq << "\n";
     return 2;
   }
   if (emit == Emit::Exe && outputPath == "-") {
     llvm::errs() << "k3c: --emit=exe needs -o PATH\n";
     return 2;
+  }
+  // The files the output must never replace: the config it was made from,
+  // the runtime an executable is made of, and k3c itself.
+  const std::string runtime = selfDirectory() + "/" K3C_RUNTIME_NAME;
+  ::k3::OutputOptions outputOptions;
+  outputOptions.inputs = {configPath(inputPath), runtime,
+                          llvm::sys::fs::getMainExecutable(nullptr, nullptr)};
+  // Refuse a bad target before the work, not after it.
+  if (outputPath != "-") {
+    ::k3::Status target =
+        ::k3::checkOutputTarget(outputPath, outputOptions.inputs);
+    if (!target) {
+      llvm::errs() << "k3c: " << target.message() << "\n";
+      return 1;
+    }
   }
   ::k3::Expected<::k3::ModelConfig> config = loadConfig(inputPath);
   if (!config) {
@@ -189,7 +304,20 @@ int main(int argc, char **argv) {
   MLIRContext ctx(registry);
   ctx.loadAllAvailableDialects();
 
+  // Diagnostics without a location (the importer's config checks) read as
+  // k3c's own errors; located ones go to MLIR's usual printer.
+  ScopedDiagnosticHandler unlocated(&ctx, [](Diagnostic &d) {
+    if (!isa<UnknownLoc>(d.getLocation()))
+      return failure();
+    llvm::errs() << "k3c: "
+                 << (d.getSeverity() == DiagnosticSeverity::Error ? "error: "
+                                                                  : "")
+                 << d.str() << "\n";
+    return success();
+  });
   OwningOpRef<ModuleOp> module = mlir::k3::importModel(ctx, *config, maxSeq);
+  if (!module)
+    return 1;
   if (failed(verify(*module))) {
     llvm::errs()
         << "k3c: internal error: the imported module does not verify\n";
@@ -201,15 +329,11 @@ int main(int argc, char **argv) {
   TimingScope timing = tm.getRootScope();
 
   auto write = [&](llvm::function_ref<void(llvm::raw_ostream &)> body) -> int {
-    std::string err;
-    auto out = openOutputFile(outputPath, &err);
-    if (!out) {
-      llvm::errs() << "k3c: " << err << "\n";
-      return 1;
-    }
-    body(out->os());
-    out->keep();
-    return 0;
+    std::string text;
+    llvm::raw_string_ostream os(text);
+    body(os);
+    os.flush();
+    return writeOutput(outputPath, text, outputOptions);
   };
 
   if (emit == Emit::Mlir)
@@ -251,8 +375,7 @@ int main(int argc, char **argv) {
   if (emit == Emit::Plan)
     return write([&](llvm::raw_ostream &os) { os << plan; });
 
-  std::string runtime = selfDirectory() + "/" K3C_RUNTIME_NAME;
-  ::k3::Status st = ::k3::writeExecutable(runtime, plan, outputPath);
+  ::k3::Status st = writeExe(runtime, plan, outputPath, outputOptions);
   if (!st) {
     llvm::errs() << "k3c: " << st.message() << "\n";
     return 1;
