@@ -2,10 +2,15 @@
 //
 // Every tensor draws from its own splitmix64 stream, seeded from the model
 // seed and the tensor's name, so values do not depend on tensor order, on the
-// standard library (no std:: distributions), or on sharding. Approximately
-// normal values are Irwin-Hall sums of four uniforms. The embedding, router,
-// lm_head and AttnRes projections also carry planted structure (struct
-// Plant) derived from the model seed: a routing code, a bigram, a marker.
+// standard library (no std:: distributions), or on sharding. Nor on threads:
+// tensors are cut into pieces that threads draw at once, each piece moving
+// the stream on to its first value (splitmix64's state advances by one
+// constant per draw, and each kind of value takes a fixed number of draws),
+// and one thread writes the pieces in order (struct Piece, Maker).
+// Approximately normal values are Irwin-Hall sums of four uniforms. The
+// embedding, router, lm_head and AttnRes projections also carry planted
+// structure (struct Plant) derived from the model seed: a routing code, a
+// bigram, a marker.
 //
 // Scales (input activations have RMS about 1 after each norm), chosen so the
 // made models are well conditioned (see initFor for each choice and why):
@@ -32,10 +37,15 @@
 
 #include <algorithm>
 #include <cmath>
+#include <condition_variable>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <memory>
+#include <mutex>
+#include <thread>
 
 namespace k3 {
 
@@ -47,23 +57,28 @@ namespace {
 class Rng {
 public:
   explicit Rng(uint64_t seed) : state_(seed) {}
-  uint64_t next() {
+  // Inlined: the generator's inner loops are these calls.
+  [[gnu::always_inline]] uint64_t next() {
     uint64_t z = (state_ += 0x9e3779b97f4a7c15ull);
     z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
     z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
     return z ^ (z >> 31);
   }
   /// Uniform in [0, 1) with 24 random bits (exact in float).
-  float uniform() {
+  [[gnu::always_inline]] float uniform() {
     return static_cast<float>(next() >> 40) * (1.0f / 16777216.0f);
   }
   /// Uniform in [lo, hi).
   float uniform(float lo, float hi) { return lo + (hi - lo) * uniform(); }
   /// Mean 0, std 1, bell-shaped (Irwin-Hall n = 4), bounded by ±2√3.
-  float normal() {
+  [[gnu::always_inline]] float normal() {
     float s = uniform() + uniform() + uniform() + uniform();
     return (s - 2.0f) * 1.7320508f;
   }
+  /// Moves the stream on by `draws` calls of next(): splitmix64's state
+  /// advances by the same constant per draw, so a piece of a tensor can
+  /// start its stream exactly where the serial loop would be.
+  void skip(uint64_t draws) { state_ += draws * 0x9e3779b97f4a7c15ull; }
 
 private:
   uint64_t state_;
@@ -122,9 +137,9 @@ bool endsWith(const std::string &s, const std::string &t) {
 /// tiny-linear models of seeds 1-20 and the tests' seeds decode 64 tokens
 /// identical to the reference; max row logits error 8.1e-3 (tiny) and
 /// 6.6e-3 (tiny-linear); smallest router margin 3.0e-4 (one decision in
-/// 500 is below 1e-2) and smallest top-2 logit gap 12 met in any of them. Routing still changes from token to
-/// token (400+ distinct expert sets in 500 decisions) and the output AttnRes
-/// still mixes (max α 0.95).
+/// 500 is below 1e-2) and smallest top-2 logit gap 12 met in any of them.
+/// Routing still changes from token to token (400+ distinct expert sets in 500
+/// decisions) and the output AttnRes still mixes (max α 0.95).
 struct Plant {
   uint64_t seed = 0;
   int64_t dim = 0, vocab = 0;
@@ -298,17 +313,92 @@ Init initFor(const ModelConfig &c, const TensorSpec &s) {
   return init;
 }
 
-/// Draws the values of one tensor, in pieces of any size.
+/// Calls of Rng::next() that the values before index `at` of a tensor
+/// drawn with `init` consume (what Drawer::value draws per value).
+uint64_t drawsBefore(const Init &init, int64_t at) {
+  const uint64_t n = static_cast<uint64_t>(at);
+  switch (init.kind) {
+  case Init::Normal:
+  case Init::PlantedHead:
+  case Init::PlantedAttnRes:
+  case Init::PlantedRouter:
+    return 4 * n; // one normal() each
+  case Init::Uniform:
+  case Init::NormWeight:
+    return n; // one uniform() each
+  case Init::ALog:
+    return std::min(n, static_cast<uint64_t>(init.count)); // padding draws none
+  case Init::PlantedEmbed:
+    return 0; // rows come from the plant's own streams
+  }
+  return 0;
+}
+
+/// Draws the values of one tensor from any index on: the values at an index
+/// are the same whether the tensor is drawn in one go or in pieces starting
+/// anywhere (the stream is moved on to the piece's first value).
 class Drawer {
 public:
-  Drawer(const Plant &plant, const Init &init, Rng rng, uint64_t tensorSeed)
-      : plant_(plant), init_(init), rng_(rng), tensorSeed_(tensorSeed) {}
+  /// `rng` is the tensor's stream at its start; the first value drawn will
+  /// be the one at index `start`.
+  Drawer(const Plant &plant, const Init &init, Rng rng, uint64_t tensorSeed,
+         int64_t start = 0)
+      : plant_(plant), init_(init), rng_(rng), tensorSeed_(tensorSeed),
+        next_(start) {
+    rng_.skip(drawsBefore(init_, start));
+  }
 
-  /// Fills `out` with the next `count` values; `offset` is the index of
-  /// the first one.
-  void draw(int64_t offset, float *out, int64_t count) {
-    for (int64_t i = 0; i < count; ++i)
-      out[i] = value(offset + i);
+  /// Fills `out` with the next `count` values.
+  void draw(float *out, int64_t count) {
+    const int64_t at = next_;
+    next_ += count;
+    // The common kinds in loops of their own (the same expressions as
+    // value(), so the same floats); the rest value by value.
+    switch (init_.kind) {
+    case Init::Normal: {
+      const float a = init_.a;
+      Rng r = rng_; // a local copy stays in a register
+      for (int64_t i = 0; i < count; ++i)
+        out[i] = a * r.normal();
+      rng_ = r;
+      return;
+    }
+    case Init::PlantedEmbed: {
+      int64_t row = at / plant_.dim, col = at % plant_.dim;
+      for (int64_t i = 0; i < count;) {
+        cacheEmbedRow(row);
+        int64_t n = std::min(count - i, plant_.dim - col);
+        std::memcpy(out + i, rowCache_.data() + col, n * sizeof(float));
+        i += n;
+        col = 0;
+        ++row;
+      }
+      return;
+    }
+    case Init::PlantedHead: {
+      const int64_t cols = init_.count;
+      const float a = init_.a;
+      const float plant = plant_.headPlant / static_cast<float>(plant_.dim);
+      int64_t row = at / cols, col = at % cols;
+      for (int64_t i = 0; i < count; ++i) {
+        float v = a * rng_.normal();
+        if (col >= plant_.codeDims) {
+          cacheEmbedRow(plant_.pred(row));
+          v = v + plant * rowCache_[col];
+        }
+        out[i] = v;
+        if (++col == cols) {
+          col = 0;
+          ++row;
+        }
+      }
+      return;
+    }
+    default:
+      for (int64_t i = 0; i < count; ++i)
+        out[i] = value(at + i);
+      return;
+    }
   }
 
 private:
@@ -374,6 +464,7 @@ private:
   Init init_;
   Rng rng_;
   uint64_t tensorSeed_;
+  int64_t next_;
   int64_t cachedRow_ = -1;
   std::vector<float> rowCache_;
   std::vector<int64_t> perm_;
@@ -386,98 +477,296 @@ struct Shard {
   uint64_t bytes = 0;
 };
 
+/// The unit of work: a run of a dense tensor's values, or a whole MXFP4
+/// expert matrix (its packed codes, then its scales: consecutive specs, so
+/// consecutive in the file). Pieces in order are the bytes of the shards in
+/// order; each is a function of the seed, the tensor's name and the sizes
+/// alone, so any number of threads gives the same bytes.
+struct Piece {
+  size_t shard = 0;
+  const TensorSpec *spec = nullptr; ///< the dense tensor, or the packed part
+  bool mxfp4 = false;
+  int64_t begin = 0, end = 0; ///< dense: values [begin, end)
+  uint64_t bytes = 0;
+};
+
+/// Values per piece of a dense tensor: a tensor is cut into about one piece
+/// per thread (so a single huge embedding or lm_head keeps every thread
+/// busy), in pieces of 2^14 to 2^21 values (32 KiB to 8 MiB of output).
+int64_t pieceValues(int64_t numel, int threads) {
+  constexpr int64_t kMin = int64_t(1) << 14, kMax = int64_t(1) << 21;
+  int64_t per = (numel + threads - 1) / threads;
+  return std::max(kMin, std::min(kMax, per));
+}
+
+/// An output buffer that keeps its memory between pieces (no zeroing).
+struct Buffer {
+  std::unique_ptr<uint8_t[]> data;
+  size_t size = 0, capacity = 0;
+  uint8_t *resize(size_t n) {
+    if (n > capacity) {
+      data.reset(new uint8_t[n]);
+      capacity = n;
+    }
+    size = n;
+    return data.get();
+  }
+};
+
+/// One generating thread's scratch space.
+struct Scratch {
+  std::vector<float> values;
+  std::vector<uint8_t> packed, scale;
+};
+
 class Maker {
 public:
-  Maker(const ModelConfig &c, uint64_t seed, ProgressFn progress,
-        bool planted)
-      : config_(c), seed_(seed), plant_(c, seed, planted),
-        progress_(std::move(progress)) {}
+  Maker(const ModelConfig &c, uint64_t seed, const fs::path &root,
+        const std::vector<Shard> &shards, ProgressFn progress, bool planted)
+      : config_(c), seed_(seed), root_(root), shards_(shards),
+        plant_(c, seed, planted), progress_(std::move(progress)) {
+    for (const Shard &s : shards_)
+      total += s.bytes;
+    staged_.reserve(kStageBytes);
+  }
 
-  Status writeShard(const std::string &path, const Shard &shard) {
-    Expected<std::unique_ptr<SafetensorsWriter>> w =
-        SafetensorsWriter::create(path, shard.specs, {{"format", "pt"}});
-    if (!w)
-      return w.status();
-    SafetensorsWriter &writer = **w;
-    for (size_t i = 0; i < shard.specs.size(); ++i) {
-      const TensorSpec &s = shard.specs[i];
-      if (endsWith(s.name, ".weight_packed")) {
-        // Packed and scale are consecutive specs of one expert matrix.
-        if (i + 1 >= shard.specs.size() ||
-            shard.specs[i + 1].name !=
-                s.name.substr(0, s.name.size() - 7) + "_scale")
-          return makeError("internal: ", s.name,
-                           " is not followed by its scale in one shard");
-        K3_RETURN_IF_ERROR(writeMxfp4(writer, s));
-        ++i;
-        continue;
-      }
-      K3_RETURN_IF_ERROR(writeDense(writer, s));
-    }
-    return writer.finish();
+  /// Generates and writes every shard with `threads` generating threads.
+  Status run(int threads) {
+    K3_RETURN_IF_ERROR(planPieces(threads));
+    Status st = threads <= 1 || pieces_.size() <= 1 ? runSerial()
+                                                    : runParallel(threads);
+    if (!st)
+      return st;
+    return closeShards(shards_.size());
   }
 
   uint64_t done = 0, total = 0;
 
 private:
-  void report(uint64_t bytes) {
-    done += bytes;
-    if (progress_)
-      progress_(done, total);
-  }
-
-  /// A bf16 or f32 tensor, in chunks so huge embeddings need little memory.
-  Status writeDense(SafetensorsWriter &w, const TensorSpec &s) {
-    Init init = initFor(config_, s);
-    Drawer drawer(plant_, init, tensorRng(seed_, s.name),
-                  tensorRng(seed_, s.name + "#plant").next());
-    int64_t numel = 1;
-    for (int64_t d : s.shape)
-      numel *= d;
-    constexpr int64_t kChunk = 1 << 22; // elements per piece
-    std::vector<float> values;
-    std::vector<uint8_t> bytes;
-    for (int64_t start = 0; start < numel; start += kChunk) {
-      int64_t n = std::min(kChunk, numel - start);
-      values.resize(static_cast<size_t>(n));
-      drawer.draw(start, values.data(), n);
-      if (s.dtype == DType::BF16) {
-        bytes.resize(static_cast<size_t>(n) * 2);
-        bf16_t *out = reinterpret_cast<bf16_t *>(bytes.data());
-        for (int64_t i = 0; i < n; ++i)
-          out[i] = floatToBf16(values[i]);
-      } else if (s.dtype == DType::F32) {
-        bytes.resize(static_cast<size_t>(n) * 4);
-        std::memcpy(bytes.data(), values.data(), bytes.size());
-      } else {
-        return makeError("internal: no generator for ", dtypeName(s.dtype),
-                         " tensor ", s.name);
+  Status planPieces(int threads) {
+    for (size_t k = 0; k < shards_.size(); ++k) {
+      const std::vector<TensorSpec> &specs = shards_[k].specs;
+      for (size_t i = 0; i < specs.size(); ++i) {
+        const TensorSpec &s = specs[i];
+        uint64_t bytes = *tensorByteSize(s.dtype, s.shape);
+        if (endsWith(s.name, ".weight_packed")) {
+          // Packed and scale are consecutive specs of one expert matrix.
+          if (i + 1 >= specs.size() ||
+              specs[i + 1].name !=
+                  s.name.substr(0, s.name.size() - 7) + "_scale")
+            return makeError("internal: ", s.name,
+                             " is not followed by its scale in one shard");
+          Piece p;
+          p.shard = k;
+          p.spec = &s;
+          p.mxfp4 = true;
+          p.bytes =
+              bytes + *tensorByteSize(specs[i + 1].dtype, specs[i + 1].shape);
+          pieces_.push_back(p);
+          ++i;
+          continue;
+        }
+        if (s.dtype != DType::BF16 && s.dtype != DType::F32)
+          return makeError("internal: no generator for ", dtypeName(s.dtype),
+                           " tensor ", s.name);
+        int64_t numel = 1;
+        for (int64_t d : s.shape)
+          numel *= d;
+        const int64_t step = pieceValues(numel, threads);
+        const uint64_t size = dtypeSize(s.dtype);
+        for (int64_t b = 0; b < numel; b += step) {
+          Piece p;
+          p.shard = k;
+          p.spec = &s;
+          p.begin = b;
+          p.end = std::min(numel, b + step);
+          p.bytes = static_cast<uint64_t>(p.end - p.begin) * size;
+          pieces_.push_back(p);
+        }
       }
-      K3_RETURN_IF_ERROR(w.append(bytes.data(), bytes.size()));
-      report(bytes.size());
     }
     return Status::ok();
   }
 
-  /// An MXFP4 expert matrix: draw it in float, quantise, write both parts.
-  Status writeMxfp4(SafetensorsWriter &w, const TensorSpec &packedSpec) {
-    int64_t rows = packedSpec.shape[0], in = packedSpec.shape[1] * 2;
-    Init init = initFor(config_, packedSpec);
-    Drawer drawer(plant_, init, tensorRng(seed_, packedSpec.name), 0);
-    std::vector<float> values(static_cast<size_t>(rows * in));
-    drawer.draw(0, values.data(), rows * in);
-    std::vector<uint8_t> packed, scale;
-    quantizeMxfp4(values.data(), rows, in, packed, scale);
-    K3_RETURN_IF_ERROR(w.writeNext(packed.data(), packed.size()));
-    K3_RETURN_IF_ERROR(w.writeNext(scale.data(), scale.size()));
-    report(packed.size() + scale.size());
+  /// The bytes of piece `p` into `out`.
+  void generate(const Piece &p, Buffer &out, Scratch &scratch) const {
+    uint8_t *dst = out.resize(static_cast<size_t>(p.bytes));
+    if (p.mxfp4) {
+      generateMxfp4(*p.spec, dst, scratch);
+      return;
+    }
+    const TensorSpec &s = *p.spec;
+    Drawer drawer(plant_, initFor(config_, s), tensorRng(seed_, s.name),
+                  tensorRng(seed_, s.name + "#plant").next(), p.begin);
+    // In blocks that stay in the cache, then rounded or copied.
+    constexpr int64_t kBlock = 8192;
+    scratch.values.resize(kBlock);
+    float *values = scratch.values.data();
+    for (int64_t at = p.begin; at < p.end; at += kBlock) {
+      const int64_t n = std::min(kBlock, p.end - at);
+      drawer.draw(values, n);
+      if (s.dtype == DType::BF16) {
+        bf16_t *o = reinterpret_cast<bf16_t *>(dst) + (at - p.begin);
+        for (int64_t i = 0; i < n; ++i)
+          o[i] = floatToBf16(values[i]);
+      } else { // F32 (planPieces admits nothing else)
+        std::memcpy(dst + (at - p.begin) * 4, values, n * 4);
+      }
+    }
+  }
+
+  /// An MXFP4 expert matrix: drawn in float a few rows at a time and
+  /// quantised (row by row, so in blocks of rows gives the same bytes);
+  /// `dst` gets all packed rows, then all scale rows.
+  void generateMxfp4(const TensorSpec &packedSpec, uint8_t *dst,
+                     Scratch &scratch) const {
+    const int64_t rows = packedSpec.shape[0], in = packedSpec.shape[1] * 2;
+    Drawer drawer(plant_, initFor(config_, packedSpec),
+                  tensorRng(seed_, packedSpec.name), 0);
+    const int64_t block = std::max<int64_t>(1, (int64_t(1) << 16) / in);
+    const int64_t packedRow = in / 2, scaleRow = in / kMxfp4BlockSize;
+    uint8_t *scaleDst = dst + rows * packedRow;
+    scratch.values.resize(static_cast<size_t>(block * in));
+    for (int64_t r = 0; r < rows; r += block) {
+      const int64_t n = std::min(block, rows - r);
+      drawer.draw(scratch.values.data(), n * in);
+      quantizeMxfp4(scratch.values.data(), n, in, scratch.packed,
+                    scratch.scale);
+      std::memcpy(dst + r * packedRow, scratch.packed.data(), n * packedRow);
+      std::memcpy(scaleDst + r * scaleRow, scratch.scale.data(), n * scaleRow);
+    }
+  }
+
+  /// Appends piece `p` to its shard (opening it, and finishing the shards
+  /// before it, when it is the shard's first) and reports progress.
+  Status write(const Piece &p, const Buffer &buf) {
+    K3_RETURN_IF_ERROR(closeShards(p.shard));
+    K3_RETURN_IF_ERROR(openShard());
+    // Small pieces are gathered, so the file gets large sequential writes.
+    if (staged_.size() + buf.size > kStageBytes)
+      K3_RETURN_IF_ERROR(flush());
+    if (buf.size >= kStageBytes)
+      K3_RETURN_IF_ERROR(writer_->append(buf.data.get(), buf.size));
+    else
+      staged_.insert(staged_.end(), buf.data.get(), buf.data.get() + buf.size);
+    done += buf.size;
+    if (progress_)
+      progress_(done, total);
     return Status::ok();
+  }
+
+  /// Creates the file of shard shard_ (its header) unless it is open.
+  Status openShard() {
+    if (writer_)
+      return Status::ok();
+    const Shard &s = shards_[shard_];
+    Expected<std::unique_ptr<SafetensorsWriter>> w = SafetensorsWriter::create(
+        (root_ / s.file).string(), s.specs, {{"format", "pt"}});
+    if (!w)
+      return w.status();
+    writer_ = std::move(*w);
+    return Status::ok();
+  }
+
+  /// Appends the gathered small pieces to the open shard.
+  Status flush() {
+    if (staged_.empty())
+      return Status::ok();
+    Status st = writer_->append(staged_.data(), staged_.size());
+    staged_.clear();
+    return st;
+  }
+
+  /// Finishes the open shard and writes every shard before `upTo` that has
+  /// no piece (only empty tensors), so that the open shard is `upTo`'s.
+  Status closeShards(size_t upTo) {
+    while (shard_ < upTo) {
+      K3_RETURN_IF_ERROR(openShard());
+      K3_RETURN_IF_ERROR(flush());
+      K3_RETURN_IF_ERROR(writer_->finish());
+      writer_.reset();
+      ++shard_;
+    }
+    return Status::ok();
+  }
+
+  Status runSerial() {
+    Buffer buf;
+    Scratch scratch;
+    for (const Piece &p : pieces_) {
+      generate(p, buf, scratch);
+      K3_RETURN_IF_ERROR(write(p, buf));
+    }
+    return Status::ok();
+  }
+
+  /// `threads` workers take pieces in order and generate them into a ring
+  /// of threads + 2 buffers; this thread writes them in order. A worker
+  /// takes piece i only when piece i - ring has been written (its buffer is
+  /// free), so at most `ring` pieces are in memory.
+  Status runParallel(int threads) {
+    const size_t ring = static_cast<size_t>(threads) + 2;
+    std::vector<Buffer> buffers(ring);
+    std::vector<char> ready(ring, 0);
+    std::mutex mutex;
+    std::condition_variable canTake, canWrite;
+    size_t next = 0, written = 0;
+    bool stop = false;
+    auto worker = [&] {
+      Scratch scratch;
+      for (;;) {
+        size_t i;
+        {
+          std::unique_lock<std::mutex> lock(mutex);
+          canTake.wait(lock, [&] {
+            return stop || next >= pieces_.size() || next < written + ring;
+          });
+          if (stop || next >= pieces_.size())
+            return;
+          i = next++;
+        }
+        generate(pieces_[i], buffers[i % ring], scratch);
+        {
+          std::lock_guard<std::mutex> lock(mutex);
+          ready[i % ring] = 1;
+        }
+        canWrite.notify_one();
+      }
+    };
+    std::vector<std::thread> workers;
+    for (int t = 0; t < threads; ++t)
+      workers.emplace_back(worker);
+    Status st = Status::ok();
+    for (size_t i = 0; i < pieces_.size() && st; ++i) {
+      {
+        std::unique_lock<std::mutex> lock(mutex);
+        canWrite.wait(lock, [&] { return ready[i % ring] != 0; });
+      }
+      st = write(pieces_[i], buffers[i % ring]);
+      {
+        std::lock_guard<std::mutex> lock(mutex);
+        ready[i % ring] = 0;
+        ++written;
+        stop = !st;
+      }
+      canTake.notify_all();
+    }
+    for (std::thread &t : workers)
+      t.join();
+    return st;
   }
 
   const ModelConfig &config_;
   uint64_t seed_;
+  fs::path root_;
+  const std::vector<Shard> &shards_;
   Plant plant_;
   ProgressFn progress_;
+  std::vector<Piece> pieces_;
+  size_t shard_ = 0; ///< the shard being written
+  std::unique_ptr<SafetensorsWriter> writer_;
+  static constexpr size_t kStageBytes = size_t(8) << 20;
+  std::vector<uint8_t> staged_; ///< bytes of small pieces not yet appended
 };
 
 /// Splits the specs into shards of at most `shardBytes` (0: one file),
@@ -548,9 +837,20 @@ Status removeStaleCheckpoint(const fs::path &dir) {
 
 } // namespace
 
+int defaultMakerThreads() {
+  int n = static_cast<int>(std::thread::hardware_concurrency());
+  if (const char *env = std::getenv("K3C_CPU_THREADS")) {
+    char *end = nullptr;
+    long v = std::strtol(env, &end, 10);
+    if (end != env && *end == '\0' && v > 0)
+      n = static_cast<int>(std::min<long>(v, kMaxMakerThreads));
+  }
+  return std::max(1, std::min(n, kMaxMakerThreads));
+}
+
 Status makeModel(const ModelConfig &config, uint64_t seed,
                  const std::string &dir, ProgressFn progress,
-                 int64_t shardBytes, Structure structure) {
+                 int64_t shardBytes, Structure structure, int threads) {
   K3_RETURN_IF_ERROR(config.validate());
   std::error_code ec;
   fs::path root(dir);
@@ -567,12 +867,10 @@ Status makeModel(const ModelConfig &config, uint64_t seed,
       return makeError("tensor ", s.name, " is too large");
   std::vector<Shard> shards = planShards(specs, shardBytes);
 
-  Maker maker(config, seed, std::move(progress),
+  Maker maker(config, seed, root, shards, std::move(progress),
               structure == Structure::Planted);
-  for (const Shard &s : shards)
-    maker.total += s.bytes;
-  for (const Shard &s : shards)
-    K3_RETURN_IF_ERROR(maker.writeShard((root / s.file).string(), s));
+  K3_RETURN_IF_ERROR(maker.run(threads > 0 ? std::min(threads, kMaxMakerThreads)
+                                           : defaultMakerThreads()));
 
   if (shardBytes > 0) {
     nlohmann::ordered_json weightMap = nlohmann::ordered_json::object();

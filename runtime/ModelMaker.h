@@ -3,9 +3,9 @@
 // Writes a model directory (config.json + safetensors, Hugging Face names and
 // layouts) filled with deterministic pseudo-random weights, scaled so that
 // activations keep realistic magnitudes through every layer and routing and
-// logits vary between tokens, with clear margins. Tests, benchmarks and the compiler's
-// end-to-end checks run on these instead of the real multi-hundred-GB
-// checkpoints.
+// logits vary between tokens, with clear margins. Tests, benchmarks and the
+// compiler's end-to-end checks run on these instead of the real
+// multi-hundred-GB checkpoints.
 //
 //===----------------------------------------------------------------------===//
 #ifndef K3C_RUNTIME_MODELMAKER_H
@@ -20,8 +20,11 @@
 
 namespace k3 {
 
-/// Called after each tensor is written with the bytes written so far and the
-/// total the model will take.
+/// Called after each piece of the model (a run of a tensor's values, or a
+/// whole MXFP4 expert matrix) is handed to its file (small pieces through an
+/// 8 MiB buffer), on the thread that called makeModel, with the bytes
+/// written so far and the total the model will take: `bytesDone` never
+/// decreases and the last call has bytesDone == bytesTotal.
 using ProgressFn = std::function<void(uint64_t bytesDone, uint64_t bytesTotal)>;
 
 /// Writes `config` with weights drawn from `seed` into `dir` (created if
@@ -34,8 +37,16 @@ using ProgressFn = std::function<void(uint64_t bytesDone, uint64_t bytesTotal)>;
 /// config's sizes. The models are confident by construction (a planted
 /// routing code, bigram and AttnRes marker; see ModelMaker.cpp), so greedy
 /// decoding does not sit on near-ties that rounding could flip.
-/// Tensors are generated and written one at a time, so memory stays at about
-/// one tensor (the largest is usually the embedding or lm_head).
+///
+/// `threads` (0 or less: defaultMakerThreads(); at most kMaxMakerThreads)
+/// threads generate the values: every tensor is cut into pieces of at most
+/// 2^21 values (an MXFP4 expert matrix is one piece), each drawn from the
+/// tensor's stream moved on to the piece's first value, so the bytes are
+/// the same for any thread count. The
+/// calling thread writes the pieces in file order with large sequential
+/// writes; at most threads + 2 pieces (a few MiB each) are in memory at a
+/// time, whatever the size of the model. With threads = 1 everything runs
+/// on the calling thread.
 ///
 /// `structure` Random leaves the plant out (plain random weights of the same
 /// scales): chaotic at bf16 for free-running greedy decodes, which is why
@@ -44,7 +55,15 @@ enum class Structure { Planted, Random };
 Status makeModel(const ModelConfig &config, uint64_t seed,
                  const std::string &dir, ProgressFn progress = {},
                  int64_t shardBytes = 0,
-                 Structure structure = Structure::Planted);
+                 Structure structure = Structure::Planted, int threads = 0);
+
+/// The most generating threads makeModel uses.
+constexpr int kMaxMakerThreads = 1024;
+
+/// makeModel's default thread count: K3C_CPU_THREADS when it is set to a
+/// positive integer (as for the CPU backend), else the hardware threads;
+/// at most kMaxMakerThreads.
+int defaultMakerThreads();
 
 } // namespace k3
 

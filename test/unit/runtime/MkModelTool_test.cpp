@@ -1,7 +1,8 @@
 //===- MkModelTool_test.cpp - The k3-mkmodel command line -----------------===//
 //
 // Runs the built tool: help, the preset list, exit codes for bad command
-// lines, and a real (tiny) write.
+// lines (--threads included), a real (tiny) write, and the same files for
+// any --threads.
 //
 //===----------------------------------------------------------------------===//
 #include "TestUtil.h"
@@ -11,6 +12,7 @@
 
 #include <cstdio>
 #include <filesystem>
+#include <map>
 #include <sys/wait.h>
 
 #ifndef K3C_MKMODEL_PATH
@@ -46,6 +48,8 @@ TEST(MkModelTool, Help) {
   EXPECT_EQ(r.code, 0);
   EXPECT_TRUE(k3::test::contains(r.output, "usage: k3-mkmodel PRESET -o DIR"));
   EXPECT_TRUE(k3::test::contains(r.output, "--shard-mb"));
+  EXPECT_TRUE(k3::test::contains(r.output, "--threads N"));
+  EXPECT_TRUE(k3::test::contains(r.output, "byte-identical files"));
 }
 
 TEST(MkModelTool, List) {
@@ -81,6 +85,52 @@ TEST(MkModelTool, BadCommandLines) {
   EXPECT_TRUE(k3::test::contains(r.output, "unknown option '--frobnicate'"));
   r = runTool("tiny -o '" + dir.path() + "' --seed");
   EXPECT_EQ(r.code, 2);
+
+  // --threads: at least 1, a number, not absurd; nothing is written.
+  std::string out = dir.file("never");
+  r = runTool("tiny -o '" + out + "' --threads 0");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_TRUE(k3::test::contains(r.output, "--threads must be at least 1"))
+      << r.output;
+  for (const char *bad : {"abc", "-1", "4x", "''"}) {
+    r = runTool("tiny -o '" + out + "' --threads " + bad);
+    EXPECT_EQ(r.code, 2) << bad;
+    EXPECT_TRUE(k3::test::contains(r.output, "is not a non-negative integer"))
+        << bad << ": " << r.output;
+  }
+  r = runTool("tiny -o '" + out + "' --threads 100000");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_TRUE(k3::test::contains(r.output, "--threads must be at most"))
+      << r.output;
+  r = runTool("tiny -o '" + out + "' --threads");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_TRUE(k3::test::contains(r.output, "--threads needs a value"))
+      << r.output;
+  EXPECT_FALSE(std::filesystem::exists(out));
+}
+
+TEST(MkModelTool, ThreadsGiveTheSameFiles) {
+  // A sharded model with one thread and with four: the same files, byte for
+  // byte; the final line reports the rate and the thread count.
+  k3::test::TempDir dir;
+  std::map<std::string, std::string> files[2];
+  int i = 0;
+  for (const char *threads : {"1", "4"}) {
+    std::string out = dir.file(std::string("t") + threads);
+    ToolRun r = runTool("tiny -o '" + out + "' --seed 5 --shard-mb 1 " +
+                        "--threads " + threads);
+    ASSERT_EQ(r.code, 0) << r.output;
+    EXPECT_TRUE(k3::test::contains(r.output, "100%")) << r.output;
+    EXPECT_TRUE(k3::test::contains(r.output, std::string("MiB/s, ") + threads +
+                                                 " threads"))
+        << r.output;
+    for (const auto &e : std::filesystem::directory_iterator(out))
+      files[i][e.path().filename().string()] =
+          k3::test::readFile(e.path().string());
+    ++i;
+  }
+  EXPECT_GT(files[0].size(), 4u);
+  EXPECT_TRUE(files[0] == files[1]);
 }
 
 TEST(MkModelTool, WritesTinyModel) {

@@ -1,8 +1,9 @@
 //===- ModelMaker_test.cpp - Synthetic checkpoints ------------------------===//
 //
-// Determinism (same seed → same bytes, independent of layer count and
-// sharding), MXFP4 expert layout, value ranges that keep activations sane,
-// and the sharded form.
+// Determinism (same seed → same bytes, independent of layer count,
+// sharding and thread count; pinned to the bytes the serial maker wrote),
+// MXFP4 expert layout, value ranges that keep activations sane, and the
+// sharded form.
 //
 //===----------------------------------------------------------------------===//
 #include "runtime/ModelMaker.h"
@@ -21,6 +22,8 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
+#include <map>
 #include <set>
 
 using namespace k3;
@@ -50,6 +53,23 @@ double rms(const std::vector<float> &v) {
 bool sameBytes(const TensorView *a, const TensorView *b) {
   return a && b && a->nbytes == b->nbytes &&
          std::memcmp(a->data, b->data, a->nbytes) == 0;
+}
+
+/// Every file of a model directory, by name.
+std::map<std::string, std::string> dirFiles(const std::string &dir) {
+  std::map<std::string, std::string> files;
+  for (const auto &e : std::filesystem::directory_iterator(dir))
+    files[e.path().filename().string()] = test::readFile(e.path().string());
+  return files;
+}
+
+uint64_t fnv1a(const std::string &bytes) {
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (unsigned char c : bytes) {
+    h ^= c;
+    h *= 0x100000001b3ull;
+  }
+  return h;
 }
 
 } // namespace
@@ -316,4 +336,85 @@ TEST(ModelMaker, RejectsInvalidConfigAndBadDirectory) {
   test::writeFile(dir.file("file"), "x");
   EXPECT_ERROR_CONTAINS(makeModel(preset("tiny"), 1, dir.file("file")),
                         "cannot create the output directory");
+}
+
+TEST(ModelMaker, ThreadCountDoesNotChangeBytes) {
+  // Tensors are cut into about one piece per thread (at least 2^14 values),
+  // so 3 and 4 threads start pieces mid-row in the embedding, lm_head and
+  // the projections (tiny-odd's sizes are all distinct and odd-ish), and the
+  // sharded model spreads pieces over several files.
+  struct Case {
+    const char *preset;
+    int64_t shardBytes;
+  };
+  for (Case c : {Case{"tiny", 0}, Case{"tiny-odd", 0},
+                 Case{"tiny-linear", 1 << 20}, Case{"tiny", 1 << 20}}) {
+    SCOPED_TRACE(std::string(c.preset) + " shard " +
+                 std::to_string(c.shardBytes));
+    ModelConfig config = preset(c.preset);
+    test::TempDir serial;
+    ASSERT_TRUE(makeModel(config, 21, serial.path(), {}, c.shardBytes,
+                          Structure::Planted, 1));
+    std::map<std::string, std::string> want = dirFiles(serial.path());
+    ASSERT_GE(want.size(), c.shardBytes ? 4u : 2u);
+    for (int threads : {4, 3}) {
+      SCOPED_TRACE(std::to_string(threads) + " threads");
+      test::TempDir dir;
+      uint64_t last = 0, total = 0;
+      int calls = 0;
+      bool monotonic = true;
+      auto progress = [&](uint64_t done, uint64_t all) {
+        monotonic &= done >= last && (calls == 0 || all == total);
+        last = done;
+        total = all;
+        ++calls;
+      };
+      ASSERT_TRUE(makeModel(config, 21, dir.path(), progress, c.shardBytes,
+                            Structure::Planted, threads));
+      std::map<std::string, std::string> got = dirFiles(dir.path());
+      ASSERT_EQ(got.size(), want.size());
+      for (const auto &[name, bytes] : want) {
+        ASSERT_TRUE(got.count(name)) << name;
+        EXPECT_TRUE(got[name] == bytes) << name << " differs";
+      }
+      EXPECT_TRUE(monotonic);
+      EXPECT_GT(calls, 10);
+      EXPECT_EQ(last, total);
+    }
+  }
+  // Random structure too (the same streams, without the plant).
+  test::TempDir a, b;
+  ASSERT_TRUE(
+      makeModel(preset("tiny-odd"), 4, a.path(), {}, 0, Structure::Random, 1));
+  ASSERT_TRUE(
+      makeModel(preset("tiny-odd"), 4, b.path(), {}, 0, Structure::Random, 4));
+  EXPECT_TRUE(dirFiles(a.path()) == dirFiles(b.path()));
+}
+
+TEST(ModelMaker, BytesArePinned) {
+  // FNV-1a of model.safetensors as the serial, one-tensor-at-a-time maker
+  // wrote it (before the pieces and threads): parallel generation must not
+  // change a byte. If the generator is changed on purpose (new scales, a
+  // new plant), these change with it: update them in the same commit.
+  struct Case {
+    const char *preset;
+    uint64_t hash;
+  };
+  for (Case c : {Case{"tiny", 0xb1882d172272d8e0ull},
+                 Case{"tiny-odd", 0x8654ba1d84c10ad4ull},
+                 Case{"tiny-linear", 0x2684f92cbf0b0958ull}}) {
+    for (int threads : {1, 4}) {
+      test::TempDir dir;
+      ASSERT_TRUE(makeModel(preset(c.preset), 42, dir.path(), {}, 0,
+                            Structure::Planted, threads));
+      EXPECT_EQ(fnv1a(test::readFile(dir.file("model.safetensors"))), c.hash)
+          << c.preset << " with " << threads << " threads";
+    }
+  }
+}
+
+TEST(ModelMaker, DefaultThreads) {
+  int n = defaultMakerThreads();
+  EXPECT_GE(n, 1);
+  EXPECT_LE(n, kMaxMakerThreads);
 }
