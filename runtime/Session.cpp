@@ -1,14 +1,14 @@
 //===- Session.cpp - The greedy decode loop over a bound plan -------------===//
 //
 // Every request is checked before the first step so that a bad request never
-// leaves a half-decoded sequence behind, and the argmax uses the same CPU
-// entry point (argmaxCpu) as CpuDecoder so their tie rules cannot drift.
+// leaves a half-decoded sequence behind, and the greedy choice uses the same
+// CPU entry point (argmaxCpu, through Sampler) as CpuDecoder so their tie
+// rules cannot drift.
 //
 //===----------------------------------------------------------------------===//
 #include "runtime/Session.h"
 
 #include "kernels/common/BF16.h"
-#include "kernels/head/HeadCpu.h"
 #include "runtime/CpuBackend.h"
 #include "runtime/cuda/CudaBackend.h"
 
@@ -251,8 +251,21 @@ Expected<GenerateResult> Session::generate(const std::vector<int64_t> &prompt,
                                            int64_t maxNew, bool keepLogits,
                                            const TokenCallback &onToken,
                                            const PrefixSnapshot *prefix) {
+  GenerateOptions options;
+  options.maxNew = maxNew;
+  options.keepLogits = keepLogits;
+  options.onToken = onToken;
+  options.prefix = prefix;
+  return generate(prompt, options);
+}
+
+Expected<GenerateResult> Session::generate(const std::vector<int64_t> &prompt,
+                                           const GenerateOptions &options) {
   const int64_t vocab = backend_->vocab();
+  const int64_t maxNew = options.maxNew;
+  const PrefixSnapshot *prefix = options.prefix;
   K3_RETURN_IF_ERROR(checkPrompt(prompt, maxNew));
+  K3_RETURN_IF_ERROR(checkSamplingParams(options.sampling));
   const int64_t n = static_cast<int64_t>(prompt.size());
   if (prefix && (prefix->tokens.size() > prompt.size() ||
                  !std::equal(prefix->tokens.begin(), prefix->tokens.end(),
@@ -264,8 +277,8 @@ Expected<GenerateResult> Session::generate(const std::vector<int64_t> &prompt,
   r.vocab = vocab;
   r.promptTokens = n;
   r.tokens.reserve(maxNew);
-  if (keepLogits)
-    r.logits.resize(static_cast<size_t>(maxNew * vocab));
+  if (options.keepLogits)
+    r.logits.reserve(static_cast<size_t>(maxNew * vocab));
   auto t0 = std::chrono::steady_clock::now();
   int64_t first = 0;
   if (prefix) {
@@ -274,10 +287,12 @@ Expected<GenerateResult> Session::generate(const std::vector<int64_t> &prompt,
   } else {
     K3_RETURN_IF_ERROR(backend_->resetState());
   }
+  r.restoredTokens = first;
   for (int64_t i = first; i < n; ++i)
     K3_RETURN_IF_ERROR(backend_->step(prompt[i], i));
   r.promptSeconds = secondsSince(t0);
 
+  Sampler sampler(options.sampling);
   t0 = std::chrono::steady_clock::now();
   for (int64_t s = 0; s < maxNew; ++s) {
     // The logits of the last prompt token: the snapshot's when the whole
@@ -286,17 +301,17 @@ Expected<GenerateResult> Session::generate(const std::vector<int64_t> &prompt,
         s == 0 && first == n ? prefix->logits.data() : backend_->logits();
     // argmax skips NaN: without this a broken model decodes "0 0 0 ...".
     K3_RETURN_IF_ERROR(checkFiniteLogits(logits, vocab, s, n - 1 + s, store_));
-    int64_t id = 0;
-    ArgmaxParams am;
-    am.logits = logits;
-    am.n = vocab;
-    am.outId = &id;
-    argmaxCpu(am);
+    const int64_t id = sampler.next(logits, vocab);
     r.tokens.push_back(id);
-    if (keepLogits)
-      std::memcpy(r.logits.data() + s * vocab, logits, sizeof(float) * vocab);
-    if (onToken)
-      onToken(s, id);
+    if (options.keepLogits)
+      r.logits.insert(r.logits.end(), logits, logits + vocab);
+    if (options.onToken)
+      options.onToken(s, id);
+    if (std::find(options.stopIds.begin(), options.stopIds.end(), id) !=
+        options.stopIds.end()) {
+      r.stopped = true;
+      break;
+    }
     if (s + 1 < maxNew) {
       K3_RETURN_IF_ERROR(backend_->step(id, n + s));
       ++r.decodeSteps;

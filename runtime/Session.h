@@ -3,7 +3,8 @@
 // A Session owns everything a run needs: the plan, the memory-mapped
 // checkpoint and the backend bound to both. generate() is the whole decode
 // of one sequence: reset the state, feed the prompt one token per step,
-// then choose each next token greedily (argmax, ties to the lowest id),
+// then choose each next token (greedily: argmax, ties to the lowest id; or
+// sampled, runtime/Sampling.h) until max_new tokens or a stop id,
 // reporting every token as it is chosen and optionally keeping the logits
 // that chose it (K3.md §10: row s chose generated token s).
 //
@@ -15,6 +16,7 @@
 #include "runtime/Config.h"
 #include "runtime/Plan.h"
 #include "runtime/Safetensors.h"
+#include "runtime/Sampling.h"
 #include "runtime/Status.h"
 
 #include <cstdint>
@@ -37,15 +39,20 @@ using TokenCallback = std::function<void(int64_t index, int64_t token)>;
 
 /// What one generate() call produced.
 struct GenerateResult {
-  std::vector<int64_t> tokens; ///< maxNew generated ids
-  /// maxNew * vocab fp32 when logits were requested, row s = the logits that
-  /// chose tokens[s]; empty otherwise.
+  /// The generated ids: maxNew, or fewer when a stop id ended the sequence
+  /// (it is the last one then).
+  std::vector<int64_t> tokens;
+  /// tokens.size() * vocab fp32 when logits were requested, row s = the
+  /// logits that chose tokens[s]; empty otherwise.
   std::vector<float> logits;
   int64_t vocab = 0;
   int64_t promptTokens = 0;
-  double promptSeconds = 0; ///< the steps that fed the prompt
-  int64_t decodeSteps = 0;  ///< steps after the prompt (maxNew - 1)
-  double decodeSeconds = 0; ///< those steps plus every argmax
+  /// Of those, restored from a prefix snapshot instead of fed.
+  int64_t restoredTokens = 0;
+  bool stopped = false;     ///< a stop id ended the sequence
+  double promptSeconds = 0; ///< the restore and the steps that fed the prompt
+  int64_t decodeSteps = 0;  ///< steps after the prompt (tokens.size() - 1)
+  double decodeSeconds = 0; ///< those steps plus every token choice
   /// Generated tokens per second of decode (prompt excluded); 0 when no
   /// decode step ran.
   double decodeTokensPerSecond() const {
@@ -64,6 +71,23 @@ struct PrefixSnapshot {
   /// layer's state into the second KDA layer's slot and the other way round,
   /// the bug a slot-keyed cache can have. Never set outside tests.
   bool mutantSwapKdaSlots = false;
+};
+
+/// How generate() decodes one sequence.
+struct GenerateOptions {
+  int64_t maxNew = 1; ///< the most tokens to generate (>= 1)
+  /// Keep the logits that chose each token (GenerateResult::logits).
+  bool keepLogits = false;
+  TokenCallback onToken; ///< may be empty
+  /// Restore this snapshot (its tokens must start the prompt) instead of
+  /// feeding its tokens; may be null.
+  const PrefixSnapshot *prefix = nullptr;
+  /// The sequence ends as soon as it emits one of these (kept as its last
+  /// token); empty: always maxNew tokens. E.g. the config's eos_token_id.
+  std::vector<int64_t> stopIds;
+  /// Greedy by default; a fresh Sampler from these per sequence, so one
+  /// seed gives one sequence for one prompt.
+  SamplingParams sampling;
 };
 
 /// What a teacher-forced step computed: every plan probe's values (plan
@@ -86,12 +110,21 @@ public:
        BackendKind kind = BackendKind::Cpu, bool cudaGraph = true);
 
   /// Decodes one sequence (see the file comment). Errors, before anything
-  /// runs: empty prompt, a token outside [0, vocab), maxNew < 1, or
-  /// prompt + maxNew above the plan's max_seq.
+  /// runs: those of checkPrompt(), a prefix that does not start the prompt,
+  /// sampling parameters that checkSamplingParams refuses.
+  Expected<GenerateResult> generate(const std::vector<int64_t> &prompt,
+                                    const GenerateOptions &options);
+  /// Greedy, no stop ids: generate(prompt, {maxNew, keepLogits, onToken,
+  /// prefix}).
   Expected<GenerateResult> generate(const std::vector<int64_t> &prompt,
                                     int64_t maxNew, bool keepLogits = false,
                                     const TokenCallback &onToken = {},
                                     const PrefixSnapshot *prefix = nullptr);
+
+  /// The request checks of generate(), for callers that check a batch of
+  /// requests before decoding any: empty prompt, a token outside
+  /// [0, vocab), maxNew < 1, or prompt + maxNew above the plan's max_seq.
+  Status checkPrompt(const std::vector<int64_t> &prompt, int64_t maxNew) const;
 
   /// Feeds `prefix` from a fresh state and returns the snapshot after it.
   /// generate() with that snapshot and a prompt that starts with the prefix
@@ -113,8 +146,6 @@ public:
 
 private:
   Session() = default;
-  /// The prompt checks of generate() (also for snapshotPrefix).
-  Status checkPrompt(const std::vector<int64_t> &prompt, int64_t maxNew) const;
   /// Writes a snapshot's states back (the mutant lever applied).
   Status restore(const PrefixSnapshot &snap);
   PlanDoc plan_;

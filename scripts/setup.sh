@@ -2,7 +2,7 @@
 #===- scripts/setup.sh - Install build dependencies and configure ---------===#
 #
 # Idempotent: installs the Debian packages that are missing (MLIR 22, LLVM
-# tools for lit/FileCheck, GoogleTest, nlohmann-json, Ninja, CMake) and
+# tools for lit/FileCheck, GoogleTest, nlohmann-json, CLI11, Ninja, CMake) and
 # configures ./build. Set K3C_COMPILER=OFF to configure the runtime-only build
 # (no MLIR needed), as on the GPU machine.
 #
@@ -13,7 +13,7 @@ cd "$(dirname "$0")/.."
 BUILD_DIR=${BUILD_DIR:-build}
 K3C_COMPILER=${K3C_COMPILER:-ON}
 
-packages=(cmake ninja-build g++ nlohmann-json3-dev libgtest-dev)
+packages=(cmake ninja-build g++ nlohmann-json3-dev libgtest-dev libcli11-dev)
 if [ "$K3C_COMPILER" = ON ]; then
   packages+=(llvm-22-dev llvm-22-tools libmlir-22-dev mlir-22-tools)
 fi

@@ -1,30 +1,46 @@
-//===- k3-run.cpp - Run a k3c plan: greedy decode from a prompt -----------===//
+//===- k3-run.cpp - Run a k3c plan: decode from prompts -------------------===//
 //
 // A thin main over Session. Two modes: `k3-run PLAN --weights DIR ...` reads
 // the plan file; a binary made by `k3c --emit=exe` is this program with a
-// plan appended (Executable.h), and then PLAN is omitted. Generated ids go to
-// stdout as they are produced (one flush per token); the timing summary goes
-// to stderr so stdout stays machine-readable. With --check-against cpu the
-// decode runs launch by launch and every launch is checked against the CPU
-// kernels on the same inputs (runtime/Differential.h). With --profile the
-// decode is followed by a profile of its next step (runtime/Profile.h): each
-// launch timed alone, whole steps, by kernel and by layer part against the
-// bytes they move and the measured copy bandwidth, printed to stderr. Exit
-// codes: 0 ok, 1 runtime error (bad plan, weights, request), 2 bad command
+// plan appended (Executable.h), and then PLAN is omitted. The command line is
+// parsed with CLI11; every value is then checked here so that the messages
+// say what a good value looks like (docs/RUN.md has the whole reference).
+//
+// Prompts come from --prompt-ids or a --prompts file and are decoded one
+// after another (batch 1). Generated ids go to stdout as they are produced
+// (one flush per token), one line per prompt, prefixed by the prompt's line
+// number when a file has several; the timing summary goes to stderr so
+// stdout stays machine-readable. A sequence ends at --max-new tokens or when
+// it emits a stop id (--stop-ids, and the config's eos_token_id unless
+// --ignore-eos). Tokens are greedy unless --temperature asks for sampling
+// (runtime/Sampling.h). --snapshot-out / --snapshot-in save and restore the
+// state after a shared prefix (SnapshotFile.h).
+//
+// With --check-against cpu the decode runs launch by launch and every launch
+// is checked against the CPU kernels on the same inputs
+// (runtime/Differential.h). With --profile the decode is followed by a
+// profile of its next step (runtime/Profile.h). Exit codes: 0 ok, 1 runtime
+// error (bad plan, weights, prompts file, snapshot, request), 2 bad command
 // line, 3 a launch out of tolerance.
 //
 //===----------------------------------------------------------------------===//
+#include "runtime/AtomicFile.h"
 #include "runtime/Differential.h"
 #include "runtime/Executable.h"
 #include "runtime/Npy.h"
 #include "runtime/Plan.h"
 #include "runtime/Profile.h"
 #include "runtime/Session.h"
+#include "tools/k3-run/PromptFile.h"
+#include "tools/k3-run/SnapshotFile.h"
 
+#include <CLI/CLI.hpp>
+
+#include <algorithm>
 #include <cerrno>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
 #include <optional>
 #include <string>
 #include <vector>
@@ -37,64 +53,6 @@ constexpr int kExitMismatch = 3;
 
 std::string g_prog = "k3-run";
 
-void printHelp(std::FILE *out, bool embedded) {
-  const char *p = g_prog.c_str();
-  if (embedded)
-    std::fprintf(out,
-                 "usage: %s --weights DIR --prompt-ids IDS --max-new N "
-                 "[options]\n\n"
-                 "Decodes greedily with the plan built into this binary.\n",
-                 p);
-  else
-    std::fprintf(out,
-                 "usage: %s PLAN --weights DIR --prompt-ids IDS --max-new N "
-                 "[options]\n\n"
-                 "Decodes greedily with a plan made by k3c.\n",
-                 p);
-  std::fprintf(
-      out,
-      "\n"
-      "The prompt is fed one token per step; each next token is the argmax\n"
-      "of the logits (ties to the lowest id), with no stop at EOS. Generated\n"
-      "ids are printed to stdout as they are produced; a timing summary goes\n"
-      "to stderr.\n"
-      "\n"
-      "options:\n"
-      "  --weights DIR        model directory (config.json + safetensors);\n"
-      "                       its config must match the plan's\n"
-      "  --prompt-ids IDS     comma-separated token ids, e.g. 1,2,3\n"
-      "  --max-new N          tokens to generate (>= 1); prompt + N must not\n"
-      "                       exceed the plan's max_seq\n"
-      "  --backend cpu|cuda   where to run (default cpu); cuda needs an\n"
-      "                       NVIDIA driver and a build with nvcc\n"
-      "  --no-cuda-graph      launch kernel by kernel instead of replaying\n"
-      "                       one CUDA graph per step (debugging, timing)\n"
-      "  --check-against cpu  debugging: decode launch by launch and check\n"
-      "                       each launch's outputs against the CPU kernels\n"
-      "                       run on the same inputs, within that kernel's\n"
-      "                       tolerance (bit-identical with --backend cpu);\n"
-      "                       names the first launch out of tolerance\n"
-      "                       (kernel, op, launch, step, field, errors) and\n"
-      "                       exits 3, else prints one OK line to stderr\n"
-      "  --profile            after the decode, profile its next step (the\n"
-      "                       state refilled with the same tokens): each\n"
-      "                       launch timed alone (CUDA events / wall clock),\n"
-      "                       whole steps (graph replay and kernel by\n"
-      "                       kernel), tables by kernel and by layer part\n"
-      "                       with bytes, GB/s and the share of the copy\n"
-      "                       bandwidth measured in this process, and the\n"
-      "                       step against its bandwidth floor (stderr)\n"
-      "  --profile-steps N    timed steps of each kind (default 20, after 3\n"
-      "                       warm-up steps)\n"
-      "  --logits-out FILE    write the logits that chose each generated\n"
-      "                       token as float32 .npy [max_new, vocab]\n"
-      "  --quiet              print only the generated ids\n"
-      "  -h, --help           show this help\n"
-      "\n"
-      "exit status: 0 ok, 1 runtime error, 2 bad command line, 3 a launch\n"
-      "out of tolerance (--check-against)\n");
-}
-
 int usageError(const std::string &message) {
   std::fprintf(stderr, "%s: error: %s\n", g_prog.c_str(), message.c_str());
   std::fprintf(stderr, "run '%s --help' for usage\n", g_prog.c_str());
@@ -104,6 +62,220 @@ int usageError(const std::string &message) {
 int runtimeError(const std::string &message) {
   std::fprintf(stderr, "%s: error: %s\n", g_prog.c_str(), message.c_str());
   return kExitFailure;
+}
+
+//===----------------------------------------------------------------------===//
+// The command line
+//===----------------------------------------------------------------------===//
+
+/// Every option as given (values as text: they are checked below, with
+/// messages of our own).
+struct Args {
+  std::string plan, weights, promptIds, prompts, maxNew, stopIds, temperature,
+      topP, seed, snapshotOut, snapshotIn, prefixLen,
+      backend = "cpu", checkAgainst, logitsOut, profileSteps;
+  bool ignoreEos = false, noCudaGraph = false, profile = false, quiet = false;
+  std::vector<std::string> extras; ///< what CLI11 did not recognise
+};
+
+/// CLI11's layout with our usage line, since the plan is positional only
+/// for k3-run and absent in an executable.
+class HelpFormatter : public CLI::Formatter {
+public:
+  explicit HelpFormatter(std::string usage) : usage_(std::move(usage)) {
+    column_width(24);
+    label("Positionals", "Plan");
+  }
+  /// The usage line, the description, the positionals, each group of
+  /// options (one blank line between them: CLI11 2.1 puts two) and the
+  /// footer.
+  std::string make_help(const CLI::App *app, std::string,
+                        CLI::AppFormatMode) const override {
+    std::string out = usage_ + "\n" + app->get_description() + "\n";
+    out += make_positionals(app);
+    for (const std::string &group : app->get_groups()) {
+      std::vector<const CLI::Option *> opts =
+          app->get_options([&](const CLI::Option *opt) {
+            return opt->get_group() == group && opt->nonpositional();
+          });
+      if (!group.empty() && !opts.empty())
+        out += make_group(group, false, opts);
+    }
+    return out + "\n" + make_footer(app);
+  }
+
+private:
+  std::string usage_;
+};
+
+std::string footer(bool embedded) {
+  const std::string run =
+      "  " + g_prog + (embedded ? "" : " model.plan") + " --weights /tmp/tiny ";
+  std::string examples;
+  for (const char *e :
+       {"--prompt-ids 1,2,3 --max-new 32",
+        "--prompts prompts.txt --max-new 64 \\\n"
+        "      --stop-ids 7,9 --temperature 0.7 --top-p 0.9 --seed 1",
+        "--prompt-ids 1,2,3,4,5 --max-new 8 \\\n"
+        "      --snapshot-out prefix.snap --prefix-len 3",
+        "--prompt-ids 1,2,3,9 --max-new 8 --snapshot-in prefix.snap",
+        "--prompt-ids 1,2,3 --max-new 8 --backend cuda --check-against cpu"})
+    examples += run + e + "\n";
+  return "How it decodes:\n"
+         "  Each prompt is fed one token per step, then tokens are chosen\n"
+         "  one at a time: the argmax of the logits (ties to the lowest id),\n"
+         "  or a sample with --temperature. A sequence ends after --max-new\n"
+         "  tokens or at a stop id (printed as its last id). Prompts are\n"
+         "  decoded one after another. The ids of each go to stdout on one\n"
+         "  line (\"LINE: ids\" when a --prompts file has several); a timing\n"
+         "  summary with prefill and decode tokens/s goes to stderr.\n"
+         "\n"
+         "Examples:\n" +
+         examples +
+         "\n"
+         "exit status: 0 ok, 1 runtime error, 2 bad command line, 3 a launch\n"
+         "out of tolerance (--check-against)\n"
+         "See docs/RUN.md for the prompts and snapshot file formats.";
+}
+
+/// Declares every option on `app`, bound to `a`.
+void declareOptions(CLI::App &app, Args &a, bool embedded) {
+  app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+  app.allow_extras();
+  app.set_help_flag(); // added last, in the output group
+  app.formatter(std::make_shared<HelpFormatter>(
+      "usage: " + g_prog + (embedded ? "" : " PLAN") +
+      " --weights DIR (--prompt-ids IDS | --prompts FILE) --max-new N "
+      "[options]\n"));
+  app.footer(footer(embedded));
+  const char *model = "Model and prompts";
+  if (!embedded)
+    app.add_option("PLAN", a.plan, "a plan made by k3c (model.plan)")
+        ->type_name("")
+        ->group(model);
+  app.add_option("--weights", a.weights,
+                 "model directory (config.json + safetensors);\n"
+                 "its config must match the plan's")
+      ->type_name("DIR")
+      ->group(model);
+  app.add_option("--prompt-ids", a.promptIds,
+                 "one prompt: token ids separated by commas\n"
+                 "or spaces, e.g. 1,2,3 or \"1 2 3\"")
+      ->type_name("IDS")
+      ->group(model);
+  app.add_option("--prompts", a.prompts,
+                 "several prompts, one line of ids each, e.g.\n"
+                 "  1,2,3\n"
+                 "  # a comment\n"
+                 "  1 5 9\n"
+                 "(blank lines and # comments are skipped;\n"
+                 "errors name the file and line)")
+      ->type_name("FILE")
+      ->group(model);
+  app.add_option("--max-new", a.maxNew,
+                 "the most tokens to generate per prompt (>= 1);\n"
+                 "prompt + N must not exceed the plan's max_seq")
+      ->type_name("N")
+      ->group(model);
+
+  const char *stop = "Stopping";
+  app.add_option("--stop-ids", a.stopIds,
+                 "end a sequence when it emits one of these ids\n"
+                 "(printed as its last id), e.g. 7,9")
+      ->type_name("IDS")
+      ->group(stop);
+  app.add_flag("--ignore-eos", a.ignoreEos,
+               "do not stop at the config's eos_token_id\n"
+               "(by default it is a stop id)")
+      ->group(stop);
+
+  const char *sampling = "Sampling (greedy without --temperature)";
+  app.add_option("--temperature", a.temperature,
+                 "sample from softmax(logits / T), T > 0,\n"
+                 "e.g. --temperature 0.7")
+      ->type_name("T")
+      ->group(sampling);
+  app.add_option("--top-p", a.topP,
+                 "sample only from the smallest set of most\n"
+                 "likely tokens (ties by lower id) whose\n"
+                 "probability reaches P, 0 < P <= 1 (default 1),\n"
+                 "e.g. --top-p 0.9")
+      ->type_name("P")
+      ->group(sampling);
+  app.add_option("--seed", a.seed,
+                 "sampling seed (default 0): one seed gives one\n"
+                 "sequence for a prompt, on every machine")
+      ->type_name("S")
+      ->group(sampling);
+
+  const char *snap = "Prefix snapshots";
+  app.add_option("--snapshot-out", a.snapshotOut,
+                 "save the state after the first prompt's first\n"
+                 "--prefix-len tokens (default: all of them) to\n"
+                 "FILE, written atomically; prompts that start\n"
+                 "with that prefix then restore it")
+      ->type_name("FILE")
+      ->group(snap);
+  app.add_option("--prefix-len", a.prefixLen,
+                 "with --snapshot-out: the prefix length, e.g.\n"
+                 "--prefix-len 3")
+      ->type_name("N")
+      ->group(snap);
+  app.add_option("--snapshot-in", a.snapshotIn,
+                 "restore a snapshot made with this plan instead\n"
+                 "of feeding its tokens; every prompt must start\n"
+                 "with them")
+      ->type_name("FILE")
+      ->group(snap);
+
+  const char *where = "Backend";
+  app.add_option("--backend", a.backend,
+                 "where to run (default cpu); cuda needs an\n"
+                 "NVIDIA driver and a build with nvcc")
+      ->type_name("cpu|cuda")
+      ->group(where);
+  app.add_flag("--no-cuda-graph", a.noCudaGraph,
+               "launch kernel by kernel instead of replaying\n"
+               "one CUDA graph per step (debugging, timing)")
+      ->group(where);
+
+  const char *output = "Output";
+  app.add_option("--logits-out", a.logitsOut,
+                 "write the logits that chose each generated\n"
+                 "token as float32 .npy [tokens, vocab] (the\n"
+                 "rows of every prompt, in output order)")
+      ->type_name("FILE")
+      ->group(output);
+  app.add_flag("--quiet", a.quiet, "print only the generated ids")
+      ->group(output);
+  app.set_help_flag("-h,--help", "show this help")->group(output);
+
+  const char *debug = "Debugging and profiling";
+  app.add_option("--check-against", a.checkAgainst,
+                 "decode launch by launch (greedily, --max-new\n"
+                 "steps) and check each launch's outputs against\n"
+                 "the CPU kernels run on the same inputs, within\n"
+                 "that kernel's tolerance (bit-identical with\n"
+                 "--backend cpu); names the first launch out of\n"
+                 "tolerance (kernel, op, launch, step, field,\n"
+                 "errors) and exits 3, else prints one OK line")
+      ->type_name("cpu")
+      ->group(debug);
+  app.add_flag("--profile", a.profile,
+               "after the decode, profile its next step (the\n"
+               "state refilled with the same tokens): each\n"
+               "launch timed alone (CUDA events / wall clock),\n"
+               "whole steps (graph replay and kernel by\n"
+               "kernel), tables by kernel and by layer part\n"
+               "with bytes, GB/s and the share of the copy\n"
+               "bandwidth measured in this process, and the\n"
+               "step against its bandwidth floor (stderr)")
+      ->group(debug);
+  app.add_option("--profile-steps", a.profileSteps,
+                 "timed steps of each kind (default 20, after 3\n"
+                 "warm-up steps); implies --profile")
+      ->type_name("N")
+      ->group(debug);
 }
 
 bool parseInt(const std::string &text, int64_t &out) {
@@ -118,22 +290,165 @@ bool parseInt(const std::string &text, int64_t &out) {
   return true;
 }
 
-bool parseIds(const std::string &text, std::vector<int64_t> &out) {
-  out.clear();
-  size_t start = 0;
-  while (true) {
-    const size_t comma = text.find(',', start);
-    const std::string piece = text.substr(
-        start, comma == std::string::npos ? std::string::npos : comma - start);
-    int64_t v = 0;
-    if (!parseInt(piece, v))
-      return false;
-    out.push_back(v);
-    if (comma == std::string::npos)
-      return true;
-    start = comma + 1;
-  }
+bool parseU64(const std::string &text, uint64_t &out) {
+  if (text.empty() || text[0] < '0' || text[0] > '9')
+    return false;
+  errno = 0;
+  char *end = nullptr;
+  unsigned long long v = std::strtoull(text.c_str(), &end, 10);
+  if (errno != 0 || *end != '\0')
+    return false;
+  out = v;
+  return true;
 }
+
+bool parseFinite(const std::string &text, double &out) {
+  if (text.empty())
+    return false;
+  errno = 0;
+  char *end = nullptr;
+  const double v = std::strtod(text.c_str(), &end);
+  if (errno != 0 || *end != '\0' || !std::isfinite(v))
+    return false;
+  out = v;
+  return true;
+}
+
+/// The checked request.
+struct Request {
+  bool embedded = false;
+  std::vector<k3::Prompt> prompts; ///< from --prompt-ids when given
+  int64_t maxNew = 0, profileSteps = 20, prefixLen = 0; ///< 0: whole prompt
+  std::vector<int64_t> stopIds;
+  k3::SamplingParams sampling;
+  k3::BackendKind kind = k3::BackendKind::Cpu;
+};
+
+/// The checks that need nothing but the command line; "" when all pass.
+std::string checkArgs(const Args &a, Request &r) {
+  for (const std::string &x : a.extras) {
+    if (!x.empty() && x[0] == '-')
+      return "unknown option '" + x + "'";
+    if (r.embedded)
+      return "this executable carries its own plan; unexpected argument '" + x +
+             "'";
+    return "unexpected argument '" + x + "' (one PLAN only)";
+  }
+  if (!r.embedded && a.plan.empty())
+    return "no PLAN given";
+  if (a.weights.empty())
+    return "--weights DIR is required";
+  if (a.promptIds.empty() && a.prompts.empty())
+    return "--prompt-ids IDS or --prompts FILE is required";
+  if (!a.promptIds.empty() && !a.prompts.empty())
+    return "--prompt-ids and --prompts are alternatives; give one";
+  if (a.maxNew.empty())
+    return "--max-new is required";
+  if (!parseInt(a.maxNew, r.maxNew) || r.maxNew < 1)
+    return "--max-new needs an integer >= 1";
+  if (!a.promptIds.empty()) {
+    k3::Prompt p;
+    if (k3::Status s = k3::parseIdList(a.promptIds, p.ids); !s)
+      return "--prompt-ids must be comma- or space-separated integers, got '" +
+             a.promptIds + "': " + s.message();
+    r.prompts.push_back(std::move(p));
+  }
+  if (!a.stopIds.empty())
+    if (k3::Status s = k3::parseIdList(a.stopIds, r.stopIds); !s)
+      return "--stop-ids must be comma- or space-separated integers, got '" +
+             a.stopIds + "': " + s.message();
+  if (!a.temperature.empty() &&
+      (!parseFinite(a.temperature, r.sampling.temperature) ||
+       r.sampling.temperature <= 0))
+    return "--temperature needs a number > 0, got '" + a.temperature +
+           "' (leave it out for greedy decoding)";
+  if (!a.topP.empty() && (!parseFinite(a.topP, r.sampling.topP) ||
+                          !(r.sampling.topP > 0 && r.sampling.topP <= 1)))
+    return "--top-p needs a number in (0, 1], got '" + a.topP + "'";
+  if (!a.seed.empty() && !parseU64(a.seed, r.sampling.seed))
+    return "--seed needs an integer in [0, 2^64), got '" + a.seed + "'";
+  if ((!a.topP.empty() || !a.seed.empty()) && a.temperature.empty())
+    return std::string(a.topP.empty() ? "--seed" : "--top-p") +
+           " applies only when sampling: add --temperature T";
+  if (!a.prefixLen.empty()) {
+    if (a.snapshotOut.empty())
+      return "--prefix-len goes with --snapshot-out";
+    if (!parseInt(a.prefixLen, r.prefixLen) || r.prefixLen < 1)
+      return "--prefix-len needs an integer >= 1";
+    if (!r.prompts.empty() &&
+        r.prefixLen > static_cast<int64_t>(r.prompts[0].ids.size()))
+      return "--prefix-len " + a.prefixLen + " is longer than the prompt (" +
+             std::to_string(r.prompts[0].ids.size()) + " tokens)";
+  }
+  if (!a.snapshotOut.empty() && !a.snapshotIn.empty())
+    return "--snapshot-out and --snapshot-in are separate runs";
+  if (a.backend != "cpu" && a.backend != "cuda")
+    return "--backend must be cpu or cuda, got '" + a.backend + "'";
+  r.kind = a.backend == "cuda" ? k3::BackendKind::Cuda : k3::BackendKind::Cpu;
+  if (!a.checkAgainst.empty()) {
+    if (a.checkAgainst != "cpu")
+      return "--check-against needs cpu (the only reference)";
+    if (!a.temperature.empty())
+      return "--check-against decodes greedily; drop --temperature";
+    if (!a.snapshotIn.empty() || !a.snapshotOut.empty())
+      return "--check-against decodes from a fresh state; drop the snapshot "
+             "options";
+  }
+  if (!a.profileSteps.empty() &&
+      (!parseInt(a.profileSteps, r.profileSteps) || r.profileSteps < 1))
+    return "--profile-steps needs an integer >= 1";
+  if ((a.profile || !a.profileSteps.empty()) && !a.checkAgainst.empty())
+    return "--profile and --check-against are separate runs";
+  return "";
+}
+
+//===----------------------------------------------------------------------===//
+// Running
+//===----------------------------------------------------------------------===//
+
+/// Where a prompt came from, for messages: "FILE:LINE" or "".
+std::string where(const Args &a, const k3::Prompt &p) {
+  return p.line > 0 ? a.prompts + ":" + std::to_string(p.line) : "";
+}
+
+k3::Status inContext(const k3::Status &s, const std::string &context) {
+  return context.empty() ? s : s.withContext(context);
+}
+
+/// Prints one sequence's ids as they come: "LINE: " first when the run has
+/// several prompts; nothing after a stop id (for --check-against, whose
+/// decode goes on to --max-new).
+class IdPrinter {
+public:
+  IdPrinter(const k3::Prompt &p, bool numbered,
+            const std::vector<int64_t> &stopIds)
+      : line_(numbered ? p.line : 0), stopIds_(stopIds) {}
+  void operator()(int64_t, int64_t token) {
+    if (done_)
+      return;
+    if (printed_ == 0 && line_ > 0)
+      std::printf("%lld: ", static_cast<long long>(line_));
+    std::printf(printed_ == 0 ? "%lld" : " %lld",
+                static_cast<long long>(token));
+    std::fflush(stdout);
+    ++printed_;
+    done_ =
+        std::find(stopIds_.begin(), stopIds_.end(), token) != stopIds_.end();
+  }
+  /// Ends the line (once something or nothing was printed).
+  void finish() {
+    std::printf("\n");
+    std::fflush(stdout);
+  }
+  bool any() const { return printed_ > 0; }
+  int64_t printed() const { return printed_; }
+
+private:
+  int64_t line_;
+  const std::vector<int64_t> &stopIds_;
+  int64_t printed_ = 0;
+  bool done_ = false;
+};
 
 /// --profile: binds the plan again (the session is gone, so the memory is
 /// free), refills the state with the tokens the decode fed, then profiles
@@ -165,41 +480,125 @@ int runProfile(const k3::PlanDoc &plan, const std::string &weights,
   return 0;
 }
 
-/// --check-against cpu: the ids on stdout as they are chosen, then the
-/// differential's one-line verdict on stderr.
-int runCheck(const k3::PlanDoc &plan, const std::string &weights,
-             k3::BackendKind kind, const std::vector<int64_t> &prompt,
-             int64_t maxNew, const std::string &logitsOut, bool quiet) {
-  k3::DifferentialOptions opt;
-  opt.keepLogits = !logitsOut.empty();
-  bool printed = false;
-  opt.onToken = [&](int64_t index, int64_t token) {
-    printed = true;
-    std::printf(index == 0 ? "%lld" : " %lld", static_cast<long long>(token));
-    std::fflush(stdout);
-  };
-  std::string name;
-  k3::Expected<k3::DifferentialReport> r =
-      k3::checkAgainstCpu(plan, weights, kind, prompt, maxNew, opt, &name);
-  if (printed)
-    std::printf("\n");
-  std::fflush(stdout);
-  if (!r)
-    return runtimeError(r.message());
-  if (!r->ok()) {
-    std::fprintf(stderr, "%s: error: %s\n", g_prog.c_str(),
-                 r->summary(name).c_str());
-    return kExitMismatch;
+/// --check-against cpu: per prompt, the ids on stdout as they are chosen
+/// (cut at a stop id as in a plain run), then the differential's one-line
+/// verdict on stderr.
+int runCheck(const Args &a, const Request &r, const k3::PlanDoc &plan,
+             const std::vector<int64_t> &stopIds) {
+  const bool numbered = r.prompts.size() > 1;
+  std::vector<float> logits;
+  std::string verdict;
+  for (const k3::Prompt &p : r.prompts) {
+    k3::DifferentialOptions opt;
+    opt.keepLogits = !a.logitsOut.empty();
+    IdPrinter print(p, numbered, stopIds);
+    opt.onToken = [&](int64_t index, int64_t token) { print(index, token); };
+    std::string name;
+    k3::Expected<k3::DifferentialReport> rep = k3::checkAgainstCpu(
+        plan, a.weights, r.kind, p.ids, r.maxNew, opt, &name);
+    if (print.any())
+      print.finish();
+    if (!rep)
+      return runtimeError(inContext(rep.status(), where(a, p)).message());
+    if (!rep->ok()) {
+      std::fprintf(stderr, "%s: error: %s%s\n", g_prog.c_str(),
+                   p.line > 0 ? (where(a, p) + ": ").c_str() : "",
+                   rep->summary(name).c_str());
+      return kExitMismatch;
+    }
+    const size_t rows = static_cast<size_t>(print.printed()) *
+                        static_cast<size_t>(plan.config.vocabSize);
+    logits.insert(logits.end(), rep->logits.begin(),
+                  rep->logits.begin() + static_cast<std::ptrdiff_t>(std::min(
+                                            rows, rep->logits.size())));
+    if (!a.quiet)
+      verdict += g_prog + ": " +
+                 (numbered ? where(a, p) + ": " : std::string()) +
+                 rep->summary(name) + "\n";
   }
-  if (!logitsOut.empty()) {
-    k3::Status s = k3::writeNpyF32(logitsOut, r->logits.data(), maxNew,
-                                   plan.config.vocabSize);
+  if (!a.logitsOut.empty()) {
+    const int64_t vocab = plan.config.vocabSize;
+    k3::Status s =
+        k3::writeNpyF32(a.logitsOut, logits.data(),
+                        static_cast<int64_t>(logits.size()) / vocab, vocab);
     if (!s)
       return runtimeError(s.message());
   }
-  if (!quiet)
-    std::fprintf(stderr, "%s: %s\n", g_prog.c_str(), r->summary(name).c_str());
+  std::fprintf(stderr, "%s", verdict.c_str());
   return 0;
+}
+
+/// The decode's totals over every prompt, for the summary line.
+struct Totals {
+  int64_t prompts = 0, tokens = 0, fed = 0, restored = 0, decodeSteps = 0,
+          stopped = 0, lastStop = -1;
+  double prefillSeconds = 0, decodeSeconds = 0;
+  void add(const k3::GenerateResult &g) {
+    ++prompts;
+    tokens += static_cast<int64_t>(g.tokens.size());
+    fed += g.promptTokens - g.restoredTokens;
+    restored += g.restoredTokens;
+    decodeSteps += g.decodeSteps;
+    prefillSeconds += g.promptSeconds;
+    decodeSeconds += g.decodeSeconds;
+    if (g.stopped) {
+      ++stopped;
+      lastStop = g.tokens.back();
+    }
+  }
+};
+
+std::string rate(int64_t n, double seconds) {
+  char b[64];
+  std::snprintf(b, sizeof(b), "%.1f", seconds > 0 ? n / seconds : 0.0);
+  return b;
+}
+
+std::string seconds(double s) {
+  char b[64];
+  std::snprintf(b, sizeof(b), "%.3f", s);
+  return b;
+}
+
+/// "1 token", "3 tokens".
+std::string count(int64_t n, const char *what) {
+  return std::to_string(n) + " " + what + (n == 1 ? "" : "s");
+}
+
+/// "6 tokens generated, ended by stop id 2 (cpu); prefill 3 tokens in
+/// 0.015 s (204.0 tokens/s); decode 5 steps in 0.016 s (314.4 tokens/s)".
+std::string summary(const Totals &t, const std::string &backend) {
+  std::string s;
+  if (t.prompts > 1)
+    s += std::to_string(t.prompts) + " prompts, ";
+  s += count(t.tokens, "token") + " generated";
+  if (t.prompts == 1 && t.stopped)
+    s += ", ended by stop id " + std::to_string(t.lastStop);
+  else if (t.stopped)
+    s += ", " + std::to_string(t.stopped) + " ended by a stop id";
+  s += " (" + backend + "); prefill " + count(t.fed, "token");
+  if (t.restored)
+    s += " (+" + std::to_string(t.restored) + " restored from the snapshot)";
+  s += " in " + seconds(t.prefillSeconds) + " s (" +
+       rate(t.fed, t.prefillSeconds) + " tokens/s); decode " +
+       count(t.decodeSteps, "step") + " in " + seconds(t.decodeSeconds) +
+       " s (" + rate(t.decodeSteps, t.decodeSeconds) + " tokens/s)";
+  return s;
+}
+
+bool startsWith(const std::vector<int64_t> &ids,
+                const std::vector<int64_t> &prefix) {
+  return prefix.size() <= ids.size() &&
+         std::equal(prefix.begin(), prefix.end(), ids.begin());
+}
+
+std::string idList(const std::vector<int64_t> &ids) {
+  std::string s;
+  for (size_t i = 0; i < ids.size() && i < 8; ++i)
+    s += (i ? "," : "") + std::to_string(ids[i]);
+  if (ids.size() > 8)
+    s += ",...";
+  return s;
 }
 
 } // namespace
@@ -216,138 +615,162 @@ int main(int argc, char **argv) {
   k3::Expected<std::optional<std::string>> embedded = k3::findEmbeddedPlan();
   if (!embedded)
     return runtimeError(embedded.message());
-  const bool isExe = embedded->has_value();
+  Request req;
+  req.embedded = embedded->has_value();
 
-  std::string planPath, weights, promptText, backend = "cpu", logitsOut,
-                                             checkAgainst;
-  int64_t maxNew = -1, profileSteps = 20;
-  bool quiet = false, haveMaxNew = false, cudaGraph = true, profile = false;
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    auto value = [&](std::string &out) -> bool {
-      if (i + 1 >= argc)
-        return false;
-      out = argv[++i];
-      return true;
-    };
-    if (a == "-h" || a == "--help") {
-      printHelp(stdout, isExe);
-      return 0;
-    } else if (a == "--weights") {
-      if (!value(weights))
-        return usageError("--weights needs a directory");
-    } else if (a == "--prompt-ids") {
-      if (!value(promptText))
-        return usageError("--prompt-ids needs a list like 1,2,3");
-    } else if (a == "--max-new") {
-      std::string v;
-      if (!value(v) || !parseInt(v, maxNew) || maxNew < 1)
-        return usageError("--max-new needs an integer >= 1");
-      haveMaxNew = true;
-    } else if (a == "--backend") {
-      if (!value(backend))
-        return usageError("--backend needs cpu or cuda");
-    } else if (a == "--check-against") {
-      if (!value(checkAgainst) || checkAgainst != "cpu")
-        return usageError("--check-against needs cpu (the only reference)");
-    } else if (a == "--logits-out") {
-      if (!value(logitsOut))
-        return usageError("--logits-out needs a file name");
-    } else if (a == "--profile") {
-      profile = true;
-    } else if (a == "--profile-steps") {
-      std::string v;
-      if (!value(v) || !parseInt(v, profileSteps) || profileSteps < 1)
-        return usageError("--profile-steps needs an integer >= 1");
-      profile = true;
-    } else if (a == "--quiet") {
-      quiet = true;
-    } else if (a == "--no-cuda-graph") {
-      cudaGraph = false;
-    } else if (!a.empty() && a[0] == '-') {
-      return usageError("unknown option '" + a + "'");
-    } else if (planPath.empty() && !isExe) {
-      planPath = a;
-    } else if (isExe) {
-      return usageError("this executable carries its own plan; unexpected "
-                        "argument '" +
-                        a + "'");
-    } else {
-      return usageError("unexpected argument '" + a + "' (one PLAN only)");
-    }
+  Args a;
+  CLI::App app(req.embedded ? "Decodes with the plan built into this binary."
+                            : "Decodes with a plan made by k3c.",
+               g_prog);
+  declareOptions(app, a, req.embedded);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp &) {
+    std::printf("%s", app.help().c_str());
+    return 0;
+  } catch (const CLI::ParseError &e) {
+    return usageError(e.what());
   }
-  if (!isExe && planPath.empty())
-    return usageError("no PLAN given");
-  if (weights.empty())
-    return usageError("--weights DIR is required");
-  if (promptText.empty())
-    return usageError("--prompt-ids is required");
-  if (!haveMaxNew)
-    return usageError("--max-new is required");
-  std::vector<int64_t> prompt;
-  if (!parseIds(promptText, prompt))
-    return usageError("--prompt-ids must be comma-separated integers, got '" +
-                      promptText + "'");
-  if (backend != "cpu" && backend != "cuda")
-    return usageError("--backend must be cpu or cuda, got '" + backend + "'");
-  if (profile && !checkAgainst.empty())
-    return usageError("--profile and --check-against are separate runs");
+  a.extras = app.remaining();
+  if (std::string why = checkArgs(a, req); !why.empty())
+    return usageError(why);
 
+  // The plan, and its bytes for the snapshot identity.
+  std::string planBytes;
+  if (req.embedded) {
+    planBytes = std::move(**embedded);
+  } else if (k3::Status s = k3::readRegularFile(a.plan, k3::kMaxPlanFileBytes,
+                                                planBytes, "plan file");
+             !s) {
+    return runtimeError(s.message());
+  }
   k3::Expected<k3::PlanDoc> plan =
-      isExe ? k3::parsePlan(**embedded, "embedded plan")
-            : k3::readPlanFile(planPath);
+      k3::parsePlan(planBytes, req.embedded ? "embedded plan" : a.plan);
   if (!plan)
     return runtimeError(plan.message());
-  const k3::BackendKind kind =
-      backend == "cuda" ? k3::BackendKind::Cuda : k3::BackendKind::Cpu;
-  if (!checkAgainst.empty())
-    return runCheck(*plan, weights, kind, prompt, maxNew, logitsOut, quiet);
+  const uint64_t planId = k3::planIdentity(planBytes);
+  planBytes.clear();
+  planBytes.shrink_to_fit();
+
+  if (!a.prompts.empty()) {
+    k3::Expected<std::vector<k3::Prompt>> ps = k3::readPromptsFile(a.prompts);
+    if (!ps)
+      return runtimeError(ps.message());
+    req.prompts = ps.take();
+    if (req.prefixLen > static_cast<int64_t>(req.prompts[0].ids.size()))
+      return runtimeError(where(a, req.prompts[0]) + ": --prefix-len " +
+                          a.prefixLen + " is longer than the prompt (" +
+                          std::to_string(req.prompts[0].ids.size()) +
+                          " tokens)");
+  }
+
+  // Stop ids: the command line's and EOS.
+  const int64_t vocab = plan->config.vocabSize;
+  std::vector<int64_t> stopIds = req.stopIds;
+  for (int64_t id : stopIds)
+    if (id < 0 || id >= vocab)
+      return runtimeError("--stop-ids: id " + std::to_string(id) +
+                          " is outside the vocabulary [0, " +
+                          std::to_string(vocab) + ")");
+  const int64_t eos = plan->config.eosTokenId;
+  if (!a.ignoreEos && eos >= 0 && eos < vocab &&
+      std::find(stopIds.begin(), stopIds.end(), eos) == stopIds.end())
+    stopIds.push_back(eos);
+
+  if (!a.checkAgainst.empty())
+    return runCheck(a, req, *plan, stopIds);
+
   k3::Expected<std::unique_ptr<k3::Session>> session =
-      k3::Session::open(plan.take(), weights, kind, cudaGraph);
+      k3::Session::open(plan.take(), a.weights, req.kind, !a.noCudaGraph);
   if (!session)
     return runtimeError(session.message());
+  k3::Session &ses = **session;
 
-  bool printed = false;
-  k3::Expected<k3::GenerateResult> result = (*session)->generate(
-      prompt, maxNew, !logitsOut.empty(), [&](int64_t index, int64_t token) {
-        printed = true;
-        std::printf(index == 0 ? "%lld" : " %lld",
-                    static_cast<long long>(token));
-        std::fflush(stdout);
-      });
-  if (!result) {
-    if (printed)
-      std::printf("\n");
-    return runtimeError(result.message());
+  // Every request is checked before the first step, so that a bad line 3
+  // does not leave lines 1 and 2 decoded behind it.
+  std::optional<k3::PrefixSnapshot> snapshot;
+  if (!a.snapshotIn.empty()) {
+    k3::Expected<k3::PrefixSnapshot> s =
+        k3::readSnapshotFile(a.snapshotIn, ses.plan(), planId);
+    if (!s)
+      return runtimeError(s.message());
+    snapshot = s.take();
   }
-  std::printf("\n");
-  std::fflush(stdout);
-  if (!logitsOut.empty()) {
-    k3::Status s = k3::writeNpyF32(logitsOut, result->logits.data(), maxNew,
-                                   result->vocab);
+  for (const k3::Prompt &p : req.prompts) {
+    if (k3::Status s = ses.checkPrompt(p.ids, req.maxNew); !s)
+      return runtimeError(inContext(s, where(a, p)).message());
+    if (snapshot && !startsWith(p.ids, snapshot->tokens))
+      return runtimeError(
+          (p.line > 0 ? where(a, p) : std::string("--prompt-ids")) +
+          ": the prompt does not start with the snapshot's " +
+          std::to_string(snapshot->tokens.size()) + " tokens (" +
+          idList(snapshot->tokens) + ") from " + a.snapshotIn);
+  }
+  if (!a.snapshotOut.empty()) {
+    const std::vector<int64_t> &first = req.prompts[0].ids;
+    const size_t n =
+        req.prefixLen > 0 ? static_cast<size_t>(req.prefixLen) : first.size();
+    k3::Expected<k3::PrefixSnapshot> s = ses.snapshotPrefix(
+        std::vector<int64_t>(first.begin(), first.begin() + n));
+    if (!s)
+      return runtimeError(s.message());
+    std::vector<std::string> inputs;
+    if (!a.plan.empty())
+      inputs.push_back(a.plan);
+    if (!a.prompts.empty())
+      inputs.push_back(a.prompts);
+    if (k3::Status w = k3::writeSnapshotFile(a.snapshotOut, *s, ses.plan(),
+                                             planId, inputs);
+        !w)
+      return runtimeError(w.message());
+    if (!a.quiet)
+      std::fprintf(stderr, "%s: snapshot of the first %s written to %s\n",
+                   g_prog.c_str(),
+                   count(static_cast<int64_t>(n), "prompt token").c_str(),
+                   a.snapshotOut.c_str());
+    snapshot = s.take();
+  }
+
+  const bool numbered = req.prompts.size() > 1;
+  Totals totals;
+  std::vector<float> logits;
+  k3::GenerateResult last;
+  for (const k3::Prompt &p : req.prompts) {
+    IdPrinter print(p, numbered, stopIds);
+    k3::GenerateOptions opt;
+    opt.maxNew = req.maxNew;
+    opt.keepLogits = !a.logitsOut.empty();
+    opt.onToken = [&](int64_t index, int64_t token) { print(index, token); };
+    opt.stopIds = stopIds;
+    opt.sampling = req.sampling;
+    if (snapshot && startsWith(p.ids, snapshot->tokens))
+      opt.prefix = &*snapshot;
+    k3::Expected<k3::GenerateResult> g = ses.generate(p.ids, opt);
+    if (!g) {
+      if (print.any())
+        print.finish();
+      return runtimeError(inContext(g.status(), where(a, p)).message());
+    }
+    print.finish();
+    totals.add(*g);
+    logits.insert(logits.end(), g->logits.begin(), g->logits.end());
+    last = g.take();
+  }
+  if (!a.logitsOut.empty()) {
+    k3::Status s =
+        k3::writeNpyF32(a.logitsOut, logits.data(),
+                        static_cast<int64_t>(logits.size()) / vocab, vocab);
     if (!s)
       return runtimeError(s.message());
   }
-  if (!quiet) {
-    const double promptRate = result->promptSeconds > 0
-                                  ? result->promptTokens / result->promptSeconds
-                                  : 0.0;
-    std::fprintf(stderr,
-                 "%s: %lld tokens generated (%s); prompt %lld tokens in "
-                 "%.3f s (%.1f tokens/s); decode %lld steps in %.3f s (%.1f "
-                 "tokens/s)\n",
-                 g_prog.c_str(), static_cast<long long>(result->tokens.size()),
-                 (*session)->backendName().c_str(),
-                 static_cast<long long>(result->promptTokens),
-                 result->promptSeconds, promptRate,
-                 static_cast<long long>(result->decodeSteps),
-                 result->decodeSeconds, result->decodeTokensPerSecond());
-  }
-  if (profile) {
-    k3::PlanDoc planCopy = (*session)->plan();
+  if (!a.quiet)
+    std::fprintf(stderr, "%s: %s\n", g_prog.c_str(),
+                 summary(totals, ses.backendName()).c_str());
+  if (a.profile || !a.profileSteps.empty()) {
+    k3::PlanDoc planCopy = ses.plan();
     session->reset(); // free the first binding's memory
-    return runProfile(planCopy, weights, kind, cudaGraph, prompt,
-                      result->tokens, profileSteps);
+    return runProfile(planCopy, a.weights, req.kind, !a.noCudaGraph,
+                      req.prompts.back().ids, last.tokens, req.profileSteps);
   }
   return 0;
 }

@@ -2,7 +2,8 @@
 //
 // The hand-built decode plan (PlanTestUtil.h) must reproduce CpuDecoder
 // exactly: same tokens and bit-identical logits, for the fused, fine and finest
-// launch sequences. Also the request and binding errors.
+// launch sequences. Also the request and binding errors, and the options of
+// generate() (stop ids, sampling, a prefix).
 //
 //===----------------------------------------------------------------------===//
 #include "runtime/CpuDecoder.h"
@@ -16,6 +17,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 
 namespace k3 {
@@ -137,6 +139,82 @@ TEST(SessionTest, RequestErrors) {
   EXPECT_ERROR_CONTAINS(s->generate(longPrompt, 5), "max_seq of 64");
   // Exactly max_seq is fine.
   EXPECT_TRUE(s->generate(longPrompt, 4).hasValue());
+}
+
+TEST(SessionTest, GenerateOptionsStopIdsAndSampling) {
+  std::unique_ptr<Session> s = openSession("tiny");
+  ASSERT_NE(s, nullptr);
+  const int64_t V = s->plan().config.vocabSize;
+  const std::vector<int64_t> prompt = {1, 17, 300};
+  Expected<GenerateResult> full = s->generate(prompt, 8, true);
+  ASSERT_TRUE(full.hasValue()) << full.message();
+  ASSERT_EQ(full->tokens.size(), 8u);
+  EXPECT_FALSE(full->stopped);
+
+  // A stop id ends the sequence with it; its logits rows are the first ones
+  // of the full decode.
+  GenerateOptions opt;
+  opt.maxNew = 8;
+  opt.keepLogits = true;
+  opt.stopIds = {full->tokens[3], V - 1};
+  std::vector<int64_t> streamed;
+  opt.onToken = [&](int64_t, int64_t t) { streamed.push_back(t); };
+  Expected<GenerateResult> r = s->generate(prompt, opt);
+  ASSERT_TRUE(r.hasValue()) << r.message();
+  const std::vector<int64_t> four(full->tokens.begin(),
+                                  full->tokens.begin() + 4);
+  EXPECT_EQ(r->tokens, four);
+  EXPECT_EQ(streamed, four);
+  EXPECT_TRUE(r->stopped);
+  EXPECT_EQ(r->decodeSteps, 3);
+  ASSERT_EQ(r->logits.size(), 4u * V);
+  EXPECT_TRUE(std::equal(r->logits.begin(), r->logits.end(),
+                         full->logits.begin()));
+  // On the first token: no decode step at all.
+  opt.stopIds = {full->tokens[0]};
+  r = s->generate(prompt, opt);
+  ASSERT_TRUE(r.hasValue()) << r.message();
+  EXPECT_EQ(r->tokens.size(), 1u);
+  EXPECT_EQ(r->decodeSteps, 0);
+  // An id it never emits: all of max_new.
+  opt.stopIds = {V - 1};
+  opt.onToken = {};
+  r = s->generate(prompt, opt);
+  ASSERT_TRUE(r.hasValue()) << r.message();
+  EXPECT_EQ(r->tokens, full->tokens);
+  EXPECT_FALSE(r->stopped);
+
+  // Sampling: T -> 0 is greedy; one seed is one sequence; bad parameters
+  // are refused before anything runs.
+  opt.stopIds.clear();
+  opt.sampling.temperature = 1e-6;
+  r = s->generate(prompt, opt);
+  ASSERT_TRUE(r.hasValue()) << r.message();
+  EXPECT_EQ(r->tokens, full->tokens);
+  opt.sampling.temperature = 100; // flat enough to leave the planted path
+  opt.sampling.seed = 5;
+  Expected<GenerateResult> a = s->generate(prompt, opt);
+  Expected<GenerateResult> b = s->generate(prompt, opt);
+  ASSERT_TRUE(a.hasValue() && b.hasValue());
+  EXPECT_EQ(a->tokens, b->tokens);
+  EXPECT_NE(a->tokens, full->tokens);
+  opt.sampling.topP = 0;
+  EXPECT_ERROR_CONTAINS(s->generate(prompt, opt), "top-p must be in (0, 1]");
+  opt.sampling.topP = 1;
+  opt.sampling.temperature = -1;
+  EXPECT_ERROR_CONTAINS(s->generate(prompt, opt), "temperature");
+
+  // A snapshot through the options: its tokens are restored, not fed.
+  Expected<PrefixSnapshot> snap = s->snapshotPrefix({1, 17});
+  ASSERT_TRUE(snap.hasValue()) << snap.message();
+  GenerateOptions withPrefix;
+  withPrefix.maxNew = 8;
+  withPrefix.prefix = &*snap;
+  r = s->generate(prompt, withPrefix);
+  ASSERT_TRUE(r.hasValue()) << r.message();
+  EXPECT_EQ(r->tokens, full->tokens);
+  EXPECT_EQ(r->restoredTokens, 2);
+  EXPECT_EQ(r->promptTokens, 3);
 }
 
 TEST(SessionTest, ConfigMismatch) {
