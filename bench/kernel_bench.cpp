@@ -15,6 +15,7 @@
 #include "kernels/attnres/AttnResParams.h"
 #include "kernels/common/BF16.h"
 #include "kernels/common/MXFP4.h"
+#include "kernels/common/VectorRef.h"
 #include "kernels/gemv/GemvParams.h"
 #include "kernels/kda/KdaParams.h"
 #include "kernels/mla/MlaParams.h"
@@ -168,9 +169,14 @@ void benchKda(std::vector<Result> &out) {
     p.uq = static_cast<uint16_t *>(randomDevice(C * 2));
     p.uk = static_cast<uint16_t *>(randomDevice(C * 2));
     p.uv = static_cast<uint16_t *>(randomDevice(C * 2));
-    p.convQ = static_cast<uint16_t *>(randomDevice(C * 4 * 2, 0.5f));
-    p.convK = static_cast<uint16_t *>(randomDevice(C * 4 * 2, 0.5f));
-    p.convV = static_cast<uint16_t *>(randomDevice(C * 4 * 2, 0.5f));
+    // bf16 filters and o_norm (Kimi-Linear's form; K3 stores them f32: a
+    // few hundred KB more per layer, next to the 12 MiB of state traffic).
+    p.convQ =
+        bf16Vector(static_cast<uint16_t *>(randomDevice(C * 4 * 2, 0.5f)));
+    p.convK =
+        bf16Vector(static_cast<uint16_t *>(randomDevice(C * 4 * 2, 0.5f)));
+    p.convV =
+        bf16Vector(static_cast<uint16_t *>(randomDevice(C * 4 * 2, 0.5f)));
     p.convStateQ = static_cast<float *>(zerosDevice(C * 3 * 4));
     p.convStateK = static_cast<float *>(zerosDevice(C * 3 * 4));
     p.convStateV = static_cast<float *>(zerosDevice(C * 3 * 4));
@@ -180,7 +186,7 @@ void benchKda(std::vector<Result> &out) {
     p.aLog = static_cast<float *>(zerosDevice(H * 4));
     p.state = static_cast<float *>(zerosDevice(H * Dh * Dh * 4));
     p.gate = static_cast<uint16_t *>(randomDevice(C * 2));
-    p.normWeight = static_cast<uint16_t *>(randomDevice(Dh * 2));
+    p.normWeight = bf16Vector(static_cast<uint16_t *>(randomDevice(Dh * 2)));
     p.out = static_cast<uint16_t *>(zerosDevice(C * 2));
     p.numHeads = H;
     p.headDim = Dh;

@@ -61,18 +61,22 @@ SmallVector<ScalarArg> forceExpertArg(Operation *op,
   return sc;
 }
 
+/// The logical shape of a tensor, MXFP4 or vector weight.
+ArrayRef<int64_t> shapeOf(Type t) {
+  if (auto tt = dyn_cast<RankedTensorType>(t))
+    return tt.getShape();
+  if (auto vw = dyn_cast<VectorWeightType>(t))
+    return vw.getShape();
+  return cast<Mxfp4Type>(t).getShape();
+}
 int64_t numel(Type t) {
   int64_t n = 1;
-  if (auto tt = dyn_cast<RankedTensorType>(t))
-    for (int64_t d : tt.getShape())
+  if (isa<RankedTensorType, VectorWeightType>(t))
+    for (int64_t d : shapeOf(t))
       n *= d;
   return n;
 }
-int64_t dimOf(Value v, unsigned i) {
-  if (auto t = dyn_cast<RankedTensorType>(v.getType()))
-    return t.getShape()[i];
-  return cast<Mxfp4Type>(v.getType()).getShape()[i];
-}
+int64_t dimOf(Value v, unsigned i) { return shapeOf(v.getType())[i]; }
 int64_t len(Value v) { return numel(v.getType()); }
 int64_t ceilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
@@ -220,6 +224,9 @@ void Lowering::lowerWeight(WeightOp op) {
   if (auto mx = dyn_cast<Mxfp4Type>(t)) {
     format = "mxfp4";
     shape.assign(mx.getShape().begin(), mx.getShape().end());
+  } else if (auto vw = dyn_cast<VectorWeightType>(t)) {
+    format = "vector"; // bf16 or f32, as the checkpoint stores it
+    shape.assign(vw.getShape().begin(), vw.getShape().end());
   } else {
     auto tt = cast<RankedTensorType>(t);
     if (tt.getElementType().isF32())

@@ -50,9 +50,9 @@ LogicalResult AllocOp::verify() {
 
 LogicalResult WeightOp::verify() {
   StringRef f = getFormat();
-  if (f != "bf16" && f != "f32" && f != "mxfp4")
-    return emitOpError() << "expects format bf16, f32 or mxfp4 but got '" << f
-                         << "'";
+  if (f != "bf16" && f != "f32" && f != "mxfp4" && f != "vector")
+    return emitOpError()
+           << "expects format bf16, f32, vector or mxfp4 but got '" << f << "'";
   if (getShape().empty())
     return emitOpError() << "expects a non-empty shape";
   return success();
@@ -81,7 +81,8 @@ static int64_t boundBytes(Value v) {
 static bool isPointer(const ::k3::KernelField &f) {
   using ::k3::FieldKind;
   return f.kind == FieldKind::PtrIn || f.kind == FieldKind::PtrOut ||
-         f.kind == FieldKind::Weight || f.kind == FieldKind::WeightTable;
+         f.kind == FieldKind::Weight || f.kind == FieldKind::WeightTable ||
+         f.kind == FieldKind::Vector;
 }
 
 LogicalResult LaunchOp::verify() {

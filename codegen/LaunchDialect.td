@@ -54,8 +54,12 @@ def K3L_AllocOp : K3L_Op<"alloc", [Pure]> {
 def K3L_WeightOp : K3L_Op<"weight", [Pure]> {
   let summary = "a checkpoint tensor by name";
   let description = [{
+    `format` is the plan's (docs/PLAN.md "weights"): `bf16`, `f32`, `mxfp4`,
+    or `vector` for a small weight bound in the dtype the checkpoint stores
+    (bf16 or f32: the KDA conv filters and o_norm).
     ```mlir
     %w = k3l.weight "model.layers.0.mlp.gate_proj.weight" {format = "bf16", shape = array<i64: 512, 256>} : !k3l.ptr
+    %c = k3l.weight "model.layers.0.self_attn.q_conv1d.weight" {format = "vector", shape = array<i64: 256, 1, 4>} : !k3l.ptr
     ```
   }];
   let arguments = (ins StrAttr:$name, StrAttr:$format,

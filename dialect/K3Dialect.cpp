@@ -1,7 +1,8 @@
 //===- K3Dialect.cpp - k3 dialect, types and attributes -------------------===//
 //
-// Registration, the custom syntax of !k3.mxfp4, and the verifiers of the
-// types and layer-configuration attributes. Op verifiers are in K3Ops.cpp.
+// Registration, the custom syntax of !k3.mxfp4 and !k3.vector_weight, and
+// the verifiers of the types and layer-configuration attributes. Op
+// verifiers are in K3Ops.cpp.
 //
 //===----------------------------------------------------------------------===//
 #include "dialect/K3Dialect.h"
@@ -121,6 +122,36 @@ Type Mxfp4Type::parse(AsmParser &parser) {
 }
 
 void Mxfp4Type::print(AsmPrinter &printer) const {
+  printer << "<";
+  llvm::interleave(getShape(), printer, "x");
+  printer << ">";
+}
+
+LogicalResult
+VectorWeightType::verify(function_ref<InFlightDiagnostic()> emitError,
+                         ArrayRef<int64_t> shape) {
+  if (shape.empty())
+    return emitError() << "vector_weight needs a non-empty shape";
+  for (int64_t d : shape)
+    if (d <= 0)
+      return emitError() << "vector_weight dimensions must be positive, got "
+                         << d;
+  return success();
+}
+
+Type VectorWeightType::parse(AsmParser &parser) {
+  SmallVector<int64_t> shape;
+  if (parser.parseLess() ||
+      parser.parseDimensionList(shape, /*allowDynamic=*/false,
+                                /*withTrailingX=*/false) ||
+      parser.parseGreater())
+    return {};
+  return VectorWeightType::getChecked(
+      [&] { return parser.emitError(parser.getNameLoc()); },
+      parser.getContext(), shape);
+}
+
+void VectorWeightType::print(AsmPrinter &printer) const {
   printer << "<";
   llvm::interleave(getShape(), printer, "x");
   printer << ">";

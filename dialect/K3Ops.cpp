@@ -25,12 +25,15 @@ using namespace mlir::k3;
 // Helpers
 //===----------------------------------------------------------------------===//
 
-/// The logical shape of a tensor or MXFP4 weight; empty for other types.
+/// The logical shape of a tensor, MXFP4 or vector weight; empty for other
+/// types.
 static SmallVector<int64_t> shapeOf(Type t) {
   if (auto tt = dyn_cast<RankedTensorType>(t))
     return SmallVector<int64_t>(tt.getShape());
   if (auto mx = dyn_cast<Mxfp4Type>(t))
     return SmallVector<int64_t>(mx.getShape());
+  if (auto vw = dyn_cast<VectorWeightType>(t))
+    return SmallVector<int64_t>(vw.getShape());
   return {};
 }
 
@@ -136,6 +139,9 @@ LogicalResult WeightOp::verify() {
     return emitOpError() << "expects a rank-3 type for a name with '{e}' "
                             "(experts stacked on dim 0) but got rank "
                          << shape.size();
+  if (isa<VectorWeightType>(getType()) && stacked)
+    return emitOpError() << "expects a vector_weight to name one tensor: "
+                            "stacked ('{e}') weights are matrices";
   if (isa<Mxfp4Type>(getType()) && getName().ends_with(".weight"))
     return emitOpError() << "expects an mxfp4 weight to be named by its "
                             "prefix (without '.weight'): the checkpoint holds "

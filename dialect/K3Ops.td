@@ -23,8 +23,14 @@ include "mlir/Interfaces/InferTypeOpInterface.td"
 def K3_Vector : RankedTensorOf<[BF16, F32]>;
 def K3_BF16Tensor : RankedTensorOf<[BF16]>;
 def K3_F32Tensor : RankedTensorOf<[F32]>;
-/// A weight operand: bf16/f32 tensor, or MXFP4 (packed + scales).
-def K3_WeightType : AnyTypeOf<[RankedTensorOf<[BF16, F32, UI8]>, K3_Mxfp4Type]>;
+/// A weight operand: bf16/f32 tensor, MXFP4 (packed + scales), or a small
+/// weight stored bf16 or f32 (chosen at bind time).
+def K3_WeightType : AnyTypeOf<[RankedTensorOf<[BF16, F32, UI8]>, K3_Mxfp4Type,
+                               K3_VectorWeightType]>;
+/// A small weight read element by element (conv filters, o_norm): bf16 or
+/// f32 fixed in the IR, or !k3.vector_weight (as the checkpoint stores it).
+def K3_SmallWeight : AnyTypeOf<[RankedTensorOf<[BF16, F32]>,
+                                K3_VectorWeightType]>;
 /// A matrix weight: bf16 or MXFP4.
 def K3_MatrixType : AnyTypeOf<[RankedTensorOf<[BF16]>, K3_Mxfp4Type]>;
 
@@ -39,14 +45,16 @@ def K3_WeightOp : K3_Op<"weight", [Pure]> {
   let summary = "a named checkpoint tensor";
   let description = [{
     A tensor of the checkpoint, by its Hugging Face name. The result type
-    gives shape and format: a bf16 or f32 tensor, or `!k3.mxfp4<...>` for
+    gives shape and format: a bf16 or f32 tensor, `!k3.mxfp4<...>` for
     `name.weight_packed` + `name.weight_scale` (the name then omits the
-    `.weight` suffix). A name containing `{e}` stacks the experts along the
-    leading dimension.
+    `.weight` suffix), or `!k3.vector_weight<...>` for a small weight bound
+    in whichever of bf16 / f32 the checkpoint stores. A name containing `{e}`
+    stacks the experts along the leading dimension.
 
     ```mlir
     %w = k3.weight "model.layers.0.self_attn.q_proj.weight" : tensor<256x256xbf16>
     %e = k3.weight "model.layers.1.block_sparse_moe.experts.{e}.w1" : !k3.mxfp4<16x128x128>
+    %c = k3.weight "model.layers.0.self_attn.q_conv1d.weight" : !k3.vector_weight<256x1x4>
     ```
   }];
   let arguments = (ins StrAttr:$name);
@@ -119,10 +127,10 @@ def K3_KdaOp : K3_Op<"kda", [AttrSizedOperandSegments, K3_StateEffects]> {
   let arguments = (ins K3_BF16Tensor:$x, K3_ConvStateType:$conv_state,
       K3_KdaStateType:$state,
       K3_MatrixType:$q_proj, K3_MatrixType:$k_proj, K3_MatrixType:$v_proj,
-      K3_BF16Tensor:$q_conv, K3_BF16Tensor:$k_conv, K3_BF16Tensor:$v_conv,
+      K3_SmallWeight:$q_conv, K3_SmallWeight:$k_conv, K3_SmallWeight:$v_conv,
       K3_MatrixType:$f_a_proj, K3_MatrixType:$f_b_proj,
       K3_F32Tensor:$dt_bias, K3_F32Tensor:$a_log, K3_MatrixType:$b_proj,
-      K3_BF16Tensor:$o_norm, K3_MatrixType:$o_proj,
+      K3_SmallWeight:$o_norm, K3_MatrixType:$o_proj,
       Optional<K3_MatrixType>:$g_proj, Optional<K3_MatrixType>:$g_a_proj,
       Optional<K3_MatrixType>:$g_b_proj,
       K3_KdaConfigAttr:$config, F64Attr:$eps);
@@ -389,7 +397,7 @@ def K3_ConvStepOp : K3_Op<"conv_step", [K3_StateEffects]> {
     %q = k3.conv_step %u, %w, %cs {offset = 0 : i64} : (...) -> tensor<256xbf16>
     ```
   }];
-  let arguments = (ins K3_BF16Tensor:$u, K3_BF16Tensor:$weight,
+  let arguments = (ins K3_BF16Tensor:$u, K3_SmallWeight:$weight,
                        K3_ConvStateType:$conv_state, I64Attr:$offset);
   let results = (outs K3_BF16Tensor:$result);
   let assemblyFormat = "$u `,` $weight `,` $conv_state attr-dict `:` functional-type(operands, results)";
@@ -467,7 +475,7 @@ def K3_GatedRmsNormOp : K3_Op<"gated_rms_norm", [Pure]> {
     ```
   }];
   let arguments = (ins K3_BF16Tensor:$x, K3_BF16Tensor:$gate,
-                       K3_BF16Tensor:$weight, I64Attr:$head_dim, F64Attr:$eps);
+                       K3_SmallWeight:$weight, I64Attr:$head_dim, F64Attr:$eps);
   let results = (outs K3_BF16Tensor:$result);
   let assemblyFormat = "$x `,` $gate `,` $weight attr-dict `:` functional-type(operands, results)";
   let hasVerifier = 1;
@@ -601,9 +609,9 @@ def K3_KdaDecodeOp : K3_Op<"kda_decode", [K3_StateEffects]> {
   let arguments = (ins K3_BF16Tensor:$uq, K3_BF16Tensor:$uk,
       K3_BF16Tensor:$uv, K3_BF16Tensor:$f, K3_BF16Tensor:$beta_logit,
       K3_BF16Tensor:$gate, K3_ConvStateType:$conv_state,
-      K3_KdaStateType:$state, K3_BF16Tensor:$q_conv, K3_BF16Tensor:$k_conv,
-      K3_BF16Tensor:$v_conv, K3_F32Tensor:$dt_bias, K3_F32Tensor:$a_log,
-      K3_BF16Tensor:$o_norm, K3_KdaConfigAttr:$config, F64Attr:$eps);
+      K3_KdaStateType:$state, K3_SmallWeight:$q_conv, K3_SmallWeight:$k_conv,
+      K3_SmallWeight:$v_conv, K3_F32Tensor:$dt_bias, K3_F32Tensor:$a_log,
+      K3_SmallWeight:$o_norm, K3_KdaConfigAttr:$config, F64Attr:$eps);
   let results = (outs K3_BF16Tensor:$result);
   let assemblyFormat = [{
     $uq `,` $uk `,` $uv `,` $f `,` $beta_logit `,` $gate `,` $conv_state `,` $state

@@ -106,6 +106,26 @@ def K3_Mxfp4Type : K3_Type<"Mxfp4", "mxfp4"> {
   }];
 }
 
+def K3_VectorWeightType : K3_Type<"VectorWeight", "vector_weight"> {
+  let summary = "a small weight stored bf16 or f32, as the checkpoint has it";
+  let description = [{
+    A weight the kernels read element by element in fp32 (a KDA short-conv
+    filter [C, 1, W], the KDA o_norm weight [d]) whose stored dtype is not
+    fixed by the config: the published K3 checkpoint stores these F32,
+    Kimi-Linear BF16 (K3.md §10 "Stored dtypes"). The compiler never sees
+    the checkpoint, so the dtype is chosen when the plan is bound (plan
+    format `vector`, kernel field `VectorRef`): one plan binds both, and an
+    F32 value is never rounded to bf16.
+
+    ```mlir
+    !k3.vector_weight<256x1x4>
+    ```
+  }];
+  let parameters = (ins ArrayRefParameter<"int64_t">:$shape);
+  let hasCustomAssemblyFormat = 1;
+  let genVerifyDecl = 1;
+}
+
 def K3_StateType : AnyTypeOf<[K3_KdaStateType, K3_ConvStateType,
                               K3_MlaCacheType, K3_AttnResBlocksType]>;
 

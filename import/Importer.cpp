@@ -45,6 +45,13 @@ private:
   Value bf16Weight(const std::string &name, ArrayRef<int64_t> shape) {
     return weight(name + ".weight", bf16(shape));
   }
+  /// A small weight bound in the dtype the checkpoint stores (bf16 or f32:
+  /// the published K3 stores the KDA convs and o_norm F32, Kimi-Linear
+  /// BF16), so one plan serves both (K3.md §10 "Stored dtypes").
+  Value vectorWeight(const std::string &name, ArrayRef<int64_t> shape) {
+    return weight(name + ".weight",
+                  VectorWeightType::get(b_.getContext(), shape));
+  }
   Value state(const std::string &slot, Type type) {
     return StateOp::create(b_, loc_, type, b_.getStringAttr(slot));
   }
@@ -128,9 +135,9 @@ Value ModuleBuilder::kda(int64_t layer, Value h) {
   Value q = bf16Weight(p + "q_proj", {C, D});
   Value kp = bf16Weight(p + "k_proj", {C, D});
   Value v = bf16Weight(p + "v_proj", {C, D});
-  Value qc = bf16Weight(p + "q_conv1d", {C, 1, W});
-  Value kc = bf16Weight(p + "k_conv1d", {C, 1, W});
-  Value vc = bf16Weight(p + "v_conv1d", {C, 1, W});
+  Value qc = vectorWeight(p + "q_conv1d", {C, 1, W});
+  Value kc = vectorWeight(p + "k_conv1d", {C, 1, W});
+  Value vc = vectorWeight(p + "v_conv1d", {C, 1, W});
   Value fa = bf16Weight(p + "f_a_proj", {d, D});
   Value fb = bf16Weight(p + "f_b_proj", {C, d});
   Value dt = weight(p + "dt_bias", f32({C}));
@@ -138,7 +145,7 @@ Value ModuleBuilder::kda(int64_t layer, Value h) {
   // the plan asks for its first H values.
   Value alog = weight(p + "A_log", f32({H}));
   Value bp = bf16Weight(p + "b_proj", {H, D});
-  Value on = bf16Weight(p + "o_norm", {d});
+  Value on = vectorWeight(p + "o_norm", {d});
   Value o = bf16Weight(p + "o_proj", {D, C});
   Value g, ga, gb;
   if (k.fullRankGate) {

@@ -68,7 +68,7 @@ CpuBackend::bind(const PlanDoc &plan, const TensorStore &store) {
   for (size_t i = 0; i < plan.weights.size(); ++i) {
     ResolvedWeight &w = be->weights_[i];
     K3_RETURN_IF_ERROR(resolveWeight(plan.weights[i], store, w));
-    mem.weights.push_back({w.data, w.bytes, w.ref, w.table.data()});
+    mem.weights.push_back(hostWeight(w));
   }
   be->launches_.resize(plan.launches.size());
   for (size_t i = 0; i < plan.launches.size(); ++i)

@@ -48,6 +48,31 @@ Status resolveBf16(const TensorView *t, int64_t numel, const std::string &what,
   return Status::ok();
 }
 
+/// A small weight read element by element (conv filters, o_norm), kept in
+/// the dtype the checkpoint stores (BF16 or F32, K3.md §10); a tensor that
+/// is misaligned in the file is copied into `copy`.
+Status resolveVector(const TensorView *t, int64_t numel,
+                     const std::string &what, VectorRef &out,
+                     std::vector<float> &copy) {
+  if (!t)
+    return makeError(what, ": tensor missing from the model weights");
+  if (t->dtype != DType::BF16 && t->dtype != DType::F32)
+    return makeError(t->name, " (", what, "): expected F32 or BF16, found ",
+                     dtypeName(t->dtype));
+  if (t->numel() != numel)
+    return makeError(t->name, " (", what, "): expected ", numel,
+                     " elements, found shape ", shapeString(t->shape));
+  const size_t size = t->dtype == DType::F32 ? 4 : 2;
+  out.dtype = t->dtype == DType::F32 ? kVectorF32 : kVectorBf16;
+  out.data = t->data;
+  if (reinterpret_cast<uintptr_t>(t->data) % size != 0) {
+    copy.resize((numel * size + 3) / 4);
+    std::memcpy(copy.data(), t->data, numel * size);
+    out.data = copy.data();
+  }
+  return Status::ok();
+}
+
 /// The first `count` values of an F32 or BF16 tensor, widened to fp32 (A_log
 /// may be zero-padded beyond the heads, K3.md §1).
 Status resolveFloats(const TensorView *t, int64_t count,
@@ -174,12 +199,12 @@ Expected<CpuDecoder> CpuDecoder::create(const ModelConfig &config,
       K3_RETURN_IF_ERROR(resolveLinear(k.qProj, C, D, sa + "q_proj", ly.q));
       K3_RETURN_IF_ERROR(resolveLinear(k.kProj, C, D, sa + "k_proj", ly.k));
       K3_RETURN_IF_ERROR(resolveLinear(k.vProj, C, D, sa + "v_proj", ly.v));
-      K3_RETURN_IF_ERROR(
-          resolveBf16(k.qConv, C * W, sa + "q_conv1d", ly.convQ));
-      K3_RETURN_IF_ERROR(
-          resolveBf16(k.kConv, C * W, sa + "k_conv1d", ly.convK));
-      K3_RETURN_IF_ERROR(
-          resolveBf16(k.vConv, C * W, sa + "v_conv1d", ly.convV));
+      K3_RETURN_IF_ERROR(resolveVector(k.qConv, C * W, sa + "q_conv1d",
+                                       ly.convQ, ly.vectorCopies[0]));
+      K3_RETURN_IF_ERROR(resolveVector(k.kConv, C * W, sa + "k_conv1d",
+                                       ly.convK, ly.vectorCopies[1]));
+      K3_RETURN_IF_ERROR(resolveVector(k.vConv, C * W, sa + "v_conv1d",
+                                       ly.convV, ly.vectorCopies[2]));
       K3_RETURN_IF_ERROR(resolveLinear(k.fAProj, d, D, sa + "f_a_proj", ly.fA));
       K3_RETURN_IF_ERROR(resolveLinear(k.fBProj, C, d, sa + "f_b_proj", ly.fB));
       K3_RETURN_IF_ERROR(resolveFloats(k.dtBias, C, sa + "dt_bias", ly.dtBias));
@@ -193,7 +218,8 @@ Expected<CpuDecoder> CpuDecoder::create(const ModelConfig &config,
         K3_RETURN_IF_ERROR(
             resolveLinear(k.gBProj, C, d, sa + "g_b_proj", ly.gB));
       }
-      K3_RETURN_IF_ERROR(resolveBf16(k.oNorm, d, sa + "o_norm", ly.oNorm));
+      K3_RETURN_IF_ERROR(resolveVector(k.oNorm, d, sa + "o_norm", ly.oNorm,
+                                       ly.vectorCopies[3]));
       K3_RETURN_IF_ERROR(resolveLinear(k.oProj, D, C, sa + "o_proj", ly.o));
       ly.state.assign(H * d * d, 0.0f);
       ly.convStateQ.assign(C * (W - 1), 0.0f);

@@ -85,8 +85,10 @@ private:
 
     // KDA.
     WeightRef q, k, v, fA, fB, b, g, gA, gB, o;
-    const uint16_t *convQ = nullptr, *convK = nullptr, *convV = nullptr;
-    const uint16_t *oNorm = nullptr;
+    VectorRef convQ, convK, convV; ///< [C, 1, W] bf16 or f32, as stored
+    VectorRef oNorm;               ///< [d] bf16 or f32, as stored
+    /// Aligned copies of conv / o_norm tensors misaligned in the checkpoint.
+    std::vector<float> vectorCopies[4];
     std::vector<float> dtBias, aLog; ///< [C], [H] fp32 copies
     std::vector<float> state;        ///< [H, d, d]
     std::vector<float> convStateQ, convStateK, convStateV; ///< [C, W-1]

@@ -338,7 +338,7 @@ struct Reference {
     for (size_t i = 0; i < plan.weights.size(); ++i) {
       K3_RETURN_IF_ERROR(resolveWeight(plan.weights[i], store, weights[i]));
       const ResolvedWeight &w = weights[i];
-      mem.weights.push_back({w.data, w.bytes, w.ref, w.table.data()});
+      mem.weights.push_back(hostWeight(w));
     }
     launches.resize(plan.launches.size());
     for (size_t i = 0; i < plan.launches.size(); ++i)

@@ -850,7 +850,8 @@ int defaultMakerThreads() {
 
 Status makeModel(const ModelConfig &config, uint64_t seed,
                  const std::string &dir, ProgressFn progress,
-                 int64_t shardBytes, Structure structure, int threads) {
+                 int64_t shardBytes, Structure structure, int threads,
+                 StoredDtypes dtypes) {
   K3_RETURN_IF_ERROR(config.validate());
   std::error_code ec;
   fs::path root(dir);
@@ -861,7 +862,7 @@ Status makeModel(const ModelConfig &config, uint64_t seed,
   K3_RETURN_IF_ERROR(removeStaleCheckpoint(root));
   K3_RETURN_IF_ERROR(writeText(root / "config.json", writeConfigJson(config)));
 
-  std::vector<TensorSpec> specs = expectedTensorSpecs(config);
+  std::vector<TensorSpec> specs = expectedTensorSpecs(config, dtypes);
   for (const TensorSpec &s : specs)
     if (!tensorByteSize(s.dtype, s.shape))
       return makeError("tensor ", s.name, " is too large");

@@ -12,6 +12,7 @@
 #define K3C_RUNTIME_MODELMAKER_H
 
 #include "runtime/Config.h"
+#include "runtime/ModelWeights.h"
 #include "runtime/Status.h"
 
 #include <cstdint>
@@ -51,11 +52,17 @@ using ProgressFn = std::function<void(uint64_t bytesDone, uint64_t bytesTotal)>;
 /// `structure` Random leaves the plant out (plain random weights of the same
 /// scales): chaotic at bf16 for free-running greedy decodes, which is why
 /// the checks on such models are teacher-forced.
+///
+/// `dtypes` picks how the tensors stored either way by real checkpoints are
+/// written (ModelWeights.h): Published stores K3's conv filters and o_norm
+/// F32 (unrounded values; Simple rounds the same values to BF16) and
+/// Kimi-Linear's router bias BF16.
 enum class Structure { Planted, Random };
 Status makeModel(const ModelConfig &config, uint64_t seed,
                  const std::string &dir, ProgressFn progress = {},
                  int64_t shardBytes = 0,
-                 Structure structure = Structure::Planted, int threads = 0);
+                 Structure structure = Structure::Planted, int threads = 0,
+                 StoredDtypes dtypes = StoredDtypes::Simple);
 
 /// The most generating threads makeModel uses.
 constexpr int kMaxMakerThreads = 1024;

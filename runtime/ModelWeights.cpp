@@ -34,13 +34,23 @@ std::string describe(DType t, const std::vector<int64_t> &shape) {
 class Visitor {
 public:
   virtual ~Visitor() = default;
-  /// A bf16 tensor of exactly `shape` (norm weights, embeddings, convs).
+  /// A bf16 tensor of exactly `shape` (norm weights, embeddings).
   virtual void bf16(const std::string &name, std::vector<int64_t> shape,
                     const TensorView *&dst) = 0;
   /// An fp32 vector (dt_bias, e_score_correction_bias); bf16 is accepted
   /// too, as ModelWeights.h promises.
   virtual void f32(const std::string &name, std::vector<int64_t> shape,
                    const TensorView *&dst) = 0;
+  /// The router's e_score_correction_bias: an fp32 vector that the
+  /// published K3 stores F32 and Kimi-Linear BF16.
+  virtual void routerBias(const std::string &name, std::vector<int64_t> shape,
+                          const TensorView *&dst) {
+    f32(name, std::move(shape), dst);
+  }
+  /// A small weight the kernels read in the dtype it is stored in (the KDA
+  /// conv filters and o_norm): BF16 or F32 (K3.md §10 "Stored dtypes").
+  virtual void vector(const std::string &name, std::vector<int64_t> shape,
+                      const TensorView *&dst) = 0;
   /// KDA A_log: fp32 with at least `heads` values, any shape.
   virtual void aLog(const std::string &name, int64_t heads,
                     const TensorView *&dst) = 0;
@@ -69,9 +79,9 @@ void walkKda(Visitor &v, const ModelConfig &c, const std::string &p,
   v.linear(p + "q_proj", C, D, w.qProj);
   v.linear(p + "k_proj", C, D, w.kProj);
   v.linear(p + "v_proj", C, D, w.vProj);
-  v.bf16(p + "q_conv1d.weight", {C, 1, W}, w.qConv);
-  v.bf16(p + "k_conv1d.weight", {C, 1, W}, w.kConv);
-  v.bf16(p + "v_conv1d.weight", {C, 1, W}, w.vConv);
+  v.vector(p + "q_conv1d.weight", {C, 1, W}, w.qConv);
+  v.vector(p + "k_conv1d.weight", {C, 1, W}, w.kConv);
+  v.vector(p + "v_conv1d.weight", {C, 1, W}, w.vConv);
   v.linear(p + "f_a_proj", d, D, w.fAProj);
   v.linear(p + "f_b_proj", C, d, w.fBProj);
   v.f32(p + "dt_bias", {C}, w.dtBias);
@@ -83,7 +93,7 @@ void walkKda(Visitor &v, const ModelConfig &c, const std::string &p,
     v.linear(p + "g_a_proj", d, D, w.gAProj);
     v.linear(p + "g_b_proj", C, d, w.gBProj);
   }
-  v.bf16(p + "o_norm.weight", {d}, w.oNorm);
+  v.vector(p + "o_norm.weight", {d}, w.oNorm);
   v.linear(p + "o_proj", D, C, w.oProj);
 }
 
@@ -112,7 +122,7 @@ void walkMoe(Visitor &v, const ModelConfig &c, const std::string &p,
   const int64_t D = c.hiddenSize, E = c.numExperts;
   const int64_t I = c.moeIntermediateSize, Dm = c.moeHiddenSize();
   v.linear(p + "gate", E, D, w.gate);
-  v.f32(p + "gate.e_score_correction_bias", {E}, w.eScoreCorrectionBias);
+  v.routerBias(p + "gate.e_score_correction_bias", {E}, w.eScoreCorrectionBias);
   w.experts.resize(static_cast<size_t>(E));
   for (int64_t e = 0; e < E && v.good(); ++e) {
     std::string ep = p + "experts." + std::to_string(e) + ".";
@@ -179,7 +189,8 @@ void walkModel(Visitor &v, const ModelConfig &c, ModelWeights &w) {
 
 class SpecCollector : public Visitor {
 public:
-  explicit SpecCollector(const ModelConfig &c) : config_(c) {}
+  SpecCollector(const ModelConfig &c, StoredDtypes dtypes)
+      : config_(c), published_(dtypes == StoredDtypes::Published) {}
   std::vector<TensorSpec> specs;
 
   void bf16(const std::string &name, std::vector<int64_t> shape,
@@ -189,6 +200,16 @@ public:
   void f32(const std::string &name, std::vector<int64_t> shape,
            const TensorView *&) override {
     specs.push_back({name, DType::F32, std::move(shape)});
+  }
+  void routerBias(const std::string &name, std::vector<int64_t> shape,
+                  const TensorView *&) override {
+    const bool bf16 = published_ && config_.modelType == "kimi_linear";
+    specs.push_back({name, bf16 ? DType::BF16 : DType::F32, std::move(shape)});
+  }
+  void vector(const std::string &name, std::vector<int64_t> shape,
+              const TensorView *&) override {
+    const bool f32 = published_ && config_.modelType == "kimi_k3";
+    specs.push_back({name, f32 ? DType::F32 : DType::BF16, std::move(shape)});
   }
   void aLog(const std::string &name, int64_t heads,
             const TensorView *&) override {
@@ -212,6 +233,7 @@ public:
 
 private:
   const ModelConfig &config_;
+  bool published_;
 };
 
 //===----------------------------------------------------------------------===//
@@ -232,6 +254,10 @@ public:
   void f32(const std::string &name, std::vector<int64_t> shape,
            const TensorView *&dst) override {
     dst = exact(name, {DType::F32, DType::BF16}, shape);
+  }
+  void vector(const std::string &name, std::vector<int64_t> shape,
+              const TensorView *&dst) override {
+    dst = exact(name, {DType::F32, DType::BF16}, shape, "F32 or BF16");
   }
   void aLog(const std::string &name, int64_t heads,
             const TensorView *&dst) override {
@@ -285,24 +311,28 @@ public:
   }
 
 private:
+  /// `name` in one of `dtypes` with exactly `shape`; messages say
+  /// `wantText` (default: the first dtype) for what was expected.
   const TensorView *exact(const std::string &name,
                           std::initializer_list<DType> dtypes,
-                          const std::vector<int64_t> &shape) {
+                          const std::vector<int64_t> &shape,
+                          const char *wantText = nullptr) {
     if (!good())
       return nullptr;
     const TensorView *t = store_.find(name);
-    DType want = *dtypes.begin();
+    const std::string want =
+        (wantText ? std::string(wantText)
+                  : std::string(dtypeName(*dtypes.begin()))) +
+        " " + shapeText(shape);
     if (!t) {
-      status = makeError("missing tensor '", name, "' (expected ",
-                         describe(want, shape), ")");
+      status = makeError("missing tensor '", name, "' (expected ", want, ")");
       return nullptr;
     }
     bool dtypeOk =
         std::find(dtypes.begin(), dtypes.end(), t->dtype) != dtypes.end();
     if (!dtypeOk || t->shape != shape) {
-      status =
-          makeError("tensor '", name, "': expected ", describe(want, shape),
-                    ", found ", describe(t->dtype, t->shape));
+      status = makeError("tensor '", name, "': expected ", want, ", found ",
+                         describe(t->dtype, t->shape));
       return nullptr;
     }
     return t;
@@ -314,8 +344,9 @@ private:
 
 } // namespace
 
-std::vector<TensorSpec> expectedTensorSpecs(const ModelConfig &config) {
-  SpecCollector collector(config);
+std::vector<TensorSpec> expectedTensorSpecs(const ModelConfig &config,
+                                            StoredDtypes dtypes) {
+  SpecCollector collector(config, dtypes);
   ModelWeights scratch;
   walkModel(collector, config, scratch);
   return std::move(collector.specs);

@@ -30,7 +30,7 @@ struct LinearWeight {
 
 struct KdaWeights {
   LinearWeight qProj, kProj, vProj;          ///< [C, D]
-  const TensorView *qConv = nullptr;         ///< bf16 [C, 1, W]
+  const TensorView *qConv = nullptr;         ///< bf16 or f32 [C, 1, W]
   const TensorView *kConv = nullptr, *vConv = nullptr;
   LinearWeight fAProj;                       ///< [d, D]
   LinearWeight fBProj;                       ///< [C, d]
@@ -39,7 +39,7 @@ struct KdaWeights {
   LinearWeight bProj;                        ///< [H, D]
   LinearWeight gProj;                        ///< [C, D] full-rank gate, or absent
   LinearWeight gAProj, gBProj;               ///< [d, D], [C, d] low-rank gate
-  const TensorView *oNorm = nullptr;         ///< [d]
+  const TensorView *oNorm = nullptr;         ///< bf16 or f32 [d]
   LinearWeight oProj;                        ///< [D, C]
 };
 
@@ -103,11 +103,25 @@ Expected<ModelWeights> bindModelWeights(const ModelConfig &config,
 /// The Hugging Face name of every tensor `config` needs, in a stable order.
 std::vector<std::string> expectedTensorNames(const ModelConfig &config);
 
+/// The dtypes the model maker gives the tensors that checkpoints store in
+/// either of two ways (K3.md §10 "Stored dtypes"); binding accepts both.
+enum class StoredDtypes {
+  /// KDA conv filters and o_norm BF16, the router bias F32 (the tiny
+  /// presets' default).
+  Simple,
+  /// As the published checkpoint of the config's model type: kimi_k3 stores
+  /// the conv filters and o_norm F32; kimi_linear the router bias BF16.
+  Published,
+};
+
 /// Name, dtype and shape of every tensor `config` needs, in the order of
 /// expectedTensorNames, as the model maker writes them (A_log: K3 pads it
 /// to 128 entries, Kimi-Linear stores [1, 1, H, 1]; routed experts MXFP4
-/// packed + scale when config.expertsMxfp4, else bf16).
-std::vector<TensorSpec> expectedTensorSpecs(const ModelConfig &config);
+/// packed + scale when config.expertsMxfp4, else bf16; conv filters,
+/// o_norm and the router bias as `dtypes` says).
+std::vector<TensorSpec>
+expectedTensorSpecs(const ModelConfig &config,
+                    StoredDtypes dtypes = StoredDtypes::Simple);
 
 } // namespace k3
 

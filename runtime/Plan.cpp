@@ -423,7 +423,29 @@ Status validateArg(const PlanDoc &plan, const KernelInfo &kernel,
     return Status::ok();
   }
 
+  if (f->kind == FieldKind::Vector) {
+    // A small weight bound as it is stored: a "vector" weight (bf16 or f32,
+    // whichever the checkpoint has), or one of fixed format bf16 / f32.
+    if (!weight)
+      return makeError("'", name, "' is a VectorRef field of ",
+                       kernel.paramsName, "; it needs a weight, not ",
+                       argKindName(arg.kind));
+    if (arg.offset != 0)
+      return makeError("'", name, "': an offset is not allowed on a ",
+                       "VectorRef field");
+    if (weight->format == "mxfp4" || weight->stacked())
+      return makeError("'", name, "': weight '", weight->name, "' is ",
+                       weight->stacked() ? "stacked" : "mxfp4",
+                       "; a VectorRef field takes a vector, bf16 or f32 "
+                       "weight");
+    return Status::ok();
+  }
+
   // Raw pointers.
+  if (weight && weight->format == "vector")
+    return makeError("'", name, "': weight '", weight->name,
+                     "' is a vector (bf16 or f32 as stored); only a "
+                     "VectorRef field can take it");
   if (weight && f->kind == FieldKind::PtrOut)
     return makeError("'", name, "' is written by the kernel; weight '",
                      weight->name, "' is read-only");
@@ -547,9 +569,12 @@ Status validatePlan(const PlanDoc &plan) {
     const PlanWeight &w = plan.weights[i];
     const std::string at =
         "weight " + std::to_string(i) + " ('" + w.name + "')";
-    if (w.format != "bf16" && w.format != "f32" && w.format != "mxfp4")
+    if (w.format != "bf16" && w.format != "f32" && w.format != "mxfp4" &&
+        w.format != "vector")
       return makeError(at, ": unknown format '", w.format,
-                       "' (expected bf16, f32 or mxfp4)");
+                       "' (expected bf16, f32, vector or mxfp4)");
+    if (w.format == "vector" && w.stacked())
+      return makeError(at, ": a vector weight cannot be stacked ({e})");
     if (w.name.empty())
       return makeError(at, ": empty name");
     uint64_t n = 1;

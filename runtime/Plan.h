@@ -101,7 +101,7 @@ struct PlanWeight {
   /// The tensor name; for "mxfp4" the prefix of `.weight_packed` /
   /// `.weight_scale`; containing "{e}" for experts stacked on dim 0.
   std::string name;
-  std::string format;         ///< "bf16", "f32" or "mxfp4"
+  std::string format;         ///< "bf16", "f32", "vector" or "mxfp4"
   std::vector<int64_t> shape; ///< logical shape ([E, ...] when stacked)
   bool stacked() const { return name.find("{e}") != std::string::npos; }
 };

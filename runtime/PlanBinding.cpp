@@ -65,7 +65,7 @@ Status resolveMatrixOrVector(const PlanWeight &w, const std::string &name,
                              const std::vector<int64_t> &shape,
                              const TensorStore &store, WeightRef &ref,
                              const uint8_t *&data, uint64_t &bytes,
-                             std::vector<float> &widened) {
+                             int32_t &dtype, std::vector<float> &widened) {
   auto missing = [&](const std::string &n) {
     return makeError("weight '", n,
                      "' is missing from the checkpoint (the "
@@ -110,6 +110,27 @@ Status resolveMatrixOrVector(const PlanWeight &w, const std::string &name,
     ref.bf16 = t->as<uint16_t>();
     data = t->data;
     bytes = static_cast<uint64_t>(numelOf(shape)) * 2;
+    dtype = kVectorBf16;
+    return Status::ok();
+  }
+
+  if (w.format == "vector") {
+    // A small weight the kernels read element by element (VectorRef), kept
+    // in the dtype the checkpoint stores: the published K3 stores the conv
+    // filters and o_norm F32, Kimi-Linear BF16 (K3.md §10). Never rounded.
+    if ((t->dtype != DType::F32 && t->dtype != DType::BF16) ||
+        squeezed(t->shape) != squeezed(shape))
+      return mismatch(t, "F32 or BF16 " + shapeString(shape));
+    const uint64_t size = t->dtype == DType::F32 ? 4 : 2;
+    dtype = t->dtype == DType::F32 ? kVectorF32 : kVectorBf16;
+    bytes = static_cast<uint64_t>(numelOf(shape)) * size;
+    if (reinterpret_cast<uintptr_t>(t->data) % size == 0) {
+      data = t->data;
+      return Status::ok();
+    }
+    widened.resize((bytes + 3) / 4); // an aligned copy of the stored bytes
+    std::memcpy(widened.data(), t->data, bytes);
+    data = reinterpret_cast<const uint8_t *>(widened.data());
     return Status::ok();
   }
 
@@ -124,6 +145,7 @@ Status resolveMatrixOrVector(const PlanWeight &w, const std::string &name,
       (!sameShape && !padded))
     return mismatch(t, "F32 (or BF16) " + shapeString(shape));
   bytes = static_cast<uint64_t>(want) * 4;
+  dtype = kVectorF32;
   if (t->dtype == DType::F32 && reinterpret_cast<uintptr_t>(t->data) % 4 == 0) {
     data = t->data;
     return Status::ok();
@@ -144,7 +166,8 @@ Status resolveWeight(const PlanWeight &w, const TensorStore &store,
                      ResolvedWeight &out) {
   if (!w.stacked()) {
     K3_RETURN_IF_ERROR(resolveMatrixOrVector(w, w.name, w.shape, store, out.ref,
-                                             out.data, out.bytes, out.widened));
+                                             out.data, out.bytes, out.dtype,
+                                             out.widened));
     return Status::ok();
   }
   const std::vector<int64_t> each(w.shape.begin() + 1, w.shape.end());
@@ -152,16 +175,27 @@ Status resolveWeight(const PlanWeight &w, const TensorStore &store,
   for (int64_t e = 0; e < w.shape[0]; ++e) {
     const uint8_t *data = nullptr;
     uint64_t bytes = 0;
+    int32_t dtype = 0;
     std::vector<float> unused;
     PlanWeight one = w;
     one.shape = each;
     K3_RETURN_IF_ERROR(resolveMatrixOrVector(one, expertName(w.name, e), each,
                                              store, out.table[e], data, bytes,
-                                             unused));
+                                             dtype, unused));
     if (w.format == "f32")
       return makeError("weight '", w.name, "': stacked f32 is not supported");
   }
   return Status::ok();
+}
+
+PlanMemory::Weight hostWeight(const ResolvedWeight &w) {
+  PlanMemory::Weight m;
+  m.data = w.data;
+  m.bytes = w.bytes;
+  m.ref = w.ref;
+  m.table = w.table.data();
+  m.dtype = w.dtype;
+  return m;
 }
 
 //===----------------------------------------------------------------------===//
@@ -174,6 +208,7 @@ namespace {
 struct FieldBinding {
   const PlanArg *arg = nullptr;
   uint64_t availBytes = 0;  ///< from the pointer to the end of its target
+  uint64_t elemBytes = 0;   ///< Vector fields: the bound dtype's size
   std::string target;       ///< "buffer 'h0'", for messages
   int64_t weightIndex = -1; ///< Weight / WeightTable fields
 };
@@ -218,11 +253,15 @@ public:
 private:
   Status cover(const char *field, const FieldBinding &b, int64_t elems) {
     const KernelField *f = kernel_.field(field);
-    const uint64_t es = elemTypeSize(f->elem);
+    // A Vector field's elements are those of the dtype bound to it.
+    const uint64_t es = b.elemBytes ? b.elemBytes : elemTypeSize(f->elem);
+    const char *en = !b.elemBytes       ? elemTypeName(f->elem)
+                     : b.elemBytes == 4 ? "f32"
+                                        : "bf16";
     if (elems < 0 || static_cast<uint64_t>(elems) > b.availBytes / es)
-      return makeError("'", field, "' needs ", elems, " ",
-                       elemTypeName(f->elem), " elements but ", b.target,
-                       " holds ", b.availBytes / es, " from its offset");
+      return makeError("'", field, "' needs ", elems, " ", en, " elements but ",
+                       b.target, " holds ", b.availBytes / es,
+                       " from its offset");
     return Status::ok();
   }
   Status matrix(const char *field, const PlanWeight &w,
@@ -334,6 +373,18 @@ Status bindLaunch(const PlanDoc &plan, size_t index, const PlanMemory &mem,
         store<WeightRef>(p, f.offset, w.ref);
       } else if (f.kind == FieldKind::WeightTable) {
         store<const WeightRef *>(p, f.offset, w.table);
+      } else if (f.kind == FieldKind::Vector) {
+        // The dtype of a bf16 / f32 weight is the plan's (any PlanMemory
+        // builder gets it right); a "vector" weight's is the checkpoint's.
+        const std::string &format = plan.weights[arg.index].format;
+        VectorRef v;
+        v.data = w.data;
+        v.dtype = format == "f32"    ? kVectorF32
+                  : format == "bf16" ? kVectorBf16
+                                     : w.dtype;
+        store<VectorRef>(p, f.offset, v);
+        b.availBytes = w.bytes;
+        b.elemBytes = v.dtype == kVectorF32 ? 4 : 2;
       } else {
         store<const void *>(p, f.offset, w.data + arg.offset);
         b.availBytes = w.bytes - arg.offset;

@@ -2,7 +2,8 @@
 //
 // What every backend does the same way: resolve the plan's weights in a
 // checkpoint (format and shape checked, stacked experts become per-expert
-// tables, bf16 vectors widened to f32), and fill each launch's params struct
+// tables, bf16 vectors widened to f32, "vector" weights kept in the dtype
+// the checkpoint stores), and fill each launch's params struct
 // from its args through the kernel table, checking that every pointer the
 // kernel will touch is bound and large enough. Only the addresses differ: the
 // CPU backend binds host memory, the CUDA backend the device copies.
@@ -27,9 +28,14 @@ namespace k3 {
 struct ResolvedWeight {
   const uint8_t *data = nullptr; ///< bf16 / f32 bytes (null for mxfp4)
   uint64_t bytes = 0;
+  /// The element type of `data` (kVectorBf16 / kVectorF32): fixed by the
+  /// plan for bf16 and f32 weights, the checkpoint's for a "vector" weight.
+  int32_t dtype = kVectorBf16;
   WeightRef ref;                ///< bf16 or mxfp4, non-stacked
   std::vector<WeightRef> table; ///< per expert, when stacked
-  std::vector<float> widened;   ///< f32 copy of a bf16 checkpoint vector
+  /// An aligned host copy when the checkpoint's bytes cannot be used in
+  /// place: an f32 weight stored bf16 (widened) or a misaligned tensor.
+  std::vector<float> widened;
 };
 
 /// Finds `w` in `store` and checks its format and shape. Errors name the
@@ -50,9 +56,16 @@ struct PlanMemory {
     uint64_t bytes = 0;
     WeightRef ref;
     const WeightRef *table = nullptr;
+    /// The element type of `data` (ResolvedWeight::dtype): what a VectorRef
+    /// field bound to a "vector" weight is told.
+    int32_t dtype = kVectorBf16;
   };
   std::vector<Weight> weights;
 };
+
+/// The PlanMemory entry of a weight resolved in host memory (CPU backend,
+/// the differential check's reference side).
+PlanMemory::Weight hostWeight(const ResolvedWeight &w);
 
 /// A launch with its params filled; step inputs are patched per step.
 struct BoundLaunch {

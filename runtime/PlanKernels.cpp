@@ -62,6 +62,10 @@ template <> struct FieldTraits<const WeightRef *> {
   static constexpr FieldKind kind = FieldKind::WeightTable;
   static constexpr ElemType elem = ElemType::None;
 };
+template <> struct FieldTraits<VectorRef> {
+  static constexpr FieldKind kind = FieldKind::Vector;
+  static constexpr ElemType elem = ElemType::None;
+};
 template <typename E> constexpr ElemType elemOf() {
   if constexpr (std::is_same_v<E, uint16_t>)
     return ElemType::BF16;

@@ -30,6 +30,7 @@ enum class FieldKind {
   PtrOut,      ///< T *: a buffer or state (never a read-only weight)
   Weight,      ///< WeightRef: a non-stacked weight
   WeightTable, ///< const WeightRef *: a stacked ({e}) weight
+  Vector,      ///< VectorRef: a small weight, bf16 or f32 as stored
 };
 
 /// Element type a pointer field points at.
@@ -77,7 +78,8 @@ public:
 class ExtentChecker {
 public:
   virtual ~ExtentChecker() = default;
-  /// Pointer field `field` is bound and covers `elems` elements.
+  /// Pointer field `field` is bound and covers `elems` elements (a Vector
+  /// field: elements of the dtype bound to it).
   virtual Status need(const char *field, int64_t elems) = 0;
   /// Like need(), but an unbound (null) field is fine.
   virtual Status optional(const char *field, int64_t elems) = 0;

@@ -18,6 +18,7 @@ struct Preset {
   const char *name;
   const char *description;
   ModelConfig (*make)();
+  StoredDtypes dtypes = StoredDtypes::Simple; ///< the maker's default
 };
 
 /// MLA at every 4th layer (1-based) and at the last; KDA everywhere else.
@@ -187,13 +188,14 @@ const Preset kPresets[] = {
      "two dense layers): catches swapped sizes and defaulted scalars",
      tinyOdd},
     {"k3",
-     "real Kimi K3 geometry (hidden 7168, 93 layers, 896 experts); "
-     "cut down with --layers/--experts",
-     realK3},
+     "real Kimi K3 geometry (hidden 7168, 93 layers, 896 experts), conv and "
+     "o_norm F32 as published; cut down with --layers/--experts",
+     realK3, StoredDtypes::Published},
     {"kimi-linear-48b",
      "real Kimi-Linear-48B-A3B geometry (hidden 2304, 27 "
-     "layers, 256 experts); cut down with --layers/--experts",
-     kimiLinear48b},
+     "layers, 256 experts), router bias BF16 as published; cut down with "
+     "--layers/--experts",
+     kimiLinear48b, StoredDtypes::Published},
 };
 
 const Preset *findPreset(const std::string &name) {
@@ -215,6 +217,11 @@ std::vector<std::string> presetNames() {
 std::string presetDescription(const std::string &name) {
   const Preset *p = findPreset(name);
   return p ? p->description : "";
+}
+
+StoredDtypes presetStoredDtypes(const std::string &name) {
+  const Preset *p = findPreset(name);
+  return p ? p->dtypes : StoredDtypes::Simple;
 }
 
 Expected<ModelConfig> presetConfig(const std::string &name, int64_t layers,

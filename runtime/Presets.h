@@ -10,6 +10,7 @@
 #define K3C_RUNTIME_PRESETS_H
 
 #include "runtime/Config.h"
+#include "runtime/ModelWeights.h"
 #include "runtime/Status.h"
 
 #include <cstdint>
@@ -31,6 +32,13 @@ std::vector<std::string> presetNames();
 
 /// One line describing preset `name` (for --list); empty when unknown.
 std::string presetDescription(const std::string &name);
+
+/// The stored dtypes the model maker uses for preset `name` by default: the
+/// real geometries (k3, kimi-linear-48b) store as their published
+/// checkpoints (K3's conv filters and o_norm F32, Kimi-Linear's router bias
+/// BF16); the tiny presets Simple (BF16 conv / o_norm), so that both forms
+/// are made and tested.
+StoredDtypes presetStoredDtypes(const std::string &name);
 
 } // namespace k3
 

@@ -3,6 +3,7 @@
 //
 // bf16 storage (the same round-to-nearest-even as kernels/common/BF16.h, so a
 // CUDA kernel rounds where the CPU kernel rounds), MXFP4 decoding (K3.md §7),
+// bf16-or-fp32 small weights (VectorRef),
 // the activations of K3.md §6, and warp / block reductions.
 //
 // Conventions of every k3c CUDA kernel: one entry point
@@ -198,6 +199,34 @@ __device__ __forceinline__ float weightAt(const WeightRef &w, int64_t cols,
   const uint8_t byte = w.packed[row * (cols / 2) + col / 2];
   const uint32_t code = (col & 1) ? (byte >> 4) : (byte & 0xFu);
   return e2m1ToF(code) * e8m0ToF(w.scale[row * (cols / 32) + col / 32]);
+}
+
+/// Element i of bf16 or fp32 storage in fp32: a bf16 value widened exactly,
+/// an fp32 value as it is (the two halves of vectorAt).
+__device__ __forceinline__ float elemF(const uint16_t *p, int64_t i) {
+  return bf16ToF(p[i]);
+}
+__device__ __forceinline__ float elemF(const float *p, int64_t i) {
+  return p[i];
+}
+
+/// Element i of a bf16-or-fp32 small weight (a conv filter, o_norm) in fp32.
+/// The CPU twin is vectorAt in kernels/common/VectorRef.h.
+__device__ __forceinline__ float vectorAt(const VectorRef &v, int64_t i) {
+  return v.dtype == kVectorF32
+             ? elemF(static_cast<const float *>(v.data), i)
+             : elemF(static_cast<const uint16_t *>(v.data), i);
+}
+
+/// f(p) with `v`'s data as a typed pointer (const float * or const
+/// uint16_t *), read with elemF: a loop over several elements branches on
+/// the dtype once, outside the loop (the per-element branch of vectorAt
+/// costs kda_decode registers it does not have).
+template <typename F>
+__device__ __forceinline__ auto withVector(const VectorRef &v, F &&f) {
+  if (v.dtype == kVectorF32)
+    return f(static_cast<const float *>(v.data));
+  return f(static_cast<const uint16_t *>(v.data));
 }
 
 //===--- Programmatic dependent launch (Hopper) ---------------------------===//

@@ -4,8 +4,9 @@
 // Projections are stored bf16, except K3's routed experts, which are MXFP4
 // (K3.md §7). Every params struct that takes a matrix takes a WeightRef, so a
 // kernel serves both formats and the compiler chooses by a field, not by an
-// entry point. Plain C types only: the header is shared with the .cu kernels
-// and the runtime.
+// entry point. Small weights read element by element (conv filters, o_norm)
+// are a VectorRef: bf16 or fp32, as stored. Plain C types only: the header
+// is shared with the .cu kernels and the runtime.
 //
 //===----------------------------------------------------------------------===//
 #ifndef K3C_KERNELS_COMMON_WEIGHTREF_H
@@ -31,6 +32,26 @@ struct WeightRef {
   /// nibble (kWeightMxfp4); cols % 32 == 0.
   const uint8_t *packed = nullptr;
   const uint8_t *scale = nullptr; ///< [rows, cols/32] u8 E8M0 (kWeightMxfp4)
+};
+
+/// Stored dtypes of a small weight read element by element
+/// (VectorRef::dtype).
+enum : int32_t {
+  kVectorBf16 = 0, ///< bf16, widened exactly
+  kVectorF32 = 1,  ///< fp32, used as it is
+};
+
+/// A small weight the kernels read element by element in fp32 — the KDA
+/// short-conv filters [C, 1, W] and o_norm [d] — in the dtype the checkpoint
+/// stores it: the published K3 stores these F32, Kimi-Linear BF16 (K3.md §10
+/// "Stored dtypes"). The runtime fills `dtype` at bind time from the
+/// checkpoint, so one plan binds either, and an F32 value is never rounded
+/// to bf16. Read it only through the shared readers: vectorAt() in
+/// kernels/common/VectorRef.h on the CPU; dev::vectorAt (or dev::withVector
+/// with dev::elemF in a loop) in CudaCommon.cuh.
+struct VectorRef {
+  const void *data = nullptr; ///< [n] bf16 or fp32, as `dtype` says
+  int32_t dtype = kVectorBf16;
 };
 
 /// Activations of a gated MLP (GatedMlpParams::activation and friends).

@@ -22,6 +22,11 @@
 // (1024 threads hold a whole 128-wide head in one block), and 4 blocks of 256
 // fit an SM, so the H · 4 blocks of K3 are all resident at once.
 //
+// The conv filters and o_norm are VectorRefs (bf16 or fp32 as the checkpoint
+// stores them), read through dev::vectorAt / dev::withVector + dev::elemF
+// (the conv taps: one dtype branch per channel, which keeps kda_decode at 64
+// registers without spills): the math is fp32 either way.
+//
 // Rounding points are the CPU's; every product that meets a sum is an
 // explicit fmaf, so the results do not depend on where the compiler would
 // contract, and the chain of fine kernels (kda_conv ×3, kda_l2norm,
@@ -339,13 +344,17 @@ __device__ void fillNaN(uint16_t *out, int64_t n) {
 }
 
 /// The conv output of one channel before the shift: R(SiLU(Σ_{i<hist}
-/// w[i]·s[i] + w[hist]·u)), i ascending.
-__device__ __forceinline__ uint16_t convOut(const uint16_t *w, const float *s,
-                                            uint16_t u, int hist) {
-  float acc = 0.0f;
-  for (int i = 0; i < hist; ++i)
-    acc = fmaf(dev::bf16ToF(w[i]), s[i], acc);
-  acc = fmaf(dev::bf16ToF(w[hist]), dev::bf16ToF(u), acc);
+/// w[i]·s[i] + w[hist]·u)), i ascending, with w the channel's taps starting
+/// at element `w0` of the (bf16 or fp32) filter.
+__device__ __forceinline__ uint16_t convOut(const VectorRef &w, int64_t w0,
+                                            const float *s, uint16_t u,
+                                            int hist) {
+  const float acc = dev::withVector(w, [&](const auto *t) {
+    float a = 0.0f;
+    for (int i = 0; i < hist; ++i)
+      a = fmaf(dev::elemF(t, w0 + i), s[i], a);
+    return fmaf(dev::elemF(t, w0 + hist), dev::bf16ToF(u), a);
+  });
   return dev::fToBf16(dev::siluF(acc));
 }
 
@@ -383,7 +392,7 @@ __device__ __forceinline__ float scaled(float x, float scale) {
 /// blocks wrote it); `out` may alias `o`: every read of the sum is done
 /// before the first write, and a thread rewrites only what it read.
 __device__ void gatedNormHead(const uint16_t *o, const uint16_t *gate,
-                              const uint16_t *weight, uint16_t *out, int64_t d,
+                              const VectorRef &weight, uint16_t *out, int64_t d,
                               float eps, float *scratch) {
   float ss = 0.0f;
   for (int64_t i = threadIdx.x; i < d; i += blockDim.x) {
@@ -395,7 +404,7 @@ __device__ void gatedNormHead(const uint16_t *o, const uint16_t *gate,
   for (int64_t i = threadIdx.x; i < d; i += blockDim.x) {
     const float x = dev::bf16ToF(__ldcg(o + i));
     const float y =
-        x * r * dev::bf16ToF(weight[i]) * dev::sigmoidF(dev::bf16ToF(gate[i]));
+        x * r * dev::vectorAt(weight, i) * dev::sigmoidF(dev::bf16ToF(gate[i]));
     out[i] = dev::fToBf16(y);
   }
 }
@@ -415,7 +424,7 @@ extern "C" __global__ void k3_kda_conv(const KdaConvParams p) {
        c += dev::gridThreads()) {
     float *s = p.state + c * hist;
     const uint16_t u = p.u[c];
-    p.out[c] = convOut(p.weight + c * p.width, s, u, hist);
+    p.out[c] = convOut(p.weight, c * p.width, s, u, hist);
     convShift(s, u, hist);
   }
 }
@@ -641,10 +650,8 @@ extern "C" __global__ void __launch_bounds__(1024)
     for (int i = threadIdx.x; i < d; i += blockDim.x) {
       const int64_t c = c0 + i;
       float *sQ = p.convStateQ + c * hist, *sK = p.convStateK + c * hist;
-      const float qi =
-          dev::bf16ToF(convOut(p.convQ + c * W, sQ, p.uq[c], hist));
-      const float ki =
-          dev::bf16ToF(convOut(p.convK + c * W, sK, p.uk[c], hist));
+      const float qi = dev::bf16ToF(convOut(p.convQ, c * W, sQ, p.uq[c], hist));
+      const float ki = dev::bf16ToF(convOut(p.convK, c * W, sK, p.uk[c], hist));
       if (whole) {
         convShift(sQ, p.uq[c], hist);
         convShift(sK, p.uk[c], hist);
@@ -661,7 +668,7 @@ extern "C" __global__ void __launch_bounds__(1024)
       if (j0 + t < d) {
         const int64_t c = c0 + j0 + t;
         float *sV = p.convStateV + c * hist;
-        vt = dev::bf16ToF(convOut(p.convV + c * W, sV, p.uv[c], hist));
+        vt = dev::bf16ToF(convOut(p.convV, c * W, sV, p.uv[c], hist));
         convShift(sV, p.uv[c], hist);
       }
       sm.v[t] = vt;

@@ -16,6 +16,8 @@
 //    stored unrounded, and exp(g) is taken inside the step in both);
 //  * kda_gated_norm: per head RMSNorm · o_norm weight · sigmoid(gate), one
 //    rounding;
+//  * the conv filters and o_norm are read through vectorAt (bf16 widened,
+//    fp32 as stored), so the math is fp32 whatever the checkpoint stores;
 //  * kda_decode: kda_conv ×3, kda_recurrent and kda_gated_norm in sequence
 //    through bf16 scratch, so it is the chain by construction (the CUDA
 //    kernel keeps the same rounding points).
@@ -26,6 +28,7 @@
 //===----------------------------------------------------------------------===//
 #include "kernels/kda/KdaCpu.h"
 #include "kernels/common/CpuMath.h"
+#include "kernels/common/VectorRef.h"
 
 #include <vector>
 
@@ -40,13 +43,13 @@ void kdaL2NormCpu(float *x, int64_t n, float eps) {
 void kdaConvCpu(const KdaConvParams &p) {
   const int64_t hist = p.width - 1;
   for (int64_t c = 0; c < p.channels; ++c) {
-    const uint16_t *w = p.weight + c * p.width;
+    const int64_t w = c * p.width; // the channel's first filter tap
     float *s = p.state + c * hist;
     float u = bf16ToFloat(p.u[c]);
     float acc = 0.0f;
     for (int64_t i = 0; i < hist; ++i)
-      acc += bf16ToFloat(w[i]) * s[i];
-    acc += bf16ToFloat(w[hist]) * u;
+      acc += vectorAt(p.weight, w + i) * s[i];
+    acc += vectorAt(p.weight, w + hist) * u;
     for (int64_t i = 0; i + 1 < hist; ++i)
       s[i] = s[i + 1];
     if (hist > 0)
@@ -178,7 +181,7 @@ void kdaGatedNormCpu(const KdaGatedNormParams &p) {
     float mean = cpu::dot(o.data(), o.data(), d) / static_cast<float>(d);
     float r = 1.0f / std::sqrt(mean + p.eps);
     for (int64_t i = 0; i < d; ++i) {
-      float y = o[i] * r * bf16ToFloat(p.weight[i]) *
+      float y = o[i] * r * vectorAt(p.weight, i) *
                 cpu::sigmoid(bf16ToFloat(p.gate[c0 + i]));
       p.out[c0 + i] = floatToBf16(y);
     }
@@ -193,7 +196,7 @@ void kdaDecodeCpu(const KdaDecodeParams &p) {
   conv.channels = C;
   conv.width = p.convWidth;
   const uint16_t *inputs[3] = {p.uq, p.uk, p.uv};
-  const uint16_t *weights[3] = {p.convQ, p.convK, p.convV};
+  const VectorRef weights[3] = {p.convQ, p.convK, p.convV};
   float *states[3] = {p.convStateQ, p.convStateK, p.convStateV};
   uint16_t *outs[3] = {q.data(), k.data(), v.data()};
   for (int i = 0; i < 3; ++i) {

@@ -11,11 +11,14 @@
 // is [H, d, d] fp32 indexed [head][key][value]; the conv state of each of
 // q, k, v is [C, W-1] fp32 holding the last W-1 conv inputs of each channel,
 // oldest first (exact bf16 values). Both are zero at the start of a sequence
-// and updated in place.
+// and updated in place. The conv filters and o_norm are VectorRefs: bf16 or
+// fp32 as the checkpoint stores them (the published K3: F32), read in fp32.
 //
 //===----------------------------------------------------------------------===//
 #ifndef K3C_KERNELS_KDA_KDAPARAMS_H
 #define K3C_KERNELS_KDA_KDAPARAMS_H
+
+#include "kernels/common/WeightRef.h"
 
 #include <cmath>
 #include <cstdint>
@@ -37,7 +40,7 @@ inline float kdaQueryScale(int64_t d) {
 /// (fp32, i ascending), then the state shifts left and takes u[c].
 struct KdaConvParams {
   const uint16_t *u = nullptr;      ///< [C] bf16, this token's projection
-  const uint16_t *weight = nullptr; ///< [C, 1, W] bf16 (q/k/v_conv1d.weight)
+  VectorRef weight;                 ///< [C, 1, W] bf16 or fp32 (q/k/v_conv1d)
   float *state = nullptr;           ///< [C, W-1] fp32, in place
   uint16_t *out = nullptr;          ///< [C] bf16; must not alias u
   int64_t channels = 0;             ///< C
@@ -124,7 +127,7 @@ struct KdaStepParams {
 struct KdaGatedNormParams {
   const uint16_t *o = nullptr;      ///< [C] bf16, kda_recurrent output
   const uint16_t *gate = nullptr;   ///< [C] bf16, gt = R(g_proj h)
-  const uint16_t *weight = nullptr; ///< [d] bf16, o_norm.weight (all heads)
+  VectorRef weight;                 ///< [d] bf16 or fp32, o_norm (all heads)
   uint16_t *out = nullptr;          ///< [C] bf16; may alias o
   int64_t numHeads = 0;
   int64_t headDim = 0;
@@ -139,9 +142,9 @@ struct KdaDecodeParams {
   const uint16_t *uq = nullptr;         ///< [C] bf16, R(q_proj h)
   const uint16_t *uk = nullptr;         ///< [C] bf16
   const uint16_t *uv = nullptr;         ///< [C] bf16
-  const uint16_t *convQ = nullptr;      ///< [C, 1, W] bf16
-  const uint16_t *convK = nullptr;      ///< [C, 1, W] bf16
-  const uint16_t *convV = nullptr;      ///< [C, 1, W] bf16
+  VectorRef convQ;                      ///< [C, 1, W] bf16 or fp32
+  VectorRef convK;                      ///< [C, 1, W] bf16 or fp32
+  VectorRef convV;                      ///< [C, 1, W] bf16 or fp32
   float *convStateQ = nullptr;          ///< [C, W-1] fp32, in place
   float *convStateK = nullptr;          ///< [C, W-1] fp32, in place
   float *convStateV = nullptr;          ///< [C, W-1] fp32, in place
@@ -151,7 +154,7 @@ struct KdaDecodeParams {
   const float *aLog = nullptr;          ///< [H] fp32
   float *state = nullptr;               ///< [H, d, d] fp32, in place
   const uint16_t *gate = nullptr;       ///< [C] bf16, gt
-  const uint16_t *normWeight = nullptr; ///< [d] bf16, o_norm.weight
+  VectorRef normWeight;                 ///< [d] bf16 or fp32, o_norm
   uint16_t *out = nullptr;              ///< [C] bf16, y
   int64_t numHeads = 0;
   int64_t headDim = 0;

@@ -224,13 +224,14 @@ CudaBackend::bind(const PlanDoc &plan, const TensorStore &store,
         dw.data = reinterpret_cast<const uint8_t *>(dw.ref.bf16);
         dw.bytes = host.bytes;
       }
-    } else { // f32 vector
+    } else { // f32, or vector (bf16 or f32 as the checkpoint stores it)
       Expected<const uint8_t *> p = upload(host.data, host.bytes, w.name);
       if (!p)
         return p.status();
       dw.data = *p;
       dw.bytes = host.bytes;
     }
+    dw.dtype = host.dtype;
     mem.weights.push_back(dw);
   }
 

@@ -128,10 +128,12 @@ func.func @decode_step(%tok: i32, %pos: index) -> tensor<64xf32> {
 // scale; the gate's lower bound only with hasLowerBound = 1; the gated
 // norm's eps; SiTU's beta1/beta2 (hasBeta2 = 0 without the linear branch)
 // and SwiGLU's activation = 1 without betas; the rms_norm eps (1e-6, as for
-// the q_a / kv_a layernorms).
+// the q_a / kv_a layernorms). The conv filter and o_norm, as the importer
+// declares them (!k3.vector_weight), are plan weights of format "vector"
+// (bound bf16 or f32 as the checkpoint stores them).
 // CHECK-LABEL: func.func @kda_fine
 // CHECK: %[[CS:.*]] = k3l.state "layers.0.conv" {bytes = 192 : i64, kind = "conv_state", shape = array<i64: 24, 2>}
-// CHECK: %[[CW:.*]] = k3l.weight "q_conv1d.weight"
+// CHECK: %[[CW:.*]] = k3l.weight "q_conv1d.weight" {format = "vector", shape = array<i64: 8, 1, 3>}
 // CHECK: %[[QC:.*]] = k3l.alloc {{{.*}}name = "conv"}
 // CHECK: k3l.launch "kda_conv"(%{{.*}}, %[[CW]], %[[CS]], %[[QC]])
 // CHECK-SAME: arg_offsets = array<i64: 0, 0, 64, 0>
@@ -149,7 +151,8 @@ func.func @decode_step(%tok: i32, %pos: index) -> tensor<64xf32> {
 // CHECK-SAME: scalars = {n = 2 : i64}
 // CHECK: k3l.launch "kda_step"
 // CHECK-SAME: scalars = {headDim = 4 : i64, numHeads = 2 : i64}
-// CHECK: k3l.launch "kda_gated_norm"
+// CHECK: %[[ON:.*]] = k3l.weight "o_norm.weight" {format = "vector", shape = array<i64: 4>}
+// CHECK: k3l.launch "kda_gated_norm"(%{{.*}}, %{{.*}}, %[[ON]],
 // CHECK-SAME: scalars = {eps = 2.000000e-05 : f64, headDim = 4 : i64, numHeads = 2 : i64}
 // CHECK: k3l.launch "gated_act"
 // CHECK-SAME: op = "k3.situ", scalars = {activation = 0 : i64, beta1 = 3.000000e+00 : f64, beta2 = 2.000000e+01 : f64, hasBeta2 = 1 : i64, n = 8 : i64}
@@ -167,9 +170,9 @@ func.func @kda_fine(%tok: i32, %pos: index) -> tensor<16xf32> {
   %x = k3.embed %tok, %table : tensor<16x8xbf16> -> tensor<8xbf16>
   %cs = k3.state "layers.0.conv" : !k3.conv_state<channels = 24, window = 2>
   %s = k3.state "layers.0.kda" : !k3.kda_state<heads = 2, key_dim = 4, value_dim = 4>
-  %cw = k3.weight "q_conv1d.weight" : tensor<8x1x3xbf16>
+  %cw = k3.weight "q_conv1d.weight" : !k3.vector_weight<8x1x3>
   %qc = k3.conv_step %x, %cw, %cs {offset = 8 : i64}
-          : (tensor<8xbf16>, tensor<8x1x3xbf16>, !k3.conv_state<channels = 24, window = 2>) -> tensor<8xbf16>
+          : (tensor<8xbf16>, !k3.vector_weight<8x1x3>, !k3.conv_state<channels = 24, window = 2>) -> tensor<8xbf16>
   %q = k3.l2norm %qc {head_dim = 4 : i64, eps = 1.0e-06 : f64, scale = 0.5 : f64} : tensor<8xbf16> -> tensor<8xf32>
   %k = k3.l2norm %qc {head_dim = 4 : i64, eps = 1.0e-06 : f64, scale = 1.0 : f64} : tensor<8xbf16> -> tensor<8xf32>
   %dt = k3.weight "dt_bias" : tensor<8xf32>
@@ -184,9 +187,9 @@ func.func @kda_fine(%tok: i32, %pos: index) -> tensor<16xf32> {
   %o = k3.kda_step %q, %k, %qc, %g, %beta, %s
          : (tensor<8xf32>, tensor<8xf32>, tensor<8xbf16>, tensor<8xf32>, tensor<2xf32>,
             !k3.kda_state<heads = 2, key_dim = 4, value_dim = 4>) -> tensor<8xbf16>
-  %on = k3.weight "o_norm.weight" : tensor<4xbf16>
+  %on = k3.weight "o_norm.weight" : !k3.vector_weight<4>
   %y = k3.gated_rms_norm %o, %x, %on {head_dim = 4 : i64, eps = 2.0e-05 : f64}
-         : (tensor<8xbf16>, tensor<8xbf16>, tensor<4xbf16>) -> tensor<8xbf16>
+         : (tensor<8xbf16>, tensor<8xbf16>, !k3.vector_weight<4>) -> tensor<8xbf16>
   %a1 = k3.situ %y, %y {beta = 3.0 : f64, linear_beta = 20.0 : f64} : tensor<8xbf16>
   %a2 = k3.situ %a1, %a1 {beta = 3.0 : f64} : tensor<8xbf16>
   %a3 = k3.swiglu %a2, %a2 : tensor<8xbf16>

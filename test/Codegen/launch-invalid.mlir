@@ -244,7 +244,7 @@ func.func @f() {
 
 // -----
 func.func @f() {
-  // expected-error @+1 {{'k3l.weight' op expects format bf16, f32 or mxfp4 but got 'fp8'}}
+  // expected-error @+1 {{'k3l.weight' op expects format bf16, f32, vector or mxfp4 but got 'fp8'}}
   %w = k3l.weight "w" {format = "fp8", shape = array<i64: 4, 4>} : !k3l.ptr
   return
 }

@@ -3,8 +3,9 @@
 // A thin main over presetConfig and makeModel: picks a preset geometry,
 // optionally cuts it down, and writes config.json + safetensors with
 // deterministic weights, generated on --threads threads (the bytes do not
-// depend on how many). Exit codes: 0 success, 1 the model could not be
-// written, 2 bad command line.
+// depend on how many); the small tensors real checkpoints store either way
+// in the preset's dtypes, or as --real-dtypes / --simple-dtypes say. Exit
+// codes: 0 success, 1 the model could not be written, 2 bad command line.
 //
 //===----------------------------------------------------------------------===//
 #include "runtime/ModelMaker.h"
@@ -45,6 +46,15 @@ void printHelp(std::FILE *out) {
       "  --experts N        routed experts per MoE layer (default: the "
       "preset's);\n"
       "                     top-k is capped at N\n"
+      "  --real-dtypes      store the tensors real checkpoints store either "
+      "way\n"
+      "                     as the published checkpoint does (K3: conv "
+      "filters\n"
+      "                     and o_norm F32; Kimi-Linear: router bias BF16);\n"
+      "                     the default for k3 and kimi-linear-48b\n"
+      "  --simple-dtypes    conv filters and o_norm BF16, router bias F32 "
+      "(the\n"
+      "                     default for the tiny presets)\n"
       "  --config-only      write only config.json (to compile plans for a\n"
       "                     geometry without making its weights)\n"
       "  --shard-mb N       split the weights into shards of at most N MiB\n"
@@ -95,6 +105,7 @@ int main(int argc, char **argv) {
   std::string preset, outDir;
   uint64_t seed = 0, layers = 0, experts = 0, shardMb = 0, threads = 0;
   bool configOnly = false;
+  int realDtypes = -1; // -1: the preset's default
 
   for (int i = 1; i < argc; ++i) {
     std::string arg = argv[i];
@@ -137,6 +148,8 @@ int main(int argc, char **argv) {
         return usageError("--experts must be at least 1");
     } else if (arg == "--config-only") {
       configOnly = true;
+    } else if (arg == "--real-dtypes" || arg == "--simple-dtypes") {
+      realDtypes = arg == "--real-dtypes" ? 1 : 0;
     } else if (arg == "--shard-mb") {
       if (int rc = count(shardMb))
         return rc;
@@ -211,6 +224,10 @@ int main(int argc, char **argv) {
   };
   const int numThreads =
       threads ? static_cast<int>(threads) : k3::defaultMakerThreads();
+  const k3::StoredDtypes dtypes = realDtypes < 0
+                                      ? k3::presetStoredDtypes(preset)
+                                  : realDtypes ? k3::StoredDtypes::Published
+                                               : k3::StoredDtypes::Simple;
   uint64_t bytes = 0;
   auto start = std::chrono::steady_clock::now();
   k3::Status st = k3::makeModel(
@@ -220,7 +237,7 @@ int main(int argc, char **argv) {
         progress(done, total);
       },
       static_cast<int64_t>(shardMb) * 1024 * 1024, k3::Structure::Planted,
-      numThreads);
+      numThreads, dtypes);
   if (!st) {
     std::fprintf(stderr, "k3-mkmodel: error: %s\n", st.message().c_str());
     return kExitFailure;
@@ -229,11 +246,12 @@ int main(int argc, char **argv) {
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
           .count();
   std::printf("k3-mkmodel: wrote %s (preset %s, %lld layers, %lld experts, "
-              "seed %llu)\n",
+              "seed %llu, %s dtypes)\n",
               outDir.c_str(), preset.c_str(),
               static_cast<long long>(config->numLayers),
               static_cast<long long>(config->numExperts),
-              static_cast<unsigned long long>(seed));
+              static_cast<unsigned long long>(seed),
+              dtypes == k3::StoredDtypes::Published ? "published" : "simple");
   std::printf("k3-mkmodel: %.1f MiB in %.2f s (%.0f MiB/s, %d threads)\n",
               bytes / 1048576.0, seconds,
               seconds > 0 ? bytes / 1048576.0 / seconds : 0.0, numThreads);

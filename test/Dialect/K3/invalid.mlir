@@ -33,6 +33,10 @@ func.func @f(%s: !k3.mxfp4<0x32>)
 func.func @f(%s: !k3.mxfp4<8x48>)
 
 // -----
+// expected-error @+1 {{vector_weight dimensions must be positive, got 0}}
+func.func @f(%s: !k3.vector_weight<0x1x4>)
+
+// -----
 // expected-error @+1 {{kda heads must be positive, got 0}}
 func.func @f() attributes {c = #k3.kda<heads = 0, head_dim = 4, conv = 4>}
 
@@ -79,6 +83,13 @@ func.func @f() {
 func.func @f() {
   // expected-error @+1 {{expects a rank-3 type for a name with '{e}' (experts stacked on dim 0) but got rank 2}}
   %0 = k3.weight "experts.{e}.w1" : tensor<8x8xbf16>
+  return
+}
+
+// -----
+func.func @f() {
+  // expected-error @+1 {{expects a vector_weight to name one tensor: stacked ('{e}') weights are matrices}}
+  %0 = k3.weight "experts.{e}.norm.weight" : !k3.vector_weight<2x4x4>
   return
 }
 

@@ -10,6 +10,8 @@ func.func @leaves() {
   %1 = k3.weight "model.layers.1.block_sparse_moe.experts.{e}.w1" : !k3.mxfp4<4x32x32>
   // CHECK: k3.weight "model.layers.0.self_attn.A_log" : tensor<1x1x2x1xf32>
   %2 = k3.weight "model.layers.0.self_attn.A_log" : tensor<1x1x2x1xf32>
+  // CHECK: k3.weight "model.layers.0.self_attn.q_conv1d.weight" : !k3.vector_weight<8x1x4>
+  %7 = k3.weight "model.layers.0.self_attn.q_conv1d.weight" : !k3.vector_weight<8x1x4>
   // CHECK: k3.state "layers.0.kda" : !k3.kda_state<heads = 2, key_dim = 4, value_dim = 4>
   %3 = k3.state "layers.0.kda" : !k3.kda_state<heads = 2, key_dim = 4, value_dim = 4>
   // CHECK: k3.state "layers.0.conv" : !k3.conv_state<channels = 24, window = 3>
@@ -134,6 +136,15 @@ func.func @fine(%x: tensor<8xbf16>, %w: tensor<16x8xbf16>, %mx: !k3.mxfp4<16x32>
   // CHECK: k3.gated_rms_norm
   %gn = k3.gated_rms_norm %o, %x, %w4 {head_dim = 4 : i64, eps = 1.0e-05 : f64}
           : (tensor<8xbf16>, tensor<8xbf16>, tensor<4xbf16>) -> tensor<8xbf16>
+  // Conv filters and o_norm stored bf16 or f32 (chosen when the plan is bound).
+  // CHECK: k3.conv_step {{.*}} : (tensor<8xbf16>, !k3.vector_weight<8x1x4>,
+  %vcw = k3.weight "q_conv1d.weight" : !k3.vector_weight<8x1x4>
+  %vc = k3.conv_step %x, %vcw, %conv {offset = 8 : i64}
+          : (tensor<8xbf16>, !k3.vector_weight<8x1x4>, !k3.conv_state<channels = 24, window = 3>) -> tensor<8xbf16>
+  // CHECK: k3.gated_rms_norm {{.*}} : (tensor<8xbf16>, tensor<8xbf16>, !k3.vector_weight<4>)
+  %vw4 = k3.weight "o_norm.weight" : !k3.vector_weight<4>
+  %vgn = k3.gated_rms_norm %o, %x, %vw4 {head_dim = 4 : i64, eps = 1.0e-05 : f64}
+          : (tensor<8xbf16>, tensor<8xbf16>, !k3.vector_weight<4>) -> tensor<8xbf16>
   // CHECK: k3.mla_cache_append
   k3.mla_cache_append %kv, %nw, %cache, %pos {eps = 1.0e-06 : f64}
     : (tensor<12xbf16>, tensor<8xbf16>, !k3.mla_cache<max_seq = 64, width = 12>, index) -> ()

@@ -63,11 +63,12 @@ inline std::string compilePlan(const ::k3::ModelConfig &config,
   return plan;
 }
 
-/// A made model directory per (preset, seed, structure), shared by a test binary's
-/// tests and removed when it exits.
+/// A made model directory per (preset, seed, structure, stored dtypes),
+/// shared by a test binary's tests and removed when it exits.
 inline const std::string &
 madeModelDir(const std::string &preset, uint64_t seed,
-             ::k3::Structure structure = ::k3::Structure::Planted) {
+             ::k3::Structure structure = ::k3::Structure::Planted,
+             ::k3::StoredDtypes dtypes = ::k3::StoredDtypes::Simple) {
   struct Dirs {
     std::map<std::string, std::string> byKey;
     ~Dirs() {
@@ -77,8 +78,10 @@ madeModelDir(const std::string &preset, uint64_t seed,
     }
   };
   static Dirs dirs;
-  std::string key = preset + "-" + std::to_string(seed) +
-                    (structure == ::k3::Structure::Random ? "-random" : "");
+  std::string key =
+      preset + "-" + std::to_string(seed) +
+      (structure == ::k3::Structure::Random ? "-random" : "") +
+      (dtypes == ::k3::StoredDtypes::Published ? "-published" : "");
   auto it = dirs.byKey.find(key);
   if (it != dirs.byKey.end())
     return it->second;
@@ -87,7 +90,7 @@ madeModelDir(const std::string &preset, uint64_t seed,
                         .string();
   ::k3::Expected<::k3::ModelConfig> c = ::k3::presetConfig(preset);
   EXPECT_TRUE(c.hasValue());
-  ::k3::Status st = ::k3::makeModel(*c, seed, dir, {}, 0, structure);
+  ::k3::Status st = ::k3::makeModel(*c, seed, dir, {}, 0, structure, 0, dtypes);
   EXPECT_TRUE(st.isOk()) << (st.isOk() ? "" : st.message());
   return dirs.byKey[key] = dir;
 }

@@ -9,8 +9,10 @@
 // within the e2e bound of the reference's, and the CUDA graph replay
 // bit-identical to launching kernel by kernel. Then the differential run of
 // runtime/Differential.h: every launch of 15 steps against the CPU kernels
-// on the same inputs, each within its kernel's tolerance. Skipped without a
-// GPU or without the plans; failed instead under K3C_REQUIRE_GPU=1.
+// on the same inputs, each within its kernel's tolerance; the same run over
+// the preset's model with the published stored dtypes (K3: the conv filters
+// and o_norm F32, bound by the same plan). Skipped without a GPU or without
+// the plans; failed instead under K3C_REQUIRE_GPU=1.
 //
 //===----------------------------------------------------------------------===//
 #include "test/unit/cuda/CudaTestUtil.h"
@@ -40,8 +42,10 @@ constexpr double kRefRowTol = 2e-2;
 /// New tokens of the differential run (15 steps with the prompt).
 constexpr int64_t kDifferentialNew = 8;
 
-/// A made model per preset, removed at exit.
-const std::string &modelDir(const std::string &preset) {
+/// A made model per preset (and stored dtypes), removed at exit.
+const std::string &
+modelDir(const std::string &preset,
+         k3::StoredDtypes dtypes = k3::StoredDtypes::Simple) {
   struct Dirs {
     std::map<std::string, std::string> byPreset;
     ~Dirs() {
@@ -51,17 +55,20 @@ const std::string &modelDir(const std::string &preset) {
     }
   };
   static Dirs dirs;
-  auto it = dirs.byPreset.find(preset);
+  const bool published = dtypes == k3::StoredDtypes::Published;
+  const std::string key = preset + (published ? "-published" : "");
+  auto it = dirs.byPreset.find(key);
   if (it != dirs.byPreset.end())
     return it->second;
   std::string dir = (std::filesystem::temp_directory_path() /
-                     ("k3c-cuda-" + preset + "-" + std::to_string(::getpid())))
+                     ("k3c-cuda-" + key + "-" + std::to_string(::getpid())))
                         .string();
   auto c = k3::presetConfig(preset);
   EXPECT_TRUE(c.hasValue());
-  k3::Status st = k3::makeModel(*c, /*seed=*/1, dir);
+  k3::Status st = k3::makeModel(*c, /*seed=*/1, dir, {}, 0,
+                                k3::Structure::Planted, 0, dtypes);
   EXPECT_TRUE(st.isOk()) << (st.isOk() ? "" : st.message());
-  return dirs.byPreset[preset] = dir;
+  return dirs.byPreset[key] = dir;
 }
 
 struct DecodeRun {
@@ -240,19 +247,21 @@ TEST_P(DecodeCuda, MatchesCpuBackendAndReference) {
 /// --check-against cpu` does): every launch of the first 15 steps against
 /// the CPU kernels on the same inputs, each output within its kernel's
 /// tolerance; the first launch out of tolerance is named.
-TEST_P(DecodeCuda, LaunchByLaunchAgainstCpu) {
-  K3_REQUIRE_PLANS();
-  auto [preset, fusion] = GetParam();
-  auto plan = k3::readPlanFile(planPath(GetParam()));
+void launchByLaunch(const std::string &preset, const std::string &fusion,
+                    const std::string &path, k3::StoredDtypes dtypes) {
+  auto plan = k3::readPlanFile(path);
   ASSERT_TRUE(plan.hasValue()) << plan.message();
-  auto store = k3::TensorStore::open(modelDir(preset));
+  const std::string &dir = modelDir(preset, dtypes);
+  auto store = k3::TensorStore::open(dir);
   ASSERT_TRUE(store.hasValue()) << store.message();
   auto gpu = k3::CudaBackend::bind(*plan, *store, /*useGraph=*/false);
   ASSERT_TRUE(gpu.hasValue()) << gpu.message();
   auto r = k3::runDifferential(*plan, *store, **gpu, kPrompt, kDifferentialNew);
   ASSERT_TRUE(r.hasValue()) << r.message();
   const std::string name = (*gpu)->name();
-  std::printf("[differential] %s/%s: %s\n", preset.c_str(), fusion.c_str(),
+  std::printf("[differential] %s/%s%s: %s\n", preset.c_str(), fusion.c_str(),
+              dtypes == k3::StoredDtypes::Published ? " (published dtypes)"
+                                                    : "",
               r->summary(name).c_str());
   for (const auto &[field, ratio] : r->worstByField)
     std::printf("  %-28s %.3g of its tolerance\n", field.c_str(), ratio);
@@ -263,12 +272,28 @@ TEST_P(DecodeCuda, LaunchByLaunchAgainstCpu) {
             static_cast<int64_t>(kPrompt.size()) + kDifferentialNew - 1);
 
   // Its tokens are the CPU backend's.
-  auto session =
-      k3::Session::open(*plan, modelDir(preset), k3::BackendKind::Cpu);
+  auto session = k3::Session::open(*plan, dir, k3::BackendKind::Cpu);
   ASSERT_TRUE(session.hasValue()) << session.message();
   auto got = (*session)->generate(kPrompt, kDifferentialNew);
   ASSERT_TRUE(got.hasValue()) << got.message();
   EXPECT_EQ(r->tokens, got->tokens);
+}
+
+TEST_P(DecodeCuda, LaunchByLaunchAgainstCpu) {
+  K3_REQUIRE_PLANS();
+  auto [preset, fusion] = GetParam();
+  launchByLaunch(preset, fusion, planPath(GetParam()),
+                 k3::StoredDtypes::Simple);
+}
+
+/// The same plan bound to the preset's model stored as the published
+/// checkpoint stores it (kimi_k3 form: conv filters and o_norm F32, kept
+/// F32 on the device; kimi_linear form: the router bias BF16).
+TEST_P(DecodeCuda, PublishedDtypesLaunchByLaunchAgainstCpu) {
+  K3_REQUIRE_PLANS();
+  auto [preset, fusion] = GetParam();
+  launchByLaunch(preset, fusion, planPath(GetParam()),
+                 k3::StoredDtypes::Published);
 }
 
 /// The layer-local teacher-forced check (test/reference/TeacherForced.h) on

@@ -8,7 +8,10 @@
 // block's registers hold), with the plans' grid, a grid of 1 and a grid of
 // H · 4 (one block per state slice), and with blocks of 32 to 1024 threads.
 // The recurrent kernels run 4 consecutive tokens on a random non-zero state,
-// and the state is compared after every token.
+// and the state is compared after every token. The kernels that read the
+// conv filters and o_norm (kda_conv, kda_gated_norm, kda_decode) run with
+// them stored bf16 (Kimi-Linear) and f32 (the published K3: values bf16
+// cannot hold, read unrounded) — the *F32Weights* tests.
 //
 // Tolerances: fp32 outputs and the state by max|diff| / max|ref| (the CUDA
 // sums run in another order and use FMA); bf16 outputs must be finite, within
@@ -19,6 +22,7 @@
 //===----------------------------------------------------------------------===//
 #include "test/unit/cuda/CudaTestUtil.h"
 
+#include "kernels/common/VectorRef.h"
 #include "kernels/kda/KdaCpu.h"
 
 #include <algorithm>
@@ -86,6 +90,45 @@ std::vector<uint16_t> normWeights(Rand &r, size_t n) {
   return w;
 }
 
+/// A conv filter or o_norm in the dtype a checkpoint stores it: bf16
+/// (Kimi-Linear), or f32 values bf16 cannot hold (the published K3).
+struct SmallWeight {
+  bool f32 = false;
+  std::vector<uint16_t> bf16;
+  std::vector<float> fp32;
+  /// Conv taps, normal(0, std); bf16 draws exactly what r.bf16 would.
+  static SmallWeight taps(Rand &r, size_t n, float std, bool f32) {
+    SmallWeight w;
+    w.f32 = f32;
+    if (f32)
+      w.fp32 = r.f32(n, std);
+    else
+      w.bf16 = r.bf16(n, std);
+    return w;
+  }
+  /// o_norm weights around 1; bf16 draws exactly what normWeights would.
+  static SmallWeight norm(Rand &r, size_t n, bool f32) {
+    SmallWeight w;
+    w.f32 = f32;
+    if (f32)
+      w.fp32 = r.uniform(n, 0.5f, 1.5f);
+    else
+      w.bf16 = normWeights(r, n);
+    return w;
+  }
+  k3::VectorRef host() const {
+    return f32 ? k3::f32Vector(fp32.data()) : k3::bf16Vector(bf16.data());
+  }
+  Dev upload() const { return f32 ? Dev::of(fp32) : Dev::of(bf16); }
+  /// The VectorRef of a device copy made by upload().
+  k3::VectorRef on(const Dev &d) const {
+    return f32 ? k3::f32Vector(d.get<float>())
+               : k3::bf16Vector(d.get<uint16_t>());
+  }
+};
+
+const char *dtypeName(bool f32) { return f32 ? " f32 weights" : ""; }
+
 /// Bit-identical vectors; on failure reports the count and the first
 /// difference (not the whole, possibly megabyte-long, vectors).
 template <typename T>
@@ -144,8 +187,7 @@ struct GateWeights {
 // kda_conv
 //===----------------------------------------------------------------------===//
 
-TEST(KdaCuda, ConvMatchesCpuOverSteps) {
-  K3_REQUIRE_GPU();
+void convMatchesCpu(bool f32) {
   struct Case {
     int64_t channels;
     int32_t width;
@@ -155,17 +197,17 @@ TEST(KdaCuda, ConvMatchesCpuOverSteps) {
                  Case{5, 1, 2}}) {
     const std::string name = std::to_string(c.channels) + " W " +
                              std::to_string(c.width) + " grid " +
-                             std::to_string(c.grid);
+                             std::to_string(c.grid) + dtypeName(f32);
     Rand r(static_cast<uint64_t>(c.channels * 7 + c.width));
     const int64_t C = c.channels, hist = c.width - 1;
-    std::vector<uint16_t> weight = r.bf16(C * c.width, 0.3f);
+    SmallWeight weight = SmallWeight::taps(r, C * c.width, 0.3f, f32);
     std::vector<float> state = bf16Valued(r, C * hist, 1.0f);
-    Dev dWeight = Dev::of(weight), dState = Dev::of(state);
+    Dev dWeight = weight.upload(), dState = Dev::of(state);
     for (int step = 0; step < 3; ++step) {
       std::vector<uint16_t> u = r.bf16(C);
       k3::KdaConvParams p;
       p.u = u.data();
-      p.weight = weight.data();
+      p.weight = weight.host();
       p.state = state.data();
       std::vector<uint16_t> want(C, 0xFFFF);
       p.out = want.data();
@@ -175,7 +217,7 @@ TEST(KdaCuda, ConvMatchesCpuOverSteps) {
 
       Dev dU = Dev::of(u), dOut = Dev::poisoned<uint16_t>(C);
       p.u = dU.get<uint16_t>();
-      p.weight = dWeight.get<uint16_t>();
+      p.weight = weight.on(dWeight);
       p.state = dState.get<float>();
       p.out = dOut.get<uint16_t>();
       ASSERT_TRUE(launch("kda_conv", p, c.grid).isOk()) << name;
@@ -184,6 +226,16 @@ TEST(KdaCuda, ConvMatchesCpuOverSteps) {
       expectSameBits(state, dState.download<float>(C * hist), name + " state");
     }
   }
+}
+
+TEST(KdaCuda, ConvMatchesCpuOverSteps) {
+  K3_REQUIRE_GPU();
+  convMatchesCpu(false);
+}
+
+TEST(KdaCuda, ConvF32WeightsMatchCpuOverSteps) {
+  K3_REQUIRE_GPU();
+  convMatchesCpu(true);
 }
 
 //===----------------------------------------------------------------------===//
@@ -505,8 +557,7 @@ TEST(KdaCuda, UnfusedChainIsRecurrentBitForBit) {
 // kda_gated_norm
 //===----------------------------------------------------------------------===//
 
-TEST(KdaCuda, GatedNormMatchesCpu) {
-  K3_REQUIRE_GPU();
+void gatedNormMatchesCpu(bool f32) {
   struct Case {
     int64_t heads, headDim, grid;
     bool alias; // out == o, allowed by the params header
@@ -516,15 +567,15 @@ TEST(KdaCuda, GatedNormMatchesCpu) {
         Case{32, 128, 32, true}, Case{3, 7, 2, false}, Case{4, 64, 4, true}}) {
     const std::string name =
         std::to_string(c.heads) + "x" + std::to_string(c.headDim) + " grid " +
-        std::to_string(c.grid) + (c.alias ? " aliased" : "");
+        std::to_string(c.grid) + (c.alias ? " aliased" : "") + dtypeName(f32);
     Rand r(static_cast<uint64_t>(c.heads * 5 + c.headDim + c.alias));
     const int64_t C = c.heads * c.headDim;
     std::vector<uint16_t> o = r.bf16(C, 0.3f), gate = r.bf16(C, 1.5f);
-    std::vector<uint16_t> weight = normWeights(r, c.headDim);
+    SmallWeight weight = SmallWeight::norm(r, c.headDim, f32);
     k3::KdaGatedNormParams p;
     p.o = o.data();
     p.gate = gate.data();
-    p.weight = weight.data();
+    p.weight = weight.host();
     std::vector<uint16_t> want(C, 0xFFFF);
     p.out = want.data();
     p.numHeads = c.heads;
@@ -532,15 +583,25 @@ TEST(KdaCuda, GatedNormMatchesCpu) {
     p.eps = 1e-5f;
     k3::kdaGatedNormCpu(p);
 
-    Dev dO = Dev::of(o), dGate = Dev::of(gate), dW = Dev::of(weight);
+    Dev dO = Dev::of(o), dGate = Dev::of(gate), dW = weight.upload();
     Dev dOut = Dev::poisoned<uint16_t>(C);
     p.o = dO.get<uint16_t>();
     p.gate = dGate.get<uint16_t>();
-    p.weight = dW.get<uint16_t>();
+    p.weight = weight.on(dW);
     p.out = c.alias ? dO.get<uint16_t>() : dOut.get<uint16_t>();
     ASSERT_TRUE(launch("kda_gated_norm", p, c.grid).isOk()) << name;
     expectBf16Near(want, (c.alias ? dO : dOut).download<uint16_t>(C), name);
   }
+}
+
+TEST(KdaCuda, GatedNormMatchesCpu) {
+  K3_REQUIRE_GPU();
+  gatedNormMatchesCpu(false);
+}
+
+TEST(KdaCuda, GatedNormF32WeightMatchesCpu) {
+  K3_REQUIRE_GPU();
+  gatedNormMatchesCpu(true);
 }
 
 //===----------------------------------------------------------------------===//
@@ -551,13 +612,15 @@ TEST(KdaCuda, GatedNormMatchesCpu) {
 struct DecodeLayer {
   int64_t H, d, C;
   int32_t W;
-  std::vector<uint16_t> convQ, convK, convV, normWeight;
+  SmallWeight convQ, convK, convV, normWeight;
   GateWeights gw;
-  DecodeLayer(Rand &r, int64_t heads, int64_t headDim, int32_t width)
+  DecodeLayer(Rand &r, int64_t heads, int64_t headDim, int32_t width,
+              bool f32 = false)
       : H(heads), d(headDim), C(heads * headDim), W(width),
-        convQ(r.bf16(C * W, 0.3f)), convK(r.bf16(C * W, 0.3f)),
-        convV(r.bf16(C * W, 0.3f)), normWeight(normWeights(r, headDim)),
-        gw(r, heads, headDim) {}
+        convQ(SmallWeight::taps(r, C * W, 0.3f, f32)),
+        convK(SmallWeight::taps(r, C * W, 0.3f, f32)),
+        convV(SmallWeight::taps(r, C * W, 0.3f, f32)),
+        normWeight(SmallWeight::norm(r, headDim, f32)), gw(r, heads, headDim) {}
 };
 
 struct DecodeToken {
@@ -573,8 +636,8 @@ struct DecodeDev {
   Dev sQ, sK, sV, state;
   DecodeDev(const DecodeLayer &l, const std::vector<float> &convState,
             const std::vector<float> &state)
-      : convQ(Dev::of(l.convQ)), convK(Dev::of(l.convK)),
-        convV(Dev::of(l.convV)), normWeight(Dev::of(l.normWeight)),
+      : convQ(l.convQ.upload()), convK(l.convK.upload()),
+        convV(l.convV.upload()), normWeight(l.normWeight.upload()),
         dtBias(Dev::of(l.gw.dtBias)), aLog(Dev::of(l.gw.aLog)),
         sQ(Dev::of(convState)), sK(Dev::of(convState)), sV(Dev::of(convState)),
         state(Dev::of(state)) {}
@@ -603,9 +666,9 @@ std::vector<uint16_t> runDecodeGpu(const DecodeLayer &l, const DecodeToken &t,
   p.uq = uq.get<uint16_t>();
   p.uk = uk.get<uint16_t>();
   p.uv = uv.get<uint16_t>();
-  p.convQ = dv.convQ.get<uint16_t>();
-  p.convK = dv.convK.get<uint16_t>();
-  p.convV = dv.convV.get<uint16_t>();
+  p.convQ = l.convQ.on(dv.convQ);
+  p.convK = l.convK.on(dv.convK);
+  p.convV = l.convV.on(dv.convV);
   p.convStateQ = dv.sQ.get<float>();
   p.convStateK = dv.sK.get<float>();
   p.convStateV = dv.sV.get<float>();
@@ -615,7 +678,7 @@ std::vector<uint16_t> runDecodeGpu(const DecodeLayer &l, const DecodeToken &t,
   p.aLog = dv.aLog.get<float>();
   p.state = dv.state.get<float>();
   p.gate = gate.get<uint16_t>();
-  p.normWeight = dv.normWeight.get<uint16_t>();
+  p.normWeight = l.normWeight.on(dv.normWeight);
   p.out = out.get<uint16_t>();
   k3::Status s = launch("kda_decode", p, grid, block);
   EXPECT_TRUE(s.isOk()) << (s.isOk() ? "" : s.message());
@@ -633,8 +696,7 @@ struct DecodeCase {
   }
 };
 
-TEST(KdaCuda, DecodeMatchesCpuOverSteps) {
-  K3_REQUIRE_GPU();
+void decodeMatchesCpu(bool f32) {
   // K3 with the plans' grid, one block per slice (the head finished by the
   // last of its 4 blocks), one block, one block per head (1024 threads);
   // Kimi-Linear; tiny; odd heads (scalar state path, W = 3 and 1); a head of
@@ -648,7 +710,7 @@ TEST(KdaCuda, DecodeMatchesCpuOverSteps) {
         DecodeCase{2, 130, 4, 0, 7, 256}, DecodeCase{2, 200, 4, 1, 3, 32}}) {
     const int64_t H = c.heads, d = c.headDim;
     Rand r(static_cast<uint64_t>(H * 4000 + d + c.grid + c.block));
-    DecodeLayer l(r, H, d, c.width);
+    DecodeLayer l(r, H, d, c.width, f32);
     const int64_t hist = c.width - 1, C = l.C;
     std::vector<float> sQ = bf16Valued(r, C * hist, 1.0f),
                        sK = bf16Valued(r, C * hist, 1.0f),
@@ -659,15 +721,16 @@ TEST(KdaCuda, DecodeMatchesCpuOverSteps) {
     dv.sK = Dev::of(sK);
     dv.sV = Dev::of(sV);
     for (int step = 0; step < 4; ++step) {
-      const std::string name = c.name() + " token " + std::to_string(step);
+      const std::string name =
+          c.name() + dtypeName(f32) + " token " + std::to_string(step);
       DecodeToken t(r, l);
       k3::KdaDecodeParams p = decodeParams(l, c.hasLowerBound);
       p.uq = t.uq.data();
       p.uk = t.uk.data();
       p.uv = t.uv.data();
-      p.convQ = l.convQ.data();
-      p.convK = l.convK.data();
-      p.convV = l.convV.data();
+      p.convQ = l.convQ.host();
+      p.convK = l.convK.host();
+      p.convV = l.convV.host();
       p.convStateQ = sQ.data();
       p.convStateK = sK.data();
       p.convStateV = sV.data();
@@ -677,7 +740,7 @@ TEST(KdaCuda, DecodeMatchesCpuOverSteps) {
       p.aLog = l.gw.aLog.data();
       p.state = state.data();
       p.gate = t.gate.data();
-      p.normWeight = l.normWeight.data();
+      p.normWeight = l.normWeight.host();
       std::vector<uint16_t> want(C, 0xFFFF);
       p.out = want.data();
       k3::kdaDecodeCpu(p);
@@ -694,24 +757,34 @@ TEST(KdaCuda, DecodeMatchesCpuOverSteps) {
   }
 }
 
+TEST(KdaCuda, DecodeMatchesCpuOverSteps) {
+  K3_REQUIRE_GPU();
+  decodeMatchesCpu(false);
+}
+
+TEST(KdaCuda, DecodeF32WeightsMatchCpuOverSteps) {
+  K3_REQUIRE_GPU();
+  decodeMatchesCpu(true);
+}
+
 /// kda_conv ×3, kda_recurrent and kda_gated_norm on the GPU give
 /// kda_decode's bits (same grid and block for the state kernels): with one
 /// block per slice (the decode finishes heads across blocks) and the plans'
 /// grid.
-TEST(KdaCuda, DecodeIsTheChainBitForBit) {
-  K3_REQUIRE_GPU();
+void decodeIsTheChain(bool f32) {
   for (const DecodeCase &c :
        {DecodeCase{96, 128, 4, 1, 384, 256}, DecodeCase{96, 128, 4, 1, 96, 256},
         DecodeCase{2, 130, 4, 0, 7, 256}}) {
     const int64_t H = c.heads, d = c.headDim;
     Rand r(static_cast<uint64_t>(H * 5000 + d + c.grid));
-    DecodeLayer l(r, H, d, c.width);
+    DecodeLayer l(r, H, d, c.width, f32);
     const int64_t hist = c.width - 1, C = l.C;
     std::vector<float> conv = bf16Valued(r, C * hist, 1.0f),
                        state = r.f32(H * d * d, 0.5f);
     DecodeDev fused(l, conv, state), chain(l, conv, state);
     for (int step = 0; step < 2; ++step) {
-      const std::string name = c.name() + " token " + std::to_string(step);
+      const std::string name =
+          c.name() + dtypeName(f32) + " token " + std::to_string(step);
       DecodeToken t(r, l);
       std::vector<uint16_t> y =
           runDecodeGpu(l, t, fused, c.hasLowerBound, c.grid, c.block);
@@ -722,12 +795,14 @@ TEST(KdaCuda, DecodeIsTheChainBitForBit) {
       k3::KdaConvParams cp;
       cp.channels = C;
       cp.width = c.width;
-      const Dev *us[3] = {&uq, &uk, &uv},
-                *ws[3] = {&chain.convQ, &chain.convK, &chain.convV};
+      const Dev *us[3] = {&uq, &uk, &uv};
+      const k3::VectorRef ws[3] = {l.convQ.on(chain.convQ),
+                                   l.convK.on(chain.convK),
+                                   l.convV.on(chain.convV)};
       Dev *ss[3] = {&chain.sQ, &chain.sK, &chain.sV}, *os[3] = {&qt, &kt, &vt};
       for (int i = 0; i < 3; ++i) {
         cp.u = us[i]->get<uint16_t>();
-        cp.weight = ws[i]->get<uint16_t>();
+        cp.weight = ws[i];
         cp.state = ss[i]->get<float>();
         cp.out = os[i]->get<uint16_t>();
         ASSERT_TRUE(launch("kda_conv", cp, (C + 255) / 256).isOk());
@@ -752,7 +827,7 @@ TEST(KdaCuda, DecodeIsTheChainBitForBit) {
       k3::KdaGatedNormParams np;
       np.o = o.get<uint16_t>();
       np.gate = gate.get<uint16_t>();
-      np.weight = chain.normWeight.get<uint16_t>();
+      np.weight = l.normWeight.on(chain.normWeight);
       np.out = out.get<uint16_t>();
       np.numHeads = H;
       np.headDim = d;
@@ -771,6 +846,16 @@ TEST(KdaCuda, DecodeIsTheChainBitForBit) {
                      fused.sV.download<float>(C * hist), name + " conv v");
     }
   }
+}
+
+TEST(KdaCuda, DecodeIsTheChainBitForBit) {
+  K3_REQUIRE_GPU();
+  decodeIsTheChain(false);
+}
+
+TEST(KdaCuda, DecodeF32WeightsIsTheChainBitForBit) {
+  K3_REQUIRE_GPU();
+  decodeIsTheChain(true);
 }
 
 } // namespace

@@ -10,6 +10,7 @@
 
 #include "kernels/attnres/AttnResCpu.h"
 #include "kernels/common/MXFP4.h"
+#include "kernels/common/VectorRef.h"
 #include "kernels/elementwise/ElementwiseCpu.h"
 #include "kernels/gemv/GemvCpu.h"
 #include "kernels/kda/KdaCpu.h"
@@ -207,16 +208,37 @@ struct KdaCase {
   int64_t C() const { return H * d; }
 };
 
-void runKdaFusion(bool lowerBound, uint64_t seed) {
+/// The conv filters and o_norm of a KDA test layer, bf16 or f32 (values
+/// that bf16 cannot hold, as the published K3 stores them).
+struct KdaSmallWeights {
+  std::vector<uint16_t> bf16[4];
+  std::vector<float> f32[4];
+  VectorRef q, k, v, norm;
+  KdaSmallWeights(Rng &rng, int64_t C, int64_t W, int64_t d, bool f32Weights) {
+    const int64_t n[4] = {C * W, C * W, C * W, d};
+    const float scale[4] = {0.6f, 0.6f, 0.6f, 1.2f};
+    VectorRef refs[4];
+    for (int i = 0; i < 4; ++i) {
+      if (f32Weights) {
+        f32[i] = randomF32(rng, n[i], scale[i]);
+        refs[i] = f32Vector(f32[i].data());
+      } else {
+        bf16[i] = randomBf16(rng, n[i], scale[i]);
+        refs[i] = bf16Vector(bf16[i].data());
+      }
+    }
+    q = refs[0], k = refs[1], v = refs[2], norm = refs[3];
+  }
+};
+
+void runKdaFusion(bool lowerBound, uint64_t seed, bool f32Weights = false) {
   Rng rng(seed);
   KdaCase kc;
   const int64_t C = kc.C(), H = kc.H, d = kc.d, W = kc.W;
-  auto convQ = randomBf16(rng, C * W, 0.6f);
-  auto convK = randomBf16(rng, C * W, 0.6f);
-  auto convV = randomBf16(rng, C * W, 0.6f);
+  KdaSmallWeights sw(rng, C, W, d, f32Weights);
+  const VectorRef convQ = sw.q, convK = sw.k, convV = sw.v, onw = sw.norm;
   auto dtBias = randomF32(rng, C, 1.0f);
   auto aLog = randomF32(rng, H, 1.0f);
-  auto onw = randomBf16(rng, d, 1.2f);
 
   // Two copies of every state: one for the chain, one for the fused call.
   std::vector<float> cqA(C * (W - 1), 0.f), ckA = cqA, cvA = cqA;
@@ -233,13 +255,13 @@ void runKdaFusion(bool lowerBound, uint64_t seed) {
     KdaConvParams cp;
     cp.channels = C;
     cp.width = static_cast<int32_t>(W);
-    cp.u = uq.data(), cp.weight = convQ.data(), cp.state = cqA.data(),
+    cp.u = uq.data(), cp.weight = convQ, cp.state = cqA.data(),
     cp.out = q.data();
     kdaConvCpu(cp);
-    cp.u = uk.data(), cp.weight = convK.data(), cp.state = ckA.data(),
+    cp.u = uk.data(), cp.weight = convK, cp.state = ckA.data(),
     cp.out = k.data();
     kdaConvCpu(cp);
-    cp.u = uv.data(), cp.weight = convV.data(), cp.state = cvA.data(),
+    cp.u = uv.data(), cp.weight = convV, cp.state = cvA.data(),
     cp.out = v.data();
     kdaConvCpu(cp);
     KdaRecurrentParams rp;
@@ -250,7 +272,7 @@ void runKdaFusion(bool lowerBound, uint64_t seed) {
     rp.hasLowerBound = lowerBound, rp.lowerBound = -5.0f;
     kdaRecurrentCpu(rp);
     KdaGatedNormParams gp;
-    gp.o = o.data(), gp.gate = gt.data(), gp.weight = onw.data(),
+    gp.o = o.data(), gp.gate = gt.data(), gp.weight = onw,
     gp.out = chain.data();
     gp.numHeads = H, gp.headDim = d, gp.eps = 1e-5f;
     kdaGatedNormCpu(gp);
@@ -259,12 +281,12 @@ void runKdaFusion(bool lowerBound, uint64_t seed) {
     std::vector<uint16_t> fused(C);
     KdaDecodeParams dp;
     dp.uq = uq.data(), dp.uk = uk.data(), dp.uv = uv.data();
-    dp.convQ = convQ.data(), dp.convK = convK.data(), dp.convV = convV.data();
+    dp.convQ = convQ, dp.convK = convK, dp.convV = convV;
     dp.convStateQ = cqB.data(), dp.convStateK = ckB.data(),
     dp.convStateV = cvB.data();
     dp.f = f.data(), dp.betaLogit = beta.data(), dp.dtBias = dtBias.data(),
     dp.aLog = aLog.data(), dp.state = sB.data(), dp.gate = gt.data(),
-    dp.normWeight = onw.data(), dp.out = fused.data();
+    dp.normWeight = onw, dp.out = fused.data();
     dp.numHeads = H, dp.headDim = d, dp.convWidth = static_cast<int32_t>(W);
     dp.hasLowerBound = lowerBound, dp.lowerBound = -5.0f, dp.normEps = 1e-5f;
     kdaDecodeCpu(dp);
@@ -283,6 +305,53 @@ void runKdaFusion(bool lowerBound, uint64_t seed) {
 
 TEST(KdaFusion, DecodeEqualsChainLowerBoundGate) { runKdaFusion(true, 5); }
 TEST(KdaFusion, DecodeEqualsChainSoftplusGate) { runKdaFusion(false, 6); }
+// The published K3 stores the conv filters and o_norm F32.
+TEST(KdaFusion, DecodeEqualsChainF32Weights) { runKdaFusion(true, 7, true); }
+TEST(KdaFusion, DecodeEqualsChainF32WeightsSoftplusGate) {
+  runKdaFusion(false, 8, true);
+}
+
+TEST(KdaFusion, Bf16WeightsEqualTheirF32Widening) {
+  // A bf16 filter / o_norm and the same values stored f32 (exact widening)
+  // give the same bits: the f32 path reads as stored, the bf16 path widens,
+  // and the math after is one and the same.
+  Rng rng(9);
+  KdaCase kc;
+  const int64_t C = kc.C(), H = kc.H, d = kc.d, W = kc.W;
+  KdaSmallWeights sw(rng, C, W, d, /*f32Weights=*/false);
+  std::vector<float> wide[4];
+  for (int i = 0; i < 4; ++i)
+    for (uint16_t b : sw.bf16[i])
+      wide[i].push_back(bf16ToFloat(b));
+  auto dtBias = randomF32(rng, C, 1.0f), aLog = randomF32(rng, H, 1.0f);
+  std::vector<float> cqA(C * (W - 1), 0.f), ckA = cqA, cvA = cqA;
+  std::vector<float> cqB = cqA, ckB = cqA, cvB = cqA;
+  std::vector<float> sA(H * d * d, 0.f), sB = sA;
+  for (int t = 0; t < 4; ++t) {
+    auto uq = randomBf16(rng, C, 2.0f), uk = randomBf16(rng, C, 2.0f),
+         uv = randomBf16(rng, C, 2.0f), f = randomBf16(rng, C, 2.0f),
+         beta = randomBf16(rng, H, 3.0f), gt = randomBf16(rng, C, 3.0f);
+    std::vector<uint16_t> outA(C), outB(C);
+    KdaDecodeParams dp;
+    dp.uq = uq.data(), dp.uk = uk.data(), dp.uv = uv.data();
+    dp.f = f.data(), dp.betaLogit = beta.data(), dp.dtBias = dtBias.data(),
+    dp.aLog = aLog.data(), dp.gate = gt.data();
+    dp.numHeads = H, dp.headDim = d, dp.convWidth = static_cast<int32_t>(W);
+    dp.hasLowerBound = 1, dp.lowerBound = -5.0f, dp.normEps = 1e-5f;
+    dp.convQ = sw.q, dp.convK = sw.k, dp.convV = sw.v, dp.normWeight = sw.norm;
+    dp.convStateQ = cqA.data(), dp.convStateK = ckA.data(),
+    dp.convStateV = cvA.data(), dp.state = sA.data(), dp.out = outA.data();
+    kdaDecodeCpu(dp);
+    dp.convQ = f32Vector(wide[0].data()), dp.convK = f32Vector(wide[1].data()),
+    dp.convV = f32Vector(wide[2].data()),
+    dp.normWeight = f32Vector(wide[3].data());
+    dp.convStateQ = cqB.data(), dp.convStateK = ckB.data(),
+    dp.convStateV = cvB.data(), dp.state = sB.data(), dp.out = outB.data();
+    kdaDecodeCpu(dp);
+    EXPECT_TRUE(sameBits(outA, outB)) << "token " << t;
+    EXPECT_TRUE(sameBits(sA, sB)) << "token " << t;
+  }
+}
 
 namespace {
 /// kda_recurrent against its `--fusion=none` split: kda_l2norm(q, 1/sqrt d),

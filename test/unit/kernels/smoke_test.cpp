@@ -10,6 +10,7 @@
 
 #include "kernels/attnres/AttnResCpu.h"
 #include "kernels/common/CpuMath.h"
+#include "kernels/common/VectorRef.h"
 #include "kernels/embed/EmbedCpu.h"
 #include "kernels/gemv/GemvCpu.h"
 #include "kernels/head/HeadCpu.h"
@@ -157,7 +158,7 @@ TEST(Kda, ConvSlidesTheWindow) {
     uint16_t u = floatToBf16(us[t]), out = 0;
     KdaConvParams p;
     p.u = &u;
-    p.weight = w.data();
+    p.weight = bf16Vector(w.data());
     p.state = state.data();
     p.out = &out;
     p.channels = 1;
@@ -172,6 +173,64 @@ TEST(Kda, ConvSlidesTheWindow) {
         << "t = " << t;
     EXPECT_EQ(state[2], us[t]);
   }
+}
+
+TEST(Kda, ConvReadsF32WeightsAsStored) {
+  // F32 filter taps that bf16 cannot hold (as the published K3 stores
+  // them): the sum uses them unrounded, in fp32, i ascending.
+  const std::vector<float> w = {0.1f, -0.7f, 1.3f, 0.9f};
+  std::vector<float> state(3, 0.0f), stateB(3, 0.0f);
+  std::vector<uint16_t> wb;
+  for (float x : w)
+    wb.push_back(floatToBf16(x));
+  const float us[4] = {0.5f, -1.0f, 2.0f, 0.25f};
+  bool differs = false;
+  for (int t = 0; t < 4; ++t) {
+    uint16_t u = floatToBf16(us[t]), out = 0, outB = 0;
+    KdaConvParams p;
+    p.u = &u;
+    p.weight = f32Vector(w.data());
+    p.state = state.data();
+    p.out = &out;
+    p.channels = 1;
+    p.width = 4;
+    kdaConvCpu(p);
+    float acc = 0.0f;
+    for (int i = 0; i < 4; ++i) {
+      int src = t - 3 + i;
+      acc += w[i] * (src >= 0 ? us[src] : 0.0f);
+    }
+    EXPECT_EQ(bf16ToFloat(out), roundBf16(acc / (1.0f + std::exp(-acc))))
+        << "t = " << t;
+    // The same taps rounded to bf16 first: another (also correct) result.
+    p.weight = bf16Vector(wb.data());
+    p.state = stateB.data();
+    p.out = &outB;
+    kdaConvCpu(p);
+    differs |= out != outB;
+  }
+  EXPECT_TRUE(differs) << "the f32 taps were rounded to bf16";
+}
+
+TEST(Kda, GatedNormReadsF32WeightAsStored) {
+  const int64_t d = 4;
+  const std::vector<float> w = {1.01f, 0.93f, 1.07f, 0.99f};
+  std::vector<uint16_t> o = {floatToBf16(0.5f), floatToBf16(-1.5f),
+                             floatToBf16(2.0f), floatToBf16(0.75f)};
+  std::vector<uint16_t> gate(d, floatToBf16(0.3f)), out(d);
+  KdaGatedNormParams p;
+  p.o = o.data(), p.gate = gate.data(), p.weight = f32Vector(w.data());
+  p.out = out.data(), p.numHeads = 1, p.headDim = d, p.eps = 1e-5f;
+  kdaGatedNormCpu(p);
+  float sq[4];
+  for (int i = 0; i < 4; ++i)
+    sq[i] = bf16ToFloat(o[i]) * bf16ToFloat(o[i]);
+  const float ss = (sq[0] + sq[1]) + (sq[2] + sq[3]); // cpu::dot's lanes
+  const float r = 1.0f / std::sqrt(ss / d + 1e-5f);
+  const float sg = 1.0f / (1.0f + std::exp(-bf16ToFloat(gate[0])));
+  for (int64_t i = 0; i < d; ++i)
+    EXPECT_EQ(out[i], floatToBf16(bf16ToFloat(o[i]) * r * w[i] * sg))
+        << "i = " << i;
 }
 
 TEST(Kda, FirstStepFromZeroStateIsBetaVTimesKq) {
@@ -294,12 +353,12 @@ TEST(RealDims, K3SizedOpsRunInSeconds) {
   std::vector<uint16_t> y(C, kNaN);
   KdaDecodeParams kp;
   kp.uq = kp.uk = kp.uv = u.data();
-  kp.convQ = kp.convK = kp.convV = cw.data();
+  kp.convQ = kp.convK = kp.convV = bf16Vector(cw.data());
   kp.convStateQ = conv.data(), kp.convStateK = conv2.data(),
   kp.convStateV = conv3.data();
   kp.f = f.data(), kp.betaLogit = beta.data(), kp.dtBias = dt.data(),
   kp.aLog = aLog.data(), kp.state = state.data(), kp.gate = gt.data(),
-  kp.normWeight = onw.data(), kp.out = y.data();
+  kp.normWeight = bf16Vector(onw.data()), kp.out = y.data();
   kp.numHeads = H, kp.headDim = d, kp.hasLowerBound = 1;
   kdaDecodeCpu(kp);
 

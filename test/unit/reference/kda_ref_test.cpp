@@ -4,7 +4,9 @@
 // several tokens (the state is carried by each side independently: the
 // kernel's fp32 state against the reference's float64 one), at K3's geometry
 // (96 heads × 128, gate lower bound −5) and the small twin's (8 × 32,
-// softplus gate), plus odd small shapes. The reference uses the MATRIX form
+// softplus gate), plus odd small shapes; with bf16 conv filters and o_norm
+// (Kimi-Linear's checkpoint) and with f32 ones (the published K3's, values
+// bf16 cannot hold, read unrounded). The reference uses the MATRIX form
 // S = (I − β k kᵀ) Diag(α) S + β k vᵀ; the kernel the delta-rule form.
 //
 // Tolerances: bf16 outputs must be within 1 bf16 ulp of the reference (+ a
@@ -12,6 +14,7 @@
 // a small fraction of 1-ulp rounding flips; fp32 state within 1e-5 relative.
 //
 //===----------------------------------------------------------------------===//
+#include "kernels/common/VectorRef.h"
 #include "kernels/kda/KdaCpu.h"
 #include "test/reference/Reference.h"
 #include "test/reference/TestData.h"
@@ -30,12 +33,15 @@ struct KdaShape {
   int64_t heads, headDim;
   bool lowerBound;
   int steps;
+  bool f32Weights = false; ///< conv filters and o_norm stored f32 (K3)
 };
 
 /// Random inputs of one KDA layer's mixer for `steps` tokens.
 struct KdaInputs {
   int64_t heads, d, c, width = 4;
-  std::vector<uint16_t> convQ, convK, convV, oNorm;
+  bool f32 = false;
+  std::vector<uint16_t> convQ, convK, convV, oNorm;      ///< bf16 weights, or
+  std::vector<float> convQ32, convK32, convV32, oNorm32; ///< f32 ones
   std::vector<float> dtBias, aLog;
   std::vector<std::vector<uint16_t>> uq, uk, uv, f, bLogit, gt;
 
@@ -44,11 +50,19 @@ struct KdaInputs {
     heads = s.heads;
     d = s.headDim;
     c = heads * d;
+    f32 = s.f32Weights;
     // Conv taps around 0.5 keep SiLU in its curved range.
-    convQ = ref::randomBf16(rng, c * width, 0.6);
-    convK = ref::randomBf16(rng, c * width, 0.6);
-    convV = ref::randomBf16(rng, c * width, 0.6);
-    oNorm = ref::randomBf16Magnitude(rng, d, 0.5, 1.5);
+    if (f32) {
+      convQ32 = ref::randomFloats(rng, c * width, -0.6, 0.6);
+      convK32 = ref::randomFloats(rng, c * width, -0.6, 0.6);
+      convV32 = ref::randomFloats(rng, c * width, -0.6, 0.6);
+      oNorm32 = ref::randomFloats(rng, d, 0.5, 1.5);
+    } else {
+      convQ = ref::randomBf16(rng, c * width, 0.6);
+      convK = ref::randomBf16(rng, c * width, 0.6);
+      convV = ref::randomBf16(rng, c * width, 0.6);
+      oNorm = ref::randomBf16Magnitude(rng, d, 0.5, 1.5);
+    }
     dtBias = ref::randomFloats(rng, c, -1.0, 1.0);
     aLog = ref::randomFloats(rng, heads, -1.0, 1.0);
     for (int t = 0; t < s.steps; ++t) {
@@ -61,17 +75,31 @@ struct KdaInputs {
     }
   }
 
+  /// The kernels' view of a weight in its stored dtype.
+  VectorRef stored(const std::vector<uint16_t> &b,
+                   const std::vector<float> &w) const {
+    return f32 ? f32Vector(w.data()) : bf16Vector(b.data());
+  }
+  VectorRef qConvRef() const { return stored(convQ, convQ32); }
+  VectorRef kConvRef() const { return stored(convK, convK32); }
+  VectorRef vConvRef() const { return stored(convV, convV32); }
+  VectorRef oNormRef() const { return stored(oNorm, oNorm32); }
+  /// The reference's view: the stored values, exactly.
+  Vec exact(const std::vector<uint16_t> &b, const std::vector<float> &w) const {
+    return f32 ? ref::fromFloats(w) : ref::fromBf16(b);
+  }
+
   ref::KdaRef layer(const KdaShape &s) const {
     ref::KdaRef r;
     r.heads = heads;
     r.headDim = d;
     r.convWidth = width;
-    r.qConv = ref::fromBf16(convQ);
-    r.kConv = ref::fromBf16(convK);
-    r.vConv = ref::fromBf16(convV);
+    r.qConv = exact(convQ, convQ32);
+    r.kConv = exact(convK, convK32);
+    r.vConv = exact(convV, convV32);
     r.dtBias = Vec(dtBias.begin(), dtBias.end());
     r.aLog = Vec(aLog.begin(), aLog.end());
-    r.oNorm = ref::fromBf16(oNorm);
+    r.oNorm = exact(oNorm, oNorm32);
     r.hasLowerBound = s.lowerBound;
     r.lowerBound = -5.0;
     r.eps = 1e-5;
@@ -92,7 +120,7 @@ TEST_P(KdaRef, ConvMatchesAndKeepsExactHistory) {
     auto out = ref::poisonedBf16(in.c);
     KdaConvParams p;
     p.u = in.uq[t].data();
-    p.weight = in.convQ.data();
+    p.weight = in.qConvRef();
     p.state = state.data();
     p.out = out.data();
     p.channels = in.c;
@@ -185,18 +213,21 @@ TEST_P(KdaRef, GatedNormMatches) {
   auto o = ref::randomBf16(rng, c, 1.0);
   auto gt = ref::randomBf16(rng, c, 3.0);
   auto w = ref::randomBf16Magnitude(rng, s.headDim, 0.5, 1.5);
+  auto w32 = ref::randomFloats(rng, s.headDim, 0.5, 1.5);
   auto out = ref::poisonedBf16(c);
   KdaGatedNormParams p;
   p.o = o.data();
   p.gate = gt.data();
-  p.weight = w.data();
+  p.weight = s.f32Weights ? f32Vector(w32.data()) : bf16Vector(w.data());
   p.out = out.data();
   p.numHeads = s.heads;
   p.headDim = s.headDim;
   p.eps = 1e-5f;
   kdaGatedNormCpu(p);
-  Vec want = ref::kdaGatedNorm(ref::fromBf16(o), ref::fromBf16(gt),
-                               ref::fromBf16(w), s.heads, s.headDim, 1e-5);
+  Vec want =
+      ref::kdaGatedNorm(ref::fromBf16(o), ref::fromBf16(gt),
+                        s.f32Weights ? ref::fromFloats(w32) : ref::fromBf16(w),
+                        s.heads, s.headDim, 1e-5);
   ref::Bf16Stats st = ref::compareBf16(out, want);
   std::cout << "[kda_gated_norm " << s.heads << "x" << s.headDim << "] "
             << st.str() << "\n";
@@ -218,9 +249,9 @@ TEST_P(KdaRef, FusedDecodeMatchesReferenceChain) {
     p.uq = in.uq[t].data();
     p.uk = in.uk[t].data();
     p.uv = in.uv[t].data();
-    p.convQ = in.convQ.data();
-    p.convK = in.convK.data();
-    p.convV = in.convV.data();
+    p.convQ = in.qConvRef();
+    p.convK = in.kConvRef();
+    p.convV = in.vConvRef();
     p.convStateQ = cq.data();
     p.convStateK = ck.data();
     p.convStateV = cv.data();
@@ -230,7 +261,7 @@ TEST_P(KdaRef, FusedDecodeMatchesReferenceChain) {
     p.aLog = in.aLog.data();
     p.state = state.data();
     p.gate = in.gt[t].data();
-    p.normWeight = in.oNorm.data();
+    p.normWeight = in.oNormRef();
     p.out = out.data();
     p.numHeads = in.heads;
     p.headDim = in.d;
@@ -264,11 +295,17 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(KdaShape{96, 128, true, 3},  // K3
                       KdaShape{8, 32, false, 8},   // the K3 twin (softplus)
                       KdaShape{32, 128, false, 3}, // Kimi-Linear
-                      KdaShape{3, 5, true, 6}),    // odd sizes
+                      KdaShape{3, 5, true, 6},     // odd sizes
+                      // f32 conv filters and o_norm, as the published K3
+                      // stores them.
+                      KdaShape{96, 128, true, 3, true},
+                      KdaShape{8, 32, false, 8, true},
+                      KdaShape{3, 5, true, 6, true}),
     [](const ::testing::TestParamInfo<KdaShape> &i) {
       return "H" + std::to_string(i.param.heads) + "_d" +
              std::to_string(i.param.headDim) +
-             (i.param.lowerBound ? "_lb" : "_softplus");
+             (i.param.lowerBound ? "_lb" : "_softplus") +
+             (i.param.f32Weights ? "_f32w" : "");
     });
 
 } // namespace

@@ -278,6 +278,31 @@ TEST_F(DifferentialRun, CpuCandidateIsBitIdenticalAndDecodesAsSession) {
     }
 }
 
+TEST_F(DifferentialRun, PublishedDtypesBindOnTheReferenceSide) {
+  // The reference side binds the checkpoint as the CPU backend does: with
+  // the published K3's F32 conv filters and o_norm ("vector" weights) too.
+  Expected<ModelConfig> c = presetConfig("tiny");
+  ASSERT_TRUE(c.hasValue());
+  const std::string path = dir->file("tiny-published");
+  ASSERT_TRUE(makeModel(*c, 5, path, {}, 0, Structure::Planted, 0,
+                        StoredDtypes::Published)
+                  .isOk());
+  Expected<TensorStore> s = TensorStore::open(path);
+  ASSERT_TRUE(s.hasValue()) << s.message();
+  for (test::PlanStyle style :
+       {test::PlanStyle::Fused, test::PlanStyle::Fine}) {
+    const PlanDoc p = test::buildDecodePlan(*c, 32, style, "vector");
+    auto be = CpuBackend::bind(p, *s);
+    ASSERT_TRUE(be.hasValue()) << be.message();
+    DifferentialOptions opt;
+    opt.exact = true;
+    auto r = runDifferential(p, *s, **be, prompt, 3, opt);
+    ASSERT_TRUE(r.hasValue()) << r.message();
+    EXPECT_TRUE(r->ok()) << r->summary("cpu");
+    EXPECT_TRUE(r->bitIdentical);
+  }
+}
+
 TEST_F(DifferentialRun, NamesThePerturbedBufferLaunch) {
   const PlanDoc p = plan("tiny");
   TensorStore s = store("tiny");

@@ -1,12 +1,13 @@
 //===- MkModelTool_test.cpp - The k3-mkmodel command line -----------------===//
 //
 // Runs the built tool: help, the preset list, exit codes for bad command
-// lines (--threads included), a real (tiny) write, and the same files for
-// any --threads.
+// lines (--threads included), a real (tiny) write, the same files for any
+// --threads, and the stored dtypes of --real-dtypes / --simple-dtypes.
 //
 //===----------------------------------------------------------------------===//
 #include "TestUtil.h"
 #include "runtime/Config.h"
+#include "runtime/Safetensors.h"
 
 #include <gtest/gtest.h>
 
@@ -149,6 +150,49 @@ TEST(MkModelTool, WritesTinyModel) {
   r = runTool("tiny -o '" + dir.file("f") + "'");
   EXPECT_EQ(r.code, 1) << r.output;
   EXPECT_TRUE(k3::test::contains(r.output, "error")) << r.output;
+}
+
+TEST(MkModelTool, StoredDtypes) {
+  // tiny (kimi_k3 form): conv filters and o_norm BF16 by default, F32 with
+  // --real-dtypes (as the published K3); tiny-linear: the router bias BF16
+  // with --real-dtypes (as Kimi-Linear). --simple-dtypes is the tiny default.
+  k3::test::TempDir dir;
+  const std::string conv =
+      "language_model.model.layers.0.self_attn.q_conv1d.weight";
+  const std::string onorm =
+      "language_model.model.layers.0.self_attn.o_norm.weight";
+  const std::string bias =
+      "model.layers.1.block_sparse_moe.gate.e_score_correction_bias";
+  struct Case {
+    const char *args, *name, *line;
+    const std::string *tensor;
+    k3::DType dtype;
+  };
+  for (const Case &c :
+       {Case{"tiny", "a", "simple dtypes", &conv, k3::DType::BF16},
+        Case{"tiny --simple-dtypes", "b", "simple dtypes", &onorm,
+             k3::DType::BF16},
+        Case{"tiny --real-dtypes", "c", "published dtypes", &conv,
+             k3::DType::F32},
+        Case{"tiny --real-dtypes", "d", "published dtypes", &onorm,
+             k3::DType::F32},
+        Case{"tiny-linear --layers 2 --experts 4", "e", "simple dtypes", &bias,
+             k3::DType::F32},
+        Case{"tiny-linear --layers 2 --experts 4 --real-dtypes", "f",
+             "published dtypes", &bias, k3::DType::BF16}}) {
+    SCOPED_TRACE(c.args);
+    const std::string out = dir.file(c.name);
+    ToolRun r = runTool(std::string(c.args) + " -o '" + out + "' --seed 2");
+    ASSERT_EQ(r.code, 0) << r.output;
+    EXPECT_TRUE(k3::test::contains(r.output, c.line)) << r.output;
+    k3::Expected<k3::TensorStore> store = k3::TensorStore::open(out);
+    ASSERT_TRUE(store.hasValue()) << store.message();
+    const k3::TensorView *t = store->find(*c.tensor);
+    ASSERT_NE(t, nullptr) << *c.tensor;
+    EXPECT_EQ(t->dtype, c.dtype) << *c.tensor;
+  }
+  ToolRun help = runTool("--help");
+  EXPECT_TRUE(k3::test::contains(help.output, "--real-dtypes")) << help.output;
 }
 
 TEST(MkModelTool, ConfigOnly) {

@@ -1,18 +1,27 @@
 //===- ModelWeights_test.cpp - Binding checkpoint tensors to roles --------===//
 //
-// Models written by the model maker bind cleanly; a checkpoint with a tensor
-// removed, mis-shaped or of the wrong dtype is reported by name with the
-// expected and found dtype/shape.
+// Models written by the model maker bind cleanly, in both stored-dtype forms
+// (K3.md §10 "Stored dtypes": the published K3's F32 conv filters and o_norm,
+// Kimi-Linear's BF16 router bias), and with what real checkpoints carry
+// besides the text model (a vision tower and projector in the last shards,
+// layer 0's unused self_attention_res_*); a checkpoint with a tensor removed,
+// mis-shaped or of the wrong dtype is reported by name with the expected and
+// found dtype/shape.
 //
 //===----------------------------------------------------------------------===//
 #include "runtime/ModelMaker.h"
 #include "runtime/ModelWeights.h"
 #include "runtime/Presets.h"
+#include "runtime/Session.h"
 
+#include "PlanTestUtil.h"
 #include "TestUtil.h"
 
 #include <gtest/gtest.h>
 
+#include <nlohmann/json.hpp>
+
+#include <fstream>
 #include <functional>
 
 using namespace k3;
@@ -202,6 +211,114 @@ TEST(ModelWeights, TiedEmbeddings) {
   EXPECT_EQ(w->lmHead, w->embedTokens);
 }
 
+TEST(ModelWeights, PublishedDtypesBind) {
+  // kimi_k3: the conv filters and o_norm F32 (BF16 in the Simple form).
+  ModelConfig c = preset("tiny");
+  for (StoredDtypes dt : {StoredDtypes::Simple, StoredDtypes::Published}) {
+    const DType small =
+        dt == StoredDtypes::Published ? DType::F32 : DType::BF16;
+    test::TempDir dir;
+    ASSERT_TRUE(makeModel(c, 1, dir.path(), {}, 0, Structure::Planted, 0, dt));
+    Expected<TensorStore> store = TensorStore::open(dir.path());
+    ASSERT_TRUE(store) << store.message();
+    Expected<ModelWeights> w = bindModelWeights(c, *store);
+    ASSERT_TRUE(w) << w.message();
+    const KdaWeights &k = w->layers[0].kda;
+    for (const TensorView *t : {k.qConv, k.kConv, k.vConv, k.oNorm})
+      EXPECT_EQ(t->dtype, small) << t->name;
+    EXPECT_EQ(k.qConv->shape, (std::vector<int64_t>{256, 1, 4}));
+    EXPECT_EQ(k.dtBias->dtype, DType::F32);
+    EXPECT_EQ(k.aLog->dtype, DType::F32);
+    EXPECT_EQ(w->layers[1].moe.eScoreCorrectionBias->dtype, DType::F32);
+    // Everything else stays as it was.
+    EXPECT_EQ(w->layers[0].inputLayernorm->dtype, DType::BF16);
+    EXPECT_EQ(w->layers[3].mla.kvALayernorm->dtype, DType::BF16);
+  }
+  // kimi_linear: the router bias BF16 (F32 in the Simple form); convs BF16.
+  c = preset("tiny-linear");
+  for (StoredDtypes dt : {StoredDtypes::Simple, StoredDtypes::Published}) {
+    test::TempDir dir;
+    ASSERT_TRUE(makeModel(c, 1, dir.path(), {}, 0, Structure::Planted, 0, dt));
+    Expected<TensorStore> store = TensorStore::open(dir.path());
+    ASSERT_TRUE(store) << store.message();
+    Expected<ModelWeights> w = bindModelWeights(c, *store);
+    ASSERT_TRUE(w) << w.message();
+    EXPECT_EQ(w->layers[1].moe.eScoreCorrectionBias->dtype,
+              dt == StoredDtypes::Published ? DType::BF16 : DType::F32);
+    EXPECT_EQ(w->layers[0].kda.qConv->dtype, DType::BF16);
+    EXPECT_EQ(w->layers[0].kda.oNorm->dtype, DType::BF16);
+  }
+  // The real geometries default to the published dtypes, the tiny ones not.
+  EXPECT_EQ(presetStoredDtypes("k3"), StoredDtypes::Published);
+  EXPECT_EQ(presetStoredDtypes("kimi-linear-48b"), StoredDtypes::Published);
+  EXPECT_EQ(presetStoredDtypes("tiny"), StoredDtypes::Simple);
+  EXPECT_EQ(presetStoredDtypes("tiny-odd"), StoredDtypes::Simple);
+}
+
+TEST(ModelWeights, VisionTowerInTheLastShardsIsIgnored) {
+  // The published K3 puts a vision tower and projector (vision_tower.*,
+  // mm_projector.*) in its last shards: the index names them, the store
+  // opens them, and binding the text model ignores them. Layer 0 also
+  // carries self_attention_res_* although no block is committed before it.
+  ModelConfig c = preset("tiny");
+  test::TempDir dir;
+  ASSERT_TRUE(makeModel(c, 1, dir.path(), {}, /*shardBytes=*/1 << 20,
+                        Structure::Planted, 0, StoredDtypes::Published));
+  std::vector<TensorData> vision1 = {
+      {"vision_tower.patch_embed.proj.weight",
+       DType::BF16,
+       {8, 3, 2, 2},
+       std::vector<uint8_t>(8 * 3 * 2 * 2 * 2, 0x3f)},
+      {"vision_tower.encoder.blocks.0.norm0.bias",
+       DType::F32,
+       {8},
+       std::vector<uint8_t>(8 * 4, 0)}};
+  std::vector<TensorData> vision2 = {{"mm_projector.proj.0.weight",
+                                      DType::BF16,
+                                      {16, 8},
+                                      std::vector<uint8_t>(16 * 8 * 2, 0x3f)},
+                                     {"mm_projector.pre_norm.weight",
+                                      DType::F32,
+                                      {8},
+                                      std::vector<uint8_t>(8 * 4, 0)}};
+  ASSERT_TRUE(
+      writeSafetensors(dir.file("model-vision-1.safetensors"), vision1));
+  ASSERT_TRUE(
+      writeSafetensors(dir.file("model-vision-2.safetensors"), vision2));
+  nlohmann::json index;
+  {
+    std::ifstream in(dir.file("model.safetensors.index.json"));
+    ASSERT_TRUE(in.good());
+    in >> index;
+  }
+  const size_t textTensors = index["weight_map"].size();
+  for (const TensorData &t : vision1)
+    index["weight_map"][t.name] = "model-vision-1.safetensors";
+  for (const TensorData &t : vision2)
+    index["weight_map"][t.name] = "model-vision-2.safetensors";
+  {
+    std::ofstream out(dir.file("model.safetensors.index.json"));
+    out << index.dump(2);
+  }
+  Expected<TensorStore> store = TensorStore::open(dir.path());
+  ASSERT_TRUE(store) << store.message();
+  EXPECT_EQ(store->size(), textTensors + 4);
+  EXPECT_NE(store->find("mm_projector.pre_norm.weight"), nullptr);
+  Expected<ModelWeights> w = bindModelWeights(c, *store);
+  ASSERT_TRUE(w) << w.message();
+  EXPECT_NE(w->layers[0].selfAttentionRes.norm, nullptr);
+  EXPECT_NE(w->layers[0].selfAttentionRes.proj, nullptr);
+  // A plan binds and decodes over it too (its weights name only the text
+  // model; the F32 conv filters and o_norm bind as "vector" weights).
+  Expected<std::unique_ptr<Session>> session = Session::open(
+      test::buildDecodePlan(c, 16, test::PlanStyle::Fused, "vector"),
+      dir.path());
+  ASSERT_TRUE(session) << session.message();
+  Expected<GenerateResult> r = (*session)->generate({1, 2, 3}, 2);
+  ASSERT_TRUE(r) << r.message();
+  EXPECT_EQ(r->tokens.size(), 2u);
+}
+
 class ModelWeightsErrors : public ::testing::Test {
 protected:
   void SetUp() override {
@@ -274,6 +391,37 @@ TEST_F(ModelWeightsErrors, WrongDtypeShowsExpectedAndFound) {
     t->dtype = DType::F16;
   });
   EXPECT_EQ(msg, "tensor '" + norm + "': expected BF16 [256], found F16 [256]");
+}
+
+TEST_F(ModelWeightsErrors, SmallWeightsAreF32OrBf16Only) {
+  // The conv filters and o_norm may be F32 or BF16 (the published K3 stores
+  // F32, the maker BF16 here); F16 is neither.
+  const std::string conv =
+      "language_model.model.layers.2.self_attn.v_conv1d.weight";
+  std::string msg = bindError([&](std::vector<TensorData> &ts) {
+    findTensor(ts, conv)->dtype = DType::F16; // same bytes as BF16
+  });
+  EXPECT_EQ(msg, "tensor '" + conv +
+                     "': expected F32 or BF16 [256, 1, 4], found F16 "
+                     "[256, 1, 4]");
+  const std::string onorm =
+      "language_model.model.layers.0.self_attn.o_norm.weight";
+  msg = bindError([&](std::vector<TensorData> &ts) {
+    TensorData *t = findTensor(ts, onorm);
+    t->shape = {32};
+    t->bytes.resize(64);
+  });
+  EXPECT_EQ(msg, "tensor '" + onorm +
+                     "': expected F32 or BF16 [64], found BF16 [32]");
+  // Only those: an F32 projection is refused.
+  const std::string q = "language_model.model.layers.0.self_attn.q_proj.weight";
+  msg = bindError([&](std::vector<TensorData> &ts) {
+    TensorData *t = findTensor(ts, q);
+    t->dtype = DType::F32;
+    t->bytes.resize(t->bytes.size() * 2);
+  });
+  EXPECT_EQ(msg, "tensor '" + q +
+                     "': expected BF16 [256, 256], found F32 [256, 256]");
 }
 
 TEST_F(ModelWeightsErrors, ShortALog) {

@@ -29,8 +29,12 @@ namespace k3::test {
 
 enum class PlanStyle { Fused, Fine, Finest };
 
+/// `smallFormat` is the plan format of the KDA conv filters and o_norm:
+/// "bf16" (the form plans had before "vector"), or "vector" (bound bf16 or
+/// f32, as the checkpoint stores them, which is what k3c emits).
 inline PlanDoc buildDecodePlan(const ModelConfig &c, int64_t maxSeq,
-                               PlanStyle style = PlanStyle::Fused) {
+                               PlanStyle style = PlanStyle::Fused,
+                               const char *smallFormat = "bf16") {
   const bool fine = style != PlanStyle::Fused;
   const bool finest = style == PlanStyle::Finest;
   using A = PlanArg;
@@ -173,12 +177,12 @@ inline PlanDoc buildDecodePlan(const ModelConfig &c, int64_t maxSeq,
       const int64_t cs =
           plan.addState(lp + "conv", "conv_state", {3 * C, W - 1});
       const uint64_t third = static_cast<uint64_t>(C * (W - 1)) * 4;
-      const A convQ = wt(sa + "q_conv1d.weight", {C, 1, W}),
-              convK = wt(sa + "k_conv1d.weight", {C, 1, W}),
-              convV = wt(sa + "v_conv1d.weight", {C, 1, W});
+      const A convQ = wt(sa + "q_conv1d.weight", {C, 1, W}, smallFormat),
+              convK = wt(sa + "k_conv1d.weight", {C, 1, W}, smallFormat),
+              convV = wt(sa + "v_conv1d.weight", {C, 1, W}, smallFormat);
       const A dtBias = wt(sa + "dt_bias", {C}, "f32"),
               aLog = wt(sa + "A_log", {H}, "f32");
-      const A oNorm = wt(sa + "o_norm.weight", {d});
+      const A oNorm = wt(sa + "o_norm.weight", {d}, smallFormat);
       if (!fine) {
         plan.addLaunch("kda_decode")
             .arg("uq", uq)

@@ -5,6 +5,8 @@ k3c_add_unit_test(runtime_plan_test SOURCES Plan_test.cpp LIBS K3Runtime)
 target_compile_definitions(runtime_plan_test PRIVATE
                            K3C_SOURCE_DIR="${PROJECT_SOURCE_DIR}")
 k3c_add_unit_test(runtime_session_test SOURCES Session_test.cpp LIBS K3Runtime)
+k3c_add_unit_test(runtime_plan_binding_test SOURCES PlanBinding_test.cpp
+                  LIBS K3Runtime)
 k3c_add_unit_test(runtime_npy_test SOURCES Npy_test.cpp LIBS K3Runtime)
 k3c_add_unit_test(runtime_differential_test SOURCES Differential_test.cpp
                   LIBS K3Runtime)

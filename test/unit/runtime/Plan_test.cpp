@@ -17,6 +17,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <fstream>
+#include <functional>
 #include <random>
 
 namespace k3 {
@@ -263,6 +264,89 @@ TEST(PlanTest, WrongArgKinds) {
                               l.arg("topK", PlanArg::integer(int64_t(1) << 40));
                         })),
                         "out of range");
+}
+
+TEST(PlanTest, VectorWeights) {
+  // A plan whose conv filters and o_norm are "vector" weights (bf16 or f32
+  // as the checkpoint stores them) validates and round-trips, in every
+  // launch style (kda_conv / kda_gated_norm / kda_decode take them).
+  Expected<ModelConfig> c = presetConfig("tiny");
+  ASSERT_TRUE(c.hasValue());
+  for (test::PlanStyle style : {test::PlanStyle::Fused, test::PlanStyle::Fine,
+                                test::PlanStyle::Finest}) {
+    PlanDoc plan = test::buildDecodePlan(*c, 64, style, "vector");
+    Status s = validatePlan(plan);
+    EXPECT_TRUE(s.isOk()) << s.message();
+    Expected<PlanDoc> back = parsePlan(serializePlan(plan));
+    ASSERT_TRUE(back.hasValue()) << back.message();
+    EXPECT_TRUE(*back == plan);
+  }
+  auto vectorPlan = [&](const std::function<void(PlanDoc &)> &edit) {
+    PlanDoc plan =
+        test::buildDecodePlan(*c, 64, test::PlanStyle::Fine, "vector");
+    edit(plan);
+    return parsePlan(serializePlan(plan));
+  };
+  auto weightIndex = [](const PlanDoc &p, const std::string &suffix) {
+    for (size_t i = 0; i < p.weights.size(); ++i)
+      if (p.weights[i].name.size() >= suffix.size() &&
+          p.weights[i].name.compare(p.weights[i].name.size() - suffix.size(),
+                                    suffix.size(), suffix) == 0)
+        return static_cast<int64_t>(i);
+    return int64_t(-1);
+  };
+  auto firstLaunch = [](PlanDoc &p, const char *kernel) -> PlanLaunch & {
+    for (PlanLaunch &l : p.launches)
+      if (l.kernel == kernel)
+        return l;
+    ADD_FAILURE() << "no " << kernel;
+    return p.launches[0];
+  };
+  // A vector weight on a raw pointer field (rms_norm's bf16 `w`).
+  EXPECT_ERROR_CONTAINS(
+      vectorPlan([&](PlanDoc &p) {
+        firstLaunch(p, "rms_norm")
+            .arg("w", PlanArg::weight(weightIndex(p, "o_norm.weight")));
+      }),
+      "only a VectorRef field can take it");
+  // A VectorRef field given a buffer, an offset, an MXFP4 or a stacked
+  // weight.
+  EXPECT_ERROR_CONTAINS(
+      vectorPlan([&](PlanDoc &p) {
+        firstLaunch(p, "kda_conv").arg("weight", PlanArg::buffer(0));
+      }),
+      "'weight' is a VectorRef field of KdaConvParams; it "
+      "needs a weight, not a buffer");
+  EXPECT_ERROR_CONTAINS(vectorPlan([&](PlanDoc &p) {
+                          PlanLaunch &l = firstLaunch(p, "kda_gated_norm");
+                          PlanArg w = *l.find("weight");
+                          w.offset = 2;
+                          l.arg("weight", w);
+                        }),
+                        "an offset is not allowed on a VectorRef field");
+  EXPECT_ERROR_CONTAINS(
+      vectorPlan([&](PlanDoc &p) {
+        int64_t stacked = -1;
+        for (size_t i = 0; i < p.weights.size(); ++i)
+          if (p.weights[i].stacked())
+            stacked = static_cast<int64_t>(i);
+        firstLaunch(p, "kda_conv").arg("weight", PlanArg::weight(stacked));
+      }),
+      "a VectorRef field takes a vector, bf16 or f32 weight");
+  // A stacked vector weight, and an unknown format.
+  EXPECT_ERROR_CONTAINS(
+      vectorPlan([&](PlanDoc &p) {
+        p.weights[weightIndex(p, "o_norm.weight")].name =
+            "experts.{e}.o_norm.weight";
+        p.weights[weightIndex(p, "o_norm.weight")].shape = {2, 64};
+      }),
+      "a vector weight cannot be stacked");
+  EXPECT_ERROR_CONTAINS(vectorPlan([&](PlanDoc &p) {
+                          p.weights[weightIndex(p, "o_norm.weight")].format =
+                              "f16";
+                        }),
+                        "unknown format 'f16' (expected bf16, f32, vector or "
+                        "mxfp4)");
 }
 
 /// One row of docs/PLAN.md's "Kernels (entry points)" table: the kernel

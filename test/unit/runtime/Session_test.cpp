@@ -2,8 +2,10 @@
 //
 // The hand-built decode plan (PlanTestUtil.h) must reproduce CpuDecoder
 // exactly: same tokens and bit-identical logits, for the fused, fine and finest
-// launch sequences. Also the request and binding errors, and the options of
-// generate() (stop ids, sampling, a prefix).
+// launch sequences, over models whose KDA conv filters and o_norm are stored
+// BF16 and F32 (the published K3's dtypes; a plan with "vector" weights binds
+// both). Also the request and binding errors, and the options of generate()
+// (stop ids, sampling, a prefix).
 //
 //===----------------------------------------------------------------------===//
 #include "runtime/CpuDecoder.h"
@@ -17,43 +19,52 @@
 
 #include <gtest/gtest.h>
 
+#include "kernels/common/BF16.h"
+
 #include <algorithm>
 #include <cstring>
+#include <fstream>
 
 namespace k3 {
 namespace {
 
 constexpr int64_t kMaxSeq = 64;
 
-/// One made model per preset, shared by the tests of this file.
+/// One made model per preset and stored dtypes, shared by the tests of this
+/// file.
 class ModelDir {
 public:
-  explicit ModelDir(const std::string &preset) {
+  ModelDir(const std::string &preset, StoredDtypes dtypes) {
     Expected<ModelConfig> c = presetConfig(preset);
     EXPECT_TRUE(c.hasValue());
     config = *c;
-    Status s = makeModel(config, 7, dir.path());
+    Status s = makeModel(config, 7, dir.path(), {}, 0, Structure::Planted, 0,
+                         dtypes);
     EXPECT_TRUE(s.isOk()) << s.message();
   }
   test::TempDir dir;
   ModelConfig config;
 };
 
-ModelDir &model(const std::string &preset) {
+ModelDir &model(const std::string &preset,
+                StoredDtypes dtypes = StoredDtypes::Simple) {
   static std::map<std::string, std::unique_ptr<ModelDir>> models;
-  auto &m = models[preset];
+  auto &m = models[preset + (dtypes == StoredDtypes::Published ? "+" : "")];
   if (!m)
-    m = std::make_unique<ModelDir>(preset);
+    m = std::make_unique<ModelDir>(preset, dtypes);
   return *m;
 }
 
 using test::PlanStyle;
 
-std::unique_ptr<Session> openSession(const std::string &preset,
-                                     PlanStyle style = PlanStyle::Fused) {
-  ModelDir &m = model(preset);
+std::unique_ptr<Session>
+openSession(const std::string &preset, PlanStyle style = PlanStyle::Fused,
+            StoredDtypes dtypes = StoredDtypes::Simple,
+            const char *smallFormat = "bf16") {
+  ModelDir &m = model(preset, dtypes);
   Expected<std::unique_ptr<Session>> s = Session::open(
-      test::buildDecodePlan(m.config, kMaxSeq, style), m.dir.path());
+      test::buildDecodePlan(m.config, kMaxSeq, style, smallFormat),
+      m.dir.path());
   EXPECT_TRUE(s.hasValue()) << s.message();
   return s ? s.take() : nullptr;
 }
@@ -61,13 +72,15 @@ std::unique_ptr<Session> openSession(const std::string &preset,
 struct Case {
   const char *preset;
   PlanStyle style;
+  StoredDtypes dtypes = StoredDtypes::Simple;
+  const char *smallFormat = "bf16"; ///< plan format of conv / o_norm
 };
 
 class SessionMatchesCpuDecoder : public ::testing::TestWithParam<Case> {};
 
 TEST_P(SessionMatchesCpuDecoder, SixteenTokensBitIdentical) {
   const Case c = GetParam();
-  ModelDir &m = model(c.preset);
+  ModelDir &m = model(c.preset, c.dtypes);
   Expected<TensorStore> store = TensorStore::open(m.dir.path());
   ASSERT_TRUE(store.hasValue()) << store.message();
   Expected<ModelWeights> w = bindModelWeights(m.config, *store);
@@ -79,7 +92,8 @@ TEST_P(SessionMatchesCpuDecoder, SixteenTokensBitIdentical) {
   Expected<std::vector<int64_t>> ref = dec->greedy(prompt, 16, &refLogits);
   ASSERT_TRUE(ref.hasValue()) << ref.message();
 
-  std::unique_ptr<Session> s = openSession(c.preset, c.style);
+  std::unique_ptr<Session> s =
+      openSession(c.preset, c.style, c.dtypes, c.smallFormat);
   ASSERT_NE(s, nullptr);
   std::vector<int64_t> streamed;
   for (int run = 0; run < 2; ++run) { // the second run checks the reset
@@ -107,7 +121,11 @@ TEST_P(SessionMatchesCpuDecoder, SixteenTokensBitIdentical) {
 std::string caseName(const ::testing::TestParamInfo<Case> &info) {
   static const char *const kStyles[] = {"_fused", "_fine", "_finest"};
   std::string n = std::string(info.param.preset) +
-                  kStyles[static_cast<int>(info.param.style)];
+                  kStyles[static_cast<int>(info.param.style)] +
+                  (info.param.dtypes == StoredDtypes::Published ? "_published"
+                                                                : "") +
+                  (std::string(info.param.smallFormat) == "vector" ? "_vector"
+                                                                   : "");
   for (char &ch : n)
     if (ch == '-')
       ch = '_';
@@ -121,8 +139,86 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{"tiny", PlanStyle::Finest},
                       Case{"tiny-linear", PlanStyle::Fused},
                       Case{"tiny-linear", PlanStyle::Fine},
-                      Case{"tiny-linear", PlanStyle::Finest}),
+                      Case{"tiny-linear", PlanStyle::Finest},
+                      // One "vector" plan binds BF16 and F32 conv / o_norm.
+                      Case{"tiny", PlanStyle::Fused, StoredDtypes::Simple,
+                           "vector"},
+                      Case{"tiny", PlanStyle::Fused, StoredDtypes::Published,
+                           "vector"},
+                      Case{"tiny", PlanStyle::Fine, StoredDtypes::Published,
+                           "vector"},
+                      Case{"tiny", PlanStyle::Finest, StoredDtypes::Published,
+                           "vector"},
+                      // Kimi-Linear's BF16 router bias (an f32 weight).
+                      Case{"tiny-linear", PlanStyle::Fused,
+                           StoredDtypes::Published, "vector"}),
     caseName);
+
+TEST(SessionTest, StoredDtypesOfSmallWeights) {
+  // The error of the issue: a plan that fixes the conv filters to bf16
+  // refuses the published K3's F32 ones, naming the tensor; the "vector"
+  // plan binds them (SessionMatchesCpuDecoder), and F16 is refused either
+  // way.
+  ModelDir &m = model("tiny", StoredDtypes::Published);
+  const std::string conv =
+      "language_model.model.layers.0.self_attn.q_conv1d.weight";
+  EXPECT_ERROR_CONTAINS(
+      Session::open(test::buildDecodePlan(m.config, kMaxSeq), m.dir.path()),
+      "weight '" + conv + "': the plan expects BF16 [256, 1, 4], the "
+                          "checkpoint has F32 [256, 1, 4]");
+  // The same with an F16 conv filter, on a copy of the checkpoint.
+  Expected<TensorStore> store = TensorStore::open(m.dir.path());
+  ASSERT_TRUE(store.hasValue()) << store.message();
+  const std::string qProj =
+      "language_model.model.layers.0.self_attn.q_proj.weight";
+  auto rewritten = [&](const std::string &name, DType dtype,
+                       test::TempDir &dir) {
+    std::vector<TensorData> tensors;
+    for (const TensorView *v : store->all()) {
+      std::vector<uint8_t> bytes(v->data, v->data + v->nbytes);
+      DType t = v->dtype;
+      std::vector<int64_t> shape = v->shape;
+      if (v->name == name && dtype == DType::F16) {
+        t = DType::F16; // same bytes per element as BF16, half of F32
+        bytes.resize(v->nbytes / dtypeSize(v->dtype) * 2);
+      } else if (v->name == name && dtype == DType::F32) {
+        t = DType::F32;
+        std::vector<uint8_t> wide(v->nbytes * 2);
+        for (size_t i = 0; i < v->nbytes / 2; ++i) {
+          const float f = bf16ToFloat(v->as<uint16_t>()[i]);
+          std::memcpy(wide.data() + 4 * i, &f, 4);
+        }
+        bytes = std::move(wide);
+      }
+      tensors.push_back({v->name, t, shape, std::move(bytes)});
+    }
+    ASSERT_TRUE(writeSafetensors(dir.file("model.safetensors"), tensors));
+    std::ifstream in(m.dir.file("config.json"));
+    std::ofstream out(dir.file("config.json"));
+    out << in.rdbuf();
+  };
+  {
+    test::TempDir f16;
+    ASSERT_NO_FATAL_FAILURE(rewritten(conv, DType::F16, f16));
+    EXPECT_ERROR_CONTAINS(
+        Session::open(test::buildDecodePlan(m.config, kMaxSeq,
+                                            PlanStyle::Fused, "vector"),
+                      f16.path()),
+        "weight '" + conv + "': the plan expects F32 or BF16 [256, 1, 4], "
+                            "the checkpoint has F16 [256, 1, 4]");
+  }
+  {
+    // Only the small weights may be F32: an F32 projection is refused.
+    test::TempDir f32;
+    ASSERT_NO_FATAL_FAILURE(rewritten(qProj, DType::F32, f32));
+    EXPECT_ERROR_CONTAINS(
+        Session::open(test::buildDecodePlan(m.config, kMaxSeq,
+                                            PlanStyle::Fused, "vector"),
+                      f32.path()),
+        "weight '" + qProj + "': the plan expects BF16 [256, 256], the "
+                             "checkpoint has F32 [256, 256]");
+  }
+}
 
 TEST(SessionTest, RequestErrors) {
   std::unique_ptr<Session> s = openSession("tiny");
