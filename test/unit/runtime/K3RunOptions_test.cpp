@@ -32,25 +32,9 @@
 namespace k3 {
 namespace {
 
-struct RunResult {
-  int exitCode = -1;
-  std::string out, err;
-};
-
+using test::RunResult;
 RunResult run(const std::string &cmd, const test::TempDir &dir) {
-  const std::string errFile = dir.file("stderr.txt");
-  RunResult r;
-  std::FILE *p = ::popen((cmd + " 2>" + errFile).c_str(), "r");
-  if (!p)
-    return r;
-  char buf[4096];
-  size_t n;
-  while ((n = std::fread(buf, 1, sizeof(buf), p)) > 0)
-    r.out.append(buf, n);
-  const int status = ::pclose(p);
-  r.exitCode = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  r.err = test::readFile(errFile);
-  return r;
+  return test::runCommand(cmd, dir);
 }
 
 using Ids = std::vector<int64_t>;

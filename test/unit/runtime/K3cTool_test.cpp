@@ -31,29 +31,13 @@ namespace {
 namespace fs = std::filesystem;
 using json = nlohmann::ordered_json;
 
-struct RunResult {
-  int exitCode = -1;
-  std::string out, err;
-};
+using test::RunResult;
 
 /// Runs `args` after k3c under a 120 s timeout (shell syntax allowed).
 RunResult k3c(const std::string &args, const test::TempDir &dir,
               const std::string &prefix = "") {
-  const std::string errFile = dir.file("stderr.txt");
-  const std::string cmd = prefix + "timeout 120 " + std::string(K3C_K3C_PATH) +
-                          " " + args + " 2>" + errFile;
-  RunResult r;
-  std::FILE *p = ::popen(cmd.c_str(), "r");
-  if (!p)
-    return r;
-  char buf[4096];
-  size_t n;
-  while ((n = std::fread(buf, 1, sizeof(buf), p)) > 0)
-    r.out.append(buf, n);
-  const int status = ::pclose(p);
-  r.exitCode = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  r.err = test::readFile(errFile);
-  return r;
+  return test::runCommand(
+      prefix + "timeout 120 " + std::string(K3C_K3C_PATH) + " " + args, dir);
 }
 
 /// Files of `dir` other than stderr.txt.

@@ -10,11 +10,13 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <sys/wait.h>
 
 namespace k3::test {
 
@@ -58,6 +60,31 @@ inline void writeFile(const std::string &path, const std::string &bytes) {
   std::ofstream out(path, std::ios::binary | std::ios::trunc);
   out << bytes;
   ASSERT_TRUE(out.good()) << "cannot write " << path;
+}
+
+/// What a command run by runCommand printed and how it ended.
+struct RunResult {
+  int exitCode = -1; ///< -1: did not start, or ended by a signal
+  std::string out, err;
+};
+
+/// Runs `cmd` with /bin/sh, its stdout captured and its stderr in
+/// `dir`/stderr.txt (read back into err): the tool tests' one way of running
+/// the built binaries.
+inline RunResult runCommand(const std::string &cmd, const TempDir &dir) {
+  const std::string errFile = dir.file("stderr.txt");
+  RunResult r;
+  std::FILE *p = ::popen((cmd + " 2>" + errFile).c_str(), "r");
+  if (!p)
+    return r;
+  char buf[4096];
+  size_t n;
+  while ((n = std::fread(buf, 1, sizeof(buf), p)) > 0)
+    r.out.append(buf, n);
+  const int status = ::pclose(p);
+  r.exitCode = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  r.err = readFile(errFile);
+  return r;
 }
 
 /// True when `haystack` contains `needle`; for EXPECT_PRED2-style messages.
