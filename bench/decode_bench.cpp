@@ -7,7 +7,7 @@
 // the median of --steps steps after --warmup, with CUDA graph replay and
 // kernel by kernel (the CPU backend has no graph: kernel by kernel only).
 // The floor of a step is the plan's bytes per token at that context
-// (runtime/Profile.h launchBytes, the accounting of `k3c --report` and
+// (runtime/exec/Profile.h launchBytes, the accounting of `k3c --report` and
 // `k3-run --profile`) over the copy bandwidth measured in this process.
 // Prints a table and writes JSON (bench/results/<model>-<date>.json).
 //
@@ -18,10 +18,10 @@
 // Exit codes: 0 ok, 1 runtime error, 2 bad command line.
 //
 //===----------------------------------------------------------------------===//
-#include "runtime/Config.h"
-#include "runtime/Plan.h"
-#include "runtime/Profile.h"
-#include "runtime/cuda/CudaDriver.h"
+#include "runtime/model/Config.h"
+#include "runtime/plan/Plan.h"
+#include "runtime/exec/Profile.h"
+#include "runtime/exec/cuda/CudaDriver.h"
 
 #include "K3cCommit.h"
 

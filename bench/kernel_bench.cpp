@@ -21,8 +21,8 @@
 #include "kernels/mla/MlaParams.h"
 #include "kernels/moe/MoeParams.h"
 #include "kernels/norm/NormParams.h"
-#include "runtime/cuda/CudaBackend.h"
-#include "runtime/cuda/CudaDriver.h"
+#include "runtime/exec/cuda/CudaBackend.h"
+#include "runtime/exec/cuda/CudaDriver.h"
 
 #include <algorithm>
 #include <cstdio>

@@ -287,7 +287,7 @@ void Lowering::lowerLinear(LinearOp op, StringRef name) {
 
 void Lowering::lowerLinearGroup(LinearGroupOp op) {
   // Field names are LinearMultiParams' entries as the plan names them
-  // (w<i>, n<i>, out<i>; runtime/PlanKernels.cpp).
+  // (w<i>, n<i>, out<i>; runtime/plan/PlanKernels.cpp).
   static constexpr StringLiteral kW[] = {"w0", "w1", "w2", "w3",
                                          "w4", "w5", "w6", "w7"};
   static constexpr StringLiteral kN[] = {"n0", "n1", "n2", "n3",

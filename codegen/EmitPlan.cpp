@@ -1,21 +1,21 @@
 //===- EmitPlan.cpp - k3l module to the plan format -----------------------===//
 //
 // The last step of k3c: the planned launch IR becomes a PlanDoc
-// (runtime/Plan.h) and its text (docs/PLAN.md). The emitter validates what
+// (runtime/plan/Plan.h) and its text (docs/PLAN.md). The emitter validates what
 // it wrote with the runtime's own validator, so a plan k3c writes is a plan
 // k3-run accepts. The kernel report counts the bytes each launch moves per
-// token with the runtime's launchBytes (runtime/Profile.h), the accounting
+// token with the runtime's launchBytes (runtime/plan/PlanBytes.h), the accounting
 // the profiler and the decode benchmark use too.
 //
 //===----------------------------------------------------------------------===//
 #include "codegen/Codegen.h"
 
-#include "import/Importer.h"
+#include "dialect/K3Dialect.h"
 #include "kernels/PtxModules.h"
 
-#include "runtime/Plan.h"
-#include "runtime/PlanKernels.h"
-#include "runtime/Profile.h"
+#include "runtime/plan/Plan.h"
+#include "runtime/plan/PlanKernels.h"
+#include "runtime/plan/PlanBytes.h"
 
 using namespace mlir;
 using namespace mlir::k3;

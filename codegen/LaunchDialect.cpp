@@ -3,11 +3,11 @@
 // The launch verifier is where "bindings fit" is checked: names agree with
 // offsets, every pointer offset lies inside its allocation, the launch shape
 // is one CUDA accepts, and every argument names a field of the kernel's
-// params struct (the runtime's kernel table, runtime/PlanKernels.h).
+// params struct (the runtime's kernel table, runtime/plan/PlanKernels.h).
 //
 //===----------------------------------------------------------------------===//
 #include "codegen/LaunchDialect.h"
-#include "runtime/PlanKernels.h"
+#include "runtime/plan/PlanKernels.h"
 
 #include "mlir/IR/DialectImplementation.h"
 #include "llvm/ADT/TypeSwitch.h"

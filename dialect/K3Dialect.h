@@ -29,4 +29,16 @@
 #define GET_OP_CLASSES
 #include "dialect/K3Ops.h.inc"
 
+namespace mlir::k3 {
+
+// The names the importer writes and codegen reads: a k3 module's contract.
+/// Module attribute holding the config (writeConfigJson text).
+inline constexpr llvm::StringLiteral kConfigAttrName = "k3.config";
+/// Module attribute holding the planned maximum context.
+inline constexpr llvm::StringLiteral kMaxSeqAttrName = "k3.max_seq";
+/// Name of the decode-step function.
+inline constexpr llvm::StringLiteral kDecodeStepName = "decode_step";
+
+} // namespace mlir::k3
+
 #endif // K3C_DIALECT_K3DIALECT_H

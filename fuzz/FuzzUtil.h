@@ -17,7 +17,7 @@
 #ifndef K3C_FUZZ_FUZZUTIL_H
 #define K3C_FUZZ_FUZZUTIL_H
 
-#include "runtime/JsonCheck.h"
+#include "runtime/io/JsonCheck.h"
 
 #include <nlohmann/json.hpp>
 

@@ -6,7 +6,7 @@
 // weights directory compare configs through that text).
 //
 //===----------------------------------------------------------------------===//
-#include "runtime/Config.h"
+#include "runtime/model/Config.h"
 
 #include "FuzzUtil.h"
 

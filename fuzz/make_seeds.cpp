@@ -8,10 +8,10 @@
 // again so the seeds follow the formats.
 //
 //===----------------------------------------------------------------------===//
-#include "runtime/Config.h"
-#include "runtime/Plan.h"
-#include "runtime/Presets.h"
-#include "runtime/Safetensors.h"
+#include "runtime/model/Config.h"
+#include "runtime/plan/Plan.h"
+#include "runtime/model/Presets.h"
+#include "runtime/io/Safetensors.h"
 
 #include "PlanTestUtil.h"
 

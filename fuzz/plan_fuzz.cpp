@@ -14,8 +14,8 @@
 // outside what was bound, divide by zero or loop without end.
 //
 //===----------------------------------------------------------------------===//
-#include "runtime/Plan.h"
-#include "runtime/PlanBinding.h"
+#include "runtime/plan/Plan.h"
+#include "runtime/exec/PlanBinding.h"
 
 #include "FuzzUtil.h"
 
@@ -162,7 +162,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
                   "the extreme step inputs are refused");
     for (k3::BoundLaunch &l : launches) {
       l.setInputs(token, pos);
-      l.params->runCpu();
+      l.runCpu();
     }
   }
   return 0;

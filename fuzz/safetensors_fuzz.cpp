@@ -8,7 +8,7 @@
 // faults), no two views may overlap, and names must be unique.
 //
 //===----------------------------------------------------------------------===//
-#include "runtime/Safetensors.h"
+#include "runtime/io/Safetensors.h"
 
 #include "FuzzUtil.h"
 

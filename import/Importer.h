@@ -9,19 +9,13 @@
 #ifndef K3C_IMPORT_IMPORTER_H
 #define K3C_IMPORT_IMPORTER_H
 
-#include "runtime/Config.h"
+#include "runtime/model/Config.h"
 
 #include "mlir/IR/BuiltinOps.h"
 #include "mlir/IR/OwningOpRef.h"
 
 namespace mlir::k3 {
 
-/// Module attribute holding the config (writeConfigJson text).
-inline constexpr llvm::StringLiteral kConfigAttrName = "k3.config";
-/// Module attribute holding the planned maximum context.
-inline constexpr llvm::StringLiteral kMaxSeqAttrName = "k3.max_seq";
-/// Name of the decode-step function.
-inline constexpr llvm::StringLiteral kDecodeStepName = "decode_step";
 
 /// Builds the decode-step module of `config` for contexts of up to `maxSeq`
 /// tokens. The config must be valid (ModelConfig::validate).

@@ -1,5 +1,4 @@
-//===- PtxModules.h - The CUDA kernels' PTX built into the binary -*- C++
-//-*-===//
+//===- PtxModules.h - The kernels' PTX built into the binary ---*- C++ -*-===//
 //
 // With CUDA enabled at build time, every kernels/<family>/<Family>.cu is
 // compiled to PTX for sm_90 and embedded here; without it the list is empty.

@@ -10,8 +10,8 @@
 #ifndef K3C_TEST_REFERENCE_REFMODEL_H
 #define K3C_TEST_REFERENCE_REFMODEL_H
 
-#include "runtime/Config.h"
-#include "runtime/ModelWeights.h"
+#include "runtime/model/Config.h"
+#include "runtime/model/ModelWeights.h"
 #include "runtime/Status.h"
 #include "test/reference/Reference.h"
 

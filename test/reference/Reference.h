@@ -18,9 +18,9 @@
 #ifndef K3C_TEST_REFERENCE_REFERENCE_H
 #define K3C_TEST_REFERENCE_REFERENCE_H
 
-#include "runtime/Config.h"
-#include "runtime/ModelWeights.h"
-#include "runtime/Tensor.h"
+#include "runtime/model/Config.h"
+#include "runtime/model/ModelWeights.h"
+#include "runtime/io/Tensor.h"
 
 #include <cstdint>
 #include <vector>

@@ -18,9 +18,9 @@
 #ifndef K3C_TEST_REFERENCE_TEACHERFORCED_H
 #define K3C_TEST_REFERENCE_TEACHERFORCED_H
 
-#include "runtime/ModelWeights.h"
-#include "runtime/Safetensors.h"
-#include "runtime/Session.h"
+#include "runtime/model/ModelWeights.h"
+#include "runtime/io/Safetensors.h"
+#include "runtime/exec/Session.h"
 #include "test/reference/RefModel.h"
 
 #include <gtest/gtest.h>

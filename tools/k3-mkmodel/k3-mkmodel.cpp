@@ -8,8 +8,8 @@
 // codes: 0 success, 1 the model could not be written, 2 bad command line.
 //
 //===----------------------------------------------------------------------===//
-#include "runtime/ModelMaker.h"
-#include "runtime/Presets.h"
+#include "tools/k3-mkmodel/ModelMaker.h"
+#include "runtime/model/Presets.h"
 
 #include <cerrno>
 #include <chrono>

@@ -8,7 +8,7 @@
 //===----------------------------------------------------------------------===//
 #include "tools/k3-run/PromptFile.h"
 
-#include "runtime/AtomicFile.h"
+#include "runtime/io/AtomicFile.h"
 
 #include <cerrno>
 #include <cstdlib>

@@ -10,7 +10,7 @@
 //===----------------------------------------------------------------------===//
 #include "tools/k3-run/SnapshotFile.h"
 
-#include "runtime/AtomicFile.h"
+#include "runtime/io/AtomicFile.h"
 
 #include <cstdio>
 #include <cstring>

@@ -6,14 +6,14 @@
 // versioned, names the plan it was made with (planIdentity: a hash of the
 // plan's bytes) and carries two CRC-32s (header, payload); reading refuses
 // another plan's snapshot, a truncated file and a corrupted one, each with a
-// message that says which. Writes are atomic (runtime/AtomicFile.h).
+// message that says which. Writes are atomic (runtime/io/AtomicFile.h).
 //
 //===----------------------------------------------------------------------===//
 #ifndef K3C_TOOLS_K3RUN_SNAPSHOTFILE_H
 #define K3C_TOOLS_K3RUN_SNAPSHOTFILE_H
 
-#include "runtime/Plan.h"
-#include "runtime/Session.h"
+#include "runtime/plan/Plan.h"
+#include "runtime/exec/Session.h"
 #include "runtime/Status.h"
 
 #include <cstdint>

@@ -13,24 +13,24 @@
 // stdout stays machine-readable. A sequence ends at --max-new tokens or when
 // it emits a stop id (--stop-ids, and the config's eos_token_id unless
 // --ignore-eos). Tokens are greedy unless --temperature asks for sampling
-// (runtime/Sampling.h). --snapshot-out / --snapshot-in save and restore the
+// (runtime/exec/Sampling.h). --snapshot-out / --snapshot-in save and restore the
 // state after a shared prefix (SnapshotFile.h).
 //
 // With --check-against cpu the decode runs launch by launch and every launch
 // is checked against the CPU kernels on the same inputs
-// (runtime/Differential.h). With --profile the decode is followed by a
-// profile of its next step (runtime/Profile.h). Exit codes: 0 ok, 1 runtime
+// (runtime/exec/Differential.h). With --profile the decode is followed by a
+// profile of its next step (runtime/exec/Profile.h). Exit codes: 0 ok, 1 runtime
 // error (bad plan, weights, prompts file, snapshot, request), 2 bad command
 // line, 3 a launch out of tolerance.
 //
 //===----------------------------------------------------------------------===//
-#include "runtime/AtomicFile.h"
-#include "runtime/Differential.h"
-#include "runtime/Executable.h"
-#include "runtime/Npy.h"
-#include "runtime/Plan.h"
-#include "runtime/Profile.h"
-#include "runtime/Session.h"
+#include "runtime/io/AtomicFile.h"
+#include "runtime/exec/Differential.h"
+#include "runtime/plan/Executable.h"
+#include "runtime/io/Npy.h"
+#include "runtime/plan/Plan.h"
+#include "runtime/exec/Profile.h"
+#include "runtime/exec/Session.h"
 #include "tools/k3-run/PromptFile.h"
 #include "tools/k3-run/SnapshotFile.h"
 

@@ -8,7 +8,7 @@
 // of LLVM backend options linked in with MLIR.
 //
 // Every output (-o) is written to a temporary file next to the target and
-// renamed over it when complete (runtime/AtomicFile.h): an existing target
+// renamed over it when complete (runtime/io/AtomicFile.h): an existing target
 // must be a regular file that is not one of the inputs, and a failed write is
 // an error, never a truncated file.
 //
@@ -17,10 +17,10 @@
 #include "import/Importer.h"
 #include "passes/Passes.h"
 
-#include "runtime/AtomicFile.h"
-#include "runtime/Config.h"
-#include "runtime/Executable.h"
-#include "runtime/Presets.h"
+#include "runtime/io/AtomicFile.h"
+#include "runtime/model/Config.h"
+#include "runtime/plan/Executable.h"
+#include "runtime/model/Presets.h"
 
 #include "mlir/IR/AsmState.h"
 #include "mlir/IR/Diagnostics.h"

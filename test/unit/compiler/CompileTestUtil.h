@@ -14,10 +14,10 @@
 #include "import/Importer.h"
 #include "passes/Passes.h"
 
-#include "runtime/ModelMaker.h"
-#include "runtime/Plan.h"
-#include "runtime/Presets.h"
-#include "runtime/Session.h"
+#include "tools/k3-mkmodel/ModelMaker.h"
+#include "runtime/plan/Plan.h"
+#include "runtime/model/Presets.h"
+#include "runtime/exec/Session.h"
 #include "test/reference/Compare.h"
 #include "test/reference/RefModel.h"
 

@@ -10,8 +10,8 @@
 //===----------------------------------------------------------------------===//
 #include "test/unit/compiler/CompileTestUtil.h"
 
-#include "runtime/CpuDecoder.h"
-#include "runtime/PlanKernels.h"
+#include "runtime/exec/CpuDecoder.h"
+#include "runtime/plan/PlanKernels.h"
 
 #include <iostream>
 

@@ -9,7 +9,7 @@
 //===----------------------------------------------------------------------===//
 #include "test/unit/compiler/CompileTestUtil.h"
 
-#include "runtime/Npy.h"
+#include "runtime/io/Npy.h"
 
 #include <sys/wait.h>
 

@@ -14,8 +14,8 @@
 #define K3C_TEST_UNIT_CUDA_CUDATESTUTIL_H
 
 #include "kernels/common/BF16.h"
-#include "runtime/cuda/CudaBackend.h"
-#include "runtime/cuda/CudaDriver.h"
+#include "runtime/exec/cuda/CudaBackend.h"
+#include "runtime/exec/cuda/CudaDriver.h"
 
 #include <gtest/gtest.h>
 

@@ -8,7 +8,7 @@
 // backend's (logitsBound: one bf16 ulp of the lm_head input) and every row
 // within the e2e bound of the reference's, and the CUDA graph replay
 // bit-identical to launching kernel by kernel. Then the differential run of
-// runtime/Differential.h: every launch of 15 steps against the CPU kernels
+// runtime/exec/Differential.h: every launch of 15 steps against the CPU kernels
 // on the same inputs, each within its kernel's tolerance; the same run over
 // the preset's model with the published stored dtypes (K3: the conv filters
 // and o_norm F32, bound by the same plan). Skipped without a GPU or without
@@ -17,12 +17,12 @@
 //===----------------------------------------------------------------------===//
 #include "test/unit/cuda/CudaTestUtil.h"
 
-#include "runtime/CpuBackend.h"
-#include "runtime/Differential.h"
-#include "runtime/ModelMaker.h"
-#include "runtime/ModelWeights.h"
-#include "runtime/Presets.h"
-#include "runtime/Session.h"
+#include "runtime/exec/CpuBackend.h"
+#include "runtime/exec/Differential.h"
+#include "tools/k3-mkmodel/ModelMaker.h"
+#include "runtime/model/ModelWeights.h"
+#include "runtime/model/Presets.h"
+#include "runtime/exec/Session.h"
 #include "test/reference/Compare.h"
 #include "test/reference/RefModel.h"
 #include "test/reference/TeacherForced.h"
@@ -243,7 +243,7 @@ TEST_P(DecodeCuda, MatchesCpuBackendAndReference) {
   EXPECT_TRUE(vsRef.ok) << vsRef.diagnostic;
 }
 
-/// The differential run (runtime/Differential.h; what `k3-run --backend cuda
+/// The differential run (runtime/exec/Differential.h; what `k3-run --backend cuda
 /// --check-against cpu` does): every launch of the first 15 steps against
 /// the CPU kernels on the same inputs, each output within its kernel's
 /// tolerance; the first launch out of tolerance is named.

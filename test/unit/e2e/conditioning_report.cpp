@@ -12,12 +12,12 @@
 // PROMPT_SEED 0 is the e2e test's fixed prompt; others draw 8 random ids.
 //
 //===----------------------------------------------------------------------===//
-#include "runtime/Config.h"
-#include "runtime/CpuDecoder.h"
-#include "runtime/ModelMaker.h"
-#include "runtime/ModelWeights.h"
-#include "runtime/Presets.h"
-#include "runtime/Safetensors.h"
+#include "runtime/model/Config.h"
+#include "runtime/exec/CpuDecoder.h"
+#include "tools/k3-mkmodel/ModelMaker.h"
+#include "runtime/model/ModelWeights.h"
+#include "runtime/model/Presets.h"
+#include "runtime/io/Safetensors.h"
 #include "test/reference/Compare.h"
 #include "test/reference/RefModel.h"
 

@@ -11,12 +11,12 @@
 // non-degenerate, or agreement would prove nothing.
 //
 //===----------------------------------------------------------------------===//
-#include "runtime/Config.h"
-#include "runtime/CpuDecoder.h"
-#include "runtime/ModelMaker.h"
-#include "runtime/ModelWeights.h"
-#include "runtime/Presets.h"
-#include "runtime/Safetensors.h"
+#include "runtime/model/Config.h"
+#include "runtime/exec/CpuDecoder.h"
+#include "tools/k3-mkmodel/ModelMaker.h"
+#include "runtime/model/ModelWeights.h"
+#include "runtime/model/Presets.h"
+#include "runtime/io/Safetensors.h"
 #include "test/reference/Compare.h"
 #include "test/reference/RefModel.h"
 

@@ -10,11 +10,11 @@
 //===----------------------------------------------------------------------===//
 #include "../runtime/TestUtil.h"
 
-#include "runtime/CpuDecoder.h"
-#include "runtime/ModelMaker.h"
-#include "runtime/ModelWeights.h"
-#include "runtime/Presets.h"
-#include "runtime/Safetensors.h"
+#include "runtime/exec/CpuDecoder.h"
+#include "tools/k3-mkmodel/ModelMaker.h"
+#include "runtime/model/ModelWeights.h"
+#include "runtime/model/Presets.h"
+#include "runtime/io/Safetensors.h"
 
 #include <chrono>
 #include <cmath>

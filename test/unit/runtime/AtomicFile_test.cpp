@@ -8,10 +8,10 @@
 // concurrent writers never leave a mix.
 //
 //===----------------------------------------------------------------------===//
-#include "runtime/AtomicFile.h"
-#include "runtime/Npy.h"
-#include "runtime/Plan.h"
-#include "runtime/Presets.h"
+#include "runtime/io/AtomicFile.h"
+#include "runtime/io/Npy.h"
+#include "runtime/plan/Plan.h"
+#include "runtime/model/Presets.h"
 
 #include "PlanTestUtil.h"
 #include "TestUtil.h"

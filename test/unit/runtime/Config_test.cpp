@@ -7,8 +7,8 @@
 // test that checks the message names the offending field.
 //
 //===----------------------------------------------------------------------===//
-#include "runtime/Config.h"
-#include "runtime/Presets.h"
+#include "runtime/model/Config.h"
+#include "runtime/model/Presets.h"
 
 #include "TestUtil.h"
 

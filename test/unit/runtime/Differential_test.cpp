@@ -9,13 +9,13 @@
 // outside a launch's outputs.
 //
 //===----------------------------------------------------------------------===//
-#include "runtime/Differential.h"
+#include "runtime/exec/Differential.h"
 
 #include "kernels/common/BF16.h"
-#include "runtime/CpuBackend.h"
-#include "runtime/ModelMaker.h"
-#include "runtime/Presets.h"
-#include "runtime/Session.h"
+#include "runtime/exec/CpuBackend.h"
+#include "tools/k3-mkmodel/ModelMaker.h"
+#include "runtime/model/Presets.h"
+#include "runtime/exec/Session.h"
 
 #include "PlanTestUtil.h"
 #include "TestUtil.h"

@@ -1,5 +1,5 @@
 //===- Executable_test.cpp - Plans embedded in a binary -------------------===//
-#include "runtime/Executable.h"
+#include "runtime/plan/Executable.h"
 
 #include "TestUtil.h"
 

@@ -9,13 +9,13 @@
 // the help. The ids are checked against CpuDecoder, not against k3-run.
 //
 //===----------------------------------------------------------------------===//
-#include "runtime/Config.h"
-#include "runtime/CpuDecoder.h"
-#include "runtime/Executable.h"
-#include "runtime/ModelMaker.h"
-#include "runtime/ModelWeights.h"
-#include "runtime/Npy.h"
-#include "runtime/Presets.h"
+#include "runtime/model/Config.h"
+#include "runtime/exec/CpuDecoder.h"
+#include "runtime/plan/Executable.h"
+#include "tools/k3-mkmodel/ModelMaker.h"
+#include "runtime/model/ModelWeights.h"
+#include "runtime/io/Npy.h"
+#include "runtime/model/Presets.h"
 
 #include "PlanTestUtil.h"
 #include "TestUtil.h"

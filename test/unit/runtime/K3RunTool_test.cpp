@@ -6,13 +6,13 @@
 // errors, runtime errors and corrupted plans.
 //
 //===----------------------------------------------------------------------===//
-#include "runtime/CpuDecoder.h"
-#include "runtime/Executable.h"
-#include "runtime/ModelMaker.h"
-#include "runtime/ModelWeights.h"
-#include "runtime/Npy.h"
-#include "runtime/Presets.h"
-#include "runtime/cuda/CudaDriver.h"
+#include "runtime/exec/CpuDecoder.h"
+#include "runtime/plan/Executable.h"
+#include "tools/k3-mkmodel/ModelMaker.h"
+#include "runtime/model/ModelWeights.h"
+#include "runtime/io/Npy.h"
+#include "runtime/model/Presets.h"
+#include "runtime/exec/cuda/CudaDriver.h"
 
 #include "PlanTestUtil.h"
 #include "TestUtil.h"

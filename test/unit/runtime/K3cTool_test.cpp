@@ -9,9 +9,9 @@
 // a hang fails the test instead of stalling it.
 //
 //===----------------------------------------------------------------------===//
-#include "runtime/Config.h"
-#include "runtime/Executable.h"
-#include "runtime/Presets.h"
+#include "runtime/model/Config.h"
+#include "runtime/plan/Executable.h"
+#include "runtime/model/Presets.h"
 
 #include "TestUtil.h"
 

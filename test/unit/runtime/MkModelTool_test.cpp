@@ -6,8 +6,8 @@
 //
 //===----------------------------------------------------------------------===//
 #include "TestUtil.h"
-#include "runtime/Config.h"
-#include "runtime/Safetensors.h"
+#include "runtime/model/Config.h"
+#include "runtime/io/Safetensors.h"
 
 #include <gtest/gtest.h>
 

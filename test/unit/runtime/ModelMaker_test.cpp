@@ -6,9 +6,9 @@
 // sharded form.
 //
 //===----------------------------------------------------------------------===//
-#include "runtime/ModelMaker.h"
-#include "runtime/ModelWeights.h"
-#include "runtime/Presets.h"
+#include "tools/k3-mkmodel/ModelMaker.h"
+#include "runtime/model/ModelWeights.h"
+#include "runtime/model/Presets.h"
 
 #include "kernels/common/BF16.h"
 #include "kernels/common/MXFP4.h"

@@ -1,6 +1,6 @@
 //===- Npy_test.cpp - .npy logits dumps
 //------------------------------------===//
-#include "runtime/Npy.h"
+#include "runtime/io/Npy.h"
 
 #include "TestUtil.h"
 

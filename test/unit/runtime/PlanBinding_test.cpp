@@ -8,7 +8,7 @@
 // Plans written before "vector" (bf16 conv weights) bind as before.
 //
 //===----------------------------------------------------------------------===//
-#include "runtime/PlanBinding.h"
+#include "runtime/exec/PlanBinding.h"
 
 #include "kernels/common/BF16.h"
 #include "kernels/kda/KdaParams.h"
@@ -161,7 +161,7 @@ TEST_F(VectorWeights, BoundAsAVectorRefOfTheStoredDtype) {
     EXPECT_EQ(p.weight.data, w.data);
     EXPECT_EQ(p.weight.dtype,
               std::string(name) == "f32" ? kVectorF32 : kVectorBf16);
-    l.params->runCpu(); // reads every tap in its stored dtype
+    l.runCpu(); // reads every tap in its stored dtype
   }
   // A plan written before "vector" (the conv filter bf16) binds as bf16.
   PlanWeight old = vector("bf16a");

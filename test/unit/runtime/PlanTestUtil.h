@@ -19,7 +19,7 @@
 
 #include "kernels/common/WeightRef.h"
 #include "kernels/kda/KdaParams.h"
-#include "runtime/Plan.h"
+#include "runtime/plan/Plan.h"
 
 #include <algorithm>
 #include <cmath>

@@ -6,8 +6,8 @@
 // exist to exercise.
 //
 //===----------------------------------------------------------------------===//
-#include "runtime/ModelWeights.h"
-#include "runtime/Presets.h"
+#include "runtime/model/ModelWeights.h"
+#include "runtime/model/Presets.h"
 
 #include "TestUtil.h"
 

@@ -10,8 +10,8 @@
 #ifndef K3C_TEST_UNIT_RUNTIME_PROFILETESTUTIL_H
 #define K3C_TEST_UNIT_RUNTIME_PROFILETESTUTIL_H
 
-#include "runtime/Plan.h"
-#include "runtime/PlanKernels.h"
+#include "runtime/plan/Plan.h"
+#include "runtime/plan/PlanKernels.h"
 
 #include <string>
 

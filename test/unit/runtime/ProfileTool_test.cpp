@@ -6,9 +6,9 @@
 // writes JSON with every field. No timing is checked for its size.
 //
 //===----------------------------------------------------------------------===//
-#include "runtime/ModelMaker.h"
-#include "runtime/Presets.h"
-#include "runtime/Profile.h"
+#include "tools/k3-mkmodel/ModelMaker.h"
+#include "runtime/model/Presets.h"
+#include "runtime/exec/Profile.h"
 
 #include "PlanTestUtil.h"
 #include "ProfileTestUtil.h"

@@ -1,6 +1,6 @@
 //===- Profile_test.cpp - Launch bytes, layer parts, the step profile -----===//
 //
-// runtime/Profile.h on the hand-built plans (PlanTestUtil.h) and the CPU
+// runtime/exec/Profile.h on the hand-built plans (PlanTestUtil.h) and the CPU
 // backend: the bytes each launch moves (checked against the shapes for the
 // special cases: one embedding row, top-k experts, the MLA cache at a
 // context, states read and written), the layer part of every launch from
@@ -8,9 +8,9 @@
 // model. Times are only checked to be there, never for their size.
 //
 //===----------------------------------------------------------------------===//
-#include "runtime/ModelMaker.h"
-#include "runtime/Presets.h"
-#include "runtime/Profile.h"
+#include "tools/k3-mkmodel/ModelMaker.h"
+#include "runtime/model/Presets.h"
+#include "runtime/exec/Profile.h"
 
 #include "PlanTestUtil.h"
 #include "ProfileTestUtil.h"

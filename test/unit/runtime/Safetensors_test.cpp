@@ -6,7 +6,7 @@
 // mapping (run under ASan to check the latter).
 //
 //===----------------------------------------------------------------------===//
-#include "runtime/Safetensors.h"
+#include "runtime/io/Safetensors.h"
 
 #include "TestUtil.h"
 

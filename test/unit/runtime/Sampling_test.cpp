@@ -7,7 +7,7 @@
 // of several standard deviations.
 //
 //===----------------------------------------------------------------------===//
-#include "runtime/Sampling.h"
+#include "runtime/exec/Sampling.h"
 
 #include "TestUtil.h"
 

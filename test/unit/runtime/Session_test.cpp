@@ -8,11 +8,11 @@
 // (stop ids, sampling, a prefix).
 //
 //===----------------------------------------------------------------------===//
-#include "runtime/CpuDecoder.h"
-#include "runtime/ModelMaker.h"
-#include "runtime/ModelWeights.h"
-#include "runtime/Presets.h"
-#include "runtime/Session.h"
+#include "runtime/exec/CpuDecoder.h"
+#include "tools/k3-mkmodel/ModelMaker.h"
+#include "runtime/model/ModelWeights.h"
+#include "runtime/model/Presets.h"
+#include "runtime/exec/Session.h"
 
 #include "PlanTestUtil.h"
 #include "TestUtil.h"

@@ -1,0 +1,92 @@
+//===- Backend.h - What a plan runs on --------------------------*- C++ -*-===//
+//
+// A plan bound to a checkpoint on one kind of hardware. The Session drives
+// it one decode step at a time: the CPU backend runs the CPU kernels, the
+// CUDA backend the PTX ones, over the same plan and the same binder.
+//
+//===----------------------------------------------------------------------===//
+#ifndef K3C_RUNTIME_EXEC_BACKEND_H
+#define K3C_RUNTIME_EXEC_BACKEND_H
+
+#include "runtime/Status.h"
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace k3 {
+
+/// Which backend a Session binds the plan to.
+enum class BackendKind { Cpu, Cuda };
+
+class Backend {
+public:
+  virtual ~Backend() = default;
+  /// Zeroes every resident state (start of a sequence).
+  virtual Status resetState() = 0;
+  /// Runs one decode step: the launches in order with `token` at position
+  /// `pos`. Errors (before anything runs): token outside [0, vocab), pos
+  /// outside [0, max_seq); a failed launch.
+  virtual Status step(int64_t token, int64_t pos) = 0;
+  /// The step's logits on the host: fp32 [vocab], valid after step() until
+  /// the next.
+  virtual const float *logits() const = 0;
+  virtual int64_t vocab() const = 0;
+  virtual int64_t maxSeq() const = 0;
+  /// "cpu", or "cuda (NVIDIA H200 (sm_90))".
+  virtual std::string name() const = 0;
+
+  /// Debugging (differential runs of two backends, launch by launch): runs
+  /// only launch `index` of the plan with the step inputs `token`, `pos`
+  /// (no range checks), and copies the arena (every scratch buffer) or state
+  /// `state` to the host.
+  virtual Status runLaunch(size_t index, int64_t token, int64_t pos) = 0;
+  virtual Status readArena(std::vector<uint8_t> &out) = 0;
+  virtual Status readState(size_t state, std::vector<uint8_t> &out) = 0;
+  /// Overwrites resident state `state` with `bytes` (exactly its size):
+  /// restoring a prefix snapshot.
+  virtual Status writeState(size_t state,
+                            const std::vector<uint8_t> &bytes) = 0;
+
+  /// Profiling (runtime/exec/Profile.h: `k3-run --profile`, bench/decode_bench).
+  /// Each runs real decode steps (the state advances as in step()) with
+  /// step()'s input checks; the defaults say the backend cannot.
+  ///
+  /// One step run launch by launch, each launch timed alone: µs per launch
+  /// in plan order (the CUDA backend: device time between events around
+  /// each launch, with the queue kept ahead of the GPU; the CPU: wall time).
+  virtual Expected<std::vector<double>> timeLaunches(int64_t token,
+                                                     int64_t pos) {
+    (void)token;
+    (void)pos;
+    return makeError(name(), " cannot time single launches");
+  }
+  /// One whole step, in µs: with `replay` and a backend that has one
+  /// (replaysGraph()), one CUDA graph replay; else the launches one by one
+  /// as step() issues them without a graph. The logits stay on the device.
+  virtual Expected<double> timeStep(int64_t token, int64_t pos, bool replay) {
+    (void)token;
+    (void)pos;
+    (void)replay;
+    return makeError(name(), " cannot time steps");
+  }
+  /// Whether timeStep(…, true) replays a CUDA graph.
+  virtual bool replaysGraph() const { return false; }
+  /// The memory's copy bandwidth in GB/s (bytes read + written per second)
+  /// from copying `bytes` between two buffers of this backend's memory
+  /// (0: the backend's default size), median of several copies.
+  virtual Expected<double> measureCopyGBps(uint64_t bytes) {
+    (void)bytes;
+    return makeError(name(), " cannot measure its copy bandwidth");
+  }
+  /// What measureCopyGBps(bytes) copies, in words ("device-to-device
+  /// cuMemcpy of 1024 MiB").
+  virtual std::string copyMethod(uint64_t bytes) const {
+    (void)bytes;
+    return "none";
+  }
+};
+
+} // namespace k3
+
+#endif // K3C_RUNTIME_EXEC_BACKEND_H

@@ -1,0 +1,64 @@
+//===- CpuKernels.cpp - The CPU implementation of each plan kernel --------===//
+#include "runtime/exec/CpuKernels.h"
+
+#include "kernels/attnres/AttnResCpu.h"
+#include "kernels/elementwise/ElementwiseCpu.h"
+#include "kernels/embed/EmbedCpu.h"
+#include "kernels/gemv/GemvCpu.h"
+#include "kernels/head/HeadCpu.h"
+#include "kernels/kda/KdaCpu.h"
+#include "kernels/mla/MlaCpu.h"
+#include "kernels/moe/MoeCpu.h"
+#include "kernels/norm/NormCpu.h"
+
+#include <cstring>
+
+namespace k3 {
+namespace {
+
+template <typename P, void (*Fn)(const P &)> void runAs(const void *params) {
+  Fn(*static_cast<const P *>(params));
+}
+
+struct Entry {
+  const char *name;
+  CpuEntry run;
+};
+
+/// In the kernel table's order (a test checks every table entry has one).
+const Entry kEntries[] = {
+    {"embed", &runAs<EmbedParams, embedCpu>},
+    {"rms_norm", &runAs<RmsNormParams, rmsNormCpu>},
+    {"linear", &runAs<LinearParams, linearCpu>},
+    {"linear_multi", &runAs<LinearMultiParams, linearMultiCpu>},
+    {"add", &runAs<AddParams, addCpu>},
+    {"mul_sigmoid", &runAs<MulSigmoidParams, mulSigmoidCpu>},
+    {"gated_act", &runAs<GatedActParams, gatedActCpu>},
+    {"kda_conv", &runAs<KdaConvParams, kdaConvCpu>},
+    {"kda_l2norm", &runAs<KdaL2NormParams, kdaL2NormStepCpu>},
+    {"kda_gate", &runAs<KdaGateParams, kdaGateCpu>},
+    {"sigmoid", &runAs<SigmoidParams, sigmoidCpu>},
+    {"kda_step", &runAs<KdaStepParams, kdaStepCpu>},
+    {"kda_recurrent", &runAs<KdaRecurrentParams, kdaRecurrentCpu>},
+    {"kda_gated_norm", &runAs<KdaGatedNormParams, kdaGatedNormCpu>},
+    {"kda_decode", &runAs<KdaDecodeParams, kdaDecodeCpu>},
+    {"mla_cache_append", &runAs<MlaCacheAppendParams, mlaCacheAppendCpu>},
+    {"mla_attend", &runAs<MlaAttendParams, mlaAttendCpu>},
+    {"router", &runAs<RouterParams, routerCpu>},
+    {"gated_mlp", &runAs<GatedMlpParams, gatedMlpCpu>},
+    {"moe_experts", &runAs<MoeExpertsParams, moeExpertsCpu>},
+    {"attn_res", &runAs<AttnResParams, attnResCpu>},
+    {"attn_res_commit", &runAs<AttnResCommitParams, attnResCommitCpu>},
+    {"argmax", &runAs<ArgmaxParams, argmaxCpu>},
+};
+
+} // namespace
+
+CpuEntry findCpuKernel(const std::string &name) {
+  for (const Entry &e : kEntries)
+    if (name == e.name)
+      return e.run;
+  return nullptr;
+}
+
+} // namespace k3

@@ -1,0 +1,278 @@
+//===- Profile.cpp - Where a decode step's time goes ----------------------===//
+//
+// Times against the byte accounting of runtime/plan/PlanBytes.h. Times are medians
+// over the timed steps: one slow step (a page fault, a clock change) moves
+// a median little.
+//
+//===----------------------------------------------------------------------===//
+#include "runtime/exec/Profile.h"
+
+#include "runtime/exec/CpuBackend.h"
+#include "runtime/exec/PlanBinding.h"
+#include "runtime/plan/PlanKernels.h"
+#include "runtime/exec/Session.h"
+#include "runtime/exec/cuda/CudaBackend.h"
+
+#include <algorithm>
+#include <cstdarg>
+#include <cstdio>
+#include <filesystem>
+#include <map>
+#include <set>
+
+namespace k3 {
+
+namespace {
+
+void appendf(std::string &out, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+void appendf(std::string &out, const char *fmt, ...) {
+  char buf[512];
+  va_list ap;
+  va_start(ap, fmt);
+  std::vsnprintf(buf, sizeof(buf), fmt, ap);
+  va_end(ap);
+  out += buf;
+}
+
+} // namespace
+
+//===----------------------------------------------------------------------===//
+// Binding
+//===----------------------------------------------------------------------===//
+
+Expected<std::unique_ptr<BoundPlan>> bindPlan(const PlanDoc &plan,
+                                              const std::string &weightsDir,
+                                              BackendKind kind,
+                                              bool cudaGraph) {
+  const std::string configPath =
+      (std::filesystem::path(weightsDir) / "config.json").string();
+  Expected<ModelConfig> weightsConfig = parseConfigFile(configPath);
+  if (!weightsConfig)
+    return weightsConfig.status();
+  K3_RETURN_IF_ERROR(checkConfigsMatch(plan.config, *weightsConfig));
+  std::unique_ptr<BoundPlan> bound(new BoundPlan());
+  Expected<TensorStore> store = TensorStore::open(weightsDir);
+  if (!store)
+    return store.status();
+  bound->store = store.take();
+  if (kind == BackendKind::Cuda) {
+    Expected<std::unique_ptr<CudaBackend>> be =
+        CudaBackend::bind(plan, bound->store, cudaGraph);
+    if (!be)
+      return be.status().withContext("binding the plan to " + weightsDir +
+                                     " on the GPU");
+    bound->backend = be.take();
+  } else {
+    Expected<std::unique_ptr<CpuBackend>> be =
+        CpuBackend::bind(plan, bound->store);
+    if (!be)
+      return be.status().withContext("binding the plan to " + weightsDir);
+    bound->backend = be.take();
+  }
+  return bound;
+}
+
+//===----------------------------------------------------------------------===//
+// Timing
+//===----------------------------------------------------------------------===//
+
+double median(std::vector<double> values) {
+  if (values.empty())
+    return 0.0;
+  std::sort(values.begin(), values.end());
+  const size_t m = values.size() / 2;
+  return values.size() % 2 ? values[m] : 0.5 * (values[m - 1] + values[m]);
+}
+
+StepProfile summarizeProfile(const PlanDoc &plan,
+                             const std::vector<double> &launchUs,
+                             const std::vector<LaunchBytes> &bytes) {
+  StepProfile p;
+  p.fusion = plan.fusion;
+  p.launchUs = launchUs;
+  p.bytes = bytes;
+  p.parts = launchParts(plan);
+  p.total.name = "total";
+  std::map<std::string, ProfileRow> kernels, parts;
+  std::map<std::string, std::set<int64_t>> layers;
+  const size_t n = plan.launches.size();
+  for (size_t i = 0; i < n; ++i) {
+    const double us = i < launchUs.size() ? launchUs[i] : 0.0;
+    const uint64_t b = i < bytes.size() ? bytes[i].total() : 0;
+    for (ProfileRow *row : {&kernels[plan.launches[i].kernel],
+                            &parts[p.parts[i].part], &p.total}) {
+      ++row->launches;
+      row->us += us;
+      row->bytes += b;
+    }
+    if (p.parts[i].layer >= 0)
+      layers[p.parts[i].part].insert(p.parts[i].layer);
+  }
+  auto rows = [](std::map<std::string, ProfileRow> &m) {
+    std::vector<ProfileRow> out;
+    for (auto &[name, row] : m) {
+      row.name = name;
+      out.push_back(row);
+    }
+    std::stable_sort(
+        out.begin(), out.end(),
+        [](const ProfileRow &a, const ProfileRow &b) { return a.us > b.us; });
+    return out;
+  };
+  p.kernels = rows(kernels);
+  for (auto &[name, row] : parts)
+    row.layers = static_cast<int64_t>(layers[name].size());
+  p.byPart = rows(parts);
+  return p;
+}
+
+Expected<StepProfile> profileStep(Backend &backend, const PlanDoc &plan,
+                                  const ProfileOptions &o) {
+  if (o.steps < 1)
+    return makeError("a profile needs at least one timed step, got ", o.steps);
+  if (o.warmup < 0)
+    return makeError("warm-up steps must be >= 0, got ", o.warmup);
+  K3_RETURN_IF_ERROR(
+      checkStepInputs(o.token, o.pos, backend.vocab(), backend.maxSeq())
+          .withContext("the profiled step"));
+  Expected<double> copy = backend.measureCopyGBps(o.copyBytes);
+  if (!copy)
+    return copy.status();
+
+  const size_t n = plan.launches.size();
+  std::vector<std::vector<double>> perLaunch(n);
+  std::vector<double> launchByLaunch;
+  for (int64_t s = -o.warmup; s < o.steps; ++s) {
+    Expected<std::vector<double>> t = backend.timeLaunches(o.token, o.pos);
+    if (!t)
+      return t.status();
+    if (t->size() != n)
+      return makeError("the backend timed ", t->size(),
+                       " launches, the plan has ", n);
+    if (s < 0)
+      continue;
+    double sum = 0;
+    for (size_t i = 0; i < n; ++i) {
+      perLaunch[i].push_back((*t)[i]);
+      sum += (*t)[i];
+    }
+    launchByLaunch.push_back(sum);
+  }
+  auto timeSteps = [&](bool replay) -> Expected<double> {
+    std::vector<double> us;
+    for (int64_t s = -o.warmup; s < o.steps; ++s) {
+      Expected<double> t = backend.timeStep(o.token, o.pos, replay);
+      if (!t)
+        return t.status();
+      if (s >= 0)
+        us.push_back(*t);
+    }
+    return median(us);
+  };
+  Expected<double> plain = timeSteps(false);
+  if (!plain)
+    return plain.status();
+  double replay = 0;
+  if (backend.replaysGraph()) {
+    Expected<double> r = timeSteps(true);
+    if (!r)
+      return r.status();
+    replay = *r;
+  }
+
+  std::vector<double> launchUs(n);
+  std::vector<LaunchBytes> bytes(n);
+  for (size_t i = 0; i < n; ++i) {
+    launchUs[i] = median(perLaunch[i]);
+    bytes[i] = launchBytes(plan, i, o.pos + 1);
+  }
+  StepProfile p = summarizeProfile(plan, launchUs, bytes);
+  p.backend = backend.name();
+  p.copyMethod = backend.copyMethod(o.copyBytes);
+  p.copyGBps = *copy;
+  p.pos = o.pos;
+  p.steps = o.steps;
+  p.warmup = o.warmup;
+  p.launchByLaunchUs = median(launchByLaunch);
+  p.plainUs = *plain;
+  p.replayUs = replay;
+  return p;
+}
+
+//===----------------------------------------------------------------------===//
+// Printing
+//===----------------------------------------------------------------------===//
+
+std::string formatBytes(double bytes) {
+  char buf[64];
+  if (bytes < 1e3)
+    std::snprintf(buf, sizeof(buf), "%.0f B", bytes);
+  else if (bytes < 1e6)
+    std::snprintf(buf, sizeof(buf), "%.1f KB", bytes / 1e3);
+  else if (bytes < 1e9)
+    std::snprintf(buf, sizeof(buf), "%.2f MB", bytes / 1e6);
+  else
+    std::snprintf(buf, sizeof(buf), "%.2f GB", bytes / 1e9);
+  return buf;
+}
+
+std::string formatProfile(const StepProfile &p) {
+  std::string out;
+  appendf(out,
+          "profile: %lld launches on %s, fusion %s, position %lld (context "
+          "%lld); %lld timed steps after %lld warm-up, each launch's median\n",
+          static_cast<long long>(p.total.launches), p.backend.c_str(),
+          p.fusion.c_str(), static_cast<long long>(p.pos),
+          static_cast<long long>(p.pos + 1), static_cast<long long>(p.steps),
+          static_cast<long long>(p.warmup));
+  appendf(out, "copy bandwidth: %.1f GB/s (%s)\n", p.copyGBps,
+          p.copyMethod.c_str());
+  auto share = [&](const ProfileRow &r) {
+    return p.copyGBps > 0 ? 100.0 * r.gbps() / p.copyGBps : 0.0;
+  };
+  auto table = [&](const char *what, const std::vector<ProfileRow> &rows,
+                   bool withLayers) {
+    appendf(out, "\n%-18s", what);
+    if (withLayers)
+      appendf(out, " %6s", "layers");
+    appendf(out, " %9s %11s %10s %12s %9s %8s\n", "launches", "us/step",
+            "us/launch", "bytes/step", "GB/s", "of copy");
+    std::vector<const ProfileRow *> all;
+    for (const ProfileRow &r : rows)
+      all.push_back(&r);
+    all.push_back(&p.total);
+    for (const ProfileRow *r : all) {
+      appendf(out, "%-18s", r->name.c_str());
+      if (withLayers) {
+        if (r->layers > 0)
+          appendf(out, " %6lld", static_cast<long long>(r->layers));
+        else
+          appendf(out, " %6s", "");
+      }
+      appendf(out, " %9lld %11.2f %10.2f %12s %9.1f %7.1f%%\n",
+              static_cast<long long>(r->launches), r->us,
+              r->launches ? r->us / r->launches : 0.0,
+              formatBytes(static_cast<double>(r->bytes)).c_str(), r->gbps(),
+              share(*r));
+    }
+  };
+  table("kernel", p.kernels, false);
+  table("layer part", p.byPart, true);
+  appendf(out,
+          "\nstep per token: launch by launch %.2f us (sum of launch "
+          "medians %.2f us), plain %.2f us",
+          p.launchByLaunchUs, p.total.us, p.plainUs);
+  if (p.replayUs > 0)
+    appendf(out, ", graph replay %.2f us", p.replayUs);
+  appendf(out, "\n");
+  appendf(out,
+          "floor: %s per token / %.1f GB/s = %.3f us; the step (%s) is at "
+          "%.1f%% of the floor\n",
+          formatBytes(static_cast<double>(p.total.bytes)).c_str(), p.copyGBps,
+          p.floorUs(), p.replayUs > 0 ? "graph replay" : "plain",
+          100.0 * p.fractionOfFloor());
+  return out;
+}
+
+} // namespace k3

@@ -1,0 +1,324 @@
+//===- Session.cpp - The greedy decode loop over a bound plan -------------===//
+//
+// Every request is checked before the first step so that a bad request never
+// leaves a half-decoded sequence behind, and the greedy choice uses the same
+// CPU entry point (argmaxCpu, through Sampler) as CpuDecoder so their tie
+// rules cannot drift.
+//
+//===----------------------------------------------------------------------===//
+#include "runtime/exec/Session.h"
+
+#include "kernels/common/BF16.h"
+#include "runtime/exec/CpuBackend.h"
+#include "runtime/exec/cuda/CudaBackend.h"
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+
+namespace k3 {
+
+namespace {
+
+using ojson = nlohmann::ordered_json;
+
+/// The path of the first difference between two JSON values, with both
+/// values, or "" when equal.
+std::string firstDifference(const ojson &a, const ojson &b,
+                            const std::string &path) {
+  if (a.is_object() && b.is_object()) {
+    for (auto it = a.begin(); it != a.end(); ++it) {
+      const std::string p = path.empty() ? it.key() : path + "." + it.key();
+      auto jt = b.find(it.key());
+      if (jt == b.end())
+        return p + " (plan: " + it.value().dump() + ", weights: absent)";
+      std::string d = firstDifference(it.value(), *jt, p);
+      if (!d.empty())
+        return d;
+    }
+    for (auto jt = b.begin(); jt != b.end(); ++jt)
+      if (a.find(jt.key()) == a.end())
+        return (path.empty() ? jt.key() : path + "." + jt.key()) +
+               " (plan: absent, weights: " + jt.value().dump() + ")";
+    return "";
+  }
+  if (a == b)
+    return "";
+  return (path.empty() ? std::string("config") : path) + " (plan: " + a.dump() +
+         ", weights: " + b.dump() + ")";
+}
+
+/// The first non-finite value of the `vocab` logits that choose generated
+/// token `s` (fed at position `pos`), as an error; ok when all are finite.
+/// One pass over a row per token: cheap next to the step that made it.
+Status checkFiniteLogits(const float *logits, int64_t vocab, int64_t s,
+                         int64_t pos, const TensorStore &store) {
+  for (int64_t i = 0; i < vocab; ++i) {
+    if (std::isfinite(logits[i]))
+      continue;
+    std::string why = "the weights or the plan produce NaN/Inf (check the "
+                      "checkpoint for non-finite values)";
+    if (Status changed = store.checkUnchanged(); !changed)
+      why = changed.message();
+    return makeError("decode step ", s, " (the logits after position ", pos,
+                     ") is not finite: logits[", i, "] = ", logits[i],
+                     "; stopping instead of choosing a token from them: ",
+                     why);
+  }
+  return Status::ok();
+}
+
+double secondsSince(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0)
+      .count();
+}
+
+} // namespace
+
+Status checkConfigsMatch(const ModelConfig &planConfig,
+                         const ModelConfig &weightsConfig) {
+  const std::string a = writeConfigJson(planConfig);
+  const std::string b = writeConfigJson(weightsConfig);
+  if (a == b)
+    return Status::ok();
+  std::string field;
+  try {
+    field = firstDifference(ojson::parse(a), ojson::parse(b), "");
+  } catch (const std::exception &) {
+    // Both come from writeConfigJson, so this is not expected; the generic
+    // message below still applies.
+  }
+  if (field.empty())
+    field = "(unknown field)";
+  return makeError("the plan was compiled for a different model than the "
+                   "weights: first difference at ",
+                   field, "; recompile the plan for these weights");
+}
+
+Expected<std::unique_ptr<Session>> Session::open(PlanDoc plan,
+                                                 const std::string &weightsDir,
+                                                 BackendKind kind,
+                                                 bool cudaGraph) {
+  const std::string configPath =
+      (std::filesystem::path(weightsDir) / "config.json").string();
+  Expected<ModelConfig> weightsConfig = parseConfigFile(configPath);
+  if (!weightsConfig)
+    return weightsConfig.status();
+  K3_RETURN_IF_ERROR(checkConfigsMatch(plan.config, *weightsConfig));
+  std::unique_ptr<Session> s(new Session());
+  s->plan_ = std::move(plan);
+  Expected<TensorStore> store = TensorStore::open(weightsDir);
+  if (!store)
+    return store.status();
+  s->store_ = store.take();
+  if (kind == BackendKind::Cuda) {
+    Expected<std::unique_ptr<CudaBackend>> be =
+        CudaBackend::bind(s->plan_, s->store_, cudaGraph);
+    if (!be)
+      return be.status().withContext("binding the plan to " + weightsDir +
+                                     " on the GPU");
+    s->backend_ = be.take();
+  } else {
+    Expected<std::unique_ptr<CpuBackend>> be =
+        CpuBackend::bind(s->plan_, s->store_);
+    if (!be)
+      return be.status().withContext("binding the plan to " + weightsDir);
+    s->backend_ = be.take();
+  }
+  return s;
+}
+
+Expected<PrefixSnapshot>
+Session::snapshotPrefix(const std::vector<int64_t> &prefix) {
+  K3_RETURN_IF_ERROR(checkPrompt(prefix, 1));
+  K3_RETURN_IF_ERROR(backend_->resetState());
+  for (size_t i = 0; i < prefix.size(); ++i)
+    K3_RETURN_IF_ERROR(backend_->step(prefix[i], static_cast<int64_t>(i)));
+  PrefixSnapshot snap;
+  snap.tokens = prefix;
+  snap.states.resize(plan_.states.size());
+  for (size_t i = 0; i < plan_.states.size(); ++i)
+    K3_RETURN_IF_ERROR(backend_->readState(i, snap.states[i]));
+  snap.logits.assign(backend_->logits(),
+                     backend_->logits() + backend_->vocab());
+  return snap;
+}
+
+Expected<std::vector<ProbedStep>>
+Session::teacherForce(const std::vector<int64_t> &tokens) {
+  if (tokens.empty())
+    return makeError("teacher forcing needs at least one token");
+  for (size_t t = 0; t < tokens.size(); ++t)
+    K3_RETURN_IF_ERROR(checkStepInputs(tokens[t], static_cast<int64_t>(t),
+                                       backend_->vocab(), backend_->maxSeq())
+                           .withContext("teacher-forced token " +
+                                        std::to_string(t)));
+  K3_RETURN_IF_ERROR(backend_->resetState());
+  // Buffer contents as fp32 (bf16 widened exactly).
+  auto values = [&](const std::vector<uint8_t> &arena, int64_t buffer) {
+    const PlanBuffer &b = plan_.buffers[static_cast<size_t>(buffer)];
+    std::vector<float> v(static_cast<size_t>(b.elems));
+    const uint8_t *at = arena.data() + b.offset;
+    for (size_t i = 0; i < v.size(); ++i) {
+      if (b.dtype == "bf16") {
+        bf16_t h;
+        std::memcpy(&h, at + 2 * i, 2);
+        v[i] = bf16ToFloat(h);
+      } else {
+        std::memcpy(&v[i], at + 4 * i, 4);
+      }
+    }
+    return v;
+  };
+  std::vector<ProbedStep> out(tokens.size());
+  std::vector<uint8_t> arena;
+  const size_t launches = plan_.launches.size();
+  for (size_t t = 0; t < tokens.size(); ++t) {
+    ProbedStep &ps = out[t];
+    ps.probes.resize(plan_.probes.size());
+    size_t next = 0; // first probe not read yet
+    for (size_t l = 0; l < launches; ++l) {
+      K3_RETURN_IF_ERROR(
+          backend_->runLaunch(l, tokens[t], static_cast<int64_t>(t))
+              .withContext("teacher-forced step " + std::to_string(t)));
+      if (next == plan_.probes.size() ||
+          plan_.probes[next].after != static_cast<int64_t>(l + 1))
+        continue;
+      K3_RETURN_IF_ERROR(backend_->readArena(arena));
+      for (; next < plan_.probes.size() &&
+             plan_.probes[next].after == static_cast<int64_t>(l + 1);
+           ++next)
+        ps.probes[next] = values(arena, plan_.probes[next].buffer);
+    }
+    K3_RETURN_IF_ERROR(backend_->readArena(arena));
+    ps.logits = values(arena, plan_.logitsBuffer);
+    ps.logits.resize(static_cast<size_t>(backend_->vocab()));
+  }
+  return out;
+}
+
+Status Session::restore(const PrefixSnapshot &snap) {
+  if (snap.states.size() != plan_.states.size() ||
+      snap.logits.size() != static_cast<size_t>(backend_->vocab()))
+    return makeError("the prefix snapshot was not made with this plan (",
+                     snap.states.size(), " states, ", plan_.states.size(),
+                     " expected)");
+  std::vector<size_t> slot(snap.states.size());
+  for (size_t i = 0; i < slot.size(); ++i)
+    slot[i] = i;
+  if (snap.mutantSwapKdaSlots) {
+    std::vector<size_t> kda;
+    for (size_t i = 0; i < plan_.states.size(); ++i)
+      if (plan_.states[i].kind == "kda_state")
+        kda.push_back(i);
+    if (kda.size() >= 2)
+      std::swap(slot[kda[0]], slot[kda[1]]);
+  }
+  for (size_t i = 0; i < slot.size(); ++i)
+    K3_RETURN_IF_ERROR(backend_->writeState(slot[i], snap.states[i])
+                           .withContext("restoring the prefix snapshot"));
+  return Status::ok();
+}
+
+Status Session::checkPrompt(const std::vector<int64_t> &prompt,
+                            int64_t maxNew) const {
+  const int64_t vocab = backend_->vocab();
+  if (prompt.empty())
+    return makeError("the prompt is empty; it needs at least one token "
+                     "(e.g. BOS = ",
+                     plan_.config.bosTokenId, ")");
+  if (maxNew < 1)
+    return makeError("max_new must be at least 1, got ", maxNew);
+  for (size_t i = 0; i < prompt.size(); ++i)
+    if (prompt[i] < 0 || prompt[i] >= vocab)
+      return makeError("prompt token ", i, " has id ", prompt[i],
+                       ", outside the vocabulary [0, ", vocab, ")");
+  const int64_t n = static_cast<int64_t>(prompt.size());
+  if (n > backend_->maxSeq() - maxNew)
+    return makeError(
+        "the prompt (", n, " tokens) + max_new (", maxNew, ") = ", n + maxNew,
+        " tokens exceeds the plan's max_seq of ", backend_->maxSeq(),
+        "; shorten the request or compile with a larger "
+        "--max-seq");
+  return Status::ok();
+}
+
+Expected<GenerateResult> Session::generate(const std::vector<int64_t> &prompt,
+                                           int64_t maxNew, bool keepLogits,
+                                           const TokenCallback &onToken,
+                                           const PrefixSnapshot *prefix) {
+  GenerateOptions options;
+  options.maxNew = maxNew;
+  options.keepLogits = keepLogits;
+  options.onToken = onToken;
+  options.prefix = prefix;
+  return generate(prompt, options);
+}
+
+Expected<GenerateResult> Session::generate(const std::vector<int64_t> &prompt,
+                                           const GenerateOptions &options) {
+  const int64_t vocab = backend_->vocab();
+  const int64_t maxNew = options.maxNew;
+  const PrefixSnapshot *prefix = options.prefix;
+  K3_RETURN_IF_ERROR(checkPrompt(prompt, maxNew));
+  K3_RETURN_IF_ERROR(checkSamplingParams(options.sampling));
+  const int64_t n = static_cast<int64_t>(prompt.size());
+  if (prefix && (prefix->tokens.size() > prompt.size() ||
+                 !std::equal(prefix->tokens.begin(), prefix->tokens.end(),
+                             prompt.begin())))
+    return makeError("the prefix snapshot (", prefix->tokens.size(),
+                     " tokens) is not a prefix of the prompt");
+
+  GenerateResult r;
+  r.vocab = vocab;
+  r.promptTokens = n;
+  r.tokens.reserve(maxNew);
+  if (options.keepLogits)
+    r.logits.reserve(static_cast<size_t>(maxNew * vocab));
+  auto t0 = std::chrono::steady_clock::now();
+  int64_t first = 0;
+  if (prefix) {
+    K3_RETURN_IF_ERROR(restore(*prefix));
+    first = static_cast<int64_t>(prefix->tokens.size());
+  } else {
+    K3_RETURN_IF_ERROR(backend_->resetState());
+  }
+  r.restoredTokens = first;
+  for (int64_t i = first; i < n; ++i)
+    K3_RETURN_IF_ERROR(backend_->step(prompt[i], i));
+  r.promptSeconds = secondsSince(t0);
+
+  Sampler sampler(options.sampling);
+  t0 = std::chrono::steady_clock::now();
+  for (int64_t s = 0; s < maxNew; ++s) {
+    // The logits of the last prompt token: the snapshot's when the whole
+    // prompt was the prefix.
+    const float *logits =
+        s == 0 && first == n ? prefix->logits.data() : backend_->logits();
+    // argmax skips NaN: without this a broken model decodes "0 0 0 ...".
+    K3_RETURN_IF_ERROR(checkFiniteLogits(logits, vocab, s, n - 1 + s, store_));
+    const int64_t id = sampler.next(logits, vocab);
+    r.tokens.push_back(id);
+    if (options.keepLogits)
+      r.logits.insert(r.logits.end(), logits, logits + vocab);
+    if (options.onToken)
+      options.onToken(s, id);
+    if (std::find(options.stopIds.begin(), options.stopIds.end(), id) !=
+        options.stopIds.end()) {
+      r.stopped = true;
+      break;
+    }
+    if (s + 1 < maxNew) {
+      K3_RETURN_IF_ERROR(backend_->step(id, n + s));
+      ++r.decodeSteps;
+    }
+  }
+  r.decodeSeconds = secondsSince(t0);
+  return r;
+}
+
+} // namespace k3

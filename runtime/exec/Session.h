@@ -1,0 +1,158 @@
+//===- Session.h - The greedy decode loop over a bound plan -----*- C++ -*-===//
+//
+// A Session owns everything a run needs: the plan, the memory-mapped
+// checkpoint and the backend bound to both. generate() is the whole decode
+// of one sequence: reset the state, feed the prompt one token per step,
+// then choose each next token (greedily: argmax, ties to the lowest id; or
+// sampled, runtime/exec/Sampling.h) until max_new tokens or a stop id,
+// reporting every token as it is chosen and optionally keeping the logits
+// that chose it (K3.md §10: row s chose generated token s).
+//
+//===----------------------------------------------------------------------===//
+#ifndef K3C_RUNTIME_EXEC_SESSION_H
+#define K3C_RUNTIME_EXEC_SESSION_H
+
+#include "runtime/exec/Backend.h"
+#include "runtime/model/Config.h"
+#include "runtime/plan/Plan.h"
+#include "runtime/io/Safetensors.h"
+#include "runtime/exec/Sampling.h"
+#include "runtime/Status.h"
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace k3 {
+
+/// Compares the plan's config with the weights' config through their
+/// canonical writeConfigJson text; on a difference the error names the
+/// first differing field with both values.
+Status checkConfigsMatch(const ModelConfig &planConfig,
+                         const ModelConfig &weightsConfig);
+
+/// Called with each generated token as soon as it is chosen (index s =
+/// 0 .. maxNew-1).
+using TokenCallback = std::function<void(int64_t index, int64_t token)>;
+
+/// What one generate() call produced.
+struct GenerateResult {
+  /// The generated ids: maxNew, or fewer when a stop id ended the sequence
+  /// (it is the last one then).
+  std::vector<int64_t> tokens;
+  /// tokens.size() * vocab fp32 when logits were requested, row s = the
+  /// logits that chose tokens[s]; empty otherwise.
+  std::vector<float> logits;
+  int64_t vocab = 0;
+  int64_t promptTokens = 0;
+  /// Of those, restored from a prefix snapshot instead of fed.
+  int64_t restoredTokens = 0;
+  bool stopped = false;     ///< a stop id ended the sequence
+  double promptSeconds = 0; ///< the restore and the steps that fed the prompt
+  int64_t decodeSteps = 0;  ///< steps after the prompt (tokens.size() - 1)
+  double decodeSeconds = 0; ///< those steps plus every token choice
+  /// Generated tokens per second of decode (prompt excluded); 0 when no
+  /// decode step ran.
+  double decodeTokensPerSecond() const {
+    return decodeSeconds > 0 ? decodeSteps / decodeSeconds : 0.0;
+  }
+};
+
+/// The per-sequence state after a prompt prefix (every resident state: KDA
+/// and conv states, MLA caches, AttnRes blocks) and the logits that follow
+/// it, kept on the host, so requests sharing the prefix skip its steps.
+struct PrefixSnapshot {
+  std::vector<int64_t> tokens;              ///< the prefix
+  std::vector<std::vector<uint8_t>> states; ///< per plan state
+  std::vector<float> logits;                ///< [vocab] after the prefix
+  /// Test lever (a graph mutant of the runtime): restore the first KDA
+  /// layer's state into the second KDA layer's slot and the other way round,
+  /// the bug a slot-keyed cache can have. Never set outside tests.
+  bool mutantSwapKdaSlots = false;
+};
+
+/// How generate() decodes one sequence.
+struct GenerateOptions {
+  int64_t maxNew = 1; ///< the most tokens to generate (>= 1)
+  /// Keep the logits that chose each token (GenerateResult::logits).
+  bool keepLogits = false;
+  TokenCallback onToken; ///< may be empty
+  /// Restore this snapshot (its tokens must start the prompt) instead of
+  /// feeding its tokens; may be null.
+  const PrefixSnapshot *prefix = nullptr;
+  /// The sequence ends as soon as it emits one of these (kept as its last
+  /// token); empty: always maxNew tokens. E.g. the config's eos_token_id.
+  std::vector<int64_t> stopIds;
+  /// Greedy by default; a fresh Sampler from these per sequence, so one
+  /// seed gives one sequence for one prompt.
+  SamplingParams sampling;
+};
+
+/// What a teacher-forced step computed: every plan probe's values (plan
+/// order, as fp32) and the step's logits.
+struct ProbedStep {
+  std::vector<std::vector<float>> probes; ///< [probe] values
+  std::vector<float> logits;              ///< [vocab]
+};
+
+/// A plan bound to a checkpoint on a backend.
+class Session {
+public:
+  /// Reads `weightsDir`/config.json and refuses a config that differs from
+  /// the plan's, opens the checkpoint and binds the plan to it on `kind`
+  /// (errors of the CUDA backend: no GPU or driver, a kernel without a CUDA
+  /// implementation). `cudaGraph`: the CUDA backend replays one CUDA graph
+  /// per step (else it launches kernel by kernel).
+  static Expected<std::unique_ptr<Session>>
+  open(PlanDoc plan, const std::string &weightsDir,
+       BackendKind kind = BackendKind::Cpu, bool cudaGraph = true);
+
+  /// Decodes one sequence (see the file comment). Errors, before anything
+  /// runs: those of checkPrompt(), a prefix that does not start the prompt,
+  /// sampling parameters that checkSamplingParams refuses.
+  Expected<GenerateResult> generate(const std::vector<int64_t> &prompt,
+                                    const GenerateOptions &options);
+  /// Greedy, no stop ids: generate(prompt, {maxNew, keepLogits, onToken,
+  /// prefix}).
+  Expected<GenerateResult> generate(const std::vector<int64_t> &prompt,
+                                    int64_t maxNew, bool keepLogits = false,
+                                    const TokenCallback &onToken = {},
+                                    const PrefixSnapshot *prefix = nullptr);
+
+  /// The request checks of generate(), for callers that check a batch of
+  /// requests before decoding any: empty prompt, a token outside
+  /// [0, vocab), maxNew < 1, or prompt + maxNew above the plan's max_seq.
+  Status checkPrompt(const std::vector<int64_t> &prompt, int64_t maxNew) const;
+
+  /// Feeds `prefix` from a fresh state and returns the snapshot after it.
+  /// generate() with that snapshot and a prompt that starts with the prefix
+  /// restores it and feeds only the rest: bit-identical to feeding the
+  /// whole prompt. Errors: as generate()'s prompt checks.
+  Expected<PrefixSnapshot> snapshotPrefix(const std::vector<int64_t> &prefix);
+
+  /// Teacher forcing for checks: from a fresh state, feeds `tokens[i]` at
+  /// position i (the caller's tokens, never the argmax), launch by launch,
+  /// and reads every plan probe (docs/PLAN.md) as soon as the launches that
+  /// compute it have run. Errors: no tokens, a token outside the
+  /// vocabulary, more tokens than the plan's max_seq.
+  Expected<std::vector<ProbedStep>>
+  teacherForce(const std::vector<int64_t> &tokens);
+
+  const PlanDoc &plan() const { return plan_; }
+  /// The backend's name ("cpu", "cuda (NVIDIA H200 (sm_90))").
+  std::string backendName() const { return backend_->name(); }
+
+private:
+  Session() = default;
+  /// Writes a snapshot's states back (the mutant lever applied).
+  Status restore(const PrefixSnapshot &snap);
+  PlanDoc plan_;
+  TensorStore store_;
+  std::unique_ptr<Backend> backend_;
+};
+
+} // namespace k3
+
+#endif // K3C_RUNTIME_EXEC_SESSION_H

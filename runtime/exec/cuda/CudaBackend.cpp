@@ -1,0 +1,522 @@
+//===- CudaBackend.cpp - Runs a plan with the CUDA kernels ----------------===//
+#include "runtime/exec/cuda/CudaBackend.h"
+
+#include "kernels/PtxModules.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <mutex>
+
+namespace k3 {
+
+namespace {
+
+/// measureCopyGBps: the default copy (far above the 60 MB L2) and its runs.
+constexpr uint64_t kDefaultCopyBytes = 1ull << 30;
+constexpr int kCopyRuns = 10;
+/// timeLaunches' gate: one copy of this size takes ~30 µs on an H200 (and
+/// evicts the L2, as the previous step's lm_head would); before the first
+/// measurement the host is assumed to queue a launch and its event in
+/// kGuessQueueUs; at most kMaxGateCopies copies are queued.
+constexpr uint64_t kGateBytes = 64ull << 20;
+constexpr double kGuessQueueUs = 10.0;
+constexpr int64_t kMaxGateCopies = 4096;
+
+using Clock = std::chrono::steady_clock;
+double microsecondsSince(Clock::time_point t0) {
+  return std::chrono::duration<double, std::micro>(Clock::now() - t0).count();
+}
+
+/// Loaded PTX modules by text (a load JIT-compiles the PTX for the device,
+/// so each distinct text is loaded once per process).
+Expected<cuda::CUmodule> moduleFor(cuda::Driver &driver, const std::string &ptx,
+                                   const std::string &what) {
+  // Sessions may be opened from several threads.
+  static std::mutex mutex;
+  static std::map<std::string, cuda::CUmodule> loaded;
+  std::lock_guard<std::mutex> lock(mutex);
+  auto it = loaded.find(ptx);
+  if (it != loaded.end())
+    return it->second;
+  Expected<cuda::CUmodule> mod = driver.loadModule(ptx);
+  if (!mod)
+    return mod.status().withContext(what);
+  loaded.emplace(ptx, *mod);
+  return *mod;
+}
+
+/// `k3_<kernel>` from `ptx` when given (a plan's own PTX), else from the PTX
+/// built into this binary.
+Expected<cuda::CUfunction> kernelFunction(cuda::Driver &driver,
+                                          const std::string &kernel,
+                                          const std::string *ptx) {
+  if (ptx) {
+    Expected<cuda::CUmodule> mod =
+        moduleFor(driver, *ptx, "the plan's PTX for kernel '" + kernel + "'");
+    if (!mod)
+      return mod.status();
+    return driver.function(*mod, "k3_" + kernel);
+  }
+  if (embeddedPtxModules().empty())
+    return makeError("this build has no CUDA kernels (nvcc was not found "
+                     "when it was configured) and the plan carries no PTX; "
+                     "use --backend cpu");
+  const PtxModule *m = ptxModuleFor(kernel);
+  if (!m)
+    return makeError("kernel '", kernel,
+                     "' has no CUDA implementation in this build");
+  Expected<cuda::CUmodule> mod =
+      moduleFor(driver, std::string(m->ptx, m->size),
+                std::string("PTX module '") + m->name + "'");
+  if (!mod)
+    return mod.status();
+  return driver.function(*mod, "k3_" + kernel);
+}
+
+} // namespace
+
+Expected<cuda::CUfunction> findCudaKernel(const std::string &kernel) {
+  Expected<cuda::Driver *> driver = cuda::Driver::get();
+  if (!driver)
+    return driver.status();
+  return kernelFunction(**driver, kernel, nullptr);
+}
+
+CudaBackend::~CudaBackend() {
+  if (!driver_)
+    return;
+  // Work in flight reads the buffers freed after this.
+  if (stream_)
+    (void)driver_->synchronize(stream_);
+  driver_->destroy(graphExec_);
+  driver_->destroy(graph_);
+  driver_->destroy(start_);
+  driver_->destroy(end_);
+  for (cuda::CUevent e : launchEvents_)
+    driver_->destroy(e);
+  driver_->destroy(stream_);
+}
+
+std::string CudaBackend::name() const {
+  return "cuda (" + driver_->deviceName() + ")";
+}
+
+Expected<std::unique_ptr<CudaBackend>>
+CudaBackend::bind(const PlanDoc &plan, const TensorStore &store,
+                  bool useGraph) {
+  K3_RETURN_IF_ERROR(validatePlan(plan));
+  Expected<cuda::Driver *> driver = cuda::Driver::get();
+  if (!driver)
+    return driver.status();
+
+  std::unique_ptr<CudaBackend> be(new CudaBackend());
+  be->driver_ = *driver;
+  cuda::Driver &d = **driver;
+  be->vocab_ = plan.config.vocabSize;
+  be->maxSeq_ = plan.maxSeq;
+  be->logits_.assign(static_cast<size_t>(be->vocab_), 0.0f);
+
+  // Every kernel first: a missing one is the most likely error. The plan's
+  // own PTX wins over the binary's (it is what the plan was compiled with).
+  // Resolved once per distinct kernel (a plan launches the same few kernels
+  // many times; each lookup keys on a module's whole PTX text).
+  std::map<std::string, cuda::CUfunction> byKernel;
+  for (size_t i = 0; i < plan.launches.size(); ++i) {
+    const PlanLaunch &l = plan.launches[i];
+    auto known = byKernel.find(l.kernel);
+    if (known == byKernel.end()) {
+      Expected<cuda::CUfunction> f =
+          kernelFunction(d, l.kernel, plan.ptxFor(l.kernel));
+      if (!f)
+        return f.status().withContext("launch " + std::to_string(i));
+      known = byKernel.emplace(l.kernel, *f).first;
+    }
+    be->functions_.push_back(known->second);
+    Grid g;
+    for (int a = 0; a < 3; ++a) {
+      g.grid[a] = l.grid[a];
+      g.block[a] = l.block[a];
+    }
+    g.smem = l.smem;
+    be->grids_.push_back(g);
+  }
+
+  PlanMemory mem;
+  auto alloc = [](uint64_t bytes, cuda::DeviceBuffer &out) -> Status {
+    Expected<cuda::DeviceBuffer> b = cuda::DeviceBuffer::create(bytes);
+    if (!b)
+      return b.status();
+    out = b.take();
+    return Status::ok();
+  };
+  K3_RETURN_IF_ERROR(alloc(plan.arenaBytes, be->arena_).withContext("arena"));
+  mem.arena = be->arena_.as<uint8_t>();
+  be->states_.resize(plan.states.size());
+  for (size_t i = 0; i < plan.states.size(); ++i) {
+    K3_RETURN_IF_ERROR(alloc(plan.states[i].bytes, be->states_[i])
+                           .withContext("state '" + plan.states[i].name + "'"));
+    mem.states.push_back(be->states_[i].as<uint8_t>());
+    mem.stateBytes.push_back(plan.states[i].bytes);
+  }
+
+  // Weights: resolve in the checkpoint as the CPU backend does, then copy
+  // each piece to the device and rebuild the WeightRefs around the copies.
+  auto upload = [&](const void *src, uint64_t bytes,
+                    const std::string &what) -> Expected<const uint8_t *> {
+    Expected<cuda::DeviceBuffer> b = cuda::DeviceBuffer::upload(src, bytes);
+    if (!b)
+      return b.status().withContext("uploading " + what);
+    be->weightData_.push_back(b.take());
+    return be->weightData_.back().as<const uint8_t>();
+  };
+  auto uploadRef = [&](const WeightRef &host, const PlanWeight &w,
+                       const std::vector<int64_t> &shape,
+                       WeightRef &out) -> Status {
+    out = host;
+    // Matrix rows and the elements per row (the conv weights [C, 1, W] are
+    // 3-D: everything after the first dimension is one row).
+    const uint64_t rows = static_cast<uint64_t>(shape[0]);
+    uint64_t cols = 1;
+    for (size_t i = 1; i < shape.size(); ++i)
+      cols *= static_cast<uint64_t>(shape[i]);
+    if (host.format == kWeightMxfp4) {
+      Expected<const uint8_t *> p =
+          upload(host.packed, rows * cols / 2, w.name + " (packed)");
+      if (!p)
+        return p.status();
+      Expected<const uint8_t *> s =
+          upload(host.scale, rows * cols / 32, w.name + " (scale)");
+      if (!s)
+        return s.status();
+      out.packed = *p;
+      out.scale = *s;
+      return Status::ok();
+    }
+    if (host.bf16) {
+      Expected<const uint8_t *> p = upload(host.bf16, rows * cols * 2, w.name);
+      if (!p)
+        return p.status();
+      out.bf16 = reinterpret_cast<const uint16_t *>(*p);
+    }
+    return Status::ok();
+  };
+  for (size_t i = 0; i < plan.weights.size(); ++i) {
+    const PlanWeight &w = plan.weights[i];
+    ResolvedWeight host;
+    K3_RETURN_IF_ERROR(resolveWeight(w, store, host));
+    PlanMemory::Weight dw;
+    if (w.stacked()) {
+      const std::vector<int64_t> each(w.shape.begin() + 1, w.shape.end());
+      std::vector<WeightRef> table(host.table.size());
+      for (size_t e = 0; e < table.size(); ++e)
+        K3_RETURN_IF_ERROR(uploadRef(host.table[e], w, each, table[e]));
+      Expected<const uint8_t *> t =
+          upload(table.data(), table.size() * sizeof(WeightRef),
+                 w.name + " (expert table)");
+      if (!t)
+        return t.status();
+      dw.table = reinterpret_cast<const WeightRef *>(*t);
+    } else if (w.format == "mxfp4" || w.format == "bf16") {
+      K3_RETURN_IF_ERROR(uploadRef(host.ref, w, w.shape, dw.ref));
+      if (w.format == "bf16") {
+        dw.data = reinterpret_cast<const uint8_t *>(dw.ref.bf16);
+        dw.bytes = host.bytes;
+      }
+    } else { // f32, or vector (bf16 or f32 as the checkpoint stores it)
+      Expected<const uint8_t *> p = upload(host.data, host.bytes, w.name);
+      if (!p)
+        return p.status();
+      dw.data = *p;
+      dw.bytes = host.bytes;
+    }
+    dw.dtype = host.dtype;
+    mem.weights.push_back(dw);
+  }
+
+  be->launches_.resize(plan.launches.size());
+  for (size_t i = 0; i < plan.launches.size(); ++i)
+    K3_RETURN_IF_ERROR(bindLaunch(plan, i, mem, be->launches_[i]));
+  be->logitsOffset_ = plan.buffers[plan.logitsBuffer].offset;
+
+  Expected<cuda::CUstream> stream = d.createStream();
+  if (!stream)
+    return stream.status();
+  be->stream_ = *stream;
+  Expected<cuda::CUevent> e0 = d.createEvent(), e1 = d.createEvent();
+  if (!e0)
+    return e0.status();
+  if (!e1)
+    return e1.status();
+  be->start_ = *e0;
+  be->end_ = *e1;
+
+  if (useGraph && d.hasGraphs() && !be->launches_.empty()) {
+    // One chain of kernel nodes in plan order; the input values baked in now
+    // are replaced before every replay.
+    Expected<cuda::CUgraph> graph = d.createGraph();
+    if (!graph)
+      return graph.status();
+    be->graph_ = *graph;
+    cuda::CUgraphNode prev = nullptr;
+    for (size_t i = 0; i < be->launches_.size(); ++i) {
+      const Grid &g = be->grids_[i];
+      Expected<cuda::CUgraphNode> node =
+          d.addKernelNode(*graph, prev, be->functions_[i], g.grid, g.block,
+                          g.smem, be->launches_[i].params->data(),
+                          /*programmatic=*/true);
+      if (!node)
+        return node.status().withContext("launch " + std::to_string(i));
+      be->nodes_.push_back(*node);
+      prev = *node;
+    }
+    Expected<cuda::CUgraphExec> exec = d.instantiate(*graph);
+    if (!exec)
+      return exec.status();
+    be->graphExec_ = *exec;
+  }
+  K3_RETURN_IF_ERROR(be->resetState());
+  return be;
+}
+
+Status CudaBackend::resetState() {
+  for (cuda::DeviceBuffer &s : states_)
+    K3_RETURN_IF_ERROR(driver_->memset8(s.get(), 0, s.bytes()));
+  // cuMemsetD8 may return before it is done, and it runs on the legacy
+  // default stream, which our non-blocking stream does not wait for.
+  return driver_->synchronize(nullptr).withContext("zeroing the state");
+}
+
+Status CudaBackend::step(int64_t token, int64_t pos) {
+  K3_RETURN_IF_ERROR(checkStepInputs(token, pos, vocab_, maxSeq_));
+  K3_RETURN_IF_ERROR(driver_->record(start_, stream_));
+  for (size_t i = 0; i < launches_.size(); ++i) {
+    if (graphExec_ && launches_[i].inputs.empty())
+      continue; // a graph node that never changes
+    K3_RETURN_IF_ERROR(launchOne(i, token, pos));
+  }
+  if (graphExec_)
+    K3_RETURN_IF_ERROR(driver_->launchGraph(graphExec_, stream_));
+  K3_RETURN_IF_ERROR(driver_->record(end_, stream_));
+  K3_RETURN_IF_ERROR(
+      driver_->copyToHostAsync(logits_.data(), arena_.get() + logitsOffset_,
+                               logits_.size() * sizeof(float), stream_));
+  if (Status st = driver_->synchronize(stream_); !st)
+    return st.withContext("decode step at position " + std::to_string(pos));
+  Expected<float> ms = driver_->elapsedMs(start_, end_);
+  if (!ms)
+    return ms.status();
+  lastStepMs_ = *ms;
+  return Status::ok();
+}
+
+Status CudaBackend::launchOne(size_t index, int64_t token, int64_t pos) {
+  BoundLaunch &l = launches_[index];
+  l.setInputs(token, pos);
+  const Grid &g = grids_[index];
+  // With a graph the node's params are replaced; it runs at the replay.
+  Status st = graphExec_ ? driver_->setKernelNodeParams(
+                               graphExec_, nodes_[index], functions_[index],
+                               g.grid, g.block, g.smem, l.params->data())
+                         : driver_->launch(functions_[index], g.grid, g.block,
+                                           g.smem, stream_, l.params->data(),
+                                           /*programmatic=*/true);
+  if (!st)
+    return st.withContext("launch " + std::to_string(index) + " (" +
+                          l.kernel->name + ")");
+  return Status::ok();
+}
+
+Status CudaBackend::runLaunch(size_t index, int64_t token, int64_t pos) {
+  if (index >= launches_.size())
+    return makeError("launch ", index, " is out of range");
+  if (graphExec_)
+    return makeError("runLaunch needs a backend bound without a CUDA graph");
+  K3_RETURN_IF_ERROR(launchOne(index, token, pos));
+  return driver_->synchronize(stream_).withContext(
+      "launch " + std::to_string(index) + " (" + launches_[index].kernel->name +
+      ")");
+}
+
+Status CudaBackend::readArena(std::vector<uint8_t> &out) {
+  out.resize(arena_.bytes());
+  return driver_->copyToHost(out.data(), arena_.get(), out.size());
+}
+
+Status CudaBackend::readState(size_t state, std::vector<uint8_t> &out) {
+  if (state >= states_.size())
+    return makeError("state ", state, " is out of range");
+  out.resize(states_[state].bytes());
+  return driver_->copyToHost(out.data(), states_[state].get(), out.size());
+}
+
+Status CudaBackend::writeState(size_t state,
+                               const std::vector<uint8_t> &bytes) {
+  if (state >= states_.size())
+    return makeError("state ", state, " is out of range");
+  if (bytes.size() != states_[state].bytes())
+    return makeError("state ", state, " holds ", states_[state].bytes(),
+                     " bytes, the snapshot has ", bytes.size());
+  K3_RETURN_IF_ERROR(
+      driver_->copyToDevice(states_[state].get(), bytes.data(), bytes.size()));
+  // A pageable host-to-device copy may return before its DMA is done (on
+  // the legacy stream, see resetState).
+  return driver_->synchronize(nullptr).withContext("writing a state");
+}
+
+//===----------------------------------------------------------------------===//
+// Profiling
+//===----------------------------------------------------------------------===//
+
+Status CudaBackend::launchDirect(size_t index, int64_t token, int64_t pos) {
+  BoundLaunch &l = launches_[index];
+  l.setInputs(token, pos);
+  const Grid &g = grids_[index];
+  Status st = driver_->launch(functions_[index], g.grid, g.block, g.smem,
+                              stream_, l.params->data(),
+                              /*programmatic=*/true);
+  if (!st)
+    return st.withContext("launch " + std::to_string(index) + " (" +
+                          l.kernel->name + ")");
+  return Status::ok();
+}
+
+Status CudaBackend::queueGate() {
+  if (!gateSrc_.get()) {
+    Expected<cuda::DeviceBuffer> src = cuda::DeviceBuffer::create(kGateBytes);
+    if (!src)
+      return src.status().withContext("the profiler's gate buffers");
+    Expected<cuda::DeviceBuffer> dst = cuda::DeviceBuffer::create(kGateBytes);
+    if (!dst)
+      return dst.status().withContext("the profiler's gate buffers");
+    K3_RETURN_IF_ERROR(driver_->memset8(src->get(), 0x5a, kGateBytes));
+    K3_RETURN_IF_ERROR(driver_->synchronize(nullptr));
+    // One copy to warm up, one timed.
+    K3_RETURN_IF_ERROR(
+        driver_->copyDeviceAsync(dst->get(), src->get(), kGateBytes, stream_));
+    K3_RETURN_IF_ERROR(driver_->record(start_, stream_));
+    K3_RETURN_IF_ERROR(
+        driver_->copyDeviceAsync(dst->get(), src->get(), kGateBytes, stream_));
+    K3_RETURN_IF_ERROR(driver_->record(end_, stream_));
+    Expected<float> ms = driver_->elapsedMs(start_, end_);
+    if (!ms)
+      return ms.status();
+    gateSrc_ = src.take();
+    gateDst_ = dst.take();
+    gateCopyUs_ = std::max(1.0, *ms * 1000.0);
+    gateCopies_ = static_cast<int64_t>(std::ceil(
+                      kGuessQueueUs * static_cast<double>(launches_.size()) /
+                      gateCopyUs_)) +
+                  1;
+    gateCopies_ = std::min(gateCopies_, kMaxGateCopies);
+  }
+  for (int64_t i = 0; i < gateCopies_; ++i)
+    K3_RETURN_IF_ERROR(driver_->copyDeviceAsync(gateDst_.get(), gateSrc_.get(),
+                                                kGateBytes, stream_));
+  return Status::ok();
+}
+
+Expected<std::vector<double>> CudaBackend::timeLaunches(int64_t token,
+                                                        int64_t pos) {
+  K3_RETURN_IF_ERROR(checkStepInputs(token, pos, vocab_, maxSeq_));
+  const size_t n = launches_.size();
+  while (launchEvents_.size() < n + 1) {
+    Expected<cuda::CUevent> e = driver_->createEvent();
+    if (!e)
+      return e.status();
+    launchEvents_.push_back(*e);
+  }
+  K3_RETURN_IF_ERROR(queueGate());
+  // Event i + 1 closes launch i and opens launch i + 1: with the queue
+  // ahead of the GPU the launches run back to back, as in a replay.
+  const Clock::time_point t0 = Clock::now();
+  K3_RETURN_IF_ERROR(driver_->record(launchEvents_[0], stream_));
+  for (size_t i = 0; i < n; ++i) {
+    K3_RETURN_IF_ERROR(launchDirect(i, token, pos));
+    K3_RETURN_IF_ERROR(driver_->record(launchEvents_[i + 1], stream_));
+  }
+  const double queuedUs = microsecondsSince(t0);
+  if (Status st = driver_->synchronize(stream_); !st)
+    return st.withContext("profiled step at position " + std::to_string(pos));
+  std::vector<double> us(n);
+  for (size_t i = 0; i < n; ++i) {
+    Expected<float> ms =
+        driver_->elapsedMs(launchEvents_[i], launchEvents_[i + 1]);
+    if (!ms)
+      return ms.status();
+    us[i] = *ms * 1000.0;
+  }
+  // Next time: copies for half as long again as this queuing took.
+  gateCopies_ = std::min<int64_t>(
+      kMaxGateCopies,
+      static_cast<int64_t>(std::ceil(1.5 * queuedUs / gateCopyUs_)) + 1);
+  return us;
+}
+
+Expected<double> CudaBackend::timeStep(int64_t token, int64_t pos,
+                                       bool replay) {
+  K3_RETURN_IF_ERROR(checkStepInputs(token, pos, vocab_, maxSeq_));
+  const bool graph = replay && graphExec_;
+  if (graph)
+    for (size_t i = 0; i < launches_.size(); ++i)
+      if (!launches_[i].inputs.empty())
+        K3_RETURN_IF_ERROR(launchOne(i, token, pos)); // updates the node
+  K3_RETURN_IF_ERROR(driver_->record(start_, stream_));
+  if (graph) {
+    K3_RETURN_IF_ERROR(driver_->launchGraph(graphExec_, stream_));
+  } else {
+    for (size_t i = 0; i < launches_.size(); ++i)
+      K3_RETURN_IF_ERROR(launchDirect(i, token, pos));
+  }
+  K3_RETURN_IF_ERROR(driver_->record(end_, stream_));
+  if (Status st = driver_->synchronize(stream_); !st)
+    return st.withContext("timed step at position " + std::to_string(pos));
+  Expected<float> ms = driver_->elapsedMs(start_, end_);
+  if (!ms)
+    return ms.status();
+  return *ms * 1000.0;
+}
+
+Expected<double> CudaBackend::measureCopyGBps(uint64_t bytes) {
+  if (bytes == 0)
+    bytes = kDefaultCopyBytes;
+  Expected<cuda::DeviceBuffer> src = cuda::DeviceBuffer::create(bytes);
+  if (!src)
+    return src.status().withContext("the copy-bandwidth buffers");
+  Expected<cuda::DeviceBuffer> dst = cuda::DeviceBuffer::create(bytes);
+  if (!dst)
+    return dst.status().withContext("the copy-bandwidth buffers");
+  // Never zeros; the memset runs on the legacy stream (see resetState).
+  K3_RETURN_IF_ERROR(driver_->memset8(src->get(), 0x5a, bytes));
+  K3_RETURN_IF_ERROR(driver_->memset8(dst->get(), 0x00, bytes));
+  K3_RETURN_IF_ERROR(driver_->synchronize(nullptr));
+  K3_RETURN_IF_ERROR(
+      driver_->copyDeviceAsync(dst->get(), src->get(), bytes, stream_));
+  std::vector<double> ms;
+  for (int r = 0; r < kCopyRuns; ++r) {
+    K3_RETURN_IF_ERROR(driver_->record(start_, stream_));
+    K3_RETURN_IF_ERROR(
+        driver_->copyDeviceAsync(dst->get(), src->get(), bytes, stream_));
+    K3_RETURN_IF_ERROR(driver_->record(end_, stream_));
+    Expected<float> t = driver_->elapsedMs(start_, end_);
+    if (!t)
+      return t.status();
+    ms.push_back(*t);
+  }
+  // The buffers are freed on return: nothing may still use them.
+  K3_RETURN_IF_ERROR(driver_->synchronize(stream_));
+  std::sort(ms.begin(), ms.end());
+  const double median = std::max(ms[ms.size() / 2], 1e-6);
+  return 2.0 * static_cast<double>(bytes) / (median * 1e6);
+}
+
+std::string CudaBackend::copyMethod(uint64_t bytes) const {
+  if (bytes == 0)
+    bytes = kDefaultCopyBytes;
+  return "device-to-device cuMemcpyDtoDAsync of " +
+         std::to_string(bytes >> 20) + " MiB, read + write, median of " +
+         std::to_string(kCopyRuns);
+}
+
+} // namespace k3

@@ -1,0 +1,118 @@
+//===- CudaBackend.h - Runs a plan with the CUDA kernels --------*- C++ -*-===//
+//
+// The GPU twin of CpuBackend: the arena, the resident states and the weights
+// live in device memory (weights are copied once at bind time; stacked
+// experts get a device table of per-expert WeightRefs), every launch's params
+// struct is filled by the same binder with device addresses, and a step
+// patches the step inputs and launches `k3_<kernel>` from the PTX built into
+// the binary, in plan order on one stream. The logits come back to the host
+// after the last launch.
+//
+//===----------------------------------------------------------------------===//
+#ifndef K3C_RUNTIME_EXEC_CUDA_CUDABACKEND_H
+#define K3C_RUNTIME_EXEC_CUDA_CUDABACKEND_H
+
+#include "runtime/exec/Backend.h"
+#include "runtime/plan/Plan.h"
+#include "runtime/exec/PlanBinding.h"
+#include "runtime/io/Safetensors.h"
+#include "runtime/exec/cuda/CudaDriver.h"
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace k3 {
+
+/// The CUDA entry point `k3_<kernel>` of the embedded PTX (modules load once
+/// per process). Errors: no GPU or driver, no CUDA kernels in this build, no
+/// such entry point.
+Expected<cuda::CUfunction> findCudaKernel(const std::string &kernel);
+
+class CudaBackend final : public Backend {
+public:
+  ~CudaBackend() override;
+  CudaBackend(const CudaBackend &) = delete;
+  CudaBackend &operator=(const CudaBackend &) = delete;
+
+  /// Validates `plan`, loads the embedded PTX, uploads the weights and binds
+  /// every launch. Errors: no GPU or driver, a kernel without a CUDA
+  /// implementation in this build (named), the binding errors of CpuBackend.
+  /// With `useGraph` (and a driver that has CUDA graphs) a step replays one
+  /// graph of all launches, updating only the nodes that take step inputs.
+  static Expected<std::unique_ptr<CudaBackend>>
+  bind(const PlanDoc &plan, const TensorStore &store, bool useGraph = true);
+
+  Status resetState() override;
+  Status step(int64_t token, int64_t pos) override;
+  const float *logits() const override { return logits_.data(); }
+  int64_t vocab() const override { return vocab_; }
+  int64_t maxSeq() const override { return maxSeq_; }
+  std::string name() const override;
+  Status runLaunch(size_t index, int64_t token, int64_t pos) override;
+  Status readArena(std::vector<uint8_t> &out) override;
+  Status readState(size_t state, std::vector<uint8_t> &out) override;
+  Status writeState(size_t state, const std::vector<uint8_t> &bytes) override;
+
+  /// Profiling (Backend.h). timeLaunches brackets every launch with events
+  /// and, so that an event pair holds device time only (not the host's
+  /// launch latency on an idle GPU), first queues device-to-device copies
+  /// that keep the GPU busy until the host has queued the whole step; the
+  /// number of copies follows the measured queuing time. timeStep replays
+  /// the graph (`replay`, when bound with one) or launches one by one, both
+  /// between two events. measureCopyGBps: cuMemcpyDtoDAsync between two
+  /// device buffers (1 GiB by default), timed with events.
+  Expected<std::vector<double>> timeLaunches(int64_t token,
+                                             int64_t pos) override;
+  Expected<double> timeStep(int64_t token, int64_t pos, bool replay) override;
+  bool replaysGraph() const override { return graphExec_ != nullptr; }
+  Expected<double> measureCopyGBps(uint64_t bytes) override;
+  std::string copyMethod(uint64_t bytes) const override;
+
+  /// Device time of the last step's launches (ms), for benchmarks.
+  float lastStepMs() const { return lastStepMs_; }
+  /// Whether steps replay a CUDA graph (else one cuLaunchKernel per launch).
+  bool usesGraph() const { return graphExec_ != nullptr; }
+
+private:
+  CudaBackend() = default;
+  /// Launch `index` with the step inputs: a kernel launch, or, with a graph,
+  /// the node's params replaced for the next replay.
+  Status launchOne(size_t index, int64_t token, int64_t pos);
+  /// Launch `index` on the stream now, graph or not (profiling).
+  Status launchDirect(size_t index, int64_t token, int64_t pos);
+  /// Queues the copies that keep the GPU busy ahead of timeLaunches.
+  Status queueGate();
+
+  cuda::Driver *driver_ = nullptr;
+  cuda::CUstream stream_ = nullptr;
+  cuda::CUevent start_ = nullptr, end_ = nullptr;
+  int64_t vocab_ = 0, maxSeq_ = 0;
+  cuda::DeviceBuffer arena_;
+  std::vector<cuda::DeviceBuffer> states_;
+  std::vector<cuda::DeviceBuffer> weightData_; ///< bf16/f32/packed/scale
+  std::vector<BoundLaunch> launches_;
+  struct Grid {
+    int64_t grid[3], block[3], smem;
+  };
+  std::vector<Grid> grids_;
+  std::vector<cuda::CUfunction> functions_;
+  cuda::CUgraph graph_ = nullptr;
+  cuda::CUgraphExec graphExec_ = nullptr;
+  std::vector<cuda::CUgraphNode> nodes_; ///< per launch, with a graph
+  uint64_t logitsOffset_ = 0;
+  std::vector<float> logits_;
+  float lastStepMs_ = 0;
+  // Profiling, made on first use: an event per launch boundary, and the
+  // gate's copy buffers with the device time of one copy and the copies the
+  // next timeLaunches queues.
+  std::vector<cuda::CUevent> launchEvents_;
+  cuda::DeviceBuffer gateSrc_, gateDst_;
+  double gateCopyUs_ = 0;
+  int64_t gateCopies_ = 0;
+};
+
+} // namespace k3
+
+#endif // K3C_RUNTIME_EXEC_CUDA_CUDABACKEND_H

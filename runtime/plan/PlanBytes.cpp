@@ -1,0 +1,218 @@
+//===- PlanBytes.cpp - What each launch of a plan moves -------------------===//
+//
+// The byte accounting is written once here for `k3c --report` (EmitPlan.cpp
+// calls launchBytes on the plan it emits), the profiler and the decode
+// benchmark, so a floor means the same thing everywhere.
+//
+//===----------------------------------------------------------------------===//
+#include "runtime/plan/PlanBytes.h"
+
+#include "runtime/plan/PlanKernels.h"
+
+#include <algorithm>
+#include <map>
+#include <set>
+
+namespace k3 {
+
+namespace {
+
+/// A whole weight in its plan format (MXFP4: packed nibbles + one scale
+/// byte per 32 values; a "vector" weight, bf16 or f32 as the checkpoint
+/// stores it, at its smaller bf16 size: the plan does not know, and the
+/// difference is under 0.1% of a KDA layer's bytes).
+uint64_t weightBytes(const PlanWeight &w) {
+  uint64_t n = 1;
+  for (int64_t d : w.shape)
+    n *= static_cast<uint64_t>(std::max<int64_t>(d, 0));
+  if (w.format == "mxfp4")
+    return n / 2 + n / 32;
+  return n * (w.format == "f32" ? 4 : 2);
+}
+
+bool startsWith(const std::string &s, const char *prefix) {
+  return s.rfind(prefix, 0) == 0;
+}
+
+/// Whether launch `l` binds buffer `buffer` to an output field.
+bool writesBuffer(const PlanLaunch &l, int64_t buffer) {
+  const KernelInfo *info = findKernel(l.kernel);
+  for (const auto &[name, arg] : l.args) {
+    if (arg.kind != PlanArg::Kind::Buffer || arg.index != buffer)
+      continue;
+    const KernelField *f = info ? info->field(name) : nullptr;
+    if (f && f->kind == FieldKind::PtrOut)
+      return true;
+  }
+  return false;
+}
+
+/// Parses "layers.<l>.mixer" / "layers.<l>.out"; false for other names.
+bool parseLayerProbe(const std::string &name, int64_t &layer, bool &mixer) {
+  if (!startsWith(name, "layers."))
+    return false;
+  const size_t dot = name.find('.', 7);
+  if (dot == std::string::npos || dot == 7)
+    return false;
+  const std::string num = name.substr(7, dot - 7);
+  if (num.find_first_not_of("0123456789") != std::string::npos ||
+      num.size() > 9)
+    return false;
+  const std::string what = name.substr(dot + 1);
+  if (what != "mixer" && what != "out")
+    return false;
+  layer = std::stoll(num);
+  mixer = what == "mixer";
+  return true;
+}
+
+} // namespace
+
+//===----------------------------------------------------------------------===//
+// Bytes
+//===----------------------------------------------------------------------===//
+
+LaunchBytes launchBytes(const PlanDoc &plan, size_t index,
+                        int64_t contextRows) {
+  LaunchBytes b;
+  if (index >= plan.launches.size())
+    return b;
+  const PlanLaunch &l = plan.launches[index];
+  const KernelInfo *info = findKernel(l.kernel);
+  int64_t topK = 0;
+  if (const PlanArg *k = l.find("topK"); k && k->kind == PlanArg::Kind::Int)
+    topK = k->intValue;
+  for (const auto &[name, arg] : l.args) {
+    if (!arg.isPointer() || arg.index < 0)
+      continue;
+    const size_t at = static_cast<size_t>(arg.index);
+    const KernelField *f = info ? info->field(name) : nullptr;
+    const bool out = f && f->kind == FieldKind::PtrOut;
+    uint64_t bytes = 0;
+    if (arg.kind == PlanArg::Kind::Buffer) {
+      if (at >= plan.buffers.size())
+        continue;
+      bytes = plan.buffers[at].bytes;
+    } else if (arg.kind == PlanArg::Kind::Weight) {
+      if (at >= plan.weights.size())
+        continue;
+      const PlanWeight &w = plan.weights[at];
+      bytes = weightBytes(w);
+      // The embedding reads one bf16 row of its table.
+      if (l.kernel == "embed" && w.shape.size() >= 2)
+        bytes = static_cast<uint64_t>(w.shape[1]) * 2;
+      // Only the routed top-k experts of a stacked table are read.
+      if (f && f->kind == FieldKind::WeightTable && topK > 0 &&
+          !w.shape.empty() && w.shape[0] > 0)
+        bytes = bytes / static_cast<uint64_t>(w.shape[0]) *
+                static_cast<uint64_t>(topK);
+    } else { // state
+      if (at >= plan.states.size())
+        continue;
+      const PlanState &s = plan.states[at];
+      bytes = s.bytes;
+      if (s.kind == "mla_cache") {
+        // [max_seq, L+R] bf16: the append writes one row, the attend reads
+        // the rows of the context.
+        if (l.kernel == "mla_cache_append") {
+          if (s.shape.size() >= 2)
+            b.written += static_cast<uint64_t>(s.shape[1]) * 2;
+        } else {
+          const int64_t rows = s.shape.empty() ? 0 : s.shape[0];
+          if (contextRows > 0 && rows > 0 && contextRows < rows)
+            bytes = bytes / static_cast<uint64_t>(rows) *
+                    static_cast<uint64_t>(contextRows);
+          b.read += bytes;
+        }
+        continue;
+      }
+      if (s.kind == "attn_res_blocks" && s.shape.size() >= 2) {
+        // [max_blocks, D] bf16: a commit writes one row, attn_res reads the
+        // numBlocks committed rows.
+        const uint64_t row = static_cast<uint64_t>(s.shape[1]) * 2;
+        if (out) {
+          b.written += row;
+          continue;
+        }
+        const PlanArg *nb = l.find("numBlocks");
+        if (nb && nb->kind == PlanArg::Kind::Int && nb->intValue >= 0 &&
+            nb->intValue < s.shape[0])
+          bytes = row * static_cast<uint64_t>(nb->intValue);
+      }
+      // A conv-state argument covers one of q/k/v: a third of the slot.
+      if (s.kind == "conv_state")
+        bytes /= 3;
+      // Recurrent and conv state: read and written in place.
+      if (out) {
+        b.read += bytes;
+        b.written += bytes;
+        continue;
+      }
+    }
+    (out ? b.written : b.read) += bytes;
+  }
+  return b;
+}
+
+LaunchBytes stepBytes(const PlanDoc &plan, int64_t contextRows) {
+  LaunchBytes sum;
+  for (size_t i = 0; i < plan.launches.size(); ++i) {
+    const LaunchBytes b = launchBytes(plan, i, contextRows);
+    sum.read += b.read;
+    sum.written += b.written;
+  }
+  return sum;
+}
+
+//===----------------------------------------------------------------------===//
+// Layer parts
+//===----------------------------------------------------------------------===//
+
+std::vector<LaunchPart> launchParts(const PlanDoc &plan) {
+  struct Segment {
+    int64_t end; ///< the probe's `after`: launches before it
+    int64_t layer;
+    bool mixer;
+  };
+  std::vector<Segment> segments;
+  for (const PlanProbe &p : plan.probes) {
+    int64_t layer = 0;
+    bool mixer = false;
+    if (parseLayerProbe(p.name, layer, mixer))
+      segments.push_back({p.after, layer, mixer});
+  }
+  std::stable_sort(
+      segments.begin(), segments.end(),
+      [](const Segment &a, const Segment &b) { return a.end < b.end; });
+
+  const size_t n = plan.launches.size();
+  std::vector<LaunchPart> parts(n);
+  size_t s = 0;
+  for (size_t i = 0; i < n; ++i) {
+    const PlanLaunch &l = plan.launches[i];
+    LaunchPart &p = parts[i];
+    while (s < segments.size() && segments[s].end <= static_cast<int64_t>(i))
+      ++s;
+    if (l.kernel == "embed") {
+      p.part = "embed";
+      continue;
+    }
+    if (segments.empty()) {
+      p.part = writesBuffer(l, plan.logitsBuffer) ? "head" : "step";
+    } else if (s < segments.size()) {
+      const Segment &seg = segments[s];
+      p.layer = seg.layer;
+      if (seg.mixer)
+        p.part = plan.config.isMlaLayer(seg.layer) ? "mla mixer" : "kda mixer";
+      else
+        p.part = plan.config.isDenseLayer(seg.layer) ? "dense mlp" : "moe";
+    } else {
+      p.part = "head";
+    }
+    if (startsWith(l.kernel, "attn_res"))
+      p.part = "attn_res";
+  }
+  return parts;
+}
+
+} // namespace k3
