@@ -30,6 +30,7 @@
 #include "kernels/common/CpuMath.h"
 #include "kernels/common/VectorRef.h"
 
+#include <cmath>
 #include <vector>
 
 namespace k3 {
@@ -46,10 +47,15 @@ void kdaConvCpu(const KdaConvParams &p) {
     const int64_t w = c * p.width; // the channel's first filter tap
     float *s = p.state + c * hist;
     float u = bf16ToFloat(p.u[c]);
+    // Fused multiply-adds in the CUDA kernel's order (taps ascending): with
+    // fp32 filters a product is inexact, and a mul + add that rounds it
+    // first lands 1 fp32 ulp away often enough to flip the bf16 rounding
+    // of q/k/v below, which the recurrent state then carries. (With bf16
+    // filters every product is exact and both forms agree.)
     float acc = 0.0f;
     for (int64_t i = 0; i < hist; ++i)
-      acc += vectorAt(p.weight, w + i) * s[i];
-    acc += vectorAt(p.weight, w + hist) * u;
+      acc = std::fma(vectorAt(p.weight, w + i), s[i], acc);
+    acc = std::fma(vectorAt(p.weight, w + hist), u, acc);
     for (int64_t i = 0; i + 1 < hist; ++i)
       s[i] = s[i + 1];
     if (hist > 0)
