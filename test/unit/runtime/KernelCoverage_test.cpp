@@ -1,0 +1,88 @@
+//===- KernelCoverage_test.cpp - Every plan kernel is implemented and tested ===//
+//
+// The kernel table (runtime/plan/PlanKernels.cpp) is the one list of entry
+// points; docs/PLAN.md's table is checked against it in Plan_test. This test
+// checks the rest of a kernel's files against it, reading the source tree:
+// each kernel has a CPU implementation (runtime/exec/CpuKernels.cpp), a CUDA
+// entry point `k3_<name>` in kernels/<family>/*.cu, a GPU test that launches
+// it by name (test/unit/cuda/*_cuda_test.cpp), and a section in
+// docs/KERNELS.md; and no .cu defines an entry point the table lacks.
+// (docs/CONTRIBUTING.md says what a new kernel touches.)
+//
+//===----------------------------------------------------------------------===//
+#include "runtime/exec/CpuKernels.h"
+#include "runtime/plan/PlanKernels.h"
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <regex>
+#include <set>
+#include <sstream>
+
+namespace {
+
+namespace fs = std::filesystem;
+using namespace k3;
+
+const fs::path kSource = K3C_SOURCE_DIR;
+
+std::string readFile(const fs::path &p) {
+  std::ifstream in(p);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+/// The concatenated text of the files under `dir` whose names end in `ext`.
+std::string readAll(const fs::path &dir, const std::string &ext) {
+  std::string all;
+  for (const auto &e : fs::recursive_directory_iterator(dir)) {
+    const std::string name = e.path().filename().string();
+    if (e.is_regular_file() && name.size() > ext.size() &&
+        name.compare(name.size() - ext.size(), ext.size(), ext) == 0)
+      all += readFile(e.path()) + "\n";
+  }
+  return all;
+}
+
+TEST(KernelCoverage, EveryKernelHasItsFiles) {
+  const std::string cu = readAll(kSource / "kernels", ".cu");
+  const std::string gpuTests = readAll(kSource / "test/unit/cuda", ".cpp");
+  const std::string doc = readFile(kSource / "docs/KERNELS.md");
+  ASSERT_FALSE(cu.empty()) << "no kernels/**/*.cu under " << kSource;
+  ASSERT_FALSE(gpuTests.empty());
+  ASSERT_FALSE(doc.empty());
+  ASSERT_GE(kernelTable().size(), 20u);
+  for (const KernelInfo &k : kernelTable()) {
+    EXPECT_NE(findCpuKernel(k.name), nullptr)
+        << k.name << ": no CPU implementation in runtime/exec/CpuKernels.cpp";
+    EXPECT_TRUE(std::regex_search(
+        cu, std::regex("\\bk3_" + k.name + "\\s*\\(\\s*const " +
+                       k.paramsName + "\\b")))
+        << k.name << ": no CUDA entry point k3_" << k.name << "(const "
+        << k.paramsName << ") in kernels/*/*.cu";
+    EXPECT_NE(gpuTests.find("\"" + k.name + "\""), std::string::npos)
+        << k.name << ": no GPU test in test/unit/cuda launches it by name";
+    EXPECT_NE(doc.find("`" + k.name + "`"), std::string::npos)
+        << k.name << ": docs/KERNELS.md does not mention `" << k.name << "`";
+  }
+}
+
+TEST(KernelCoverage, NoEntryPointOutsideTheTable) {
+  const std::string cu = readAll(kSource / "kernels", ".cu");
+  // An entry point takes its params struct by value (CudaCommon.cuh).
+  const std::regex entry("\\bk3_([a-z0-9_]+)\\s*\\(\\s*const [A-Za-z0-9]+Params ");
+  std::set<std::string> defined;
+  for (auto it = std::sregex_iterator(cu.begin(), cu.end(), entry);
+       it != std::sregex_iterator(); ++it)
+    defined.insert((*it)[1].str());
+  ASSERT_GE(defined.size(), 20u) << "the entry-point pattern matched too few";
+  for (const std::string &name : defined)
+    EXPECT_NE(findKernel(name), nullptr)
+        << "kernels/*/*.cu defines k3_" << name
+        << ", which the kernel table (runtime/plan/PlanKernels.cpp) lacks";
+}
+
+} // namespace
