@@ -13,7 +13,7 @@
 #include "runtime/model/Config.h"
 #include "runtime/io/AtomicFile.h"
 #include "runtime/io/JsonCheck.h"
-#include "runtime/model/ModelWeights.h"
+#include "runtime/model/Tensors.h"
 
 #include <nlohmann/json.hpp>
 
@@ -480,27 +480,17 @@ ordered_json tokenJson(int64_t id) {
 /// its ignore list against module names, so these are listed one by one.
 std::vector<std::string> bf16LinearModules(const ModelConfig &c) {
   std::vector<std::string> out;
-  const std::string suffix = ".weight";
-  auto endsWith = [](const std::string &s, const std::string &t) {
-    return s.size() >= t.size() &&
-           s.compare(s.size() - t.size(), t.size(), t) == 0;
-  };
   // The routed experts are skipped below, and no other name depends on
-  // their number: list the names of a one-expert model, so the walk costs
-  // the same for 896 experts as for one.
+  // their number: walk a one-expert model, so the walk costs the same for
+  // 896 experts as for one.
   ModelConfig one = c;
   one.numExperts = 1;
   one.numExpertsPerToken = 1;
-  for (const std::string &name : expectedTensorNames(one)) {
-    if (!endsWith(name, suffix))
-      continue; // A_log, dt_bias, e_score_correction_bias, packed experts
-    std::string module = name.substr(0, name.size() - suffix.size());
-    if (module.find(".experts.") != std::string::npos ||
-        module.find("embed_tokens") != std::string::npos ||
-        module.find("conv1d") != std::string::npos || endsWith(module, "norm"))
-      continue; // not a Linear, or a quantised expert
-    out.push_back(module);
-  }
+  forEachModelTensor(one, [&](const ModelTensor &t) {
+    if (t.entry->linear && t.entry->dtypes != TensorDtypes::Expert)
+      out.push_back(t.name);
+    return true;
+  });
   return out;
 }
 

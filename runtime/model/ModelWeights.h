@@ -1,7 +1,8 @@
 //===- ModelWeights.h - A model's tensors, by role --------------*- C++ -*-===//
 //
-// Binds the Hugging Face tensor names of K3.md §10 to their roles in the
-// decode step, checking each tensor's dtype and shape against the config.
+// Binds the Hugging Face tensor names of K3.md §10 (the table of Tensors.h)
+// to their roles in the decode step, checking each tensor's dtype and shape
+// against the config.
 // Views only: the bytes stay in the (memory-mapped) TensorStore, which must
 // outlive the ModelWeights.
 //
@@ -9,8 +10,9 @@
 #ifndef K3C_RUNTIME_MODEL_MODELWEIGHTS_H
 #define K3C_RUNTIME_MODEL_MODELWEIGHTS_H
 
-#include "runtime/model/Config.h"
 #include "runtime/io/Safetensors.h"
+#include "runtime/model/Config.h"
+#include "runtime/model/Tensors.h"
 
 #include <string>
 #include <vector>
@@ -99,29 +101,6 @@ struct ModelWeights {
 /// mis-shaped tensor, with expected and found dtype/shape.
 Expected<ModelWeights> bindModelWeights(const ModelConfig &config,
                                         const TensorStore &store);
-
-/// The Hugging Face name of every tensor `config` needs, in a stable order.
-std::vector<std::string> expectedTensorNames(const ModelConfig &config);
-
-/// The dtypes the model maker gives the tensors that checkpoints store in
-/// either of two ways (K3.md §10 "Stored dtypes"); binding accepts both.
-enum class StoredDtypes {
-  /// KDA conv filters and o_norm BF16, the router bias F32 (the tiny
-  /// presets' default).
-  Simple,
-  /// As the published checkpoint of the config's model type: kimi_k3 stores
-  /// the conv filters and o_norm F32; kimi_linear the router bias BF16.
-  Published,
-};
-
-/// Name, dtype and shape of every tensor `config` needs, in the order of
-/// expectedTensorNames, as the model maker writes them (A_log: K3 pads it
-/// to 128 entries, Kimi-Linear stores [1, 1, H, 1]; routed experts MXFP4
-/// packed + scale when config.expertsMxfp4, else bf16; conv filters,
-/// o_norm and the router bias as `dtypes` says).
-std::vector<TensorSpec>
-expectedTensorSpecs(const ModelConfig &config,
-                    StoredDtypes dtypes = StoredDtypes::Simple);
 
 } // namespace k3
 
