@@ -1,7 +1,14 @@
 //===- Importer.cpp - config.json to a k3 module --------------------------===//
+//
+// Walks the model's layers and emits one decode step (K3.md §4). Every
+// weight's name, shape and element type come from the tensor table
+// (runtime/model/Tensors.h); the ops' verifiers check the shapes agree.
+//
+//===----------------------------------------------------------------------===//
 #include "import/Importer.h"
 
 #include "dialect/K3Dialect.h"
+#include "runtime/model/Tensors.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Builders.h"
@@ -14,6 +21,7 @@
 using namespace mlir;
 using namespace mlir::k3;
 using ::k3::ModelConfig;
+using ::k3::TensorId;
 
 namespace {
 
@@ -42,27 +50,37 @@ private:
   Value weight(const std::string &name, Type type) {
     return WeightOp::create(b_, loc_, type, b_.getStringAttr(name));
   }
-  Value bf16Weight(const std::string &name, ArrayRef<int64_t> shape) {
-    return weight(name + ".weight", bf16(shape));
-  }
-  /// A small weight bound in the dtype the checkpoint stores (bf16 or f32:
-  /// the published K3 stores the KDA convs and o_norm F32, Kimi-Linear
-  /// BF16), so one plan serves both (K3.md §10 "Stored dtypes").
-  Value vectorWeight(const std::string &name, ArrayRef<int64_t> shape) {
-    return weight(name + ".weight",
-                  VectorWeightType::get(b_.getContext(), shape));
+  /// Tensor `id` of layer `layer` (-1 for the model's own), typed by the
+  /// dtypes the table allows: bf16; a small weight bound in the dtype the
+  /// checkpoint stores (bf16 or f32: the published K3 stores the KDA convs
+  /// and o_norm F32, Kimi-Linear BF16), so one plan serves both (K3.md §10
+  /// "Stored dtypes"); f32 for the fp32 vectors (A_log: its first H values,
+  /// however the checkpoint pads or shapes it); the routed experts stacked
+  /// as `experts.{e}.<which>`, bf16 or MXFP4.
+  Value weight(TensorId id, int64_t layer = -1) {
+    const ::k3::TensorEntry &e = ::k3::tensorEntry(id);
+    std::vector<int64_t> shape = ::k3::tensorShape(c_, id);
+    std::string name = ::k3::tensorName(c_, id, layer);
+    switch (e.dtypes) {
+    case ::k3::TensorDtypes::BF16:
+      return weight(name, bf16(shape));
+    case ::k3::TensorDtypes::Small:
+      return weight(name, VectorWeightType::get(b_.getContext(), shape));
+    case ::k3::TensorDtypes::F32:
+    case ::k3::TensorDtypes::RouterBias:
+    case ::k3::TensorDtypes::ALog:
+      return weight(name, f32(shape));
+    case ::k3::TensorDtypes::Expert:
+      break;
+    }
+    shape.insert(shape.begin(), c_.numExperts);
+    if (c_.expertsMxfp4)
+      return weight(::k3::tensorBaseName(c_, id, layer),
+                    Mxfp4Type::get(b_.getContext(), shape));
+    return weight(name, bf16(shape));
   }
   Value state(const std::string &slot, Type type) {
     return StateOp::create(b_, loc_, type, b_.getStringAttr(slot));
-  }
-  /// Stacked routed-expert weight `experts.{e}.<which>`: bf16 or MXFP4.
-  Value expertWeight(const std::string &prefix, const char *which,
-                     int64_t out, int64_t in) {
-    std::string name = prefix + "experts.{e}." + which;
-    int64_t E = c_.numExperts;
-    if (c_.expertsMxfp4)
-      return weight(name, Mxfp4Type::get(b_.getContext(), {E, out, in}));
-    return weight(name + ".weight", bf16({E, out, in}));
   }
 
   Value rmsNorm(Value x, Value w, double eps) {
@@ -80,12 +98,14 @@ private:
                                      what));
     return v;
   }
-  /// AttnRes over the committed blocks and `p` (K3.md §4).
-  Value attnRes(Value p, const std::string &prefix, const std::string &which) {
+  /// AttnRes over the committed blocks and `p` (K3.md §4), with weights
+  /// `normId` and `projId` of layer `layer`; `where` names the op.
+  Value attnRes(Value p, TensorId normId, TensorId projId, int64_t layer,
+                const std::string &where) {
     int64_t D = c_.hiddenSize;
-    Value norm = bf16Weight(prefix + which + "_norm", {D});
-    Value proj = bf16Weight(prefix + which + "_proj", {1, D});
-    return AttnResOp::create(b_, at(prefix + which), bf16({D}), blocks_, p,
+    Value norm = weight(normId, layer);
+    Value proj = weight(projId, layer);
+    return AttnResOp::create(b_, at(where), bf16({D}), blocks_, p,
                              norm, proj, Value(),
                              b_.getI64IntegerAttr(committed_),
                              b_.getF64FloatAttr(c_.rmsNormEps));
@@ -132,27 +152,25 @@ Value ModuleBuilder::kda(int64_t layer, Value h) {
   Value conv = state(slot + ".conv",
                      ConvStateType::get(b_.getContext(), 3 * C, W - 1));
   Value st = state(slot + ".kda", KdaStateType::get(b_.getContext(), H, d, d));
-  Value q = bf16Weight(p + "q_proj", {C, D});
-  Value kp = bf16Weight(p + "k_proj", {C, D});
-  Value v = bf16Weight(p + "v_proj", {C, D});
-  Value qc = vectorWeight(p + "q_conv1d", {C, 1, W});
-  Value kc = vectorWeight(p + "k_conv1d", {C, 1, W});
-  Value vc = vectorWeight(p + "v_conv1d", {C, 1, W});
-  Value fa = bf16Weight(p + "f_a_proj", {d, D});
-  Value fb = bf16Weight(p + "f_b_proj", {C, d});
-  Value dt = weight(p + "dt_bias", f32({C}));
-  // The checkpoint may pad A_log (K3: 128 entries) or shape it [1, 1, H, 1];
-  // the plan asks for its first H values.
-  Value alog = weight(p + "A_log", f32({H}));
-  Value bp = bf16Weight(p + "b_proj", {H, D});
-  Value on = vectorWeight(p + "o_norm", {d});
-  Value o = bf16Weight(p + "o_proj", {D, C});
+  Value q = weight(TensorId::KdaQProj, layer);
+  Value kp = weight(TensorId::KdaKProj, layer);
+  Value v = weight(TensorId::KdaVProj, layer);
+  Value qc = weight(TensorId::KdaQConv, layer);
+  Value kc = weight(TensorId::KdaKConv, layer);
+  Value vc = weight(TensorId::KdaVConv, layer);
+  Value fa = weight(TensorId::KdaFAProj, layer);
+  Value fb = weight(TensorId::KdaFBProj, layer);
+  Value dt = weight(TensorId::KdaDtBias, layer);
+  Value alog = weight(TensorId::KdaALog, layer);
+  Value bp = weight(TensorId::KdaBProj, layer);
+  Value on = weight(TensorId::KdaONorm, layer);
+  Value o = weight(TensorId::KdaOProj, layer);
   Value g, ga, gb;
   if (k.fullRankGate) {
-    g = bf16Weight(p + "g_proj", {C, D});
+    g = weight(TensorId::KdaGProj, layer);
   } else {
-    ga = bf16Weight(p + "g_a_proj", {d, D});
-    gb = bf16Weight(p + "g_b_proj", {C, d});
+    ga = weight(TensorId::KdaGAProj, layer);
+    gb = weight(TensorId::KdaGBProj, layer);
   }
   FloatAttr lb;
   if (k.hasLowerBound)
@@ -172,19 +190,19 @@ Value ModuleBuilder::mla(int64_t layer, Value h) {
                       MlaCacheType::get(b_.getContext(), maxSeq_, L + R));
   Value qa, qan, qb, q;
   if (Q > 0) {
-    qa = bf16Weight(p + "q_a_proj", {Q, D});
-    qan = bf16Weight(p + "q_a_layernorm", {Q});
-    qb = bf16Weight(p + "q_b_proj", {N * (P + R), Q});
+    qa = weight(TensorId::MlaQAProj, layer);
+    qan = weight(TensorId::MlaQALayernorm, layer);
+    qb = weight(TensorId::MlaQBProj, layer);
   } else {
-    q = bf16Weight(p + "q_proj", {N * (P + R), D});
+    q = weight(TensorId::MlaQProj, layer);
   }
-  Value kva = bf16Weight(p + "kv_a_proj_with_mqa", {L + R, D});
-  Value kvan = bf16Weight(p + "kv_a_layernorm", {L});
-  Value kvb = bf16Weight(p + "kv_b_proj", {N * (P + V), L});
-  Value o = bf16Weight(p + "o_proj", {D, N * V});
+  Value kva = weight(TensorId::MlaKvAProj, layer);
+  Value kvan = weight(TensorId::MlaKvALayernorm, layer);
+  Value kvb = weight(TensorId::MlaKvBProj, layer);
+  Value o = weight(TensorId::MlaOProj, layer);
   Value g;
   if (c_.mlaUseOutputGate)
-    g = bf16Weight(p + "g_proj", {N * V, D});
+    g = weight(TensorId::MlaGProj, layer);
   auto config = MlaConfigAttr::get(b_.getContext(), N, Q, L, P, R, V,
                                    c_.mlaUseOutputGate);
   return MlaOp::create(b_, at(p + "mla"), bf16({D}), h, pos_, cache, qa, qan,
@@ -195,26 +213,27 @@ Value ModuleBuilder::ffn(int64_t layer, Value h) {
   int64_t D = c_.hiddenSize;
   std::string lp = layerPrefix(c_, layer);
   if (c_.isDenseLayer(layer)) {
-    int64_t I = c_.intermediateSize;
     std::string p = lp + "mlp.";
-    return DenseMlpOp::create(
-        b_, at(p + "dense_mlp"), bf16({D}), h, bf16Weight(p + "gate_proj", {I, D}),
-        bf16Weight(p + "up_proj", {I, D}), bf16Weight(p + "down_proj", {D, I}),
-        activation(), situBeta(), situLinearBeta());
+    // Created in the order the IR has always listed them.
+    Value down = weight(TensorId::MlpDownProj, layer);
+    Value up = weight(TensorId::MlpUpProj, layer);
+    Value gate = weight(TensorId::MlpGateProj, layer);
+    return DenseMlpOp::create(b_, at(p + "dense_mlp"), bf16({D}), h, gate, up,
+                              down, activation(), situBeta(), situLinearBeta());
   }
   std::string p = lp + "block_sparse_moe.";
-  int64_t E = c_.numExperts, I = c_.moeIntermediateSize, Dm = c_.moeHiddenSize(),
+  int64_t E = c_.numExperts, I = c_.moeIntermediateSize,
           S = c_.numSharedExperts;
-  Value gate = bf16Weight(p + "gate", {E, D});
-  Value bias = weight(p + "gate.e_score_correction_bias", f32({E}));
-  Value w1 = expertWeight(p, "w1", I, Dm);
-  Value w3 = expertWeight(p, "w3", I, Dm);
-  Value w2 = expertWeight(p, "w2", Dm, I);
+  Value gate = weight(TensorId::MoeGate, layer);
+  Value bias = weight(TensorId::MoeGateBias, layer);
+  Value w1 = weight(TensorId::ExpertW1, layer);
+  Value w3 = weight(TensorId::ExpertW3, layer);
+  Value w2 = weight(TensorId::ExpertW2, layer);
   Value s1, s3, s2;
   if (S > 0) {
-    s1 = bf16Weight(p + "shared_experts.gate_proj", {S * I, D});
-    s3 = bf16Weight(p + "shared_experts.up_proj", {S * I, D});
-    s2 = bf16Weight(p + "shared_experts.down_proj", {D, S * I});
+    s1 = weight(TensorId::SharedGateProj, layer);
+    s3 = weight(TensorId::SharedUpProj, layer);
+    s2 = weight(TensorId::SharedDownProj, layer);
   }
   auto config = MoeConfigAttr::get(
       b_.getContext(), E, c_.numExpertsPerToken, I, S, c_.moeRenormalize,
@@ -223,11 +242,11 @@ Value ModuleBuilder::ffn(int64_t layer, Value h) {
     return MoeOp::create(b_, at(p + "moe"), bf16({D}), h, gate, bias, w1, w3,
                          w2, s1, s3, s2, config, activation(), situBeta(),
                          situLinearBeta());
-  Value down = bf16Weight(p + "routed_expert_down_proj", {Dm, D});
-  Value up = bf16Weight(p + "routed_expert_up_proj", {D, Dm});
+  Value down = weight(TensorId::RoutedExpertDownProj, layer);
+  Value up = weight(TensorId::RoutedExpertUpProj, layer);
   Value norm;
   if (c_.latentMoeUseNorm)
-    norm = bf16Weight(p + "routed_expert_norm", {Dm});
+    norm = weight(TensorId::RoutedExpertNorm, layer);
   return LatentMoeOp::create(b_, at(p + "latent_moe"), bf16({D}), h, gate,
                              bias, down, up, norm, w1, w3, w2, s1, s3, s2,
                              config, b_.getF64FloatAttr(c_.rmsNormEps),
@@ -254,7 +273,7 @@ OwningOpRef<ModuleOp> ModuleBuilder::build() {
 
   std::string mp = c_.tensorPrefix + "model.";
   Value x = EmbedOp::create(b_, at(mp + "embed_tokens"), bf16({D}), token_,
-                            bf16Weight(mp + "embed_tokens", {V, D}));
+                            weight(TensorId::EmbedTokens));
   bool hasAttnRes = c_.hasAttnRes();
   if (hasAttnRes) {
     int64_t blocks = (c_.numLayers + c_.attnResBlockSize - 1) /
@@ -264,8 +283,8 @@ OwningOpRef<ModuleOp> ModuleBuilder::build() {
   }
   for (int64_t l = 0; l < c_.numLayers; ++l) {
     std::string lp = layerPrefix(c_, l);
-    Value inNorm = bf16Weight(lp + "input_layernorm", {D});
-    Value postNorm = bf16Weight(lp + "post_attention_layernorm", {D});
+    Value inNorm = weight(TensorId::InputLayernorm, l);
+    Value postNorm = weight(TensorId::PostAttentionLayernorm, l);
     auto mixer = [&](Value h) {
       Value n = rmsNorm(h, inNorm, c_.rmsNormEps);
       return c_.isMlaLayer(l) ? mla(l, n) : kda(l, n);
@@ -281,7 +300,11 @@ OwningOpRef<ModuleOp> ModuleBuilder::build() {
     }
     // K3.md §4: p is the partial block, B the committed blocks.
     Value p = x;
-    Value h = committed_ > 0 ? attnRes(p, lp, "self_attention_res") : p;
+    Value h = committed_ > 0
+                  ? attnRes(p, TensorId::SelfAttentionResNorm,
+                            TensorId::SelfAttentionResProj, l,
+                            lp + "self_attention_res")
+                  : p;
     bool commit = l % c_.attnResBlockSize == 0;
     if (commit) {
       AttnResCommitOp::create(b_, at(lp + "attn_res_commit"), blocks_, p,
@@ -290,15 +313,19 @@ OwningOpRef<ModuleOp> ModuleBuilder::build() {
     }
     Value a = mixer(h);
     p = probe(commit ? a : add(p, a), l, "mixer");
-    Value m = attnRes(p, lp, "mlp_res");
+    Value m = attnRes(p, TensorId::MlpResNorm, TensorId::MlpResProj, l,
+                      lp + "mlp_res");
     x = probe(add(p, mlp(m)), l, "out");
   }
-  Value final = hasAttnRes ? attnRes(x, mp, "output_attn_res") : x;
-  Value n = rmsNorm(final, bf16Weight(mp + "norm", {D}), c_.rmsNormEps);
-  std::string head =
-      c_.tieWordEmbeddings ? mp + "embed_tokens" : c_.tensorPrefix + "lm_head";
+  Value final = hasAttnRes ? attnRes(x, TensorId::OutputAttnResNorm,
+                                     TensorId::OutputAttnResProj, -1,
+                                     mp + "output_attn_res")
+                          : x;
+  Value n = rmsNorm(final, weight(TensorId::FinalNorm), c_.rmsNormEps);
+  Value head = weight(c_.tieWordEmbeddings ? TensorId::EmbedTokens
+                                           : TensorId::LmHead);
   Value logits = LmHeadOp::create(b_, at(c_.tensorPrefix + "lm_head"), f32({V}),
-                                  n, bf16Weight(head, {V, D}));
+                                  n, head);
   func::ReturnOp::create(b_, loc_, logits);
   return module;
 }
