@@ -211,18 +211,13 @@ __device__ void attnRes(const AttnResParams &p, AttnResShared &s) {
     x.load(p.out + c * W);
     w.loadRO(p.normWeight + c * W);
 #pragma unroll
-    for (int e = 0; e < W; ++e) {
-      const float nrm = dev::roundBf16(x.at(e) * r);
-      o.set(e, dev::fToBf16(nrm * w.at(e)));
-    }
+    for (int e = 0; e < W; ++e)
+      o.set(e, static_cast<uint16_t>(dev::rmsNormBf16(x.at(e), w.at(e), r)));
     o.store(p.out + c * W);
   }
 }
 
-/// True when `p` is 16-byte aligned.
-__device__ __forceinline__ bool aligned16(const void *p) {
-  return (reinterpret_cast<uintptr_t>(p) & 15u) == 0;
-}
+using dev::aligned16;
 
 } // namespace
 
@@ -247,7 +242,7 @@ extern "C" __global__ void __launch_bounds__(512)
   const int64_t n = p.numBlocks + (p.extra ? 1 : 0);
   if (n < 1 || n > kMaxSources || p.numBlocks < 0) {
     for (int64_t i = threadIdx.x; i < p.dim; i += blockDim.x)
-      p.out[i] = 0x7fc0; // bf16 NaN: an unsupported call is never silent
+      p.out[i] = dev::kBf16NaN; // an unsupported call is never silent
     return;
   }
   bool vec = p.dim % 8 == 0 && aligned16(p.blocks) && aligned16(p.wNorm) &&

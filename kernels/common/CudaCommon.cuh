@@ -2,7 +2,9 @@
 //-*-===//
 //
 // bf16 storage (the same round-to-nearest-even as kernels/common/BF16.h, so a
-// CUDA kernel rounds where the CPU kernel rounds), MXFP4 decoding (K3.md §7),
+// CUDA kernel rounds where the CPU kernel rounds), packed bf16 words and the
+// RMSNorm element, scalar MXFP4 / E8M0 decoding (K3.md §7; the vector loads
+// and dot products of weight rows are in CudaWeights.cuh),
 // bf16-or-fp32 small weights (VectorRef),
 // the activations of K3.md §6, and warp / block reductions.
 //
@@ -43,6 +45,57 @@ __device__ __forceinline__ float roundBf16(float f) {
   return bf16ToF(fToBf16(f));
 }
 
+/// The bf16 quiet NaN: the output of a call outside a kernel's limits.
+constexpr uint16_t kBf16NaN = 0x7fc0;
+
+/// −∞ in fp32.
+__device__ __forceinline__ float negInf() {
+  return -__int_as_float(0x7f800000);
+}
+
+/// The low (element 0) bf16 of a packed 32-bit word of two, widened (exact).
+__device__ __forceinline__ float loF(uint32_t w) {
+  return __uint_as_float(w << 16);
+}
+/// The high (element 1) bf16 of a packed 32-bit word of two, widened.
+__device__ __forceinline__ float hiF(uint32_t w) {
+  return __uint_as_float(w & 0xffff0000u);
+}
+
+/// `s` plus the squares of the 8 bf16 values of a 16-byte chunk, added in
+/// element order (one fp32 sum, no FMA).
+__device__ __forceinline__ float sumSquares8(uint4 v, float s) {
+  const uint32_t words[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const float a = loF(words[i]), b = hiF(words[i]);
+    s += a * a;
+    s += b * b;
+  }
+  return s;
+}
+
+/// One RMSNorm output element R(R(x · r) · w) as bf16 bits, r the factor
+/// rsqrt(mean(x²) + eps): the rounding of cpu::rmsNormBf16.
+__device__ __forceinline__ uint32_t rmsNormBf16(float x, float w, float r) {
+  return fToBf16(roundBf16(x * r) * w);
+}
+/// rmsNormBf16 of both elements of packed bf16 words of x and of the weight.
+__device__ __forceinline__ uint32_t rmsNormPair(uint32_t x, uint32_t w,
+                                                float r) {
+  return rmsNormBf16(loF(x), loF(w), r) |
+         (rmsNormBf16(hiF(x), hiF(w), r) << 16);
+}
+
+/// True when `p` is aligned to `bytes` (a power of two).
+__device__ __forceinline__ bool aligned(const void *p, uintptr_t bytes) {
+  return (reinterpret_cast<uintptr_t>(p) & (bytes - 1)) == 0;
+}
+/// True when `p` is 16-byte aligned (a uint4 / float4 load may read it).
+__device__ __forceinline__ bool aligned16(const void *p) {
+  return (reinterpret_cast<uintptr_t>(p) & 15u) == 0;
+}
+
 /// Value of an E2M1 code (bit 3 sign, low bits index 0, .5, 1, 1.5, 2, 3, 4,
 /// 6).
 __device__ __forceinline__ float e2m1ToF(uint32_t code) {
@@ -52,13 +105,12 @@ __device__ __forceinline__ float e2m1ToF(uint32_t code) {
   return (code & 8u) ? -mag : mag;
 }
 
-/// 2^(e - 127) for an E8M0 scale (255 is NaN).
+/// 2^(e - 127) for an E8M0 scale byte (0: the subnormal 2^-127; 255: NaN),
+/// without branches.
 __device__ __forceinline__ float e8m0ToF(uint32_t e) {
-  if (e == 255u)
-    return __uint_as_float(0x7fc00000u);
-  if (e == 0u)
-    return __uint_as_float(0x00400000u); // 2^-127, a subnormal
-  return __uint_as_float(e << 23);
+  uint32_t bits = e ? e << 23 : 0x00400000u;
+  bits = e == 255u ? 0x7fc00000u : bits;
+  return __uint_as_float(bits);
 }
 
 __device__ __forceinline__ float sigmoidF(float x) {
@@ -122,7 +174,7 @@ __device__ __forceinline__ float blockMax(float v, float *scratch) {
   if (lane == 0)
     scratch[warp] = v;
   __syncthreads();
-  float t = lane < warps ? scratch[lane] : -__int_as_float(0x7f800000);
+  float t = lane < warps ? scratch[lane] : negInf();
   return warpMax(t);
 }
 
@@ -138,6 +190,17 @@ __device__ __forceinline__ int64_t gridThreads() {
 /// fault), so many can be in flight at once.
 __device__ __forceinline__ void prefetchL2Line(const void *p) {
   asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
+}
+
+/// Asks L2 for the 128-byte lines of [p, p + bytes), lane l of the warp
+/// taking lines l, l + 32, ... (a line holding any byte of the range is
+/// asked for).
+__device__ __forceinline__ void prefetchL2Warp(const void *p, int64_t bytes) {
+  const uintptr_t b = reinterpret_cast<uintptr_t>(p);
+  const uintptr_t e = b + bytes;
+  for (uintptr_t a = (b & ~uintptr_t(127)) + 128 * (threadIdx.x & 31); a < e;
+       a += 32 * 128)
+    prefetchL2Line(reinterpret_cast<const void *>(a));
 }
 
 /// Asks L2 for the 128-byte lines of [p, p + bytes), spread over the block's
@@ -199,6 +262,13 @@ __device__ __forceinline__ float weightAt(const WeightRef &w, int64_t cols,
   const uint8_t byte = w.packed[row * (cols / 2) + col / 2];
   const uint32_t code = (col & 1) ? (byte >> 4) : (byte & 0xFu);
   return e2m1ToF(code) * e8m0ToF(w.scale[row * (cols / 32) + col / 32]);
+}
+
+/// Writes the bf16 NaN to out[0, n) over the grid: the output of a call
+/// outside a kernel's limits (never silent).
+__device__ inline void fillNaN(uint16_t *out, int64_t n) {
+  for (int64_t i = globalThread(); i < n; i += gridThreads())
+    out[i] = kBf16NaN;
 }
 
 /// Element i of bf16 or fp32 storage in fp32: a bf16 value widened exactly,

@@ -21,9 +21,9 @@ using namespace k3;
 
 namespace {
 
-__device__ __forceinline__ bool aligned16(const void *p) {
-  return (reinterpret_cast<uintptr_t>(p) & 15u) == 0;
-}
+using dev::aligned16;
+using dev::hiF;
+using dev::loF;
 
 /// out[i] = R(f(a[i], b[i])) for i < n, f on the widened bf16 inputs.
 template <typename F>
@@ -43,11 +43,8 @@ __device__ __forceinline__ void map2(const uint16_t *a, const uint16_t *b,
       uint32_t o[4];
 #pragma unroll
       for (int i = 0; i < 4; ++i) {
-        const uint32_t lo = dev::fToBf16(
-            f(__uint_as_float(xs[i] << 16), __uint_as_float(ys[i] << 16)));
-        const uint32_t hi =
-            dev::fToBf16(f(__uint_as_float(xs[i] & 0xffff0000u),
-                           __uint_as_float(ys[i] & 0xffff0000u)));
+        const uint32_t lo = dev::fToBf16(f(loF(xs[i]), loF(ys[i])));
+        const uint32_t hi = dev::fToBf16(f(hiF(xs[i]), hiF(ys[i])));
         o[i] = lo | (hi << 16);
       }
       ov[c] = make_uint4(o[0], o[1], o[2], o[3]);

@@ -15,10 +15,8 @@
 // contraction): the CPU sums in 8 lanes, these kernels per lane and warp.
 //
 //===----------------------------------------------------------------------===//
-#include "kernels/common/CudaCommon.cuh"
+#include "kernels/common/CudaWeights.cuh"
 #include "kernels/gemv/GemvParams.h"
-
-#include <cuda_fp16.h>
 
 using namespace k3;
 
@@ -44,30 +42,12 @@ constexpr int kPrefetchBytes = 32 * 128;
 static_assert(kChunk % 32 == 0, "a chunk holds whole MXFP4 blocks");
 
 //===----------------------------------------------------------------------===//
-// Memory helpers
+// The staged input's layout
 //===----------------------------------------------------------------------===//
 
-__device__ __forceinline__ bool aligned16(const void *p) {
-  return (reinterpret_cast<uintptr_t>(p) & 15u) == 0;
-}
-
-/// 16-byte load of data read once per decode step: bypasses L1 (no reuse)
-/// and asks L2 for the whole 256-byte segment (the next lanes' bytes).
-__device__ __forceinline__ uint4 ldStream16(const void *p) {
-  uint4 v;
-  asm("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];"
-      : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-      : "l"(p));
-  return v;
-}
-
-/// Byte load of data read once per decode step (MXFP4 scales).
-__device__ __forceinline__ uint32_t ldStreamU8(const uint8_t *p) {
-  uint16_t v;
-  asm("ld.global.nc.L1::no_allocate.u8 %0, [%1];" : "=h"(v) : "l"(p));
-  return v;
-}
-
+using dev::aligned16;
+using dev::hiF;
+using dev::loF;
 using dev::prefetchL2Line;
 
 /// Shared-memory slot of 16-byte chunk `c` of x̂. The MXFP4 path has lane l
@@ -81,13 +61,6 @@ __device__ __forceinline__ int swz(int c) { return c ^ ((c >> 3) & 3); }
 /// Shared index (in bf16 elements) of column j of the staged chunk.
 __device__ __forceinline__ int stagedIndex(int j) {
   return swz(j >> 3) * 8 + (j & 7);
-}
-
-__device__ __forceinline__ float loF(uint32_t w) {
-  return __uint_as_float(w << 16);
-}
-__device__ __forceinline__ float hiF(uint32_t w) {
-  return __uint_as_float(w & 0xffff0000u);
 }
 
 //===----------------------------------------------------------------------===//
@@ -104,14 +77,7 @@ __device__ float rmsFactor(const uint16_t *x, int64_t k, float eps,
     const uint4 *xv = reinterpret_cast<const uint4 *>(x);
     const int64_t nv = k >> 3;
     for (int64_t c = threadIdx.x; c < nv; c += blockDim.x) {
-      const uint4 v = __ldg(xv + c);
-      const uint32_t words[4] = {v.x, v.y, v.z, v.w};
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        const float a = loF(words[i]), b = hiF(words[i]);
-        s += a * a;
-        s += b * b;
-      }
+      s = dev::sumSquares8(__ldg(xv + c), s);
     }
     j = nv << 3;
   }
@@ -121,16 +87,6 @@ __device__ float rmsFactor(const uint16_t *x, int64_t k, float eps,
   }
   s = dev::blockSum(s, scratch);
   return 1.0f / sqrtf(s / static_cast<float>(k) + eps);
-}
-
-/// One element of x̂ with a pre-norm: R(R(x · r) · w), as cpu::rmsNormBf16.
-__device__ __forceinline__ uint32_t normOne(float x, float w, float r) {
-  return dev::fToBf16(dev::roundBf16(x * r) * w);
-}
-
-/// Two packed elements of x̂ (a 32-bit word of bf16 x and of the weight).
-__device__ __forceinline__ uint32_t normPair(uint32_t x, uint32_t w, float r) {
-  return normOne(loF(x), loF(w), r) | (normOne(hiF(x), hiF(w), r) << 16);
 }
 
 /// Stages x̂[c0, c0 + len) into `xs` (swizzled): x itself, or its RMSNorm
@@ -149,8 +105,9 @@ __device__ void stageInput(const uint16_t *x, const uint16_t *normW, float r,
       uint4 v = __ldg(xv + c);
       if (normW) {
         const uint4 w = __ldg(wv + c);
-        v = make_uint4(normPair(v.x, w.x, r), normPair(v.y, w.y, r),
-                       normPair(v.z, w.z, r), normPair(v.w, w.w, r));
+        v = make_uint4(
+            dev::rmsNormPair(v.x, w.x, r), dev::rmsNormPair(v.y, w.y, r),
+            dev::rmsNormPair(v.z, w.z, r), dev::rmsNormPair(v.w, w.w, r));
       }
       xs[swz(c)] = v;
     }
@@ -159,8 +116,8 @@ __device__ void stageInput(const uint16_t *x, const uint16_t *normW, float r,
   for (j += threadIdx.x; j < len; j += blockDim.x) {
     uint16_t v = __ldg(x + c0 + j);
     if (normW)
-      v = static_cast<uint16_t>(
-          normOne(dev::bf16ToF(v), dev::bf16ToF(__ldg(normW + c0 + j)), r));
+      v = static_cast<uint16_t>(dev::rmsNormBf16(
+          dev::bf16ToF(v), dev::bf16ToF(__ldg(normW + c0 + j)), r));
     xh[stagedIndex(j)] = v;
   }
 }
@@ -194,8 +151,8 @@ __device__ __forceinline__ void dotBf16(const uint16_t *wrow, int cBeg,
     uint4 w[kUnrollBf16];
 #pragma unroll
     for (int u = 0; u < kUnrollBf16; ++u)
-      w[u] =
-          32 * u < rest ? ldStream16(wv + c + 32 * u) : make_uint4(0, 0, 0, 0);
+      w[u] = 32 * u < rest ? dev::ldStream16Seg256(wv + c + 32 * u)
+                           : make_uint4(0, 0, 0, 0);
 #pragma unroll
     for (int u = 0; u < kUnrollBf16; ++u) {
       if (32 * u < rest) {
@@ -211,35 +168,6 @@ __device__ __forceinline__ void dotBf16(const uint16_t *wrow, int cBeg,
       }
     }
   }
-}
-
-/// Two E2M1 codes as an fp16 pair, each value times 2^-14: the code's
-/// magnitude bits (e1 e0 m) placed at fp16 bits 11..9 are exactly the fp16
-/// encoding of value · 2^-14 (e = 0, the 0.5 code, lands on the fp16
-/// subnormal of the same value). `mag` and `sign` hold the two codes'
-/// magnitude bits at 11..9 / 27..25 and sign bits at 15 / 31.
-__device__ __forceinline__ float2 e2m1PairScaled(uint32_t mag, uint32_t sign) {
-  const uint32_t h = (mag & 0x0E000E00u) | (sign & 0x80008000u);
-  return __half22float2(*reinterpret_cast<const __half2 *>(&h));
-}
-
-/// Σ_{i<8} e2m1(code i of `word`) · 2^-14 · x̂_i for the 8 x̂ values of `xv`.
-/// Codes i and i + 4 (nibbles i and i + 4) are decoded as one fp16 pair.
-__device__ __forceinline__ float dotMxfp4Word(uint32_t word, uint4 xv,
-                                              float part) {
-  const float2 p04 = e2m1PairScaled(word << 9, word << 12);
-  const float2 p15 = e2m1PairScaled(word << 5, word << 8);
-  const float2 p26 = e2m1PairScaled(word << 1, word << 4);
-  const float2 p37 = e2m1PairScaled(word >> 3, word);
-  part = fmaf(p04.x, loF(xv.x), part);
-  part = fmaf(p15.x, hiF(xv.x), part);
-  part = fmaf(p26.x, loF(xv.y), part);
-  part = fmaf(p37.x, hiF(xv.y), part);
-  part = fmaf(p04.y, loF(xv.z), part);
-  part = fmaf(p15.y, hiF(xv.z), part);
-  part = fmaf(p26.y, loF(xv.w), part);
-  part = fmaf(p37.y, hiF(xv.w), part);
-  return part;
 }
 
 /// acc += Σ_j W[j] · x̂[j] over the 32-column blocks [bBeg, bEnd) of an
@@ -263,18 +191,18 @@ __device__ __forceinline__ void dotMxfp4(const uint8_t *packed,
     uint32_t s[kUnrollMxfp4];
 #pragma unroll
     for (int u = 0; u < kUnrollMxfp4; ++u) {
-      q[u] =
-          32 * u < rest ? ldStream16(pv + b + 32 * u) : make_uint4(0, 0, 0, 0);
-      s[u] = 32 * u < rest ? ldStreamU8(sv + b + 32 * u) : 0u;
+      q[u] = 32 * u < rest ? dev::ldStream16Seg256(pv + b + 32 * u)
+                           : make_uint4(0, 0, 0, 0);
+      s[u] = 32 * u < rest ? dev::ldStreamU8(sv + b + 32 * u) : 0u;
     }
 #pragma unroll
     for (int u = 0; u < kUnrollMxfp4; ++u) {
       if (32 * u < rest) {
         const uint4 *xv = xs + 128 * u;
-        float p0 = dotMxfp4Word(q[u].x, xv[swz(x0 + 0)], 0.0f);
-        float p1 = dotMxfp4Word(q[u].y, xv[swz(x0 + 1)], 0.0f);
-        p0 = dotMxfp4Word(q[u].z, xv[swz(x0 + 2)], p0);
-        p1 = dotMxfp4Word(q[u].w, xv[swz(x0 + 3)], p1);
+        float p0 = dev::mxfp4Dot8(q[u].x, xv[swz(x0 + 0)], 0.0f);
+        float p1 = dev::mxfp4Dot8(q[u].y, xv[swz(x0 + 1)], 0.0f);
+        p0 = dev::mxfp4Dot8(q[u].z, xv[swz(x0 + 2)], p0);
+        p1 = dev::mxfp4Dot8(q[u].w, xv[swz(x0 + 3)], p1);
         acc = fmaf((p0 + p1) * 16384.0f, dev::e8m0ToF(s[u]), acc);
       }
     }

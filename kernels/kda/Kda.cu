@@ -334,14 +334,11 @@ __device__ void forEachSlice(float *state, uint16_t *out, int heads, int d,
 
 /// Whether the state rows can be read as float4.
 __device__ __forceinline__ bool vecState(const float *state, int64_t d) {
-  return d % 4 == 0 && (reinterpret_cast<uintptr_t>(state) & 15u) == 0;
+  return d % 4 == 0 && dev::aligned16(state);
 }
 
 /// Writes bf16 NaN to out[0, n): the result of an unsupported shape.
-__device__ void fillNaN(uint16_t *out, int64_t n) {
-  for (int64_t i = dev::globalThread(); i < n; i += dev::gridThreads())
-    out[i] = 0x7fc0u;
-}
+using dev::fillNaN;
 
 /// The conv output of one channel before the shift: R(SiLU(Σ_{i<hist}
 /// w[i]·s[i] + w[hist]·u)), i ascending, with w the channel's taps starting

@@ -27,10 +27,8 @@ constexpr int kAttendMaxThreads = 256;
 
 template <int W> using Chunk = dev::Bf16Chunk<W>;
 
-/// −∞, the score of a missing row and the max before the first row.
-__device__ __forceinline__ float negInf() {
-  return -__int_as_float(0x7f800000);
-}
+/// −∞: the score of a missing row and the max before the first row.
+using dev::negInf;
 
 using dev::prefetchL2Block;
 
@@ -324,8 +322,8 @@ extern "C" __global__ void k3_mla_cache_append(const MlaCacheAppendParams p) {
   uint16_t *row = p.cache + p.pos * (L + R);
   for (int64_t i = dev::globalThread(); i < L + R; i += dev::gridThreads()) {
     if (i < L) {
-      const float n = dev::roundBf16(dev::bf16ToF(p.kv[i]) * r);
-      row[i] = dev::fToBf16(n * dev::bf16ToF(p.normWeight[i]));
+      row[i] = static_cast<uint16_t>(dev::rmsNormBf16(
+          dev::bf16ToF(p.kv[i]), dev::bf16ToF(p.normWeight[i]), r));
     } else {
       row[i] = p.kv[i];
     }
@@ -352,16 +350,12 @@ extern "C" __global__ void __launch_bounds__(kAttendMaxThreads)
   dev::enterStep();
   __shared__ AttendShared s;
   const int64_t L = p.kvLoraRank, R = p.ropeDim;
-  const bool aligned = ((reinterpret_cast<uintptr_t>(p.cache) |
-                         reinterpret_cast<uintptr_t>(p.kvB)) &
-                        15u) == 0;
+  const bool aligned = dev::aligned16(p.cache) && dev::aligned16(p.kvB);
   const bool vec = aligned && L % 8 == 0 && R % 8 == 0;
   const bool ok = L >= 1 && L <= kMaxLatent && R >= 0 &&
                   R <= (vec ? 32 * 8 : 32 * 4) && p.nopeDim >= 0 && p.vDim >= 0;
   if (!ok) {
-    const int64_t n = p.numHeads * p.vDim;
-    for (int64_t i = dev::globalThread(); i < n; i += dev::gridThreads())
-      p.out[i] = 0x7fc0; // bf16 NaN: an unsupported shape is never silent
+    dev::fillNaN(p.out, p.numHeads * p.vDim); // never silent
     return;
   }
   for (int64_t h = blockIdx.x; h < p.numHeads; h += gridDim.x) {

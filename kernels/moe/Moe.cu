@@ -14,10 +14,10 @@
 // several weights and several loads are in flight; L2 prefetches of the rows
 // keep more bytes in flight than the 64 registers (blocks of up to 1024
 // threads) could. MXFP4 codes are decoded with bit operations into fp16
-// pairs (exact, rowDots), the block scale applied once per 16 codes. The dot
-// product of a row is always computed by one warp in the same order,
-// whatever the grid and block size, so every kernel here is bitwise
-// deterministic.
+// pairs (exact, dev::mxfp4Dot8 in CudaWeights.cuh), the block scale applied
+// once per 16 codes. The dot product of a row is always computed by one
+// warp in the same order, whatever the grid and block size, so every kernel
+// here is bitwise deterministic.
 //
 // A gated MLP has a dependency across the grid: W2 needs every element of
 // a = R(act(g, u)). One launch does both phases with a work queue instead of
@@ -39,7 +39,7 @@
 // that persists across launches (a plan state, or module scope as here).
 //
 //===----------------------------------------------------------------------===//
-#include "kernels/common/CudaCommon.cuh"
+#include "kernels/common/CudaWeights.cuh"
 #include "kernels/moe/MoeParams.h"
 
 using namespace k3;
@@ -66,8 +66,6 @@ constexpr int64_t kMoeActCap = int64_t(1) << 20;
 /// for up front.
 constexpr int64_t kAheadBf16 = 1024;
 constexpr int64_t kHeadMxfp4 = 2048;
-/// bf16 quiet NaN: the output of a launch outside the limits.
-constexpr uint16_t kBf16NaN = 0x7fc0;
 
 static_assert(kRouterCap <= kStageCap, "the router ranks in the stage area");
 static_assert(kMixRows == 2 * kMixUnitRows, "a mix item is two warp units");
@@ -98,32 +96,14 @@ __device__ __align__(16) uint16_t gMoeAct[kMoeActCap];
 // Memory helpers
 //===----------------------------------------------------------------------===//
 
-__device__ __forceinline__ bool aligned(const void *p, uintptr_t bytes) {
-  return (reinterpret_cast<uintptr_t>(p) & (bytes - 1)) == 0;
-}
+using dev::aligned;
+using dev::hiF;
+using dev::ldStream16;
+using dev::ldStream8;
+using dev::ldStreamU8;
+using dev::loF;
 
-/// Weight loads: read once per launch, so they bypass L1 (which keeps the
-/// activations). Not for data written by the running kernel.
-__device__ __forceinline__ uint4 ldStream16(const void *p) {
-  uint4 v;
-  asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
-      : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-      : "l"(p));
-  return v;
-}
-__device__ __forceinline__ uint2 ldStream8(const void *p) {
-  uint2 v;
-  asm("ld.global.nc.L1::no_allocate.v2.u32 {%0, %1}, [%2];"
-      : "=r"(v.x), "=r"(v.y)
-      : "l"(p));
-  return v;
-}
-__device__ __forceinline__ uint32_t ldStreamU8(const uint8_t *p) {
-  uint32_t v;
-  asm("ld.global.nc.L1::no_allocate.u8 %0, [%1];" : "=r"(v) : "l"(p));
-  return v;
-}
-
+/// Acquire load of a work-queue counter (pairs with addRelease).
 __device__ __forceinline__ unsigned ldAcquire(const unsigned *p) {
   unsigned v;
   asm volatile("ld.acquire.gpu.global.u32 %0, [%1];"
@@ -132,28 +112,12 @@ __device__ __forceinline__ unsigned ldAcquire(const unsigned *p) {
                : "memory");
   return v;
 }
+/// Release add to a work-queue counter (pairs with ldAcquire).
 __device__ __forceinline__ void addRelease(unsigned *p, unsigned v) {
   asm volatile("red.release.gpu.global.add.u32 [%0], %1;" ::"l"(
                    __cvta_generic_to_global(p)),
                "r"(v)
                : "memory");
-}
-
-__device__ __forceinline__ float loF(uint32_t w) {
-  return __uint_as_float(w << 16);
-}
-__device__ __forceinline__ float hiF(uint32_t w) {
-  return __uint_as_float(w & 0xffff0000u);
-}
-
-/// Two fp16 values (low half first) widened to fp32 (exact).
-__device__ __forceinline__ float2 halfPair(uint32_t h) {
-  float2 f;
-  asm("{\n\t.reg .b16 lo, hi;\n\tmov.b32 {lo, hi}, %2;\n\t"
-      "cvt.f32.f16 %0, lo;\n\tcvt.f32.f16 %1, hi;\n\t}"
-      : "=f"(f.x), "=f"(f.y)
-      : "r"(h));
-  return f;
 }
 
 //===----------------------------------------------------------------------===//
@@ -192,7 +156,7 @@ struct GlobalAct {
   bool vec; ///< x (and normW) 16-byte aligned: 8 columns per load
 
   __device__ __forceinline__ float norm(float v, float w) const {
-    return dev::roundBf16(dev::roundBf16(v * r) * w);
+    return dev::bf16ToF(static_cast<uint16_t>(dev::rmsNormBf16(v, w, r)));
   }
   __device__ __forceinline__ float at(int64_t c) const {
     const float v = dev::bf16ToF(x[c]);
@@ -205,11 +169,7 @@ struct GlobalAct {
         o[j] = at(c + j);
       return;
     }
-    const uint4 v = *reinterpret_cast<const uint4 *>(x + c);
-    const uint32_t w[4] = {v.x, v.y, v.z, v.w};
-#pragma unroll
-    for (int j = 0; j < 4; ++j)
-      o[2 * j] = loF(w[j]), o[2 * j + 1] = hiF(w[j]);
+    dev::bf16x8ToF(*reinterpret_cast<const uint4 *>(x + c), o);
     if (normW) {
       const uint4 n = *reinterpret_cast<const uint4 *>(normW + c);
       const uint32_t m[4] = {n.x, n.y, n.z, n.w};
@@ -265,67 +225,10 @@ __device__ void stage(float4 *xs, int64_t n, const GlobalAct &act) {
 // Row dot products
 //===----------------------------------------------------------------------===//
 
-/// acc + Σ_j code_j · x_j · 2^-14 over the 8 E2M1 codes of `w` (code j in
-/// bits 4j..4j+3: byte i holds columns 2i (low nibble) and 2i + 1).
-///
-/// A code c = (s e1 e0 m) becomes the fp16 value with sign s, exponent field
-/// e1 e0 and top mantissa bit m: exactly c · 2^-14 for every code (e = 0
-/// lands on fp16's subnormals, 0 and 0.5 · 2^-14). Its high byte is
-/// H(c) = s << 7 | (e1 e0 m) << 1, its low byte 0. H of the four odd columns
-/// and of the four even columns come from a few word-wide bit operations, a
-/// byte permute pairs them into fp16x2 words (zero low bytes), and each half
-/// widens to fp32: about 2.4 instructions per code, no table.
-__device__ __forceinline__ float mxfp4Dot8(uint32_t w, const float (&x)[8],
-                                           float acc) {
-  const uint32_t odd = (w & 0x80808080u) | ((w >> 3) & 0x0e0e0e0eu);
-  const uint32_t even = ((w << 4) & 0x80808080u) | ((w << 1) & 0x0e0e0e0eu);
-  // Byte 4 of the pool {v, 0} is zero: [0, H(col a), 0, H(col b)].
-  const float2 c02 = halfPair(__byte_perm(even, 0u, 0x1404u));
-  const float2 c46 = halfPair(__byte_perm(even, 0u, 0x3424u));
-  const float2 c13 = halfPair(__byte_perm(odd, 0u, 0x1404u));
-  const float2 c57 = halfPair(__byte_perm(odd, 0u, 0x3424u));
-  acc = fmaf(c02.x, x[0], acc);
-  acc = fmaf(c13.x, x[1], acc);
-  acc = fmaf(c02.y, x[2], acc);
-  acc = fmaf(c13.y, x[3], acc);
-  acc = fmaf(c46.x, x[4], acc);
-  acc = fmaf(c57.x, x[5], acc);
-  acc = fmaf(c46.y, x[6], acc);
-  acc = fmaf(c57.y, x[7], acc);
-  return acc;
-}
-
-/// 2^(e - 127) for an E8M0 scale byte (0: the subnormal 2^-127; 255: NaN),
-/// without branches.
-__device__ __forceinline__ float e8m0Scale(uint32_t e) {
-  uint32_t bits = e ? e << 23 : 0x00400000u;
-  bits = e == 255u ? 0x7fc00000u : bits;
-  return __uint_as_float(bits);
-}
-
-__device__ __forceinline__ float bf16Dot8(uint4 q, const float (&x)[8],
-                                          float acc) {
-  const uint32_t w[4] = {q.x, q.y, q.z, q.w};
-#pragma unroll
-  for (int j = 0; j < 4; ++j) {
-    acc = fmaf(loF(w[j]), x[2 * j], acc);
-    acc = fmaf(hiF(w[j]), x[2 * j + 1], acc);
-  }
-  return acc;
-}
-
+using dev::bf16Dot8;
+using dev::mxfp4Dot8;
 using dev::prefetchL2Line;
-
-/// Asks L2 for the 128-byte lines of [p, p + bytes), lane l taking lines
-/// l, l + 32, ... (a hint: no registers held, no fault; a line holding any
-/// byte of the range is mapped).
-__device__ __forceinline__ void prefetchL2(const void *p, int64_t bytes) {
-  const uintptr_t b = reinterpret_cast<uintptr_t>(p);
-  const uintptr_t e = b + bytes;
-  for (uintptr_t a = (b & ~uintptr_t(127)) + 128 * (threadIdx.x & 31); a < e;
-       a += 32 * 128)
-    prefetchL2Line(reinterpret_cast<const void *>(a));
-}
+using dev::prefetchL2Warp;
 
 /// Prefetches the heads of rows `rows` of the NM matrices (k columns) into
 /// L2: the first kAheadBf16 bytes of a bf16 row (the loop then keeps that far
@@ -340,10 +243,11 @@ prefetchHeads(const WeightRef (&w)[NM], const int64_t (&rows)[NR], int64_t k) {
 #pragma unroll
     for (int r = 0; r < NR; ++r) {
       if (w[m].format == kWeightMxfp4) {
-        prefetchL2(w[m].packed + rows[r] * (k / 2), min(k / 2, kHeadMxfp4));
-        prefetchL2(w[m].scale + rows[r] * (k / 32), min(k / 32, kHeadMxfp4));
+        prefetchL2Warp(w[m].packed + rows[r] * (k / 2), min(k / 2, kHeadMxfp4));
+        prefetchL2Warp(w[m].scale + rows[r] * (k / 32),
+                       min(k / 32, kHeadMxfp4));
       } else {
-        prefetchL2(w[m].bf16 + rows[r] * k, min(2 * k, kAheadBf16));
+        prefetchL2Warp(w[m].bf16 + rows[r] * k, min(2 * k, kAheadBf16));
       }
     }
 }
@@ -416,19 +320,16 @@ __device__ __forceinline__ void rowDots(const WeightRef (&w)[NM],
             part[s] = mxfp4Dot8(q[u][s].y, x, part[s]);
             eMax = max(eMax, e[u][s]);
           }
-          if (eMax <= 240u) {
-            // 2^14 · 2^(e - 127) = 2^(e - 113) is a normal float (e = 0
-            // included): one integer op per scale.
+          if (eMax <= dev::kE8m0FastMax) {
+            // 2^14 · 2^(e - 127) is a normal float: one integer op per scale.
 #pragma unroll
             for (int s = 0; s < NS; ++s)
-              acc[s] = fmaf(part[s],
-                            __uint_as_float(e[u][s] * 0x800000u + 0x07000000u),
-                            acc[s]);
+              acc[s] = fmaf(part[s], dev::e8m0Times2p14(e[u][s]), acc[s]);
           } else {
             // Scales of 2^114 and up, or NaN: two steps.
 #pragma unroll
             for (int s = 0; s < NS; ++s)
-              acc[s] = fmaf(part[s] * 16384.0f, e8m0Scale(e[u][s]), acc[s]);
+              acc[s] = fmaf(part[s] * 16384.0f, dev::e8m0ToF(e[u][s]), acc[s]);
           }
         }
       }
@@ -523,10 +424,7 @@ __device__ __forceinline__ void leaveQueue(WorkQueue &wq) {
 }
 
 /// Fills out[0..n) with NaN (a launch outside the scratch limits).
-__device__ void fillNaN(uint16_t *out, int64_t n) {
-  for (int64_t i = dev::globalThread(); i < n; i += dev::gridThreads())
-    out[i] = kBf16NaN;
-}
+using dev::fillNaN;
 
 /// (rank, index) as one integer whose order is the router's: larger rank
 /// first, equal ranks (+0 == -0) by the lower index, NaN after every number
@@ -793,7 +691,7 @@ __device__ __forceinline__ void moeGateUp(const MoeExpertsParams &p,
     gMoeAct[int64_t(k) * sh.aStride + i0 + lane] =
         valid ? dev::fToBf16(dev::gatedActF(p.activation, p.beta1, p.hasBeta2,
                                             p.beta2, g, u))
-              : kBf16NaN;
+              : dev::kBf16NaN;
   }
 }
 

@@ -17,42 +17,13 @@ namespace {
 /// so x and w are read once, in one round trip.
 constexpr int kRegChunks = 4;
 
-__device__ __forceinline__ bool aligned16(const void *p) {
-  return (reinterpret_cast<uintptr_t>(p) & 15u) == 0;
-}
+using dev::aligned16;
 
-__device__ __forceinline__ float loF(uint32_t w) {
-  return __uint_as_float(w << 16);
-}
-__device__ __forceinline__ float hiF(uint32_t w) {
-  return __uint_as_float(w & 0xffff0000u);
-}
-
-/// Σ of the squares of the 8 bf16 values of a chunk.
-__device__ __forceinline__ float sumSquares(uint4 v) {
-  const uint32_t words[4] = {v.x, v.y, v.z, v.w};
-  float s = 0.0f;
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const float a = loF(words[i]), b = hiF(words[i]);
-    s += a * a;
-    s += b * b;
-  }
-  return s;
-}
-
-/// R(R(x · r) · w), as cpu::rmsNormBf16.
-__device__ __forceinline__ uint32_t normOne(float x, float w, float r) {
-  return dev::fToBf16(dev::roundBf16(x * r) * w);
-}
-
-__device__ __forceinline__ uint32_t normPair(uint32_t x, uint32_t w, float r) {
-  return normOne(loF(x), loF(w), r) | (normOne(hiF(x), hiF(w), r) << 16);
-}
-
+/// rmsNormPair of the 8 elements of a 16-byte chunk of x and of w.
 __device__ __forceinline__ uint4 normChunk(uint4 x, uint4 w, float r) {
-  return make_uint4(normPair(x.x, w.x, r), normPair(x.y, w.y, r),
-                    normPair(x.z, w.z, r), normPair(x.w, w.w, r));
+  return make_uint4(
+      dev::rmsNormPair(x.x, w.x, r), dev::rmsNormPair(x.y, w.y, r),
+      dev::rmsNormPair(x.z, w.z, r), dev::rmsNormPair(x.w, w.w, r));
 }
 
 /// rsqrt(mean + eps) from the block's sum of squares, exactly as the CPU
@@ -100,7 +71,7 @@ extern "C" __global__ void __launch_bounds__(1024)
 #pragma unroll
     for (int i = 0; i < kRegChunks; ++i)
       if (tid + i * threads < nv)
-        s += sumSquares(xr[i]);
+        s += dev::sumSquares8(xr[i], 0.0f);
     // The last n % 8 elements: one per thread.
     const int64_t j = (static_cast<int64_t>(nv) << 3) + tid;
     const bool tail = j < n;
@@ -119,7 +90,7 @@ extern "C" __global__ void __launch_bounds__(1024)
         ov[c] = normChunk(xr[i], wr[i], r);
     }
     if (tail)
-      p.out[j] = static_cast<uint16_t>(normOne(xt, wt, r));
+      p.out[j] = static_cast<uint16_t>(dev::rmsNormBf16(xt, wt, r));
     return;
   }
 
@@ -132,5 +103,5 @@ extern "C" __global__ void __launch_bounds__(1024)
   const float r = factor(dev::blockSum(s, scratch), n, p.eps);
   for (int64_t i = tid; i < n; i += threads)
     p.out[i] = static_cast<uint16_t>(
-        normOne(dev::bf16ToF(p.x[i]), dev::bf16ToF(p.w[i]), r));
+        dev::rmsNormBf16(dev::bf16ToF(p.x[i]), dev::bf16ToF(p.w[i]), r));
 }
