@@ -27,8 +27,8 @@
 //
 //===----------------------------------------------------------------------===//
 #include "tools/k3-mkmodel/ModelMaker.h"
-#include "runtime/model/ModelWeights.h"
 #include "runtime/io/Safetensors.h"
+#include "runtime/model/Tensors.h"
 
 #include "kernels/common/BF16.h"
 #include "kernels/common/MXFP4.h"
@@ -220,23 +220,24 @@ struct Init {
   int64_t count = 0;  ///< ALog: heads with values (the rest is padding)
 };
 
-/// Chooses the init from the tensor's name and shape (K3.md §10 names).
+/// Chooses the init of tensor `id` (its role in the tensor table) from its
+/// stored spec `s`.
 ///
 /// The scales keep activations at realistic sizes (sublayer outputs a
 /// correction to the stream, gentle KDA gates); Plant adds the structure
 /// that makes greedy decoding well conditioned. Scales alone (without
 /// Plant) held 64 identical tokens in 15 of 22 seed/preset pairs; with it,
 /// 32 of 32 (test/unit/e2e/conditioning_report).
-Init initFor(const ModelConfig &c, const TensorSpec &s) {
+Init initFor(const ModelConfig &c, TensorId id, const TensorSpec &s) {
+  using I = TensorId;
   const float D = static_cast<float>(c.hiddenSize);
-  const std::string &n = s.name;
   Init init;
-  if (endsWith(n, "A_log")) {
+  switch (id) {
+  case I::KdaALog:
     init.kind = Init::ALog;
     init.count = c.kda.numHeads;
     return init;
-  }
-  if (endsWith(n, "dt_bias")) {
+  case I::KdaDtBias:
     // z = f + dt_bias sits around -3.5, where the gates are gentle: the
     // softplus gate g = -a·softplus(z) gives decays exp(g) of about
     // 0.6-0.97 and dg/dz = -a·sigmoid(z) stays below ~0.5; the lower-bound
@@ -248,55 +249,66 @@ Init initFor(const ModelConfig &c, const TensorSpec &s) {
     init.a = -5.0f;
     init.b = -2.0f;
     return init;
-  }
-  if (endsWith(n, "e_score_correction_bias")) {
+  case I::MoeGateBias:
     // Small next to the spread of the scores, so routing follows the token.
     init.a = 0.05f;
     return init;
-  }
-  if (endsWith(n, "norm.weight")) { // every RMSNorm, incl. q_a/kv_a_layernorm
+  case I::InputLayernorm: // every RMSNorm weight
+  case I::PostAttentionLayernorm:
+  case I::SelfAttentionResNorm:
+  case I::MlpResNorm:
+  case I::KdaONorm:
+  case I::MlaQALayernorm:
+  case I::MlaKvALayernorm:
+  case I::RoutedExpertNorm:
+  case I::FinalNorm:
+  case I::OutputAttnResNorm:
     init.kind = Init::NormWeight;
     return init;
-  }
-  if (endsWith(n, "embed_tokens.weight")) {
+  case I::EmbedTokens:
     init.kind = Init::PlantedEmbed;
     return init;
-  }
-  if (endsWith(n, "lm_head.weight")) {
+  case I::LmHead:
     init.kind = Init::PlantedHead;
     init.a = 2.0f / std::sqrt(D);
     init.count = s.shape.back();
     return init;
-  }
-  if (endsWith(n, "block_sparse_moe.gate.weight")) {
+  case I::MoeGate:
     init.kind = Init::PlantedRouter;
     init.a = 2.0f / std::sqrt(D);
     init.count = s.shape.back();
     return init;
-  }
-  if (endsWith(n, "_res_proj.weight")) {
+  case I::SelfAttentionResProj:
+  case I::MlpResProj:
+  case I::OutputAttnResProj:
     init.kind = Init::PlantedAttnRes;
     init.a = 1.0f / std::sqrt(D); // times plant.attnResStd
     return init;
-  }
-  if (endsWith(n, "conv1d.weight")) {
+  case I::KdaQConv:
+  case I::KdaKConv:
+  case I::KdaVConv:
     init.a = 0.5f;
     return init;
+  default:
+    break;
   }
   // A Linear [out, in] (bf16 weight, or MXFP4 packed with in/2 columns):
   // std k/sqrt(in), so with inputs of RMS ~1 the output has RMS ~k.
   float in = static_cast<float>(s.shape.back());
-  if (endsWith(n, ".weight_packed"))
+  if (endsWith(s.name, ".weight_packed"))
     in *= 2;
   float k = 1.0f;
-  if (endsWith(n, "o_proj.weight")) {
+  switch (id) {
+  case I::KdaOProj:
+  case I::MlaOProj:
     // KDA/MLA outputs of RMS ~0.4: with AttnRes the first mixer of a block
     // IS the block's stream (p = a), so it must stay well above the FFN
     // corrections added to it.
     k = 1.0f;
-  } else if (endsWith(n, ".w2.weight") || endsWith(n, ".w2.weight_packed") ||
-             endsWith(n, "routed_expert_up_proj.weight") ||
-             endsWith(n, "shared_experts.down_proj.weight")) {
+    break;
+  case I::ExpertW2:
+  case I::RoutedExpertUpProj:
+  case I::SharedDownProj:
     // Routed and shared expert outputs of RMS ~0.06, about 0.1 of the
     // stream. Large enough that routing matters to the logits (a router
     // forced to expert 0 moves them by 6-7%, three times the e2e bound;
@@ -304,10 +316,15 @@ Init initFor(const ModelConfig &c, const TensorSpec &s) {
     // stream (at 0.1 the tiny models' logits error against the reference
     // grew to 1.25e-2 and their top-2 gaps shrank to 1.4).
     k = 0.06f;
-  } else if (endsWith(n, "mlp.down_proj.weight")) {
+    break;
+  case I::MlpDownProj:
     k = 0.05f; // dense layer 0: a correction to the first stream as well
-  } else if (endsWith(n, "f_b_proj.weight")) {
+    break;
+  case I::KdaFBProj:
     k = 0.5f; // gate pre-activation f of RMS ~0.5 around dt_bias (above)
+    break;
+  default:
+    break;
   }
   init.a = k / std::sqrt(in);
   return init;
@@ -474,6 +491,7 @@ private:
 struct Shard {
   std::string file;
   std::vector<TensorSpec> specs;
+  std::vector<TensorId> ids; ///< each spec's role in the tensor table
   uint64_t bytes = 0;
 };
 
@@ -485,6 +503,7 @@ struct Shard {
 struct Piece {
   size_t shard = 0;
   const TensorSpec *spec = nullptr; ///< the dense tensor, or the packed part
+  TensorId id = TensorId::Count;    ///< spec's role in the tensor table
   bool mxfp4 = false;
   int64_t begin = 0, end = 0; ///< dense: values [begin, end)
   uint64_t bytes = 0;
@@ -559,6 +578,7 @@ private:
           Piece p;
           p.shard = k;
           p.spec = &s;
+          p.id = shards_[k].ids[i];
           p.mxfp4 = true;
           p.bytes =
               bytes + *tensorByteSize(specs[i + 1].dtype, specs[i + 1].shape);
@@ -578,6 +598,7 @@ private:
           Piece p;
           p.shard = k;
           p.spec = &s;
+          p.id = shards_[k].ids[i];
           p.begin = b;
           p.end = std::min(numel, b + step);
           p.bytes = static_cast<uint64_t>(p.end - p.begin) * size;
@@ -592,11 +613,11 @@ private:
   void generate(const Piece &p, Buffer &out, Scratch &scratch) const {
     uint8_t *dst = out.resize(static_cast<size_t>(p.bytes));
     if (p.mxfp4) {
-      generateMxfp4(*p.spec, dst, scratch);
+      generateMxfp4(p.id, *p.spec, dst, scratch);
       return;
     }
     const TensorSpec &s = *p.spec;
-    Drawer drawer(plant_, initFor(config_, s), tensorRng(seed_, s.name),
+    Drawer drawer(plant_, initFor(config_, p.id, s), tensorRng(seed_, s.name),
                   tensorRng(seed_, s.name + "#plant").next(), p.begin);
     // In blocks that stay in the cache, then rounded or copied.
     constexpr int64_t kBlock = 8192;
@@ -618,10 +639,10 @@ private:
   /// An MXFP4 expert matrix: drawn in float a few rows at a time and
   /// quantised (row by row, so in blocks of rows gives the same bytes);
   /// `dst` gets all packed rows, then all scale rows.
-  void generateMxfp4(const TensorSpec &packedSpec, uint8_t *dst,
+  void generateMxfp4(TensorId id, const TensorSpec &packedSpec, uint8_t *dst,
                      Scratch &scratch) const {
     const int64_t rows = packedSpec.shape[0], in = packedSpec.shape[1] * 2;
-    Drawer drawer(plant_, initFor(config_, packedSpec),
+    Drawer drawer(plant_, initFor(config_, id, packedSpec),
                   tensorRng(seed_, packedSpec.name), 0);
     const int64_t block = std::max<int64_t>(1, (int64_t(1) << 16) / in);
     const int64_t packedRow = in / 2, scaleRow = in / kMxfp4BlockSize;
@@ -769,9 +790,10 @@ private:
   std::vector<uint8_t> staged_; ///< bytes of small pieces not yet appended
 };
 
-/// Splits the specs into shards of at most `shardBytes` (0: one file),
-/// keeping an MXFP4 packed/scale pair together.
+/// Splits the specs (of roles `ids`) into shards of at most `shardBytes`
+/// (0: one file), keeping an MXFP4 packed/scale pair together.
 std::vector<Shard> planShards(const std::vector<TensorSpec> &specs,
+                              const std::vector<TensorId> &ids,
                               int64_t shardBytes) {
   std::vector<Shard> shards(1);
   for (size_t i = 0; i < specs.size(); ++i) {
@@ -785,8 +807,11 @@ std::vector<Shard> planShards(const std::vector<TensorSpec> &specs,
         shards.back().bytes + group > static_cast<uint64_t>(shardBytes))
       shards.emplace_back();
     shards.back().specs.push_back(specs[i]);
-    if (pair)
+    shards.back().ids.push_back(ids[i]);
+    if (pair) {
       shards.back().specs.push_back(specs[++i]);
+      shards.back().ids.push_back(ids[i]);
+    }
     shards.back().bytes += group;
   }
   if (shardBytes <= 0) {
@@ -862,11 +887,12 @@ Status makeModel(const ModelConfig &config, uint64_t seed,
   K3_RETURN_IF_ERROR(removeStaleCheckpoint(root));
   K3_RETURN_IF_ERROR(writeText(root / "config.json", writeConfigJson(config)));
 
-  std::vector<TensorSpec> specs = expectedTensorSpecs(config, dtypes);
+  std::vector<TensorId> ids;
+  std::vector<TensorSpec> specs = expectedTensorSpecs(config, dtypes, &ids);
   for (const TensorSpec &s : specs)
     if (!tensorByteSize(s.dtype, s.shape))
       return makeError("tensor ", s.name, " is too large");
-  std::vector<Shard> shards = planShards(specs, shardBytes);
+  std::vector<Shard> shards = planShards(specs, ids, shardBytes);
 
   Maker maker(config, seed, root, shards, std::move(progress),
               structure == Structure::Planted);
