@@ -1,8 +1,8 @@
 //===- Sampling.h - Choosing the next token from the logits -----*- C++ -*-===//
 //
-// Greedy (argmax, ties to the lowest id: the argmaxCpu rule shared with
-// CpuDecoder) unless a temperature is set; then a token is drawn from
-// softmax(logits / T) restricted to the top-p set: the smallest set of
+// Greedy (argmax, ties to the lowest id: the rule of argmaxCpu, the
+// table's argmax kernel) unless a temperature is set; then a token is drawn
+// from softmax(logits / T) restricted to the top-p set: the smallest set of
 // tokens, taken in order of probability (ties by lower id), whose
 // cumulative probability reaches P. The draw uses the project's own PRNG
 // (xoshiro256**, seeded through splitmix64) and only integer and double

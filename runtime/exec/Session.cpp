@@ -1,9 +1,9 @@
 //===- Session.cpp - The greedy decode loop over a bound plan -------------===//
 //
 // Every request is checked before the first step so that a bad request never
-// leaves a half-decoded sequence behind, and the greedy choice uses the same
-// CPU entry point (argmaxCpu, through Sampler) as CpuDecoder so their tie
-// rules cannot drift.
+// leaves a half-decoded sequence behind, and the greedy choice uses the CPU
+// entry point argmaxCpu (through Sampler), the argmax kernel of the table, so
+// host-side and device-side greedy decode cannot drift in their tie rules.
 //
 //===----------------------------------------------------------------------===//
 #include "runtime/exec/Session.h"

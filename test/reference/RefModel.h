@@ -62,8 +62,10 @@ public:
 
   int64_t position() const { return pos_; }
 
-  /// When set, every step appends per layer the stream after the mixer (p)
-  /// and after the FFN (x), the same rows CpuDecoder::setTrace records.
+  /// When set, every step appends per layer the mixer input (h), the stream
+  /// after the mixer (p), the FFN input (m) and the stream after the FFN (x);
+  /// p and x are the rows a plan's probes "layers.<l>.mixer" and
+  /// "layers.<l>.out" hold (docs/PLAN.md).
   void setTrace(std::vector<Vec> *trace) { trace_ = trace; }
 
   /// Teacher-forced checks: at a MoE layer whose router margin (the k-th

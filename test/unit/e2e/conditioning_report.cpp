@@ -1,8 +1,9 @@
 //===- conditioning_report.cpp - How well conditioned a made model is -----===//
 //
 // Not a test: a measuring tool for tuning the model maker's scales. Makes a
-// preset with a seed, decodes a prompt greedily with the CpuDecoder and the
-// float64 RefModel, and prints one line per model with where the decodes part
+// preset with a seed, decodes a prompt greedily with the plan the built k3c
+// compiles for it (`--fusion=default`, run through a Session on the CPU
+// backend) and with the float64 RefModel, and prints one line per model with where the decodes part
 // (if they do), the logits error before that, the smallest router margin and
 // top-2 logit gap the reference met, and the activation sizes per layer
 // (sublayer outputs relative to the stream they are added to).
@@ -10,10 +11,14 @@
 //   e2e_conditioning_report PRESET SEED [PROMPT_SEED [NEW_TOKENS [-v]]]
 //
 // PROMPT_SEED 0 is the e2e test's fixed prompt; others draw 8 random ids.
+// With -v, the prompt steps are teacher-forced and the plan's probes (each
+// layer's stream after its mixer and after its FFN) compared with the
+// reference's rows. Built only with the compiler (it runs k3c).
 //
 //===----------------------------------------------------------------------===//
 #include "runtime/model/Config.h"
-#include "runtime/exec/CpuDecoder.h"
+#include "runtime/exec/Session.h"
+#include "runtime/plan/Plan.h"
 #include "tools/k3-mkmodel/ModelMaker.h"
 #include "runtime/model/ModelWeights.h"
 #include "runtime/model/Presets.h"
@@ -87,14 +92,24 @@ int main(int argc, char **argv) {
     }
   }
 
-  auto dec = CpuDecoder::create(*config, *weights,
-                                static_cast<int64_t>(prompt.size()) + maxNew);
-  if (!dec)
-    return fail(dec.message());
-  std::vector<std::vector<float>> gotLogits;
-  auto got = dec->greedy(prompt, maxNew, &gotLogits);
-  if (!got)
-    return fail(got.message());
+  const int64_t maxSeq = static_cast<int64_t>(prompt.size()) + maxNew;
+  const std::string planPath = dir + "/model.plan";
+  const std::string k3c = std::string(K3C_TEST_K3C) + " " + dir + " -o " +
+                          planPath + " --fusion=default --max-seq=" +
+                          std::to_string(maxSeq);
+  if (std::system(k3c.c_str()) != 0)
+    return fail("k3c failed: " + k3c);
+  auto plan = readPlanFile(planPath);
+  if (!plan)
+    return fail(plan.message());
+  auto session = Session::open(plan.take(), dir);
+  if (!session)
+    return fail(session.message());
+  auto gen = (*session)->generate(prompt, maxNew, /*keepLogits=*/true);
+  if (!gen)
+    return fail(gen.message());
+  const std::vector<int64_t> *got = &gen->tokens;
+  const ref::LogitRows gotRows = ref::logitRowsFromFlat(gen->logits, gen->vocab);
   auto refd = ref::referenceGreedy(*config, *weights, prompt, maxNew);
   if (!refd)
     return fail(refd.message());
@@ -106,32 +121,40 @@ int main(int argc, char **argv) {
                                     static_cast<int64_t>(prompt.size()));
     if (!rm)
       return fail(rm.message());
-    dec->reset();
+    auto forced = (*session)->teacherForce(prompt);
+    if (!forced)
+      return fail(forced.message());
+    // The reference's trace holds h, p, m, x per layer; a probe
+    // "layers.<l>.mixer" is p, "layers.<l>.out" is x.
+    const PlanDoc &pd = (*session)->plan();
+    std::vector<size_t> traceRow;
+    for (const PlanProbe &pr : pd.probes) {
+      const size_t dot = pr.name.find('.', 7);
+      const size_t l = std::strtoull(pr.name.c_str() + 7, nullptr, 10);
+      traceRow.push_back(4 * l + (pr.name.substr(dot + 1) == "mixer" ? 1 : 3));
+    }
     std::vector<ref::Vec> refTrace;
-    std::vector<std::vector<float>> gotTrace;
     (*rm)->setTrace(&refTrace);
-    dec->setTrace(&gotTrace);
-    for (int64_t t : prompt) {
+    for (size_t i = 0; i < prompt.size(); ++i) {
       refTrace.clear();
-      gotTrace.clear();
-      ref::Vec r = (*rm)->step(t);
-      auto g = dec->step(t);
-      if (!g)
-        return fail(g.message());
-      promptErr.push_back(
-          ref::rowRelErr(r, std::vector<double>(g->begin(), g->end())));
-      if (verbose && refTrace.size() == gotTrace.size()) {
+      ref::Vec r = (*rm)->step(prompt[i]);
+      const ProbedStep &g = (*forced)[i];
+      promptErr.push_back(ref::rowRelErr(
+          r, std::vector<double>(g.logits.begin(), g.logits.end())));
+      if (verbose) {
         // Where the error enters: the stream after each mixer (p) and FFN
         // (x), layer by layer, and how many elements differ at all.
-        std::printf("  step %zu trace (p/x rel err, #diff):",
-                    promptErr.size() - 1);
-        for (size_t i = 0; i < refTrace.size(); ++i) {
-          std::vector<double> gd(gotTrace[i].begin(), gotTrace[i].end());
+        std::printf("  step %zu probes (rel err, #diff):", i);
+        for (size_t k = 0; k < g.probes.size() && k < traceRow.size(); ++k) {
+          if (traceRow[k] >= refTrace.size())
+            continue;
+          const ref::Vec &rv = refTrace[traceRow[k]];
+          std::vector<double> gd(g.probes[k].begin(), g.probes[k].end());
           int64_t nd = 0;
-          for (size_t j = 0; j < gd.size(); ++j)
-            nd += gd[j] != refTrace[i][j];
-          std::printf(" %c%zu %.1e/%lld", "hpmx"[i % 4], i / 4,
-                      ref::rowRelErr(refTrace[i], gd), (long long)nd);
+          for (size_t j = 0; j < gd.size() && j < rv.size(); ++j)
+            nd += gd[j] != rv[j];
+          std::printf(" %c%zu %.1e/%lld", traceRow[k] % 4 == 1 ? 'p' : 'x',
+                      traceRow[k] / 4, ref::rowRelErr(rv, gd), (long long)nd);
         }
         std::printf("\n");
       }
@@ -140,8 +163,8 @@ int main(int argc, char **argv) {
 
   ref::DecodeCompareOptions opt;
   opt.maxRowRelErr = 1.0;
-  auto cmp = ref::compareDecode(refd->tokens, refd->logits, *got,
-                                ref::logitRowsFromFloat(gotLogits), opt);
+  auto cmp =
+      ref::compareDecode(refd->tokens, refd->logits, *got, gotRows, opt);
 
   // The reference's near-ties over the compared part of the decode.
   const int64_t lastPos =
@@ -188,8 +211,7 @@ int main(int argc, char **argv) {
       maxOutAlpha = std::max(maxOutAlpha, v);
   double firstRowErr =
       cmp.rowsCompared > 0
-          ? ref::rowRelErr(refd->logits[0],
-                           ref::logitRowsFromFloat(gotLogits)[0])
+          ? ref::rowRelErr(refd->logits[0], gotRows[0])
           : -1;
 
   std::printf("%-12s seed %-6llu prompt %-4llu first_mismatch %3lld  "

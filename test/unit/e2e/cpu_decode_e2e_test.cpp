@@ -1,24 +1,28 @@
-//===- cpu_decode_e2e_test.cpp - CpuDecoder against the float64 RefModel
-//---===//
+//===- cpu_decode_e2e_test.cpp - k3c's plans against the float64 RefModel
+//-===//
 //
 // Makes the `tiny` (every K3 feature: AttnRes, latent MXFP4 MoE, SiTU, gated
 // MLA, lower-bound KDA gate) and `tiny-linear` (Kimi-Linear form: plain
 // residuals, full-hidden bf16 MoE, SwiGLU, softplus KDA gate, low-rank KDA
 // gate, direct q_proj) models with the model maker, loads them the way a user
 // does (config.json parsed back, safetensors mapped, names bound), and decodes
-// 64 tokens greedily with the CPU decoder and with the reference. The tokens
-// must be identical and the logits close; the decode must also be
-// non-degenerate, or agreement would prove nothing.
+// 64 tokens greedily with the plan of every fusion strategy that the built
+// k3c compiles for it (run through a Session on the CPU backend;
+// test/unit/runtime/CompiledPlan.h) and with the reference. The tokens must
+// be identical and the logits close; the decode must also be
+// non-degenerate, or agreement would prove nothing. Without a compiler the
+// decode tests skip.
 //
 //===----------------------------------------------------------------------===//
 #include "runtime/model/Config.h"
-#include "runtime/exec/CpuDecoder.h"
+#include "runtime/exec/Session.h"
 #include "tools/k3-mkmodel/ModelMaker.h"
 #include "runtime/model/ModelWeights.h"
 #include "runtime/model/Presets.h"
 #include "runtime/io/Safetensors.h"
 #include "test/reference/Compare.h"
 #include "test/reference/RefModel.h"
+#include "test/unit/runtime/CompiledPlan.h"
 
 #include <gtest/gtest.h>
 
@@ -82,42 +86,56 @@ const std::vector<int64_t> kPrompt = {1, 17, 245, 3, 999, 512, 64, 800};
 constexpr int64_t kNewTokens = 64;
 
 struct E2eResult {
-  ref::DecodeCompareResult cmp;
+  /// One comparison per fusion strategy (test::kFusionStrategies).
+  std::vector<ref::DecodeCompareResult> cmp;
   ref::RefDecode ref;
-  std::vector<int64_t> got;
 };
 
-/// Decodes with both and compares every one of the 64 rows; `tolerance` is
-/// the per-row logits bound.
+/// Decodes with the reference and with each strategy's plan and compares
+/// every one of the 64 rows; `tolerance` is the per-row logits bound.
 void decodeBoth(const MadeModel &m, double tolerance, E2eResult &r) {
-  auto dec = CpuDecoder::create(
-      m.config, m.weights, static_cast<int64_t>(kPrompt.size()) + kNewTokens);
-  ASSERT_TRUE(dec) << dec.message();
-  std::vector<std::vector<float>> gotLogits;
-  auto got = dec->greedy(kPrompt, kNewTokens, &gotLogits);
-  ASSERT_TRUE(got) << got.message();
-  r.got = *got;
-
   auto refd = ref::referenceGreedy(m.config, m.weights, kPrompt, kNewTokens);
   ASSERT_TRUE(refd) << refd.message();
   r.ref = refd.take();
-
-  ref::DecodeCompareOptions opt;
-  opt.maxRowRelErr = tolerance;
-  r.cmp = ref::compareDecode(r.ref.tokens, r.ref.logits, r.got,
-                             ref::logitRowsFromFloat(gotLogits), opt);
   // How far the reference stayed from a near-tie (informational: a made
   // model is built with margins; see struct Plant in ModelMaker.cpp).
   double minMargin = 1e300;
   for (const auto &pos : r.ref.routingMargins)
     for (double mg : pos)
       minMargin = std::min(minMargin, mg);
-  std::cout << "[e2e] " << r.cmp.diagnostic << "[e2e] reference margins: "
-            << "router " << minMargin << ", top-2 logit gap "
-            << ref::minTop2Gap(r.ref.logits) << "\n[e2e] tokens:";
-  for (int64_t t : r.got)
-    std::cout << " " << t;
-  std::cout << "\n";
+  std::cout << "[e2e] reference margins: router " << minMargin
+            << ", top-2 logit gap " << ref::minTop2Gap(r.ref.logits) << "\n";
+
+  const int64_t maxSeq = static_cast<int64_t>(kPrompt.size()) + kNewTokens;
+  for (const char *fusion : test::kFusionStrategies) {
+    auto plan = test::compiledPlan(m.config, fusion, maxSeq);
+    ASSERT_TRUE(plan) << plan.message();
+    auto session = Session::open(plan.take(), m.dir.path());
+    ASSERT_TRUE(session) << session.message();
+    auto got = (*session)->generate(kPrompt, kNewTokens, /*keepLogits=*/true);
+    ASSERT_TRUE(got) << got.message();
+    ref::DecodeCompareOptions opt;
+    opt.maxRowRelErr = tolerance;
+    r.cmp.push_back(ref::compareDecode(
+        r.ref.tokens, r.ref.logits, got->tokens,
+        ref::logitRowsFromFlat(got->logits, got->vocab), opt));
+    std::cout << "[e2e] --fusion=" << fusion << ": " << r.cmp.back().diagnostic
+              << "[e2e] tokens:";
+    for (int64_t t : got->tokens)
+      std::cout << " " << t;
+    std::cout << "\n";
+  }
+}
+
+/// Every strategy's decode agrees with the reference on all 64 rows.
+void expectAllMatch(const E2eResult &r) {
+  ASSERT_EQ(r.cmp.size(), std::size(test::kFusionStrategies));
+  for (size_t i = 0; i < r.cmp.size(); ++i) {
+    SCOPED_TRACE(std::string("--fusion=") + test::kFusionStrategies[i]);
+    EXPECT_TRUE(r.cmp[i].ok) << r.cmp[i].diagnostic;
+    EXPECT_EQ(r.cmp[i].firstTokenMismatch, -1);
+    EXPECT_EQ(r.cmp[i].rowsCompared, kNewTokens);
+  }
 }
 
 /// The decode is worth comparing: several distinct tokens, finite logits.
@@ -220,6 +238,7 @@ constexpr double kTinyLogitsTol = 2e-2;
 constexpr double kTinyLinearLogitsTol = 2e-2;
 
 TEST(E2eCpuDecode, TinyMatchesReference) {
+  K3C_SKIP_WITHOUT_COMPILER();
   MadeModel m;
   ASSERT_NO_FATAL_FAILURE(makeAndBind("tiny", 1234, m));
   ASSERT_TRUE(m.config.hasAttnRes() && m.config.hasLatentMoe() &&
@@ -227,23 +246,20 @@ TEST(E2eCpuDecode, TinyMatchesReference) {
       << "the tiny preset no longer covers K3's features";
   E2eResult r;
   ASSERT_NO_FATAL_FAILURE(decodeBoth(m, kTinyLogitsTol, r));
-  EXPECT_TRUE(r.cmp.ok) << r.cmp.diagnostic;
-  EXPECT_EQ(r.cmp.firstTokenMismatch, -1);
-  EXPECT_EQ(r.cmp.rowsCompared, kNewTokens);
+  expectAllMatch(r);
   expectNonDegenerate(r, m.config.vocabSize);
   expectRoutingVaries(r, m.config.numExpertsPerToken);
   expectAttnResMixes(r, m.config);
 }
 
 TEST(E2eCpuDecode, TinyLinearMatchesReference) {
+  K3C_SKIP_WITHOUT_COMPILER();
   MadeModel m;
   ASSERT_NO_FATAL_FAILURE(makeAndBind("tiny-linear", 4321, m));
   ASSERT_FALSE(m.config.hasAttnRes());
   E2eResult r;
   ASSERT_NO_FATAL_FAILURE(decodeBoth(m, kTinyLinearLogitsTol, r));
-  EXPECT_TRUE(r.cmp.ok) << r.cmp.diagnostic;
-  EXPECT_EQ(r.cmp.firstTokenMismatch, -1);
-  EXPECT_EQ(r.cmp.rowsCompared, kNewTokens);
+  expectAllMatch(r);
   expectNonDegenerate(r, m.config.vocabSize);
   expectRoutingVaries(r, m.config.numExpertsPerToken);
   expectNoAttnRes(r);
@@ -252,6 +268,7 @@ TEST(E2eCpuDecode, TinyLinearMatchesReference) {
 /// tiny-odd: every size and scalar distinct (P != R != V, lower bound -3.5,
 /// conv 3, top-3 of 12, no shared expert, two dense layers, eps 1e-4).
 TEST(E2eCpuDecode, TinyOddMatchesReference) {
+  K3C_SKIP_WITHOUT_COMPILER();
   MadeModel m;
   ASSERT_NO_FATAL_FAILURE(makeAndBind("tiny-odd", 4321, m));
   ASSERT_TRUE(m.config.hasAttnRes() && m.config.numSharedExperts == 0 &&
@@ -259,9 +276,7 @@ TEST(E2eCpuDecode, TinyOddMatchesReference) {
       << "tiny-odd no longer differs from tiny where it should";
   E2eResult r;
   ASSERT_NO_FATAL_FAILURE(decodeBoth(m, kTinyLogitsTol, r));
-  EXPECT_TRUE(r.cmp.ok) << r.cmp.diagnostic;
-  EXPECT_EQ(r.cmp.firstTokenMismatch, -1);
-  EXPECT_EQ(r.cmp.rowsCompared, kNewTokens);
+  expectAllMatch(r);
   expectNonDegenerate(r, m.config.vocabSize);
   expectRoutingVaries(r, m.config.numExpertsPerToken);
   expectAttnResMixes(r, m.config);

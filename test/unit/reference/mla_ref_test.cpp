@@ -21,8 +21,7 @@
 //
 // The score scale: the reference derives its own, 1/sqrt(P+R) in float64,
 // from the dims (mlaAttendNaive takes no scale), and the kernel gets the fp32
-// value the runtime passes (kernelScale below, as CpuDecoder and the plans
-// compute it), so the two sides never share a constant. The "distinct" shape
+// value the runtime passes (kernelScale below, as the plans compute it), so the two sides never share a constant. The "distinct" shape
 // has P, R, V, L and every sum of them that a kernel could mistake for P+R
 // different (P = 24, R = 8, V = 20, L = 40: P+R = 32, L+R = 48, P+V = 44,
 // V+R = 28), so a dims mix-up cannot hide behind equal sizes (K3 has

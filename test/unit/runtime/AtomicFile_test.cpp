@@ -13,7 +13,7 @@
 #include "runtime/plan/Plan.h"
 #include "runtime/model/Presets.h"
 
-#include "PlanTestUtil.h"
+#include "CompiledPlan.h"
 #include "TestUtil.h"
 
 #include <gtest/gtest.h>
@@ -210,9 +210,7 @@ TEST(AtomicFile, ConcurrentWritersNeverMix) {
 
 TEST(AtomicFile, PlanAndNpyWritersUseIt) {
   test::TempDir dir;
-  Expected<ModelConfig> c = presetConfig("tiny");
-  ASSERT_TRUE(c.hasValue());
-  const PlanDoc plan = test::buildDecodePlan(*c, 16);
+  K3C_COMPILED_PLAN(plan, presetConfig("tiny").take(), "default", 16);
   EXPECT_ERROR_CONTAINS(writePlanFile(dir.path(), plan),
                         "refusing to replace a directory");
   ASSERT_TRUE(writePlanFile(dir.file("m.plan"), plan).isOk());

@@ -18,7 +18,7 @@
 #include "runtime/io/Safetensors.h"
 #include "runtime/exec/Session.h"
 
-#include "PlanTestUtil.h"
+#include "CompiledPlan.h"
 #include "TestUtil.h"
 
 #include <gtest/gtest.h>
@@ -243,8 +243,12 @@ const test::TempDir &tinyModel() {
   return dir;
 }
 
-PlanDoc tinyPlan(test::PlanStyle style = test::PlanStyle::Finest) {
-  return test::buildDecodePlan(tinyConfig(), 16, style);
+/// k3c's `none` plan of tiny (kda_step and the other finest launches;
+/// CompiledPlan.h). The tests using it skip in a build without the compiler.
+PlanDoc tinyPlan(const std::string &fusion = "none") {
+  Expected<PlanDoc> p = test::compiledPlan(tinyConfig(), fusion, 16);
+  EXPECT_TRUE(p.hasValue()) << p.message();
+  return p ? p.take() : PlanDoc();
 }
 
 /// parsePlan and, when it accepts the plan, the CPU binding: the first
@@ -270,11 +274,13 @@ PlanLaunch &launchOf(PlanDoc &plan, const std::string &kernel) {
 }
 
 TEST(BadPlan, TheUneditedPlanBinds) {
+  K3C_SKIP_WITHOUT_COMPILER();
   Status s = loadAndBind(tinyPlan());
   EXPECT_TRUE(s.isOk()) << s.message();
 }
 
 TEST(BadPlan, SizeFieldsThatWouldWrap) {
+  K3C_SKIP_WITHOUT_COMPILER();
   // 2^58 heads: numHeads * headDim * 4 bytes wrapped to 0 before.
   PlanDoc p = tinyPlan();
   launchOf(p, "kda_step").arg("numHeads", PlanArg::integer(int64_t(1) << 58));
@@ -298,6 +304,7 @@ TEST(BadPlan, SizeFieldsThatWouldWrap) {
 }
 
 TEST(BadPlan, FieldsThatSizeAKernelVectorAreCheckedFirst) {
+  K3C_SKIP_WITHOUT_COMPILER();
   // The CPU router allocates numExperts floats, moe_experts interDim: each
   // must be covered by a weight before anything is allocated.
   PlanDoc p = tinyPlan();
@@ -310,6 +317,7 @@ TEST(BadPlan, FieldsThatSizeAKernelVectorAreCheckedFirst) {
 }
 
 TEST(BadPlan, InputsAreCheckedAtTheirSmallestValue) {
+  K3C_SKIP_WITHOUT_COMPILER();
   // headDim = pos is 0 at step 0: a division by zero (and an endless loop
   // in the kernel) if only the largest value were checked.
   PlanDoc p = tinyPlan();
@@ -328,6 +336,7 @@ TEST(BadPlan, InputsAreCheckedAtTheirSmallestValue) {
 }
 
 TEST(BadPlan, DeepOrDuplicatedJson) {
+  K3C_SKIP_WITHOUT_COMPILER();
   std::string body = serializePlanBody(tinyPlan());
   const std::string key = "\"max_seq\": 16";
   ASSERT_NE(body.find(key), std::string::npos);
@@ -349,6 +358,7 @@ TEST(BadPlan, DeepOrDuplicatedJson) {
 }
 
 TEST(BadPlan, LaunchShapesOutsideCudaLimits) {
+  K3C_SKIP_WITHOUT_COMPILER();
   PlanDoc p = tinyPlan();
   p.launches[0].grid = {0, 1, 1};
   EXPECT_ERROR_CONTAINS(loadAndBind(p), "outside CUDA's limits");
@@ -361,6 +371,7 @@ TEST(BadPlan, LaunchShapesOutsideCudaLimits) {
 }
 
 TEST(BadPlan, LaunchOrder) {
+  K3C_SKIP_WITHOUT_COMPILER();
   // A launch that reads a buffer no earlier launch wrote in this step.
   PlanDoc p = tinyPlan();
   p.launches.insert(p.launches.begin(), p.launches[1]);
@@ -377,6 +388,7 @@ TEST(BadPlan, LaunchOrder) {
 }
 
 TEST(BadPlan, MoreResidentMemoryThanAnyGpu) {
+  K3C_SKIP_WITHOUT_COMPILER();
   PlanDoc p = tinyPlan();
   p.arenaBytes = uint64_t(1) << 39;
   EXPECT_ERROR_CONTAINS(loadAndBind(p), "more than the 274877906944 (256 "
@@ -469,6 +481,7 @@ void poison(const std::string &dir, const std::string &name, uint16_t value,
 }
 
 TEST(BadWeights, NonFiniteLogitsStopTheDecode) {
+  K3C_SKIP_WITHOUT_COMPILER();
   const ModelConfig c = tinyConfig();
   const std::string head = c.tieWordEmbeddings
                                ? c.tensorPrefix + "model.embed_tokens.weight"
@@ -479,7 +492,7 @@ TEST(BadWeights, NonFiniteLogitsStopTheDecode) {
     ASSERT_TRUE(makeModel(c, 9, dir.path()).isOk());
     poison(dir.path(), head, 0x7f80, 37 * c.hiddenSize, c.hiddenSize);
     Expected<std::unique_ptr<Session>> s =
-        Session::open(test::buildDecodePlan(c, 16), dir.path());
+        Session::open(tinyPlan("default"), dir.path());
     ASSERT_TRUE(s.hasValue()) << s.message();
     Expected<GenerateResult> r = (*s)->generate({1, 2, 3}, 4);
     EXPECT_ERROR_CONTAINS(r, "decode step 0 (the logits after position 2) "
@@ -492,7 +505,7 @@ TEST(BadWeights, NonFiniteLogitsStopTheDecode) {
     ASSERT_TRUE(makeModel(c, 9, dir.path()).isOk());
     poison(dir.path(), c.tensorPrefix + "model.norm.weight", 0x7fc0);
     Expected<std::unique_ptr<Session>> s =
-        Session::open(test::buildDecodePlan(c, 16), dir.path());
+        Session::open(tinyPlan("default"), dir.path());
     ASSERT_TRUE(s.hasValue()) << s.message();
     Expected<GenerateResult> r = (*s)->generate({5}, 3);
     EXPECT_ERROR_CONTAINS(r, "decode step 0 (the logits after position 0) "

@@ -1,8 +1,8 @@
 //===- Differential_test.cpp - The launch-by-launch differential ----------===//
 //
 // compareOutput and the tolerance table on crafted values; runDifferential
-// with a CPU candidate (bit-identical, every plan style of both tiny
-// presets) and with a CPU candidate whose reads show one output perturbed
+// with a CPU candidate (bit-identical, every fusion strategy's k3c plan of
+// both tiny presets) and with a CPU candidate whose reads show one output perturbed
 // after one launch of one step, standing in for a wrong CUDA kernel: the
 // report must name that launch, step, field and element, keep a perturbation
 // within the kernel's tolerance unless the run is exact, and name a write
@@ -17,7 +17,7 @@
 #include "runtime/model/Presets.h"
 #include "runtime/exec/Session.h"
 
-#include "PlanTestUtil.h"
+#include "CompiledPlan.h"
 #include "TestUtil.h"
 
 #include <gtest/gtest.h>
@@ -214,10 +214,15 @@ protected:
     }
   }
   static void TearDownTestSuite() { delete dir; }
+  void SetUp() override { K3C_SKIP_WITHOUT_COMPILER(); }
 
+  /// k3c's plan of `preset` (CompiledPlan.h).
   static PlanDoc plan(const std::string &preset,
-                      test::PlanStyle style = test::PlanStyle::Fused) {
-    return test::buildDecodePlan(*presetConfig(preset), 32, style);
+                      const std::string &fusion = "default",
+                      int64_t maxSeq = 32) {
+    Expected<PlanDoc> p = test::compiledPresetPlan(preset, fusion, maxSeq);
+    EXPECT_TRUE(p.hasValue()) << p.message();
+    return p ? p.take() : PlanDoc();
   }
   static TensorStore store(const std::string &preset) {
     Expected<TensorStore> s = TensorStore::open(dir->file(preset));
@@ -241,11 +246,9 @@ test::TempDir *DifferentialRun::dir = nullptr;
 
 TEST_F(DifferentialRun, CpuCandidateIsBitIdenticalAndDecodesAsSession) {
   for (const char *preset : {"tiny", "tiny-linear"})
-    for (test::PlanStyle style : {test::PlanStyle::Fused, test::PlanStyle::Fine,
-                                  test::PlanStyle::Finest}) {
-      SCOPED_TRACE(std::string(preset) + " style " +
-                   std::to_string(static_cast<int>(style)));
-      const PlanDoc p = plan(preset, style);
+    for (const char *fusion : test::kFusionStrategies) {
+      SCOPED_TRACE(std::string(preset) + " --fusion=" + fusion);
+      const PlanDoc p = plan(preset, fusion);
       TensorStore s = store(preset);
       auto be = CpuBackend::bind(p, s);
       ASSERT_TRUE(be.hasValue()) << be.message();
@@ -289,9 +292,8 @@ TEST_F(DifferentialRun, PublishedDtypesBindOnTheReferenceSide) {
                   .isOk());
   Expected<TensorStore> s = TensorStore::open(path);
   ASSERT_TRUE(s.hasValue()) << s.message();
-  for (test::PlanStyle style :
-       {test::PlanStyle::Fused, test::PlanStyle::Fine}) {
-    const PlanDoc p = test::buildDecodePlan(*c, 32, style, "vector");
+  for (const char *fusion : test::kFusionStrategies) {
+    const PlanDoc p = plan("tiny", fusion);
     auto be = CpuBackend::bind(p, *s);
     ASSERT_TRUE(be.hasValue()) << be.message();
     DifferentialOptions opt;
@@ -454,7 +456,7 @@ TEST_F(DifferentialRun, RequestErrors) {
   EXPECT_ERROR_CONTAINS(runDifferential(p, s, **be, {1, 5000}, 2), "id 5000");
   EXPECT_ERROR_CONTAINS(runDifferential(p, s, **be, {1, 2, 3}, 30),
                         "max_seq of 32");
-  const PlanDoc other = test::buildDecodePlan(*presetConfig("tiny"), 64);
+  const PlanDoc other = plan("tiny", "default", 64);
   EXPECT_ERROR_CONTAINS(runDifferential(other, s, **be, {1}, 2),
                         "not bound to this plan");
   EXPECT_ERROR_CONTAINS(checkAgainstCpu(p, dir->file("tiny-linear"),

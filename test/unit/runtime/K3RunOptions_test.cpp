@@ -6,18 +6,20 @@
 // prefix snapshots saved and restored (the same ids as the full prompt;
 // another plan's, truncated and corrupted snapshots refused), sampling
 // (greedy limits, a seed's fixed sequence), the prefill/decode summary and
-// the help. The ids are checked against CpuDecoder, not against k3-run.
+// the help. k3-run runs k3c's `default` plan; the ids are checked against a
+// Session decoding in process with the `none` plan (another fusion
+// strategy, bit-identical by the kernels' contract), not against k3-run.
 //
 //===----------------------------------------------------------------------===//
 #include "runtime/model/Config.h"
-#include "runtime/exec/CpuDecoder.h"
 #include "runtime/plan/Executable.h"
 #include "tools/k3-mkmodel/ModelMaker.h"
 #include "runtime/model/ModelWeights.h"
 #include "runtime/io/Npy.h"
 #include "runtime/model/Presets.h"
+#include "runtime/exec/Session.h"
 
-#include "PlanTestUtil.h"
+#include "CompiledPlan.h"
 #include "TestUtil.h"
 
 #include <gtest/gtest.h>
@@ -53,7 +55,7 @@ std::string csv(const Ids &ids) {
   return s;
 }
 
-/// What CpuDecoder decodes greedily from a prompt.
+/// What the `none` plan decodes greedily from a prompt.
 struct Ref {
   Ids ids;
   std::vector<std::vector<float>> logits;
@@ -69,19 +71,20 @@ protected:
     ASSERT_TRUE(c.hasValue());
     config = *c;
     ASSERT_TRUE(makeModel(config, 3, dir->file("model")).isOk());
-    plan = serializePlan(test::buildDecodePlan(config, 32));
+    if (!test::haveCompiler())
+      return;
+    Expected<PlanDoc> compiled = test::compiledPlan(config, "default", 32);
+    ASSERT_TRUE(compiled.hasValue()) << compiled.message();
+    plan = serializePlan(*compiled);
     test::writeFile(dir->file("m.plan"), plan);
     // The same model, another plan (other launches, the same states).
-    test::writeFile(dir->file("other.plan"),
-                    serializePlan(test::buildDecodePlan(
-                        config, 32, test::PlanStyle::Fine)));
+    Expected<PlanDoc> none = test::compiledPlan(config, "none", 32);
+    ASSERT_TRUE(none.hasValue()) << none.message();
+    test::writeFile(dir->file("other.plan"), serializePlan(*none));
 
-    Expected<TensorStore> store = TensorStore::open(dir->file("model"));
-    ASSERT_TRUE(store.hasValue());
-    Expected<ModelWeights> w = bindModelWeights(config, *store);
-    ASSERT_TRUE(w.hasValue());
-    Expected<CpuDecoder> dec = CpuDecoder::create(config, *w, 32);
-    ASSERT_TRUE(dec.hasValue());
+    Expected<std::unique_ptr<Session>> dec =
+        Session::open(none.take(), dir->file("model"));
+    ASSERT_TRUE(dec.hasValue()) << dec.message();
     for (const Ids &p : std::vector<Ids>{{1, 2, 3},
                                          {1, 5, 9},
                                          {7, 8},
@@ -89,9 +92,14 @@ protected:
                                          {1, 2, 3, 4, 5},
                                          {1, 2, 3, 9}}) {
       Ref &r = refs[p];
-      Expected<Ids> ids = dec->greedy(p, kNew, &r.logits);
-      ASSERT_TRUE(ids.hasValue());
-      r.ids = *ids;
+      Expected<GenerateResult> g = (*dec)->generate(p, kNew, true);
+      ASSERT_TRUE(g.hasValue()) << g.message();
+      r.ids = g->tokens;
+      ASSERT_EQ(g->logits.size(), kNew * config.vocabSize);
+      for (int64_t row = 0; row < kNew; ++row)
+        r.logits.emplace_back(g->logits.begin() + row * config.vocabSize,
+                              g->logits.begin() +
+                                  (row + 1) * config.vocabSize);
       // EOS (2 in tiny) is a stop id by default: these decodes must not
       // meet it, or the plain runs below would end early.
       ASSERT_EQ(std::count(r.ids.begin(), r.ids.end(), config.eosTokenId), 0)
@@ -99,6 +107,7 @@ protected:
     }
   }
   static void TearDownTestSuite() { delete dir; }
+  void SetUp() override { K3C_SKIP_WITHOUT_COMPILER(); }
 
   static std::string tool() { return K3C_RUN_PATH; }
   static std::string k3run(const std::string &args) {
@@ -273,8 +282,9 @@ TEST_F(K3RunOptionsTest, EosFromTheConfigStopsUnlessIgnored) {
   test::writeFile(eosDir + "/config.json", writeConfigJson(c));
   std::filesystem::copy_file(dir->file("model") + "/model.safetensors",
                              eosDir + "/model.safetensors");
-  test::writeFile(dir->file("eos.plan"),
-                  serializePlan(test::buildDecodePlan(c, 32)));
+  Expected<PlanDoc> eosPlan = test::compiledPlan(c, "default", 32);
+  ASSERT_TRUE(eosPlan.hasValue()) << eosPlan.message();
+  test::writeFile(dir->file("eos.plan"), serializePlan(*eosPlan));
   const std::string base = tool() + " " + dir->file("eos.plan") +
                            " --weights " + eosDir +
                            " --prompt-ids 1,2,3 --max-new 6 --quiet";

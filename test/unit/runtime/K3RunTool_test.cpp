@@ -1,20 +1,22 @@
 //===- K3RunTool_test.cpp - The k3-run command line -----------------------===//
 //
 // Runs the built k3-run (and a model executable made from it) on a tiny
-// model: ids on stdout matching CpuDecoder, the .npy dump, the
+// model with k3c's `default` plan: ids on stdout and the .npy dump matching
+// what a Session decodes in process with the `none` plan (another fusion
+// strategy: bit-identical by the kernels' contract), the
 // launch-by-launch check against the CPU kernels, and the exit codes of usage
 // errors, runtime errors and corrupted plans.
 //
 //===----------------------------------------------------------------------===//
-#include "runtime/exec/CpuDecoder.h"
 #include "runtime/plan/Executable.h"
 #include "tools/k3-mkmodel/ModelMaker.h"
 #include "runtime/model/ModelWeights.h"
 #include "runtime/io/Npy.h"
 #include "runtime/model/Presets.h"
+#include "runtime/exec/Session.h"
 #include "runtime/exec/cuda/CudaDriver.h"
 
-#include "PlanTestUtil.h"
+#include "CompiledPlan.h"
 #include "TestUtil.h"
 
 #include <gtest/gtest.h>
@@ -40,23 +42,33 @@ protected:
     ASSERT_TRUE(c.hasValue());
     config = *c;
     ASSERT_TRUE(makeModel(config, 3, dir->file("model")).isOk());
-    plan = serializePlan(test::buildDecodePlan(config, 32));
+    if (!test::haveCompiler())
+      return;
+    Expected<PlanDoc> compiled = test::compiledPlan(config, "default", 32);
+    ASSERT_TRUE(compiled.hasValue()) << compiled.message();
+    plan = serializePlan(*compiled);
     test::writeFile(dir->file("m.plan"), plan);
 
-    Expected<TensorStore> store = TensorStore::open(dir->file("model"));
-    ASSERT_TRUE(store.hasValue());
-    Expected<ModelWeights> w = bindModelWeights(config, *store);
-    ASSERT_TRUE(w.hasValue());
-    Expected<CpuDecoder> dec = CpuDecoder::create(config, *w, 32);
-    ASSERT_TRUE(dec.hasValue());
-    Expected<std::vector<int64_t>> ids = dec->greedy({1, 2, 3}, 6, &logits);
-    ASSERT_TRUE(ids.hasValue());
+    // The expected ids and logits: the `none` plan, in process.
+    Expected<PlanDoc> none = test::compiledPlan(config, "none", 32);
+    ASSERT_TRUE(none.hasValue()) << none.message();
+    Expected<std::unique_ptr<Session>> s =
+        Session::open(none.take(), dir->file("model"));
+    ASSERT_TRUE(s.hasValue()) << s.message();
+    Expected<GenerateResult> g = (*s)->generate({1, 2, 3}, 6, true);
+    ASSERT_TRUE(g.hasValue()) << g.message();
+    ASSERT_EQ(g->logits.size(), 6u * config.vocabSize);
+    logits.clear();
+    for (int64_t row = 0; row < 6; ++row)
+      logits.emplace_back(g->logits.begin() + row * config.vocabSize,
+                          g->logits.begin() + (row + 1) * config.vocabSize);
     expected.clear();
-    for (size_t i = 0; i < ids->size(); ++i)
-      expected += (i ? " " : "") + std::to_string((*ids)[i]);
+    for (size_t i = 0; i < g->tokens.size(); ++i)
+      expected += (i ? " " : "") + std::to_string(g->tokens[i]);
     expected += "\n";
   }
   static void TearDownTestSuite() { delete dir; }
+  void SetUp() override { K3C_SKIP_WITHOUT_COMPILER(); }
 
   static std::string tool() { return K3C_RUN_PATH; }
   static std::string common() {
@@ -74,7 +86,7 @@ ModelConfig K3RunToolTest::config;
 std::string K3RunToolTest::plan, K3RunToolTest::expected;
 std::vector<std::vector<float>> K3RunToolTest::logits;
 
-TEST_F(K3RunToolTest, GeneratesWhatCpuDecoderGenerates) {
+TEST_F(K3RunToolTest, GeneratesWhatTheNonePlanGenerates) {
   RunResult r = run(tool() + " " + dir->file("m.plan") + common() +
                         " --logits-out " + dir->file("l.npy"),
                     *dir);

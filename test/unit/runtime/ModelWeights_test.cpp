@@ -14,7 +14,7 @@
 #include "runtime/model/Presets.h"
 #include "runtime/exec/Session.h"
 
-#include "PlanTestUtil.h"
+#include "CompiledPlan.h"
 #include "TestUtil.h"
 
 #include <gtest/gtest.h>
@@ -310,9 +310,8 @@ TEST(ModelWeights, VisionTowerInTheLastShardsIsIgnored) {
   EXPECT_NE(w->layers[0].selfAttentionRes.proj, nullptr);
   // A plan binds and decodes over it too (its weights name only the text
   // model; the F32 conv filters and o_norm bind as "vector" weights).
-  Expected<std::unique_ptr<Session>> session = Session::open(
-      test::buildDecodePlan(c, 16, test::PlanStyle::Fused, "vector"),
-      dir.path());
+  K3C_COMPILED_PLAN(plan, c, "default", 16);
+  Expected<std::unique_ptr<Session>> session = Session::open(plan, dir.path());
   ASSERT_TRUE(session) << session.message();
   Expected<GenerateResult> r = (*session)->generate({1, 2, 3}, 2);
   ASSERT_TRUE(r) << r.message();

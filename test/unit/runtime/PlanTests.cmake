@@ -26,3 +26,9 @@ add_dependencies(runtime_profile_tool_test k3-run decode_bench)
 target_compile_definitions(runtime_profile_tool_test PRIVATE
                            K3C_RUN_PATH="$<TARGET_FILE:k3-run>"
                            K3C_DECODE_BENCH_PATH="$<TARGET_FILE:decode_bench>")
+# Their decode plans come from the built k3c (CompiledPlan.h).
+foreach(t runtime_plan_test runtime_session_test runtime_differential_test
+          runtime_k3run_tool_test runtime_profile_test
+          runtime_profile_tool_test)
+  k3c_use_compiled_plans(${t})
+endforeach()

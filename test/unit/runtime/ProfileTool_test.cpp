@@ -1,7 +1,7 @@
 //===- ProfileTool_test.cpp - k3-run --profile and decode_bench -----------===//
 //
-// Runs the built tools on a tiny model and the hand-built plan with layer
-// probes, on the CPU backend: `k3-run --profile` decodes as without it and
+// Runs the built tools on a tiny model and k3c's plans of it (their layer
+// probes included; CompiledPlan.h), on the CPU backend: `k3-run --profile` decodes as without it and
 // prints the kernel and layer-part tables; decode_bench prints its table and
 // writes JSON with every field. No timing is checked for its size.
 //
@@ -10,8 +10,7 @@
 #include "runtime/model/Presets.h"
 #include "runtime/exec/Profile.h"
 
-#include "PlanTestUtil.h"
-#include "ProfileTestUtil.h"
+#include "CompiledPlan.h"
 #include "TestUtil.h"
 
 #include <gtest/gtest.h>
@@ -41,13 +40,19 @@ protected:
     ASSERT_TRUE(c.hasValue());
     config = *c;
     ASSERT_TRUE(makeModel(config, 3, dir->file("model")).isOk());
-    fused = test::withLayerProbes(test::buildDecodePlan(config, kMaxSeq));
-    fine = test::withLayerProbes(
-        test::buildDecodePlan(config, kMaxSeq, test::PlanStyle::Fine));
+    if (!test::haveCompiler())
+      return;
+    Expected<PlanDoc> d = test::compiledPlan(config, "default", kMaxSeq);
+    Expected<PlanDoc> n = test::compiledPlan(config, "none", kMaxSeq);
+    ASSERT_TRUE(d.hasValue()) << d.message();
+    ASSERT_TRUE(n.hasValue()) << n.message();
+    fused = d.take();
+    fine = n.take();
     test::writeFile(dir->file("fused.plan"), serializePlan(fused));
     test::writeFile(dir->file("fine.plan"), serializePlan(fine));
   }
   static void TearDownTestSuite() { delete dir; }
+  void SetUp() override { K3C_SKIP_WITHOUT_COMPILER(); }
 
   static std::string k3run() { return K3C_RUN_PATH; }
   static std::string bench() { return K3C_DECODE_BENCH_PATH; }

@@ -1,7 +1,6 @@
 //===- Profile_test.cpp - Launch bytes, layer parts, the step profile -----===//
 //
-// runtime/exec/Profile.h on the hand-built plans (PlanTestUtil.h) and the CPU
-// backend: the bytes each launch moves (checked against the shapes for the
+// runtime/exec/Profile.h on k3c's plans (CompiledPlan.h) and the CPU backend: the bytes each launch moves (checked against the shapes for the
 // special cases: one embedding row, top-k experts, the MLA cache at a
 // context, states read and written), the layer part of every launch from
 // the probes, the kernel and part tables, and a real profile of a tiny
@@ -12,8 +11,7 @@
 #include "runtime/model/Presets.h"
 #include "runtime/exec/Profile.h"
 
-#include "PlanTestUtil.h"
-#include "ProfileTestUtil.h"
+#include "CompiledPlan.h"
 #include "TestUtil.h"
 
 #include <gtest/gtest.h>
@@ -30,6 +28,14 @@ ModelConfig preset(const std::string &name) {
   Expected<ModelConfig> c = presetConfig(name);
   EXPECT_TRUE(c.hasValue());
   return c ? *c : ModelConfig();
+}
+
+/// k3c's plan of `c` with `fusion` (its probes: layers.<l>.mixer and
+/// layers.<l>.out).
+PlanDoc compiled(const ModelConfig &c, const std::string &fusion = "default") {
+  Expected<PlanDoc> p = test::compiledPlan(c, fusion, kMaxSeq);
+  EXPECT_TRUE(p.hasValue()) << p.message();
+  return p ? p.take() : PlanDoc();
 }
 
 size_t firstLaunch(const PlanDoc &plan, const std::string &kernel) {
@@ -56,10 +62,10 @@ uint64_t argBytes(const PlanDoc &plan, const PlanArg &a) {
 //===----------------------------------------------------------------------===//
 
 TEST(LaunchBytes, EveryLaunchMovesBytesAndTheStepIsTheirSum) {
+  K3C_SKIP_WITHOUT_COMPILER();
   for (const char *name : {"tiny", "tiny-linear", "tiny-odd"})
-    for (test::PlanStyle style : {test::PlanStyle::Fused, test::PlanStyle::Fine,
-                                  test::PlanStyle::Finest}) {
-      const PlanDoc plan = test::buildDecodePlan(preset(name), kMaxSeq, style);
+    for (const char *fusion : test::kFusionStrategies) {
+      const PlanDoc plan = compiled(preset(name), fusion);
       LaunchBytes sum;
       for (size_t i = 0; i < plan.launches.size(); ++i) {
         const LaunchBytes b = launchBytes(plan, i);
@@ -78,17 +84,19 @@ TEST(LaunchBytes, EveryLaunchMovesBytesAndTheStepIsTheirSum) {
 }
 
 TEST(LaunchBytes, EmbedReadsOneRow) {
+  K3C_SKIP_WITHOUT_COMPILER();
   const ModelConfig c = preset("tiny");
-  const PlanDoc plan = test::buildDecodePlan(c, kMaxSeq);
+  const PlanDoc plan = compiled(c);
   const LaunchBytes b = launchBytes(plan, firstLaunch(plan, "embed"));
   EXPECT_EQ(b.read, static_cast<uint64_t>(c.hiddenSize) * 2);
   EXPECT_EQ(b.written, static_cast<uint64_t>(c.hiddenSize) * 2);
 }
 
 TEST(LaunchBytes, ExpertsCountTopKOfTheirTable) {
+  K3C_SKIP_WITHOUT_COMPILER();
   for (const char *name : {"tiny", "tiny-linear"}) {
     const ModelConfig c = preset(name);
-    const PlanDoc plan = test::buildDecodePlan(c, kMaxSeq);
+    const PlanDoc plan = compiled(c);
     const size_t i = firstLaunch(plan, "moe_experts");
     const PlanLaunch &l = plan.launches[i];
     const int64_t dm = c.moeHiddenSize(), inter = c.moeIntermediateSize;
@@ -107,8 +115,9 @@ TEST(LaunchBytes, ExpertsCountTopKOfTheirTable) {
 }
 
 TEST(LaunchBytes, MlaCacheCountsTheContextAndAppendsOneRow) {
+  K3C_SKIP_WITHOUT_COMPILER();
   const ModelConfig c = preset("tiny");
-  const PlanDoc plan = test::buildDecodePlan(c, kMaxSeq);
+  const PlanDoc plan = compiled(c);
   const uint64_t row = static_cast<uint64_t>(c.mlaCacheWidth()) * 2;
   const size_t attend = firstLaunch(plan, "mla_attend");
   const LaunchBytes full = launchBytes(plan, attend);
@@ -131,8 +140,9 @@ TEST(LaunchBytes, MlaCacheCountsTheContextAndAppendsOneRow) {
 }
 
 TEST(LaunchBytes, RecurrentStatesAreReadAndWritten) {
+  K3C_SKIP_WITHOUT_COMPILER();
   const ModelConfig c = preset("tiny");
-  const PlanDoc fused = test::buildDecodePlan(c, kMaxSeq);
+  const PlanDoc fused = compiled(c);
   const PlanLaunch &k = fused.launches[firstLaunch(fused, "kda_decode")];
   const uint64_t state = argBytes(fused, *k.find("state"));
   const uint64_t conv = argBytes(fused, *k.find("convStateQ")) / 3;
@@ -169,8 +179,9 @@ TEST(LaunchBytes, RecurrentStatesAreReadAndWritten) {
 //===----------------------------------------------------------------------===//
 
 TEST(LaunchParts, WithoutProbesOnlyTheKernelsSay) {
-  const PlanDoc plan = test::buildDecodePlan(preset("tiny"), kMaxSeq);
-  ASSERT_TRUE(plan.probes.empty());
+  K3C_SKIP_WITHOUT_COMPILER();
+  PlanDoc plan = compiled(preset("tiny"));
+  plan.probes.clear();
   const std::vector<LaunchPart> parts = launchParts(plan);
   ASSERT_EQ(parts.size(), plan.launches.size());
   for (size_t i = 0; i < parts.size(); ++i) {
@@ -185,12 +196,11 @@ TEST(LaunchParts, WithoutProbesOnlyTheKernelsSay) {
 }
 
 TEST(LaunchParts, ProbesPlaceEveryLaunchInItsLayer) {
+  K3C_SKIP_WITHOUT_COMPILER();
   for (const char *name : {"tiny", "tiny-linear", "tiny-odd"})
-    for (test::PlanStyle style :
-         {test::PlanStyle::Fused, test::PlanStyle::Finest}) {
+    for (const char *fusion : test::kFusionStrategies) {
       const ModelConfig c = preset(name);
-      const PlanDoc plan =
-          test::withLayerProbes(test::buildDecodePlan(c, kMaxSeq, style));
+      const PlanDoc plan = compiled(c, fusion);
       ASSERT_EQ(plan.probes.size(), static_cast<size_t>(2 * c.numLayers));
       ASSERT_TRUE(validatePlan(plan).isOk());
       const std::vector<LaunchPart> parts = launchParts(plan);
@@ -283,8 +293,9 @@ void expectTablesCoverThePlan(const PlanDoc &plan, const StepProfile &p) {
 }
 
 TEST(SummarizeProfile, RowsSumToThePlanMostTimeFirst) {
+  K3C_SKIP_WITHOUT_COMPILER();
   const PlanDoc plan =
-      test::withLayerProbes(test::buildDecodePlan(preset("tiny"), kMaxSeq));
+      compiled(preset("tiny"));
   std::vector<double> us;
   std::vector<LaunchBytes> bytes;
   for (size_t i = 0; i < plan.launches.size(); ++i) {
@@ -341,8 +352,9 @@ test::TempDir *ProfileStepTest::dir = nullptr;
 ModelConfig ProfileStepTest::config;
 
 TEST_F(ProfileStepTest, TimesEveryLaunchAndTheStep) {
+  K3C_SKIP_WITHOUT_COMPILER();
   const PlanDoc plan =
-      test::withLayerProbes(test::buildDecodePlan(config, kMaxSeq));
+      compiled(config);
   Expected<std::unique_ptr<BoundPlan>> bound =
       bindPlan(plan, dir->file("model"), BackendKind::Cpu);
   ASSERT_TRUE(bound.hasValue()) << bound.message();
@@ -396,7 +408,8 @@ TEST_F(ProfileStepTest, TimesEveryLaunchAndTheStep) {
 }
 
 TEST_F(ProfileStepTest, BadRequestsAreErrors) {
-  const PlanDoc plan = test::buildDecodePlan(config, kMaxSeq);
+  K3C_SKIP_WITHOUT_COMPILER();
+  const PlanDoc plan = compiled(config);
   Expected<std::unique_ptr<BoundPlan>> bound =
       bindPlan(plan, dir->file("model"), BackendKind::Cpu);
   ASSERT_TRUE(bound.hasValue()) << bound.message();
@@ -417,8 +430,10 @@ TEST_F(ProfileStepTest, BadRequestsAreErrors) {
   // A model the plan was not compiled for.
   ModelConfig other = config;
   other.numLayers += 1;
-  EXPECT_ERROR_CONTAINS(bindPlan(test::buildDecodePlan(other, kMaxSeq),
-                                 dir->file("model"), BackendKind::Cpu),
+  PlanDoc otherPlan = plan;
+  otherPlan.config = other;
+  EXPECT_ERROR_CONTAINS(bindPlan(otherPlan, dir->file("model"),
+                                 BackendKind::Cpu),
                         "different model");
 }
 
@@ -442,12 +457,13 @@ public:
 };
 
 TEST(BackendDefaults, CannotTime) {
+  K3C_SKIP_WITHOUT_COMPILER();
   Untimed be;
   EXPECT_ERROR_CONTAINS(be.timeLaunches(0, 0), "untimed cannot time");
   EXPECT_ERROR_CONTAINS(be.timeStep(0, 0, true), "untimed cannot time");
   EXPECT_ERROR_CONTAINS(be.measureCopyGBps(0), "copy bandwidth");
   EXPECT_FALSE(be.replaysGraph());
-  const PlanDoc plan = test::buildDecodePlan(preset("tiny"), kMaxSeq);
+  const PlanDoc plan = compiled(preset("tiny"));
   EXPECT_ERROR_CONTAINS(profileStep(be, plan, ProfileOptions()),
                         "copy bandwidth");
 }
