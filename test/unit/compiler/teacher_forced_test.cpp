@@ -15,6 +15,7 @@
 #include "test/reference/TeacherForced.h"
 
 #include "kernels/common/BF16.h"
+#include "runtime/model/Tensors.h"
 
 #include <cmath>
 #include <cstring>
@@ -118,15 +119,16 @@ TEST_P(StoredDtypesForced, F32AndBf16SmallWeightsEachFollowTheirReference) {
     auto a = ::k3::TensorStore::open(simple);
     auto b = ::k3::TensorStore::open(published);
     ASSERT_TRUE(a.hasValue() && b.hasValue());
-    const std::string L = config->tensorPrefix + "model.layers.0.self_attn.";
+    using ::k3::TensorId;
     if (k3Form) {
-      for (const char *n : {"q_conv1d.weight", "k_conv1d.weight",
-                            "v_conv1d.weight", "o_norm.weight"})
-        ASSERT_NO_FATAL_FAILURE(expectRoundsTo(b->find(L + n), a->find(L + n)));
+      for (TensorId id : {TensorId::KdaQConv, TensorId::KdaKConv,
+                          TensorId::KdaVConv, TensorId::KdaONorm}) {
+        const std::string n = ::k3::tensorName(*config, id, 0);
+        ASSERT_NO_FATAL_FAILURE(expectRoundsTo(b->find(n), a->find(n)));
+      }
     } else {
-      const std::string bias = config->tensorPrefix +
-                               "model.layers.1.block_sparse_moe.gate."
-                               "e_score_correction_bias";
+      const std::string bias =
+          ::k3::tensorName(*config, TensorId::MoeGateBias, 1);
       ASSERT_NO_FATAL_FAILURE(expectRoundsTo(a->find(bias), b->find(bias)));
     }
   }

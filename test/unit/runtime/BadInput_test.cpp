@@ -17,6 +17,7 @@
 #include "runtime/model/Presets.h"
 #include "runtime/io/Safetensors.h"
 #include "runtime/exec/Session.h"
+#include "runtime/model/Tensors.h"
 
 #include "CompiledPlan.h"
 #include "TestUtil.h"
@@ -483,9 +484,8 @@ void poison(const std::string &dir, const std::string &name, uint16_t value,
 TEST(BadWeights, NonFiniteLogitsStopTheDecode) {
   K3C_SKIP_WITHOUT_COMPILER();
   const ModelConfig c = tinyConfig();
-  const std::string head = c.tieWordEmbeddings
-                               ? c.tensorPrefix + "model.embed_tokens.weight"
-                               : c.tensorPrefix + "lm_head.weight";
+  const std::string head = tensorName(
+      c, c.tieWordEmbeddings ? TensorId::EmbedTokens : TensorId::LmHead);
   // One lm_head row of +Inf: logit 37 is non-finite, the others are not.
   {
     test::TempDir dir;
@@ -503,7 +503,7 @@ TEST(BadWeights, NonFiniteLogitsStopTheDecode) {
   {
     test::TempDir dir;
     ASSERT_TRUE(makeModel(c, 9, dir.path()).isOk());
-    poison(dir.path(), c.tensorPrefix + "model.norm.weight", 0x7fc0);
+    poison(dir.path(), tensorName(c, TensorId::FinalNorm), 0x7fc0);
     Expected<std::unique_ptr<Session>> s =
         Session::open(tinyPlan("default"), dir.path());
     ASSERT_TRUE(s.hasValue()) << s.message();

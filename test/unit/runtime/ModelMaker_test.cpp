@@ -8,6 +8,7 @@
 //===----------------------------------------------------------------------===//
 #include "tools/k3-mkmodel/ModelMaker.h"
 #include "runtime/model/ModelWeights.h"
+#include "runtime/model/Tensors.h"
 #include "runtime/model/Presets.h"
 
 #include "kernels/common/BF16.h"
@@ -177,14 +178,15 @@ TEST(ModelMaker, Mxfp4ExpertsHaveTheRightLayout) {
   ASSERT_TRUE(makeModel(c, 9, dir.path()));
   Expected<TensorStore> s = TensorStore::open(dir.path());
   ASSERT_TRUE(s);
-  const std::string e = "language_model.model.layers.2.block_sparse_moe."
-                        "experts.5.";
-  for (const char *w : {"w1", "w2", "w3"}) {
-    const TensorView *packed = s->find(e + w + ".weight_packed");
-    const TensorView *scale = s->find(e + w + ".weight_scale");
+  for (TensorId id :
+       {TensorId::ExpertW1, TensorId::ExpertW2, TensorId::ExpertW3}) {
+    const std::string e = tensorBaseName(c, id, 2, 5);
+    const std::string w = e.substr(e.size() - 2);
+    const TensorView *packed = s->find(e + ".weight_packed");
+    const TensorView *scale = s->find(e + ".weight_scale");
     ASSERT_NE(packed, nullptr) << w;
     ASSERT_NE(scale, nullptr) << w;
-    EXPECT_EQ(s->find(e + w + ".weight"), nullptr);
+    EXPECT_EQ(s->find(tensorName(c, id, 2, 5)), nullptr);
     EXPECT_EQ(packed->dtype, DType::U8);
     EXPECT_EQ(scale->dtype, DType::U8);
     EXPECT_EQ(packed->shape, (std::vector<int64_t>{128, 64}));
@@ -198,7 +200,7 @@ TEST(ModelMaker, Mxfp4ExpertsHaveTheRightLayout) {
     }
     for (float v : values)
       ASSERT_TRUE(std::isfinite(v));
-    double want = (std::string(w) == "w2" ? 0.06 : 1.0) / std::sqrt(128.0);
+    double want = (id == TensorId::ExpertW2 ? 0.06 : 1.0) / std::sqrt(128.0);
     EXPECT_NEAR(rms(values), want, 0.25 * want) << w;
   }
 }
@@ -209,12 +211,16 @@ TEST(ModelMaker, ValueScales) {
   ASSERT_TRUE(makeModel(c, 11, dir.path()));
   Expected<TensorStore> s = TensorStore::open(dir.path());
   ASSERT_TRUE(s);
-  const std::string m = "language_model.model.";
+  auto find = [&](TensorId id, int64_t layer = -1) {
+    const TensorView *t = s->find(tensorName(c, id, layer));
+    EXPECT_NE(t, nullptr) << tensorName(c, id, layer);
+    return t;
+  };
   const int64_t D = 256, V = 1024, E = 16, K = 4;
   // Embeddings: std 1, except the planted routing code (columns 0..E-1:
   // +5 on exactly top-k of them, -5 on the rest) and the AttnRes marker
   // (column E: +4 for every token).
-  std::vector<float> emb = bf16Values(*s->find(m + "embed_tokens.weight"));
+  std::vector<float> emb = bf16Values(*find(TensorId::EmbedTokens));
   std::vector<float> plain;
   for (int64_t t = 0; t < V; ++t) {
     const float *row = emb.data() + t * D;
@@ -228,20 +234,17 @@ TEST(ModelMaker, ValueScales) {
     plain.insert(plain.end(), row + E + 1, row + D);
   }
   EXPECT_NEAR(rms(plain), 1.0, 0.05);
-  for (float v : bf16Values(*s->find(m + "layers.2.input_layernorm.weight"))) {
+  for (float v : bf16Values(*find(TensorId::InputLayernorm, 2))) {
     EXPECT_GE(v, 0.89f);
     EXPECT_LE(v, 1.11f);
   }
-  EXPECT_NEAR(rms(bf16Values(*s->find(m + "layers.2.self_attn.q_proj.weight"))),
-              1.0 / 16, 0.01);
-  EXPECT_NEAR(rms(bf16Values(*s->find(m + "layers.2.self_attn.o_proj.weight"))),
-              1.0 / 16, 0.01);
+  EXPECT_NEAR(rms(bf16Values(*find(TensorId::KdaQProj, 2))), 1.0 / 16, 0.01);
+  EXPECT_NEAR(rms(bf16Values(*find(TensorId::KdaOProj, 2))), 1.0 / 16, 0.01);
   // Routers: std 2/sqrt(D), plus one boost of 16 per expert row at a code
   // column; the boosted columns are a permutation, different per layer.
   std::vector<std::vector<int64_t>> perms;
-  for (const char *layer : {"layers.2.", "layers.5."}) {
-    std::vector<float> gate =
-        bf16Values(*s->find(m + layer + "block_sparse_moe.gate.weight"));
+  for (int64_t layer : {2, 5}) {
+    std::vector<float> gate = bf16Values(*find(TensorId::MoeGate, layer));
     std::vector<float> rest;
     std::vector<int64_t> perm;
     for (int64_t e = 0; e < E; ++e)
@@ -264,16 +267,14 @@ TEST(ModelMaker, ValueScales) {
   }
   EXPECT_NE(perms[0], perms[1]) << "every router should route its own way";
   // AttnRes projections: std 0.5/sqrt(D) plus 0.7 at the marker column.
-  std::vector<float> ar =
-      bf16Values(*s->find(m + "layers.2.mlp_res_proj.weight"));
+  std::vector<float> ar = bf16Values(*find(TensorId::MlpResProj, 2));
   EXPECT_NEAR(ar[E], 0.7, 0.15);
   ar.erase(ar.begin() + E);
   EXPECT_NEAR(rms(ar), 0.5 / 16, 0.01);
   // lm_head: a planted bigram. The row most aligned with token t's plain
   // embedding is a different row for every t (a permutation), and its lead
   // over the runner-up is large.
-  std::vector<float> head =
-      bf16Values(*s->find("language_model.lm_head.weight"));
+  std::vector<float> head = bf16Values(*find(TensorId::LmHead));
   std::vector<int64_t> best(V);
   double minLead = 1e300;
   for (int64_t t = 0; t < V; ++t) {
@@ -297,7 +298,7 @@ TEST(ModelMaker, ValueScales) {
   EXPECT_GT(minLead, 50.0);
 
   // A_log: log(U[1, 16]) for the real heads, zero padding to 128.
-  const TensorView *aLog = s->find(m + "layers.2.self_attn.A_log");
+  const TensorView *aLog = find(TensorId::KdaALog, 2);
   ASSERT_NE(aLog, nullptr);
   for (int64_t i = 0; i < aLog->numel(); ++i) {
     float v = aLog->as<float>()[i];
@@ -308,8 +309,7 @@ TEST(ModelMaker, ValueScales) {
       EXPECT_EQ(v, 0.0f);
     }
   }
-  const TensorView *bias =
-      s->find(m + "layers.2.block_sparse_moe.gate.e_score_correction_bias");
+  const TensorView *bias = find(TensorId::MoeGateBias, 2);
   ASSERT_NE(bias, nullptr);
   bool nonZero = false;
   for (int64_t i = 0; i < bias->numel(); ++i) {
