@@ -17,7 +17,7 @@
 // grid of H · 4 blocks streams the whole state at once; a smaller grid loops
 // over the slices and prefetches the next slice's state while it works.
 // Per-head inputs (q, k, exp(g)) are cheap and recomputed by every block of a
-// head. The three state kernels are bounded to 64 registers
+// head. The two state kernels are bounded to 64 registers
 // (__launch_bounds__(1024), no spills): any block size up to 1024 launches
 // (1024 threads hold a whole 128-wide head in one block), and 4 blocks of 256
 // fit an SM, so the H · 4 blocks of K3 are all resident at once.
@@ -30,9 +30,9 @@
 // Rounding points are the CPU's; every product that meets a sum is an
 // explicit fmaf, so the results do not depend on where the compiler would
 // contract, and the chain of fine kernels (kda_conv ×3, kda_l2norm,
-// kda_gate, sigmoid, kda_step, kda_gated_norm) gives kda_recurrent's and
-// kda_decode's bits when launched with the same block size and grid. Against
-// the CPU only the summation order differs (and FMA against mul + add).
+// kda_gate, sigmoid, kda_step, kda_gated_norm) gives kda_decode's bits when
+// launched with the same block size and grid. Against the CPU only the
+// summation order differs (and FMA against mul + add).
 //
 // Limits: headDim <= kMaxHeadDim (1024) for the recurrent kernels (the per
 // head q, k and decay live in shared memory); larger heads write NaN outputs
@@ -431,7 +431,7 @@ extern "C" __global__ void k3_kda_conv(const KdaConvParams p) {
 // then · scale unless scale is 1 (fp32, unrounded). A trailing partial head
 // is left unwritten, as on the CPU.
 // Grid: any; one block per head, block-stride (plans: n / headDim). The sum
-// is the one kda_recurrent and kda_decode use, so their q and k match.
+// is the one kda_decode uses, so their q and k match.
 //===----------------------------------------------------------------------===//
 extern "C" __global__ void k3_kda_l2norm(const KdaL2NormParams p) {
   dev::enterStep();
@@ -493,7 +493,7 @@ __device__ __forceinline__ bool recurrentShapeOk(int64_t H, int64_t d,
   return false;
 }
 
-/// kda_recurrent's per-head inputs from bf16 q̃, k̃ (already in sm.q, sm.k
+/// kda_decode's per-head inputs from bf16 q̃, k̃ (already in sm.q, sm.k
 /// as floats, with each thread's Σ q̃², Σ k̃² partials over its elements
 /// tid, tid + blockDim, ...): normalise them in place, q also scaled by
 /// 1/sqrt(d). Every thread touches only its own elements.
@@ -551,51 +551,6 @@ extern "C" __global__ void __launch_bounds__(1024)
 }
 
 //===----------------------------------------------------------------------===//
-// k3_kda_recurrent: kda_step with its inputs computed per head from bf16 q̃,
-// k̃, f and β's logit: q = l2norm(q̃)/sqrt(d), k = l2norm(k̃), g the decay
-// gate, β = sigmoid(betaLogit[h]).
-// Grid: as kda_step (every block of a head recomputes its d-long inputs).
-//===----------------------------------------------------------------------===//
-extern "C" __global__ void __launch_bounds__(1024)
-    k3_kda_recurrent(const KdaRecurrentParams p) {
-  dev::enterStep();
-  __shared__ StepShared sm;
-  if (!recurrentShapeOk(p.numHeads, p.headDim, p.out))
-    return;
-  const int H = static_cast<int>(p.numHeads), d = static_cast<int>(p.headDim);
-  if (threadIdx.x == 0)
-    sm.geom = sliceGeom(d, H);
-  __syncthreads();
-  const SliceGeom &g = sm.geom;
-  auto stage = [&](int h, int j0) {
-    const int64_t c0 = static_cast<int64_t>(h) * d;
-    const uint16_t *q = p.q + c0, *k = p.k + c0, *f = p.f + c0, *v = p.v + c0;
-    const float *dtBias = p.dtBias + c0;
-    const float a = expf(p.aLog[h]);
-    float sq = 0.0f, sk = 0.0f;
-    for (int i = threadIdx.x; i < d; i += blockDim.x) {
-      const float qi = dev::bf16ToF(q[i]), ki = dev::bf16ToF(k[i]);
-      sm.q[i] = qi;
-      sm.k[i] = ki;
-      sq = fmaf(qi, qi, sq);
-      sk = fmaf(ki, ki, sk);
-      sm.decay[i] =
-          expf(gateF(f[i], dtBias[i], a, p.hasLowerBound, p.lowerBound));
-    }
-    for (int t = threadIdx.x; t < g.cols; t += blockDim.x)
-      sm.v[t] = j0 + t < d ? dev::bf16ToF(v[j0 + t]) : 0.0f;
-    normaliseQK(d, sq, sk, sm);
-    __syncthreads();
-    return dev::sigmoidF(dev::bf16ToF(p.betaLogit[h]));
-  };
-  auto finish = [](int) {};
-  if (vecState(p.state, d))
-    forEachSlice<true>(p.state, p.out, H, d, g, sm, stage, finish);
-  else
-    forEachSlice<false>(p.state, p.out, H, d, g, sm, stage, finish);
-}
-
-//===----------------------------------------------------------------------===//
 // k3_kda_gated_norm: per head, y = R(o · rsqrt(mean(o²) + eps) · w ·
 // sigmoid(gt)), fp32 inside, one rounding. out may alias o.
 // Grid: any; one block per head, block-stride (plans: numHeads).
@@ -611,16 +566,16 @@ extern "C" __global__ void k3_kda_gated_norm(const KdaGatedNormParams p) {
 
 //===----------------------------------------------------------------------===//
 // k3_kda_decode: the whole KDA token between the projections: kda_conv of q,
-// k, v, kda_recurrent and kda_gated_norm, with the chain's rounding points
+// k, v, the recurrent step and kda_gated_norm, with the chain's rounding points
 // (q̃, k̃, ṽ, o in bf16): bit for bit that chain at the same grid and block.
-// Grid: any; items and slices as kda_recurrent. Each item computes the conv
+// Grid: any; items and slices as kda_step. Each item computes the conv
 // of q and k for the whole head (the l2norm needs it) without touching their
 // conv state, and the conv of v for its own columns (shifting their state);
 // o = R(Sᵀq) of the slice goes to out. With one slice per head the block
 // then norms the head; with several, the block that completes a head's last
 // slice (counted in gDecodeArrivals) shifts the head's q/k conv state, reads
 // the head's o back from out and norms it in place.
-// Limits: as kda_recurrent; with several slices per head, numHeads <=
+// Limits: as kda_step; with several slices per head, numHeads <=
 // kMaxCountedHeads and no concurrent kda_decode in the context.
 //===----------------------------------------------------------------------===//
 extern "C" __global__ void __launch_bounds__(1024)

@@ -4,26 +4,24 @@
 // (K3.md §2, NUMERICS.md "KDA"):
 //  * kda_conv: per channel, the W-tap causal conv over the W-1 stored inputs
 //    and this one, SiLU, rounded to bf16; the state shifts by one;
-//  * kda_recurrent: per head, l2norm + scale of q, l2norm of k, the decay gate
-//    and β, then two passes over the head's d×d state in row (key) order:
-//    (1) decay row i by exp(g_i) and accumulate Sᵀk, (2) add k_i·u and
-//    accumulate o = Sᵀq; o rounded to bf16;
-//  * the same step as four launches for `--fusion=none`: kda_l2norm (q with
-//    scale 1/sqrt(d), k with 1) and kda_gate write fp32 q, k, g; sigmoid
-//    writes fp32 β; kda_step runs the two state passes. kda_recurrent calls
-//    the very helpers these use (l2NormHead, gateHead, stepHead), so the
-//    chain is bit-identical to it by construction (fp32 intermediates are
-//    stored unrounded, and exp(g) is taken inside the step in both);
+//  * the recurrent step as the launches of `--fusion=none`: kda_l2norm (q
+//    with scale 1/sqrt(d), k with 1) and kda_gate write fp32 q, k, g;
+//    sigmoid writes fp32 β; kda_step runs two passes over each head's d×d
+//    state in row (key) order: (1) decay row i by exp(g_i) and accumulate
+//    Sᵀk, (2) add k_i·u and accumulate o = Sᵀq; o rounded to bf16;
 //  * kda_gated_norm: per head RMSNorm · o_norm weight · sigmoid(gate), one
 //    rounding;
 //  * the conv filters and o_norm are read through vectorAt (bf16 widened,
 //    fp32 as stored), so the math is fp32 whatever the checkpoint stores;
-//  * kda_decode: kda_conv ×3, kda_recurrent and kda_gated_norm in sequence
-//    through bf16 scratch, so it is the chain by construction (the CUDA
-//    kernel keeps the same rounding points).
+//  * kda_decode: kda_conv ×3, the recurrent step and kda_gated_norm in
+//    sequence through bf16 scratch; the step calls the very helpers the
+//    launches above use (l2NormHead, gateHead, stepHead), so kda_decode is
+//    the `--fusion=none` chain by construction (fp32 intermediates are kept
+//    unrounded, and exp(g) is taken inside the step in both; the CUDA kernel
+//    keeps the same rounding points).
 // Limits: any H, d, W >= 1; kda_l2norm needs n a multiple of headDim (a
-// trailing partial head is left unwritten). kda_decode allocates 4·C bf16 of
-// scratch, kda_recurrent 8·d fp32, kda_step 5·d fp32.
+// trailing partial head is left unwritten). kda_decode allocates 4·C bf16 and
+// 8·d fp32 of scratch, kda_step 5·d fp32.
 //
 //===----------------------------------------------------------------------===//
 #include "kernels/kda/KdaCpu.h"
@@ -67,7 +65,7 @@ void kdaConvCpu(const KdaConvParams &p) {
 namespace {
 
 /// One head of l2norm: out = widen(x) / sqrt(Σ x² + eps), then · scale unless
-/// scale is 1. Shared by kda_recurrent and kda_l2norm.
+/// scale is 1. Shared by kda_decode and kda_l2norm.
 void l2NormHead(const uint16_t *x, int64_t d, float eps, float scale,
                 float *out) {
   cpu::widen(x, d, out);
@@ -131,24 +129,29 @@ void stepHead(const float *q, const float *k, const uint16_t *vBf16,
     out[j] = floatToBf16(o[j]);
 }
 
-} // namespace
-
-void kdaRecurrentCpu(const KdaRecurrentParams &p) {
+/// kda_decode's recurrent step of every head on the conv outputs q̃, k̃, ṽ
+/// (bf16): per head, kda_l2norm of q (scale 1/sqrt d) and k, kda_gate,
+/// sigmoid of β's logit and kda_step, through the very helpers those
+/// launches use, so the step is the `--fusion=none` chain by construction.
+void recurrentHeads(const KdaDecodeParams &p, const uint16_t *qt,
+                    const uint16_t *kt, const uint16_t *vt, uint16_t *out) {
   const int64_t d = p.headDim;
   const float qScale = kdaQueryScale(d);
   std::vector<float> q(d), k(d), g(d);
   StepScratch scratch(d);
   for (int64_t h = 0; h < p.numHeads; ++h) {
     const int64_t c0 = h * d;
-    l2NormHead(p.q + c0, d, kKdaL2NormEps, qScale, q.data());
-    l2NormHead(p.k + c0, d, kKdaL2NormEps, 1.0f, k.data());
+    l2NormHead(qt + c0, d, kKdaL2NormEps, qScale, q.data());
+    l2NormHead(kt + c0, d, kKdaL2NormEps, 1.0f, k.data());
     gateHead(p.f + c0, p.dtBias + c0, p.aLog[h], d, p.hasLowerBound,
              p.lowerBound, g.data());
     const float beta = cpu::sigmoid(bf16ToFloat(p.betaLogit[h]));
-    stepHead(q.data(), k.data(), p.v + c0, g.data(), beta, p.state + h * d * d,
-             d, scratch, p.out + c0);
+    stepHead(q.data(), k.data(), vt + c0, g.data(), beta, p.state + h * d * d,
+             d, scratch, out + c0);
   }
 }
+
+} // namespace
 
 void kdaL2NormStepCpu(const KdaL2NormParams &p) {
   const int64_t d = p.headDim;
@@ -213,21 +216,7 @@ void kdaDecodeCpu(const KdaDecodeParams &p) {
     kdaConvCpu(conv);
   }
 
-  KdaRecurrentParams rec;
-  rec.q = q.data();
-  rec.k = k.data();
-  rec.v = v.data();
-  rec.f = p.f;
-  rec.betaLogit = p.betaLogit;
-  rec.dtBias = p.dtBias;
-  rec.aLog = p.aLog;
-  rec.state = p.state;
-  rec.out = o.data();
-  rec.numHeads = p.numHeads;
-  rec.headDim = p.headDim;
-  rec.hasLowerBound = p.hasLowerBound;
-  rec.lowerBound = p.lowerBound;
-  kdaRecurrentCpu(rec);
+  recurrentHeads(p, q.data(), k.data(), v.data(), o.data());
 
   KdaGatedNormParams norm;
   norm.o = o.data();

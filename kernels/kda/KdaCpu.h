@@ -11,10 +11,8 @@ namespace k3 {
 
 /// Short causal conv + SiLU of one token for one of q/k/v.
 void kdaConvCpu(const KdaConvParams &p);
-/// Gated delta-rule step of every head.
-void kdaRecurrentCpu(const KdaRecurrentParams &p);
-/// kda_recurrent split into the four launches of `--fusion=none`:
-/// per-head l2norm (+ scale) of bf16 q̃ or k̃ into fp32.
+/// The gated delta-rule step as the launches of `--fusion=none`: per-head
+/// l2norm (+ scale) of bf16 q̃ or k̃ into fp32.
 void kdaL2NormStepCpu(const KdaL2NormParams &p);
 /// The decay gate g of every channel (fp32).
 void kdaGateCpu(const KdaGateParams &p);
@@ -24,7 +22,7 @@ void sigmoidCpu(const SigmoidParams &p);
 void kdaStepCpu(const KdaStepParams &p);
 /// Per-head RMSNorm times o_norm weight times sigmoid(gate).
 void kdaGatedNormCpu(const KdaGatedNormParams &p);
-/// Conv ×3 + recurrent step + gated norm in one call.
+/// Conv ×3 + the gated delta-rule step + gated norm in one call.
 void kdaDecodeCpu(const KdaDecodeParams &p);
 
 /// In-place l2norm with the epsilon inside the root (K3.md §2.3):

@@ -47,34 +47,20 @@ struct KdaConvParams {
   int32_t width = 4;                ///< W (short_conv_kernel_size), >= 1
 };
 
-/// `kda_recurrent`: the gated delta rule step of every head (K3.md §2.3-2.7):
+/// The gated delta rule step of every head (K3.md §2.3-2.7) as the four
+/// launches of `--fusion=none` (kda_decode computes the same inside):
 /// q = l2norm(q̃)/sqrt(d), k = l2norm(k̃) (eps kKdaL2NormEps inside the root);
 /// z = f + dtBias, a = exp(aLog[h]),
 ///   g = lowerBound · sigmoid(a·z) (hasLowerBound) or −a·softplus(z);
 /// β = sigmoid(betaLogit[h]);
 /// S ← Diag(exp(g)) S; S ← S + k ⊗ (β·(v − Sᵀk)); o = R(Sᵀq). All fp32.
-struct KdaRecurrentParams {
-  const uint16_t *q = nullptr;         ///< [C] bf16, kda_conv output q̃
-  const uint16_t *k = nullptr;         ///< [C] bf16, k̃
-  const uint16_t *v = nullptr;         ///< [C] bf16, ṽ
-  const uint16_t *f = nullptr;         ///< [C] bf16, R(f_b(R(f_a h)))
-  const uint16_t *betaLogit = nullptr; ///< [H] bf16, R(b_proj h)
-  const float *dtBias = nullptr;       ///< [C] fp32
-  const float *aLog = nullptr; ///< [H] fp32 (first H of the checkpoint's)
-  float *state = nullptr;      ///< [H, d, d] fp32 [key][value], in place
-  uint16_t *out = nullptr;     ///< [C] bf16, o
-  int64_t numHeads = 0;        ///< H
-  int64_t headDim = 0;         ///< d
-  int32_t hasLowerBound = 0;   ///< 1: K3's sigmoid gate; 0: softplus
-  float lowerBound = -5.0f;    ///< gate_lower_bound, used when set
-};
-
-/// `kda_l2norm` (the unfused kda_recurrent, part 1 of 4): per head of
-/// headDim values, out = x / sqrt(Σ x² + eps) · scale in fp32, in that order
-/// (the sum in dot-lane order, then one multiply by 1/sqrt(·), then one by
-/// scale; scale == 1 skips the second multiply). For q, scale must be
+///
+/// `kda_l2norm` (part 1 of 4): per head of headDim values,
+/// out = x / sqrt(Σ x² + eps) · scale in fp32, in that order (the sum in
+/// dot-lane order, then one multiply by 1/sqrt(·), then one by scale;
+/// scale == 1 skips the second multiply). For q, scale must be
 /// 1.0f / std::sqrt(float(d)) computed in fp32, for k 1, to match
-/// kda_recurrent bit for bit.
+/// kda_decode bit for bit.
 struct KdaL2NormParams {
   const uint16_t *x = nullptr; ///< [n] bf16, q̃ or k̃ (kda_conv output)
   float *out = nullptr;        ///< [n] fp32, normalised (and scaled)
@@ -107,9 +93,9 @@ struct SigmoidParams {
 
 /// `kda_step` (part 4 of 4): the delta-rule update of every head on
 /// prepared inputs: S ← Diag(exp(g)) S; S ← S + k ⊗ (β·(v − Sᵀk));
-/// o = R(Sᵀq); all fp32, the same two passes over the state as
-/// kda_recurrent. kda_l2norm(q, 1/sqrt d), kda_l2norm(k, 1), kda_gate,
-/// sigmoid(betaLogit) and this step give kda_recurrent's bits.
+/// o = R(Sᵀq); all fp32, the same two passes over the state as kda_decode.
+/// kda_l2norm(q, 1/sqrt d), kda_l2norm(k, 1), kda_gate, sigmoid(betaLogit)
+/// and this step give kda_decode's recurrent bits.
 struct KdaStepParams {
   const float *q = nullptr;    ///< [C] fp32, normalised and scaled
   const float *k = nullptr;    ///< [C] fp32, normalised
@@ -125,7 +111,7 @@ struct KdaStepParams {
 /// `kda_gated_norm`: per head h, y_h = R(o_h · rsqrt(mean(o_h²) + eps) · w ·
 /// sigmoid(gt_h)) with one rounding at the end (fp32 inside).
 struct KdaGatedNormParams {
-  const uint16_t *o = nullptr;      ///< [C] bf16, kda_recurrent output
+  const uint16_t *o = nullptr;      ///< [C] bf16, kda_step output
   const uint16_t *gate = nullptr;   ///< [C] bf16, gt = R(g_proj h)
   VectorRef weight;                 ///< [d] bf16 or fp32, o_norm (all heads)
   uint16_t *out = nullptr;          ///< [C] bf16; may alias o
@@ -134,10 +120,10 @@ struct KdaGatedNormParams {
   float eps = 1e-5f; ///< rms_norm_eps
 };
 
-/// `kda_decode` (the KDA fusion): kda_conv of q, k and v, kda_recurrent and
-/// kda_gated_norm in one call, rounding at the same points as that chain
-/// (q̃, k̃, ṽ and o are rounded to bf16 in between), so the result is
-/// bit-identical to it. Output y = the gated-norm output (o_proj's input).
+/// `kda_decode` (the KDA fusion): kda_conv of q, k and v, the step above
+/// (kda_l2norm ×2, kda_gate, sigmoid, kda_step) and kda_gated_norm in one
+/// call, rounding at the same points as that chain (q̃, k̃, ṽ and o are
+/// rounded to bf16 in between), so the result is bit-identical to it. Output y = the gated-norm output (o_proj's input).
 struct KdaDecodeParams {
   const uint16_t *uq = nullptr;         ///< [C] bf16, R(q_proj h)
   const uint16_t *uk = nullptr;         ///< [C] bf16

@@ -39,7 +39,6 @@ const Entry kEntries[] = {
     {"kda_gate", &runAs<KdaGateParams, kdaGateCpu>},
     {"sigmoid", &runAs<SigmoidParams, sigmoidCpu>},
     {"kda_step", &runAs<KdaStepParams, kdaStepCpu>},
-    {"kda_recurrent", &runAs<KdaRecurrentParams, kdaRecurrentCpu>},
     {"kda_gated_norm", &runAs<KdaGatedNormParams, kdaGatedNormCpu>},
     {"kda_decode", &runAs<KdaDecodeParams, kdaDecodeCpu>},
     {"mla_cache_append", &runAs<MlaCacheAppendParams, mlaCacheAppendCpu>},

@@ -267,17 +267,6 @@ Status kdaSizes(const char *kernel, int64_t numHeads, int64_t headDim,
   return mul(kernel, "numHeads * headDim * headDim", C, headDim, state);
 }
 
-Status checkKdaRecurrent(const KdaRecurrentParams &p, ExtentChecker &x) {
-  int64_t C = 0, S = 0;
-  K3_RETURN_IF_ERROR(kdaSizes("kda_recurrent", p.numHeads, p.headDim, C, S));
-  for (const char *f : {"q", "k", "v", "f", "out"})
-    K3_RETURN_IF_ERROR(x.need(f, C));
-  K3_RETURN_IF_ERROR(x.need("betaLogit", p.numHeads));
-  K3_RETURN_IF_ERROR(x.need("dtBias", C));
-  K3_RETURN_IF_ERROR(x.need("aLog", p.numHeads));
-  return x.need("state", S);
-}
-
 Status checkKdaGatedNorm(const KdaGatedNormParams &p, ExtentChecker &x) {
   int64_t C = 0, S = 0;
   K3_RETURN_IF_ERROR(kdaSizes("kda_gated_norm", p.numHeads, p.headDim, C, S));
@@ -538,8 +527,6 @@ const ScalarCondition kScalarConditions[] = {
     {"moe_experts", "beta2", KernelField::Need::IfValue, "hasBeta2", 1},
     // The KDA gate's lower bound, only in its lb * sigmoid form.
     {"kda_gate", "lowerBound", KernelField::Need::IfValue, "hasLowerBound", 1},
-    {"kda_recurrent", "lowerBound", KernelField::Need::IfValue,
-     "hasLowerBound", 1},
     {"kda_decode", "lowerBound", KernelField::Need::IfValue, "hasLowerBound",
      1},
     // A test lever (k3-inject-mutant), never part of a real plan.
@@ -667,16 +654,6 @@ std::vector<KernelInfo> buildTable() {
          K3_FIELD(P, beta), K3_FIELD(P, state), K3_FIELD(P, out),
          K3_FIELD(P, numHeads), K3_FIELD(P, headDim)},
         K3_HOLDER(P), K3_CHECK(P, checkKdaStep));
-  }
-  {
-    using P = KdaRecurrentParams;
-    add("kda_recurrent", "KdaRecurrentParams",
-        {K3_FIELD(P, q), K3_FIELD(P, k), K3_FIELD(P, v), K3_FIELD(P, f),
-         K3_FIELD(P, betaLogit), K3_FIELD(P, dtBias), K3_FIELD(P, aLog),
-         K3_FIELD(P, state), K3_FIELD(P, out), K3_FIELD(P, numHeads),
-         K3_FIELD(P, headDim), K3_FIELD(P, hasLowerBound),
-         K3_FIELD(P, lowerBound)},
-        K3_HOLDER(P), K3_CHECK(P, checkKdaRecurrent));
   }
   {
     using P = KdaGatedNormParams;

@@ -17,7 +17,7 @@
 // sums run in another order and use FMA); bf16 outputs must be finite, within
 // 1 ulp of the CPU value for all but a rare few elements, with a bounded
 // fraction of differing elements. Between CUDA kernels (the unfused chain
-// against kda_recurrent, the chain against kda_decode) the bits must match.
+// against kda_decode) the bits must match.
 //
 //===----------------------------------------------------------------------===//
 #include "test/unit/cuda/CudaTestUtil.h"
@@ -168,7 +168,7 @@ std::vector<RecCase> recurrentCases() {
           {2, 130, 0, 7, 256}};
 }
 
-/// Per-token inputs of kda_recurrent (bf16 q̃, k̃, ṽ, f, β logit).
+/// Per-token inputs of the recurrent step (bf16 q̃, k̃, ṽ, f, β logit).
 struct TokenInputs {
   std::vector<uint16_t> q, k, v, f, betaLogit;
   TokenInputs(Rand &r, int64_t H, int64_t d)
@@ -342,7 +342,7 @@ TEST(KdaCuda, SigmoidMatchesCpu) {
 }
 
 //===----------------------------------------------------------------------===//
-// kda_step and kda_recurrent
+// kda_step
 //===----------------------------------------------------------------------===//
 
 /// kda_step's prepared fp32 inputs of one token, made by the CPU ops that
@@ -423,134 +423,62 @@ TEST(KdaCuda, StepMatchesCpuOverSteps) {
   }
 }
 
-/// Runs kda_recurrent on the GPU on `in` with device state `dState`.
-std::vector<uint16_t> runRecurrentGpu(const RecCase &c, const TokenInputs &in,
-                                      const GateWeights &gw, Dev &dState) {
-  const int64_t C = c.heads * c.headDim;
-  Dev dQ = Dev::of(in.q), dK = Dev::of(in.k), dV = Dev::of(in.v),
-      dF = Dev::of(in.f), dBeta = Dev::of(in.betaLogit),
-      dDt = Dev::of(gw.dtBias), dA = Dev::of(gw.aLog),
-      dOut = Dev::poisoned<uint16_t>(C);
-  k3::KdaRecurrentParams p;
-  p.q = dQ.get<uint16_t>();
-  p.k = dK.get<uint16_t>();
-  p.v = dV.get<uint16_t>();
-  p.f = dF.get<uint16_t>();
-  p.betaLogit = dBeta.get<uint16_t>();
-  p.dtBias = dDt.get<float>();
-  p.aLog = dA.get<float>();
-  p.state = dState.get<float>();
-  p.out = dOut.get<uint16_t>();
-  p.numHeads = c.heads;
-  p.headDim = c.headDim;
-  p.hasLowerBound = c.hasLowerBound;
-  p.lowerBound = -5.0f;
-  k3::Status s = launch("kda_recurrent", p, c.grid, c.block);
-  EXPECT_TRUE(s.isOk()) << c.name() << ": " << (s.isOk() ? "" : s.message());
-  return dOut.download<uint16_t>(C);
-}
-
-TEST(KdaCuda, RecurrentMatchesCpuOverSteps) {
-  K3_REQUIRE_GPU();
-  for (const RecCase &c : recurrentCases()) {
-    const int64_t H = c.heads, d = c.headDim, C = H * d;
-    Rand r(static_cast<uint64_t>(H * 2000 + d + c.grid));
-    GateWeights gw(r, H, d);
-    std::vector<float> state = r.f32(H * d * d, 0.5f);
-    Dev dState = Dev::of(state);
-    for (int step = 0; step < 4; ++step) {
-      const std::string name = c.name() + " token " + std::to_string(step);
-      TokenInputs in(r, H, d);
-      k3::KdaRecurrentParams p;
-      p.q = in.q.data();
-      p.k = in.k.data();
-      p.v = in.v.data();
-      p.f = in.f.data();
-      p.betaLogit = in.betaLogit.data();
-      p.dtBias = gw.dtBias.data();
-      p.aLog = gw.aLog.data();
-      p.state = state.data();
-      std::vector<uint16_t> want(C, 0xFFFF);
-      p.out = want.data();
-      p.numHeads = H;
-      p.headDim = d;
-      p.hasLowerBound = c.hasLowerBound;
-      p.lowerBound = -5.0f;
-      k3::kdaRecurrentCpu(p);
-
-      expectBf16Near(want, runRecurrentGpu(c, in, gw, dState), name + " out");
-      expectF32Near(state, dState.download<float>(H * d * d), kF32Tol,
-                    name + " state");
-    }
-  }
-}
-
-/// kda_l2norm ×2, kda_gate, sigmoid and kda_step on the GPU give
-/// kda_recurrent's bits (same grid and block for the two state kernels).
-TEST(KdaCuda, UnfusedChainIsRecurrentBitForBit) {
-  K3_REQUIRE_GPU();
-  for (const RecCase &c :
-       {RecCase{96, 128, 1, 96, 256}, RecCase{96, 128, 1, 384, 256},
-        RecCase{32, 128, 0, 32, 256}, RecCase{3, 6, 1, 3, 256}}) {
-    const int64_t H = c.heads, d = c.headDim, C = H * d;
-    Rand r(static_cast<uint64_t>(H * 3000 + d + c.grid));
-    GateWeights gw(r, H, d);
-    std::vector<float> state = r.f32(H * d * d, 0.5f);
-    Dev dFused = Dev::of(state), dChain = Dev::of(state);
-    Dev dDt = Dev::of(gw.dtBias), dA = Dev::of(gw.aLog);
-    for (int step = 0; step < 2; ++step) {
-      const std::string name = c.name() + " token " + std::to_string(step);
-      TokenInputs in(r, H, d);
-      std::vector<uint16_t> fused = runRecurrentGpu(c, in, gw, dFused);
-
-      Dev dQt = Dev::of(in.q), dKt = Dev::of(in.k), dV = Dev::of(in.v),
-          dF = Dev::of(in.f), dBl = Dev::of(in.betaLogit);
-      Dev dQ = Dev::poisoned<float>(C), dK = Dev::poisoned<float>(C),
-          dG = Dev::poisoned<float>(C), dB = Dev::poisoned<float>(H),
-          dOut = Dev::poisoned<uint16_t>(C);
-      k3::KdaL2NormParams l;
-      l.n = C;
-      l.headDim = d;
-      l.x = dQt.get<uint16_t>();
-      l.out = dQ.get<float>();
-      l.scale = k3::kdaQueryScale(d);
-      ASSERT_TRUE(launch("kda_l2norm", l, H).isOk());
-      l.x = dKt.get<uint16_t>();
-      l.out = dK.get<float>();
-      l.scale = 1.0f;
-      ASSERT_TRUE(launch("kda_l2norm", l, H).isOk());
-      k3::KdaGateParams gp;
-      gp.f = dF.get<uint16_t>();
-      gp.dtBias = dDt.get<float>();
-      gp.aLog = dA.get<float>();
-      gp.out = dG.get<float>();
-      gp.numHeads = H;
-      gp.headDim = d;
-      gp.hasLowerBound = c.hasLowerBound;
-      ASSERT_TRUE(launch("kda_gate", gp, H).isOk());
-      k3::SigmoidParams sp;
-      sp.x = dBl.get<uint16_t>();
-      sp.out = dB.get<float>();
-      sp.n = H;
-      ASSERT_TRUE(launch("sigmoid", sp, 1).isOk());
-      k3::KdaStepParams p;
-      p.q = dQ.get<float>();
-      p.k = dK.get<float>();
-      p.v = dV.get<uint16_t>();
-      p.g = dG.get<float>();
-      p.beta = dB.get<float>();
-      p.state = dChain.get<float>();
-      p.out = dOut.get<uint16_t>();
-      p.numHeads = H;
-      p.headDim = d;
-      ASSERT_TRUE(launch("kda_step", p, c.grid, c.block).isOk());
-      std::vector<uint16_t> chain = dOut.download<uint16_t>(C);
-      expectBf16Near(fused, chain, name + " (non-trivial)", 0.0, 0.0);
-      expectSameBits(fused, chain, name + " out");
-      expectSameBits(dFused.download<float>(H * d * d),
-                     dChain.download<float>(H * d * d), name + " state");
-    }
-  }
+/// The recurrent step as a `--fusion=none` plan launches it on the GPU:
+/// kda_l2norm of q̃ (scale 1/sqrt d) and k̃, kda_gate, sigmoid of β's logit,
+/// then kda_step on `state` with `grid` and `block` (kda_decode's bits with
+/// the same grid and block, DecodeIsTheChainBitForBit). All pointers are on
+/// the device.
+k3::Status launchStepChain(int64_t H, int64_t d, int32_t hasLowerBound,
+                           int64_t grid, int64_t block, const uint16_t *qt,
+                           const uint16_t *kt, const uint16_t *v,
+                           const uint16_t *f, const uint16_t *betaLogit,
+                           const float *dtBias, const float *aLog,
+                           float *state, uint16_t *out) {
+  const int64_t C = H * d;
+  Dev dQ = Dev::poisoned<float>(C), dK = Dev::poisoned<float>(C),
+      dG = Dev::poisoned<float>(C), dB = Dev::poisoned<float>(H);
+  k3::KdaL2NormParams l;
+  l.n = C;
+  l.headDim = d;
+  l.x = qt;
+  l.out = dQ.get<float>();
+  l.scale = k3::kdaQueryScale(d);
+  k3::Status s = launch("kda_l2norm", l, H);
+  if (!s.isOk())
+    return s;
+  l.x = kt;
+  l.out = dK.get<float>();
+  l.scale = 1.0f;
+  if (!(s = launch("kda_l2norm", l, H)).isOk())
+    return s;
+  k3::KdaGateParams gp;
+  gp.f = f;
+  gp.dtBias = dtBias;
+  gp.aLog = aLog;
+  gp.out = dG.get<float>();
+  gp.numHeads = H;
+  gp.headDim = d;
+  gp.hasLowerBound = hasLowerBound;
+  gp.lowerBound = -5.0f;
+  if (!(s = launch("kda_gate", gp, H)).isOk())
+    return s;
+  k3::SigmoidParams sp;
+  sp.x = betaLogit;
+  sp.out = dB.get<float>();
+  sp.n = H;
+  if (!(s = launch("sigmoid", sp, 1)).isOk())
+    return s;
+  k3::KdaStepParams p;
+  p.q = dQ.get<float>();
+  p.k = dK.get<float>();
+  p.v = v;
+  p.g = dG.get<float>();
+  p.beta = dB.get<float>();
+  p.state = state;
+  p.out = out;
+  p.numHeads = H;
+  p.headDim = d;
+  return launch("kda_step", p, grid, block);
 }
 
 //===----------------------------------------------------------------------===//
@@ -767,7 +695,8 @@ TEST(KdaCuda, DecodeF32WeightsMatchCpuOverSteps) {
   decodeMatchesCpu(true);
 }
 
-/// kda_conv ×3, kda_recurrent and kda_gated_norm on the GPU give
+/// kda_conv ×3, the step chain (launchStepChain) and kda_gated_norm on the
+/// GPU give
 /// kda_decode's bits (same grid and block for the state kernels): with one
 /// block per slice (the decode finishes heads across blocks) and the plans'
 /// grid.
@@ -809,21 +738,14 @@ void decodeIsTheChain(bool f32) {
       }
       Dev f = Dev::of(t.f), bl = Dev::of(t.betaLogit), gate = Dev::of(t.gate),
           o = Dev::poisoned<uint16_t>(C), out = Dev::poisoned<uint16_t>(C);
-      k3::KdaRecurrentParams rp;
-      rp.q = qt.get<uint16_t>();
-      rp.k = kt.get<uint16_t>();
-      rp.v = vt.get<uint16_t>();
-      rp.f = f.get<uint16_t>();
-      rp.betaLogit = bl.get<uint16_t>();
-      rp.dtBias = chain.dtBias.get<float>();
-      rp.aLog = chain.aLog.get<float>();
-      rp.state = chain.state.get<float>();
-      rp.out = o.get<uint16_t>();
-      rp.numHeads = H;
-      rp.headDim = d;
-      rp.hasLowerBound = c.hasLowerBound;
-      rp.lowerBound = -5.0f;
-      ASSERT_TRUE(launch("kda_recurrent", rp, c.grid, c.block).isOk());
+      ASSERT_TRUE(launchStepChain(H, d, c.hasLowerBound, c.grid, c.block,
+                                  qt.get<uint16_t>(), kt.get<uint16_t>(),
+                                  vt.get<uint16_t>(), f.get<uint16_t>(),
+                                  bl.get<uint16_t>(),
+                                  chain.dtBias.get<float>(),
+                                  chain.aLog.get<float>(),
+                                  chain.state.get<float>(), o.get<uint16_t>())
+                      .isOk());
       k3::KdaGatedNormParams np;
       np.o = o.get<uint16_t>();
       np.gate = gate.get<uint16_t>();

@@ -243,12 +243,28 @@ TEST(Kda, FirstStepFromZeroStateIsBetaVTimesKq) {
   auto dt = randomF32(rng, C, 1.0f), aLog = randomF32(rng, H, 1.0f);
   std::vector<float> state(H * d * d, 0.0f);
   std::vector<uint16_t> o(C);
-  KdaRecurrentParams p;
-  p.q = q.data(), p.k = k.data(), p.v = v.data(), p.f = f.data();
-  p.betaLogit = beta.data(), p.dtBias = dt.data(), p.aLog = aLog.data();
-  p.state = state.data(), p.out = o.data(), p.numHeads = H, p.headDim = d;
-  p.hasLowerBound = 1, p.lowerBound = -5.0f;
-  kdaRecurrentCpu(p);
+  // The step as `--fusion=none` launches it: kda_l2norm ×2, kda_gate,
+  // sigmoid, kda_step.
+  std::vector<float> qn(C), kn(C), g(C), b(H);
+  KdaL2NormParams lp;
+  lp.n = C, lp.headDim = d;
+  lp.x = q.data(), lp.out = qn.data(), lp.scale = kdaQueryScale(d);
+  kdaL2NormStepCpu(lp);
+  lp.x = k.data(), lp.out = kn.data(), lp.scale = 1.0f;
+  kdaL2NormStepCpu(lp);
+  KdaGateParams gp;
+  gp.f = f.data(), gp.dtBias = dt.data(), gp.aLog = aLog.data();
+  gp.out = g.data(), gp.numHeads = H, gp.headDim = d;
+  gp.hasLowerBound = 1, gp.lowerBound = -5.0f;
+  kdaGateCpu(gp);
+  SigmoidParams bp;
+  bp.x = beta.data(), bp.out = b.data(), bp.n = H;
+  sigmoidCpu(bp);
+  KdaStepParams p;
+  p.q = qn.data(), p.k = kn.data(), p.v = v.data(), p.g = g.data();
+  p.beta = b.data(), p.state = state.data(), p.out = o.data();
+  p.numHeads = H, p.headDim = d;
+  kdaStepCpu(p);
   for (int64_t h = 0; h < H; ++h) {
     double qq = 0, kk = 0, kq = 0;
     for (int64_t i = 0; i < d; ++i) {

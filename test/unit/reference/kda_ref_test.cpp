@@ -1,8 +1,10 @@
 //===- kda_ref_test.cpp - KDA CPU kernels against the float64 reference ---===//
 //
-// kda_conv, kda_recurrent, kda_gated_norm and the fused kda_decode, over
-// several tokens (the state is carried by each side independently: the
-// kernel's fp32 state against the reference's float64 one), at K3's geometry
+// kda_conv, the recurrent step (kda_l2norm ×2, kda_gate, sigmoid, kda_step
+// chained as `--fusion=none` runs them), kda_gated_norm and the fused
+// kda_decode, over several tokens (the state is carried by each side
+// independently: the kernel's fp32 state against the reference's float64
+// one), at K3's geometry
 // (96 heads × 128, gate lower bound −5) and the small twin's (8 × 32,
 // softplus gate), plus odd small shapes; with bf16 conv filters and o_norm
 // (Kimi-Linear's checkpoint) and with f32 ones (the published K3's, values
@@ -156,21 +158,46 @@ TEST_P(KdaRef, RecurrentMatchesMatrixForm) {
                                 st.convV);
     auto qb = ref::toBf16(qc), kb = ref::toBf16(kc), vb = ref::toBf16(vc);
     auto out = ref::poisonedBf16(in.c);
-    KdaRecurrentParams p;
-    p.q = qb.data();
-    p.k = kb.data();
+    // The step as `--fusion=none` launches it (kda_decode computes the same
+    // inside): kda_l2norm ×2, kda_gate, sigmoid, kda_step.
+    std::vector<float> qn32(in.c), kn32(in.c), g32(in.c), b32(in.heads);
+    KdaL2NormParams lp;
+    lp.n = in.c;
+    lp.headDim = in.d;
+    lp.x = qb.data();
+    lp.out = qn32.data();
+    lp.scale = kdaQueryScale(in.d);
+    kdaL2NormStepCpu(lp);
+    lp.x = kb.data();
+    lp.out = kn32.data();
+    lp.scale = 1.0f;
+    kdaL2NormStepCpu(lp);
+    KdaGateParams gp;
+    gp.f = in.f[t].data();
+    gp.dtBias = in.dtBias.data();
+    gp.aLog = in.aLog.data();
+    gp.out = g32.data();
+    gp.numHeads = in.heads;
+    gp.headDim = in.d;
+    gp.hasLowerBound = s.lowerBound;
+    gp.lowerBound = -5.0f;
+    kdaGateCpu(gp);
+    SigmoidParams bp;
+    bp.x = in.bLogit[t].data();
+    bp.out = b32.data();
+    bp.n = in.heads;
+    sigmoidCpu(bp);
+    KdaStepParams p;
+    p.q = qn32.data();
+    p.k = kn32.data();
     p.v = vb.data();
-    p.f = in.f[t].data();
-    p.betaLogit = in.bLogit[t].data();
-    p.dtBias = in.dtBias.data();
-    p.aLog = in.aLog.data();
+    p.g = g32.data();
+    p.beta = b32.data();
     p.state = state.data();
     p.out = out.data();
     p.numHeads = in.heads;
     p.headDim = in.d;
-    p.hasLowerBound = s.lowerBound;
-    p.lowerBound = -5.0f;
-    kdaRecurrentCpu(p);
+    kdaStepCpu(p);
 
     ref::KdaTrace tr;
     Vec q(in.c), k(in.c);
@@ -198,7 +225,7 @@ TEST_P(KdaRef, RecurrentMatchesMatrixForm) {
     ref::FloatStats ss = ref::compareFloat(state, st.state);
     SCOPED_TRACE("step " + std::to_string(t) + ": o " + os.str() + "; state " +
                  ss.str());
-    std::cout << "[kda_recurrent " << in.heads << "x" << in.d << " step " << t
+    std::cout << "[kda step chain " << in.heads << "x" << in.d << " step " << t
               << "] o: " << os.str() << "; state rel " << ss.relErr() << "\n";
     EXPECT_EQ(os.beyond, 0);
     EXPECT_LE(os.flipFraction(), 0.01);

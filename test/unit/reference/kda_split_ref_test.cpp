@@ -1,7 +1,7 @@
 //===- kda_split_ref_test.cpp - The unfused KDA step vs the reference -----===//
 //
-// The four launches `--fusion=none` runs in place of kda_recurrent, each
-// against Reference.h on its own:
+// The four launches of the recurrent step that `--fusion=none` runs (and
+// kda_decode computes inside), each against Reference.h on its own:
 //  * kda_l2norm (kdaL2NormStepCpu): per head x / sqrt(Σ x² + 1e-6) · scale,
 //    q (scale kdaQueryScale(d)) and k (scale 1), at K3 (96 × 128), the twin
 //    (8 × 32), Kimi-Linear (32 × 128) and an odd shape; and at ‖x‖² ≈ ε:
