@@ -15,6 +15,7 @@
 #include "codegen/Codegen.h"
 
 #include "kernels/gemv/GemvParams.h"
+#include "runtime/plan/Plan.h"
 
 #include "mlir/IR/PatternMatch.h"
 #include "llvm/ADT/TypeSwitch.h"
@@ -244,21 +245,21 @@ void Lowering::lowerState(StateOp op) {
   SmallVector<int64_t> shape;
   int64_t bytes = 0;
   if (auto s = dyn_cast<KdaStateType>(t)) {
-    kind = "kda_state";
+    kind = ::k3::stateKindName(::k3::StateKind::KdaState);
     shape = {s.getHeads(), s.getKeyDim(), s.getValueDim()};
     bytes = s.getSizeInBytes();
   } else if (auto s = dyn_cast<ConvStateType>(t)) {
-    kind = "conv_state";
+    kind = ::k3::stateKindName(::k3::StateKind::ConvState);
     shape = {s.getChannels(), s.getWindow()};
     // A conv of width 1 keeps no history; keep the slot non-empty anyway.
     bytes = std::max<int64_t>(s.getSizeInBytes(), 4);
   } else if (auto s = dyn_cast<MlaCacheType>(t)) {
-    kind = "mla_cache";
+    kind = ::k3::stateKindName(::k3::StateKind::MlaCache);
     shape = {s.getMaxSeq(), s.getWidth()};
     bytes = s.getSizeInBytes();
   } else {
     auto a = cast<AttnResBlocksType>(t);
-    kind = "attn_res_blocks";
+    kind = ::k3::stateKindName(::k3::StateKind::AttnResBlocks);
     shape = {a.getMaxBlocks(), a.getHidden()};
     bytes = a.getSizeInBytes();
   }

@@ -7,6 +7,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "codegen/LaunchDialect.h"
+#include "runtime/plan/Plan.h"
 #include "runtime/plan/PlanKernels.h"
 
 #include "mlir/IR/DialectImplementation.h"
@@ -60,8 +61,8 @@ LogicalResult WeightOp::verify() {
 
 LogicalResult StateOp::verify() {
   StringRef k = getKind();
-  if (k != "kda_state" && k != "conv_state" && k != "mla_cache" &&
-      k != "attn_res_blocks")
+  ::k3::StateKind kind;
+  if (!::k3::parseStateKind(k.str(), kind))
     return emitOpError() << "expects a known state kind but got '" << k << "'";
   if (getBytesAttr().getInt() <= 0)
     return emitOpError() << "expects a positive size but got "

@@ -213,7 +213,7 @@ Status Session::restore(const PrefixSnapshot &snap) {
   if (snap.mutantSwapKdaSlots) {
     std::vector<size_t> kda;
     for (size_t i = 0; i < plan_.states.size(); ++i)
-      if (plan_.states[i].kind == "kda_state")
+      if (plan_.states[i].is(StateKind::KdaState))
         kda.push_back(i);
     if (kda.size() >= 2)
       std::swap(slot[kda[0]], slot[kda[1]]);

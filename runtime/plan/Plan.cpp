@@ -139,24 +139,50 @@ const PlanArg *PlanLaunch::find(const std::string &name) const {
   return nullptr;
 }
 
+const char *stateKindName(StateKind kind) {
+  switch (kind) {
+  case StateKind::KdaState:
+    return "kda_state";
+  case StateKind::ConvState:
+    return "conv_state";
+  case StateKind::MlaCache:
+    return "mla_cache";
+  case StateKind::AttnResBlocks:
+    return "attn_res_blocks";
+  }
+  return "?";
+}
+
+bool parseStateKind(const std::string &name, StateKind &out) {
+  for (StateKind k : kStateKinds)
+    if (name == stateKindName(k)) {
+      out = k;
+      return true;
+    }
+  return false;
+}
+
+ElemType stateKindElem(StateKind kind) {
+  return kind == StateKind::KdaState || kind == StateKind::ConvState
+             ? ElemType::F32
+             : ElemType::BF16;
+}
+
+ElemType planDTypeElem(const std::string &dtype) {
+  for (ElemType t : {ElemType::BF16, ElemType::F32, ElemType::I32,
+                     ElemType::I64, ElemType::U8})
+    if (dtype == elemTypeName(t))
+      return t;
+  return ElemType::None;
+}
+
 size_t planDTypeSize(const std::string &dtype) {
-  if (dtype == "bf16")
-    return 2;
-  if (dtype == "f32" || dtype == "i32")
-    return 4;
-  if (dtype == "i64")
-    return 8;
-  if (dtype == "u8")
-    return 1;
-  return 0;
+  return elemTypeSize(planDTypeElem(dtype));
 }
 
 size_t planStateElemSize(const std::string &kind) {
-  if (kind == "kda_state" || kind == "conv_state")
-    return 4;
-  if (kind == "mla_cache" || kind == "attn_res_blocks")
-    return 2;
-  return 0;
+  StateKind k;
+  return parseStateKind(kind, k) ? elemTypeSize(stateKindElem(k)) : 0;
 }
 
 int64_t PlanDoc::addBuffer(const std::string &name, const std::string &dtype,
@@ -284,21 +310,8 @@ std::string launchName(const PlanDoc &plan, size_t i) {
 }
 
 ElemType stateElem(const std::string &kind) {
-  return planStateElemSize(kind) == 4 ? ElemType::F32 : ElemType::BF16;
-}
-
-ElemType dtypeElem(const std::string &dtype) {
-  if (dtype == "bf16")
-    return ElemType::BF16;
-  if (dtype == "f32")
-    return ElemType::F32;
-  if (dtype == "i32")
-    return ElemType::I32;
-  if (dtype == "i64")
-    return ElemType::I64;
-  if (dtype == "u8")
-    return ElemType::U8;
-  return ElemType::None;
+  StateKind k;
+  return parseStateKind(kind, k) ? stateKindElem(k) : ElemType::BF16;
 }
 
 /// Bytes of a weight in its format ("mxfp4": not addressable as one block).
@@ -382,7 +395,7 @@ Status validateArg(const PlanDoc &plan, const KernelInfo &kernel,
                        " is out of range (the plan has ", plan.buffers.size(),
                        " buffers)");
     targetBytes = plan.buffers[arg.index].bytes;
-    targetElem = dtypeElem(plan.buffers[arg.index].dtype);
+    targetElem = planDTypeElem(plan.buffers[arg.index].dtype);
   } else if (arg.kind == K::State) {
     if (arg.index < 0 || arg.index >= (int64_t)plan.states.size())
       return makeError("'", name, "': state index ", arg.index,
@@ -543,9 +556,11 @@ Status validatePlan(const PlanDoc &plan) {
     const std::string at = "state " + std::to_string(i) + " ('" + s.name + "')";
     const size_t es = planStateElemSize(s.kind);
     if (es == 0)
-      return makeError(at, ": unknown kind '", s.kind,
-                       "' (expected kda_state, conv_state, mla_cache or "
-                       "attn_res_blocks)");
+      return makeError(at, ": unknown kind '", s.kind, "' (expected ",
+                       stateKindName(StateKind::KdaState), ", ",
+                       stateKindName(StateKind::ConvState), ", ",
+                       stateKindName(StateKind::MlaCache), " or ",
+                       stateKindName(StateKind::AttnResBlocks), ")");
     uint64_t n = es;
     for (int64_t d : s.shape)
       if (d <= 0 || !mulBytes(n, d, n))

@@ -17,8 +17,9 @@
 #ifndef K3C_RUNTIME_PLAN_PLAN_H
 #define K3C_RUNTIME_PLAN_PLAN_H
 
-#include "runtime/model/Config.h"
 #include "runtime/Status.h"
+#include "runtime/model/Config.h"
+#include "runtime/plan/PlanKernels.h"
 
 #include <array>
 #include <cstddef>
@@ -85,15 +86,33 @@ struct PlanBuffer {
   int64_t elems = 0; ///< bytes / element size
 };
 
+/// The kinds of resident state, one per k3 state type. The plan spells them
+/// as stateKindName says; this is the one place those spellings live.
+enum class StateKind {
+  KdaState,      ///< "kda_state": fp32 [H, d, d]
+  ConvState,     ///< "conv_state": fp32 [3C, W-1]
+  MlaCache,      ///< "mla_cache": bf16 [max_seq, L+R]
+  AttnResBlocks, ///< "attn_res_blocks": bf16 [max_blocks, D]
+};
+/// Every kind, in declaration order.
+inline constexpr StateKind kStateKinds[] = {
+    StateKind::KdaState, StateKind::ConvState, StateKind::MlaCache,
+    StateKind::AttnResBlocks};
+/// The plan's spelling of `kind` ("kda_state", ...).
+const char *stateKindName(StateKind kind);
+/// Parses the plan's spelling; false when unknown.
+bool parseStateKind(const std::string &name, StateKind &out);
+/// The element type of a state of `kind`: F32 or BF16.
+ElemType stateKindElem(StateKind kind);
+
 /// Resident per-sequence state, zeroed at the start of each sequence.
 struct PlanState {
   std::string name;
-  /// "kda_state" (fp32 [H, d, d]), "conv_state" (fp32 [3C, W-1]),
-  /// "mla_cache" (bf16 [max_seq, L+R]) or "attn_res_blocks" (bf16
-  /// [max_blocks, D]).
+  /// stateKindName of its StateKind.
   std::string kind;
   uint64_t bytes = 0; ///< element size times the product of shape
   std::vector<int64_t> shape;
+  bool is(StateKind k) const { return kind == stateKindName(k); }
 };
 
 /// A checkpoint tensor by Hugging Face name.
@@ -165,7 +184,11 @@ struct PlanDoc {
 bool operator==(const PlanDoc &a, const PlanDoc &b);
 inline bool operator!=(const PlanDoc &a, const PlanDoc &b) { return !(a == b); }
 
-/// Bytes per element of a buffer dtype / state kind; 0 when unknown.
+/// The element type a buffer dtype spells ("bf16", "f32", "i32", "i64",
+/// "u8"); None when unknown.
+ElemType planDTypeElem(const std::string &dtype);
+/// Bytes per element of a buffer dtype / state kind (elemTypeSize of its
+/// element type); 0 when unknown.
 size_t planDTypeSize(const std::string &dtype);
 size_t planStateElemSize(const std::string &kind);
 

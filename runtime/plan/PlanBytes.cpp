@@ -111,7 +111,7 @@ LaunchBytes launchBytes(const PlanDoc &plan, size_t index,
         continue;
       const PlanState &s = plan.states[at];
       bytes = s.bytes;
-      if (s.kind == "mla_cache") {
+      if (s.is(StateKind::MlaCache)) {
         // [max_seq, L+R] bf16: the append writes one row, the attend reads
         // the rows of the context.
         if (l.kernel == "mla_cache_append") {
@@ -126,7 +126,7 @@ LaunchBytes launchBytes(const PlanDoc &plan, size_t index,
         }
         continue;
       }
-      if (s.kind == "attn_res_blocks" && s.shape.size() >= 2) {
+      if (s.is(StateKind::AttnResBlocks) && s.shape.size() >= 2) {
         // [max_blocks, D] bf16: a commit writes one row, attn_res reads the
         // numBlocks committed rows.
         const uint64_t row = static_cast<uint64_t>(s.shape[1]) * 2;
@@ -140,7 +140,7 @@ LaunchBytes launchBytes(const PlanDoc &plan, size_t index,
           bytes = row * static_cast<uint64_t>(nb->intValue);
       }
       // A conv-state argument covers one of q/k/v: a third of the slot.
-      if (s.kind == "conv_state")
+      if (s.is(StateKind::ConvState))
         bytes /= 3;
       // Recurrent and conv state: read and written in place.
       if (out) {
