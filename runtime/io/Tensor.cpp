@@ -1,5 +1,9 @@
-//===- Tensor.cpp - Element types
-//------------------------------------------===//
+//===- Tensor.cpp - Element types and read-only tensor views --------------===//
+//
+// The one table of element types: their safetensors spellings and sizes
+// (the plan's element types take their sizes from it too).
+//
+//===----------------------------------------------------------------------===//
 #include "runtime/io/Tensor.h"
 
 namespace k3 {

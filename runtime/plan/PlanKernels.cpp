@@ -16,6 +16,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "runtime/plan/PlanKernels.h"
+#include "runtime/io/Tensor.h"
 
 #include "kernels/attnres/AttnResParams.h"
 #include "kernels/elementwise/ElementwiseParams.h"
@@ -790,18 +791,20 @@ const char *elemTypeName(ElemType t) {
 }
 
 size_t elemTypeSize(ElemType t) {
+  // The sizes themselves live in one table, the tensor dtypes' (dtypeSize).
   switch (t) {
   case ElemType::None:
     return 0;
   case ElemType::BF16:
-    return 2;
+    return dtypeSize(DType::BF16);
   case ElemType::F32:
+    return dtypeSize(DType::F32);
   case ElemType::I32:
-    return 4;
+    return dtypeSize(DType::I32);
   case ElemType::I64:
-    return 8;
+    return dtypeSize(DType::I64);
   case ElemType::U8:
-    return 1;
+    return dtypeSize(DType::U8);
   }
   return 0;
 }
