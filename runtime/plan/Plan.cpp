@@ -1158,23 +1158,14 @@ bool parseBody(Reader &r, const ojson &j, PlanDoc &plan, Status &status) {
     for (auto it = kernels->begin(); it != kernels->end(); ++it) {
       const std::string where = "kernels." + it.key();
       const ojson &k = it.value();
-      if (k.is_object() && k.contains("module")) {
-        std::string &module = plan.kernelModules[it.key()];
-        if (!r.getString(k["module"], where + ".module", module))
-          return false;
-        if (!plan.ptxModules.count(module))
-          return r.fail(where + ".module",
-                        "names '" + module + "', which ptx_modules lacks");
-      } else if (k.is_object() && k.contains("ptx")) {
-        // The first form of version 1: the PTX inline, per kernel.
-        const std::string module = "kernel:" + it.key();
-        if (!r.getString(k["ptx"], where + ".ptx", plan.ptxModules[module]))
-          return false;
-        plan.kernelModules[it.key()] = module;
-      } else {
-        return r.fail(where, "expected {\"module\": \"...\"} or "
-                             "{\"ptx\": \"...\"}");
-      }
+      if (!k.is_object() || !k.contains("module"))
+        return r.fail(where, "expected {\"module\": \"...\"}");
+      std::string &module = plan.kernelModules[it.key()];
+      if (!r.getString(k["module"], where + ".module", module))
+        return false;
+      if (!plan.ptxModules.count(module))
+        return r.fail(where + ".module",
+                      "names '" + module + "', which ptx_modules lacks");
     }
   }
   (void)status;
