@@ -36,6 +36,16 @@ using namespace k3test;
 constexpr double kF32Tol = 1e-5;
 /// fp32 results of one elementwise op (no sums, only exp/log1p ulps).
 constexpr double kF32ElemTol = 1e-6;
+/// The state after kda_decode with fp32 conv filters (K3's stored dtype).
+/// q/k/v are the conv outputs rounded to bf16: with bf16-valued filters and
+/// inputs the four-tap sums are mostly exact, so both sides round the same
+/// value; with fp32 filters they are not, and the CPU's and GPU's SiLU
+/// (glibc expf against CUDA's expf, each within an ulp) leave a value near
+/// a bf16 rounding midpoint on either side now and then. One such flip of
+/// one k element (2^-8 of it) moves its head's state by ~1e-4 of the
+/// state's largest entry (9.7e-5 measured on the H200, 96 heads, a flip at
+/// token 0); a wrong decay axis, gate or β moves it by O(1).
+constexpr double kF32FlipStateTol = 2e-4;
 
 /// Distance in bf16 ulps (ordered bit patterns; ±0 are 0 apart).
 int bf16Ulps(uint16_t a, uint16_t b) {
@@ -676,8 +686,8 @@ void decodeMatchesCpu(bool f32) {
       std::vector<uint16_t> got =
           runDecodeGpu(l, t, dv, c.hasLowerBound, c.grid, c.block);
       expectBf16Near(want, got, name + " y");
-      expectF32Near(state, dv.state.download<float>(H * d * d), kF32Tol,
-                    name + " state");
+      expectF32Near(state, dv.state.download<float>(H * d * d),
+                    f32 ? kF32FlipStateTol : kF32Tol, name + " state");
       expectSameBits(sQ, dv.sQ.download<float>(C * hist), name + " conv q");
       expectSameBits(sK, dv.sK.download<float>(C * hist), name + " conv k");
       expectSameBits(sV, dv.sV.download<float>(C * hist), name + " conv v");
