@@ -240,8 +240,8 @@ Status Session::checkPrompt(const std::vector<int64_t> &prompt,
   const int64_t n = static_cast<int64_t>(prompt.size());
   if (n > backend_->maxSeq() - maxNew)
     return makeError(
-        "the prompt (", n, " tokens) + max_new (", maxNew, ") = ", n + maxNew,
-        " tokens exceeds the plan's max_seq of ", backend_->maxSeq(),
+        "the prompt (", n, " tokens) + max_new (", maxNew, ") exceeds the "
+        "plan's max_seq of ", backend_->maxSeq(),
         "; shorten the request or compile with a larger "
         "--max-seq");
   return Status::ok();

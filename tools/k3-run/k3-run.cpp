@@ -41,6 +41,8 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
+#include <filesystem>
 #include <optional>
 #include <string>
 #include <vector>
@@ -603,7 +605,22 @@ std::string idList(const std::vector<int64_t> &ids) {
 
 } // namespace
 
+/// The whole run; main() adds the check that the tokens reached stdout.
+int run(int argc, char **argv);
+
 int main(int argc, char **argv) {
+  const int rc = run(argc, argv);
+  // The tokens are the run's result: a full disk or a closed pipe behind
+  // stdout is a failure, not a silent success.
+  if (std::fflush(stdout) != 0 || std::ferror(stdout)) {
+    std::fprintf(stderr, "%s: error: writing to standard output failed: %s\n",
+                 g_prog.c_str(), std::strerror(errno));
+    return rc == 0 ? kExitFailure : rc;
+  }
+  return rc;
+}
+
+int run(int argc, char **argv) {
   if (argc > 0 && argv[0]) {
     g_prog = argv[0];
     const size_t slash = g_prog.rfind('/');
@@ -634,6 +651,22 @@ int main(int argc, char **argv) {
   a.extras = app.remaining();
   if (std::string why = checkArgs(a, req); !why.empty())
     return usageError(why);
+
+  // Outputs never replace an input (the plan, a prompts or snapshot file,
+  // the checkpoint's files, this binary) or a device; checked before any
+  // work, so a refused target costs nothing.
+  {
+    std::vector<std::string> inputs = {a.plan, a.prompts, a.snapshotIn,
+                                       "/proc/self/exe", a.weights};
+    std::error_code ec;
+    if (!a.weights.empty() && std::filesystem::is_directory(a.weights, ec))
+      for (const auto &e : std::filesystem::directory_iterator(a.weights, ec))
+        inputs.push_back(e.path().string());
+    for (const std::string *out : {&a.logitsOut, &a.snapshotOut})
+      if (!out->empty())
+        if (k3::Status s = k3::checkOutputTarget(*out, inputs); !s)
+          return runtimeError(s.message());
+  }
 
   // The plan, and its bytes for the snapshot identity.
   std::string planBytes;

@@ -527,6 +527,56 @@ TEST_F(K3RunOptionsTest, SummaryReportsPrefillAndDecodeSeparately) {
   EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
 }
 
+//===----------------------------------------------------------------------===//
+// Outputs
+//===----------------------------------------------------------------------===//
+
+/// An output that is an input is refused before any work (the input stays
+/// as it was); stdout that cannot be written fails the run; a request too
+/// long for the plan says so without an overflowed total.
+TEST_F(K3RunOptionsTest, OutputsNeverReplaceInputsAndLostStdoutFails) {
+  const std::string planBefore = test::readFile(dir->file("m.plan"));
+  const std::string configBefore =
+      test::readFile(dir->file("model") + "/config.json");
+  for (const std::string &target :
+       {dir->file("m.plan"), dir->file("model") + "/config.json"}) {
+    RunResult r = run(k3run("--prompt-ids 1,2,3 --max-new 2 --logits-out " +
+                            target),
+                      *dir);
+    EXPECT_EQ(r.exitCode, 1) << target << "\n" << r.err;
+    EXPECT_NE(r.err.find("the output is the input"), std::string::npos)
+        << r.err;
+    EXPECT_EQ(r.out, "") << "nothing decoded before the refusal";
+  }
+  RunResult snap = run(k3run("--prompt-ids 1,2,3 --max-new 1 --snapshot-out " +
+                             dir->file("m.plan")),
+                       *dir);
+  EXPECT_EQ(snap.exitCode, 1) << snap.err;
+  EXPECT_EQ(test::readFile(dir->file("m.plan")), planBefore);
+  EXPECT_EQ(test::readFile(dir->file("model") + "/config.json"),
+            configBefore);
+
+  if (std::filesystem::exists("/dev/full")) {
+    RunResult full =
+        run("{ " + k3run("--prompt-ids 1,2,3 --max-new 2 >/dev/full") +
+                "; echo rc=$?; }",
+            *dir);
+    EXPECT_EQ(full.out, "rc=1\n") << full.err;
+    EXPECT_NE(full.err.find("writing to standard output failed"),
+              std::string::npos)
+        << full.err;
+  }
+
+  RunResult huge =
+      run(k3run("--prompt-ids 1,2,3 --max-new 9223372036854775807"), *dir);
+  EXPECT_EQ(huge.exitCode, 1) << huge.err;
+  EXPECT_NE(huge.err.find("max_new (9223372036854775807) exceeds the plan's "
+                          "max_seq of 32"),
+            std::string::npos)
+      << huge.err;
+  EXPECT_EQ(huge.err.find("-922"), std::string::npos) << huge.err;
+}
+
 TEST_F(K3RunOptionsTest, HelpExplainsEveryOption) {
   ASSERT_TRUE(writeExecutable(tool(), plan, dir->file("help-model")).isOk());
   for (const std::string &cmd : {tool(), dir->file("help-model")}) {
