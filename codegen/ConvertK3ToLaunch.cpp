@@ -694,15 +694,14 @@ LogicalResult Lowering::run() {
   for (Operation *op : old)
     if (failed(lower(op)))
       return failure();
-  // The new ops sit before the old terminator; drop the old ops.
-  Operation *oldReturn = body.getTerminator();
+  // The new ops sit before the old terminator, which `old` holds: end the
+  // block with a new return, then drop the old ops (the terminator first).
   b_.setInsertionPointToEnd(&body);
   func::ReturnOp::create(b_, fn_.getLoc());
   for (Operation *op : llvm::reverse(old)) {
     op->dropAllUses();
     op->erase();
   }
-  (void)oldReturn;
   fn_.setFunctionType(FunctionType::get(fn_.getContext(),
                                         fn_.getFunctionType().getInputs(), {}));
   return success();
