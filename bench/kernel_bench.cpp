@@ -230,9 +230,15 @@ void benchMla(std::vector<Result> &out, int64_t length) {
     vs.push_back(p);
   }
   double us;
-  if (timeKernel("mla_attend", vs, N, us))
-    out.push_back({"mla_attend 96 heads, ctx " + std::to_string(length), us,
-                   kvBBytes + cacheBytes});
+  // One block per head, then the cache split over 2 (K3's plan grid: two
+  // blocks per SM) and 16 blocks per head (the kernel's most).
+  for (int64_t splits : {1, 2, 16})
+    if (timeKernel("mla_attend", vs, N * splits, us))
+      out.push_back({"mla_attend 96 heads, ctx " + std::to_string(length) +
+                         (splits > 1 ? ", " + std::to_string(splits) +
+                                           " splits"
+                                     : ""),
+                     us, kvBBytes + cacheBytes});
 }
 
 void benchRouter(std::vector<Result> &out) {

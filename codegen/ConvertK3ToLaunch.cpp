@@ -94,6 +94,21 @@ int64_t gemvGrid(int64_t n, bool norm) {
   return norm ? std::min(g, 4 * kTargetSms) : g;
 }
 
+/// `mla_attend` over `heads` heads of a cache of up to `maxSeq` rows: each
+/// head's rows split over S blocks (the kernel merges the splits), S up to
+/// 16 while the grid stays within two blocks per SM (every split recomputes
+/// its head's q̂ from W_UK, so more splits cost L2 traffic at short
+/// contexts) and each split has at least 256 rows at the planned context
+/// (the kernel uses fewer splits at shorter contexts: Mla.cu).
+int64_t mlaAttendGrid(int64_t heads, int64_t maxSeq) {
+  if (heads > 128) // the kernel's split limit
+    return heads;
+  const int64_t s = std::min<int64_t>(
+      {16, std::max<int64_t>(1, 2 * kTargetSms / heads),
+       std::max<int64_t>(1, maxSeq / 256)});
+  return heads * s;
+}
+
 /// gated_mlp and moe_experts draw their work items from a queue (the CUDA
 /// kernels), so about four resident blocks per SM keep every SM streaming.
 constexpr int64_t kWorkQueueGrid = 4 * kTargetSms;
@@ -332,7 +347,11 @@ void Lowering::lowerMlaAttend(Operation *op, MlaConfigAttr c, Value q,
           I("kvLoraRank", c.getKvLora()),
           F("scale",
             1.0 / std::sqrt(static_cast<double>(c.getNope() + c.getRope())))},
-         {{"length", "length"}}, c.getHeads());
+         {{"length", "length"}},
+         mlaAttendGrid(c.getHeads(),
+                       isa<MlaCacheType>(cache.getType())
+                           ? cast<MlaCacheType>(cache.getType()).getMaxSeq()
+                           : 0));
 }
 
 void Lowering::lowerRouter(Operation *op, Value x, Value gate, Value bias,

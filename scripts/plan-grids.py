@@ -8,8 +8,10 @@
 # is correct for any grid (kernels/common/CudaCommon.cuh), so a variant
 # measures speed only; the GPU tests still compare against the CPU.
 #
-#   scripts/plan-grids.py IN.plan OUT.plan KERNEL=FACTOR|KERNEL=:SIZE ...
+#   scripts/plan-grids.py IN.plan OUT.plan KERNEL=FACTOR|KERNEL=:SIZE[@BLOCK] ...
 #   e.g. scripts/plan-grids.py max.plan max-moe2x.plan moe_experts=2
+#        scripts/plan-grids.py a.plan b.plan kda_decode=:32@1024
+# (@BLOCK also sets the block's x size; FACTOR@BLOCK scales the grid.)
 #
 #===----------------------------------------------------------------------===#
 import json
@@ -21,13 +23,18 @@ def main(argv):
     if len(argv) < 4 or any('=' not in a for a in argv[3:]):
         sys.stderr.write(__doc__ if __doc__ else '')
         sys.stderr.write('usage: plan-grids.py IN.plan OUT.plan '
-                         'KERNEL=FACTOR|KERNEL=:SIZE ...\n')
+                         'KERNEL=FACTOR|KERNEL=:SIZE[@BLOCK] ...\n')
         return 2
     src, dst = argv[1], argv[2]
     rules = {}
     for a in argv[3:]:
         k, v = a.split('=', 1)
-        rules[k] = ('set', int(v[1:])) if v.startswith(':') else ('scale', float(v))
+        block = None
+        if '@' in v:
+            v, b = v.split('@', 1)
+            block = int(b)
+        rules[k] = (('set', int(v[1:])) if v.startswith(':')
+                    else ('scale', float(v))) + (block,)
     data = open(src, 'rb').read()
     nl = data.index(b'\n')
     header = data[:nl].decode().split()
@@ -42,6 +49,8 @@ def main(argv):
             continue
         g = launch['grid'][0]
         launch['grid'][0] = max(1, rule[1] if rule[0] == 'set' else int(round(g * rule[1])))
+        if rule[2] is not None:
+            launch['block'][0] = rule[2]
         changed += 1
     out = json.dumps(body, separators=(',', ':')).encode()
     crc = zlib.crc32(out) & 0xffffffff

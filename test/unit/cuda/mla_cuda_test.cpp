@@ -286,4 +286,30 @@ TEST(MlaCuda, AttendAnyGridAndBlock) {
   runAttend(odd, {1000, true, /*gridX=*/1, /*blockX=*/96});
 }
 
+/// Split over the cache (grid = heads × S, S = 2..16; the kernel uses
+/// min(S, length / 256) splits): contexts too short to split, at the
+/// boundaries of 1, 2 and 16 splits and between (splits of unequal length),
+/// the scalar path split too; a grid that is not a multiple of the heads
+/// (the spare blocks return).
+TEST(MlaCuda, AttendSplitOverTheCache) {
+  K3_REQUIRE_GPU();
+  AttendData k3({96, 128, 64, 512, 128}, 1000, 1.0f, 21);
+  for (int64_t t : {1, 511, 512, 1000})
+    runAttend(k3, {t, true, /*gridX=*/96 * 3});
+  runAttend(k3, {1000, false, /*gridX=*/96 * 3 + 50});
+  AttendData kl({32, 128, 64, 512, 128}, 4200, 1.0f, 22);
+  for (int64_t sp : {2, 8, 16})
+    for (int64_t t : {1, 255, 256, 513, 1000, 4095, 4096, 4200})
+      runAttend(kl, {t, true, /*gridX=*/32 * sp});
+  AttendData peaked({8, 128, 64, 512, 128}, 4200, 8.0f, 23);
+  runAttend(peaked, {4200, true, /*gridX=*/8 * 16});
+  runAttend(peaked, {7, true, /*gridX=*/8 * 16});
+  AttendData odd({3, 20, 12, 40, 24}, 4200, 1.0f, 24);
+  runAttend(odd, {4200, true, /*gridX=*/3 * 5, /*blockX=*/96});
+  runAttend(odd, {3, true, /*gridX=*/3 * 4});
+  // Repeated launches reuse the arrival counters (each combine resets its
+  // head's): a second run of the same split still matches.
+  runAttend(kl, {1000, true, /*gridX=*/32 * 8});
+}
+
 } // namespace
