@@ -94,19 +94,16 @@ int64_t gemvGrid(int64_t n, bool norm) {
   return norm ? std::min(g, 4 * kTargetSms) : g;
 }
 
-/// `mla_attend` over `heads` heads of a cache of up to `maxSeq` rows: each
-/// head's rows split over S blocks (the kernel merges the splits), S up to
-/// 16 while the grid stays within two blocks per SM (every split recomputes
-/// its head's q̂ from W_UK, so more splits cost L2 traffic at short
-/// contexts) and each split has at least 256 rows at the planned context
-/// (the kernel uses fewer splits at shorter contexts: Mla.cu).
+/// `mla_attend` over `heads` heads of a cache of up to `maxSeq` rows: room
+/// for each head's rows to split over S <= 16 blocks (the kernel merges the
+/// splits), S such that a split has at least max(256, 8 · heads) rows at
+/// the planned context. The kernel uses the splits the actual context fills
+/// to that many rows (Mla.cu), so short contexts run unsplit.
 int64_t mlaAttendGrid(int64_t heads, int64_t maxSeq) {
   if (heads > 128) // the kernel's split limit
     return heads;
-  const int64_t s = std::min<int64_t>(
-      {16, std::max<int64_t>(1, 2 * kTargetSms / heads),
-       std::max<int64_t>(1, maxSeq / 256)});
-  return heads * s;
+  const int64_t minRows = std::max<int64_t>(256, 8 * heads);
+  return heads * std::clamp<int64_t>(maxSeq / minRows, 1, 16);
 }
 
 /// gated_mlp and moe_experts draw their work items from a queue (the CUDA

@@ -29,11 +29,15 @@ constexpr int kAttendMaxThreads = 256;
 /// per head, grid-stride).
 constexpr int kMaxSplits = 16;
 constexpr int kMaxSplitHeads = 128;
-/// Rows per split at least: below it a split's share of the cache costs
-/// less than its recomputed q̂ (measured on the H200, Kimi-Linear's 32
-/// heads: 8 splits of 9 rows took 49 µs against 34 µs unsplit, 4 splits of
-/// 256 rows 4.9% less time per step than unsplit at 1024 rows).
-constexpr int64_t kMinSplitRows = 256;
+/// Rows per split at least: max(256, 8 · heads). Below it a split's share
+/// of the cache costs less than its recomputed q̂, whose L2 traffic grows
+/// with the heads (measured on the H200: Kimi-Linear's 32 heads, 8 splits
+/// of 9 rows took 49 µs against 34 µs unsplit, 4 splits of 256 rows gave a
+/// 4.9% shorter step at 1024 rows; K3's 96 heads, 16 splits took 254 µs
+/// against 192 µs unsplit at 4096 rows and 1855 against 2622 µs at 65536).
+__device__ __forceinline__ int64_t minSplitRows(int64_t heads) {
+  return max(int64_t(256), 8 * heads);
+}
 
 /// The split partials of the running mla_attend: per (head, split) the
 /// unnormalised Σ_j e^(s_j − M_s) c_j (chunk-transposed as AttendShared's
@@ -413,7 +417,7 @@ extern "C" __global__ void k3_mla_cache_append(const MlaCacheAppendParams p) {
 /// the optional output gate (MlaAttendParams), per head h:
 ///   q̂ = W_UKᵀ q_nope (fp32), s_j = (q̂·c_j + q_r·k_r_j)·scale,
 ///   ĉ = softmax(s)·C, out = R(R(W_UV ĉ) · sigmoid(gate)) (gate optional).
-/// Grid: S = min(16, grid / N, length / 256) splits of the cache rows per
+/// Grid: S = min(16, grid / N, length / max(256, 8N)) splits of the rows per
 /// head when S >= 2 (N <= 128): block i attends head i % N over its split
 /// i / N of the rows [0, length), leaves (max, Σ, Σ e·c) in module scratch and
 /// counts itself; the block finishing a head's last split merges the S
@@ -453,7 +457,7 @@ extern "C" __global__ void __launch_bounds__(kAttendMaxThreads)
   int splits = 1;
   if (N > 0 && N <= kMaxSplitHeads)
     splits = static_cast<int>(min(min(int64_t(kMaxSplits), int64_t(gridDim.x) / N),
-                                  p.length / kMinSplitRows));
+                                  p.length / minSplitRows(N)));
   splits = max(splits, 1);
   for (int64_t item = blockIdx.x; item < N * splits; item += gridDim.x) {
     const int64_t h = item % N;

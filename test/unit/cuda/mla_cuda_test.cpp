@@ -287,16 +287,16 @@ TEST(MlaCuda, AttendAnyGridAndBlock) {
 }
 
 /// Split over the cache (grid = heads × S, S = 2..16; the kernel uses
-/// min(S, length / 256) splits): contexts too short to split, at the
-/// boundaries of 1, 2 and 16 splits and between (splits of unequal length),
-/// the scalar path split too; a grid that is not a multiple of the heads
-/// (the spare blocks return).
+/// min(S, length / max(256, 8 · heads)) splits): contexts too short to
+/// split, at the boundaries of 1, 2 and 16 splits and between (splits of
+/// unequal length), the scalar path split too; a grid that is not a
+/// multiple of the heads (the spare blocks return).
 TEST(MlaCuda, AttendSplitOverTheCache) {
   K3_REQUIRE_GPU();
-  AttendData k3({96, 128, 64, 512, 128}, 1000, 1.0f, 21);
-  for (int64_t t : {1, 511, 512, 1000})
+  AttendData k3({96, 128, 64, 512, 128}, 2400, 1.0f, 21);
+  for (int64_t t : {1, 767, 768, 1536, 2400})
     runAttend(k3, {t, true, /*gridX=*/96 * 3});
-  runAttend(k3, {1000, false, /*gridX=*/96 * 3 + 50});
+  runAttend(k3, {2400, false, /*gridX=*/96 * 3 + 50});
   AttendData kl({32, 128, 64, 512, 128}, 4200, 1.0f, 22);
   for (int64_t sp : {2, 8, 16})
     for (int64_t t : {1, 255, 256, 513, 1000, 4095, 4096, 4200})
