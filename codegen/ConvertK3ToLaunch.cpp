@@ -110,7 +110,7 @@ int64_t mlaAttendGrid(int64_t heads, int64_t maxSeq) {
 /// kernels), so about four resident blocks per SM keep every SM streaming.
 constexpr int64_t kWorkQueueGrid = 4 * kTargetSms;
 
-/// The KDA state kernels (kda_step, kda_recurrent, kda_decode): one block
+/// The KDA state kernels (kda_step, kda_decode): one block
 /// per (head, 32 value columns), so a K3 layer's 96 heads stream their state
 /// from 384 blocks at once. The unfused and fused forms get the same grid,
 /// which the CUDA kernels need to agree bit for bit.

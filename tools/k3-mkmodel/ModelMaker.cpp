@@ -109,7 +109,8 @@ bool endsWith(const std::string &s, const std::string &t) {
 ///
 /// Why: with purely random weights the made models are chaotic at bf16
 /// precision. Measured (conditioning_report's per-layer trace, tiny seed
-/// 1234): CpuDecoder and the float64 reference agree bit for bit until one
+/// 1234; then with the hand-written CPU decoder since retired): the CPU
+/// decode and the float64 reference agree bit for bit until one
 /// legitimate rounding flip (one element of an AttnRes output, 6.9e-4
 /// relative); the next KDA layer turns it into 86 differing elements (4e-3),
 /// and within a few tokens a router near-tie (margins below 1e-3 in about 1

@@ -8,7 +8,7 @@
 // does (config.json parsed back, safetensors mapped, names bound), and decodes
 // 64 tokens greedily with the plan of every fusion strategy that the built
 // k3c compiles for it (run through a Session on the CPU backend;
-// test/unit/runtime/CompiledPlan.h) and with the reference. The tokens must
+// test/unit/CompiledPlan.h) and with the reference. The tokens must
 // be identical and the logits close; the decode must also be
 // non-degenerate, or agreement would prove nothing. Without a compiler the
 // decode tests skip.
@@ -22,7 +22,7 @@
 #include "runtime/io/Safetensors.h"
 #include "test/reference/Compare.h"
 #include "test/reference/RefModel.h"
-#include "test/unit/runtime/CompiledPlan.h"
+#include "test/unit/CompiledPlan.h"
 
 #include <gtest/gtest.h>
 

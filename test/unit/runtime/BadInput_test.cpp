@@ -19,8 +19,8 @@
 #include "runtime/exec/Session.h"
 #include "runtime/model/Tensors.h"
 
-#include "CompiledPlan.h"
-#include "TestUtil.h"
+#include "test/unit/CompiledPlan.h"
+#include "test/unit/TestUtil.h"
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>

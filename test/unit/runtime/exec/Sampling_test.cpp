@@ -9,7 +9,7 @@
 //===----------------------------------------------------------------------===//
 #include "runtime/exec/Sampling.h"
 
-#include "TestUtil.h"
+#include "test/unit/TestUtil.h"
 
 #include <gtest/gtest.h>
 

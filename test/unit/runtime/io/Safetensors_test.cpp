@@ -8,7 +8,7 @@
 //===----------------------------------------------------------------------===//
 #include "runtime/io/Safetensors.h"
 
-#include "TestUtil.h"
+#include "test/unit/TestUtil.h"
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>

@@ -16,8 +16,8 @@
 #include "runtime/exec/Session.h"
 #include "runtime/exec/cuda/CudaDriver.h"
 
-#include "CompiledPlan.h"
-#include "TestUtil.h"
+#include "test/unit/CompiledPlan.h"
+#include "test/unit/TestUtil.h"
 
 #include <gtest/gtest.h>
 

@@ -9,8 +9,8 @@
 #include "runtime/plan/PlanKernels.h"
 #include "runtime/model/Presets.h"
 
-#include "CompiledPlan.h"
-#include "TestUtil.h"
+#include "test/unit/CompiledPlan.h"
+#include "test/unit/TestUtil.h"
 
 #include <gtest/gtest.h>
 

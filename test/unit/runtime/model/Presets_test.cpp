@@ -9,7 +9,7 @@
 #include "runtime/model/ModelWeights.h"
 #include "runtime/model/Presets.h"
 
-#include "TestUtil.h"
+#include "test/unit/TestUtil.h"
 
 #include <gtest/gtest.h>
 

@@ -2,7 +2,7 @@
 //------------------------------------===//
 #include "runtime/io/Npy.h"
 
-#include "TestUtil.h"
+#include "test/unit/TestUtil.h"
 
 #include <gtest/gtest.h>
 

@@ -13,8 +13,8 @@
 #include "runtime/plan/Plan.h"
 #include "runtime/model/Presets.h"
 
-#include "CompiledPlan.h"
-#include "TestUtil.h"
+#include "test/unit/CompiledPlan.h"
+#include "test/unit/TestUtil.h"
 
 #include <gtest/gtest.h>
 

@@ -17,8 +17,8 @@
 #include "runtime/model/Presets.h"
 #include "runtime/exec/Session.h"
 
-#include "CompiledPlan.h"
-#include "TestUtil.h"
+#include "test/unit/CompiledPlan.h"
+#include "test/unit/TestUtil.h"
 
 #include <gtest/gtest.h>
 

@@ -10,7 +10,7 @@
 #include "runtime/model/Config.h"
 #include "runtime/model/Presets.h"
 
-#include "TestUtil.h"
+#include "test/unit/TestUtil.h"
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>

@@ -5,7 +5,7 @@
 // --threads, and the stored dtypes of --real-dtypes / --simple-dtypes.
 //
 //===----------------------------------------------------------------------===//
-#include "TestUtil.h"
+#include "test/unit/TestUtil.h"
 #include "runtime/model/Config.h"
 #include "runtime/io/Safetensors.h"
 

@@ -13,7 +13,7 @@
 #include "runtime/plan/Executable.h"
 #include "runtime/model/Presets.h"
 
-#include "TestUtil.h"
+#include "test/unit/TestUtil.h"
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>

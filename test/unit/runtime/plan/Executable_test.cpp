@@ -1,7 +1,7 @@
 //===- Executable_test.cpp - Plans embedded in a binary -------------------===//
 #include "runtime/plan/Executable.h"
 
-#include "TestUtil.h"
+#include "test/unit/TestUtil.h"
 
 #include <gtest/gtest.h>
 

@@ -10,7 +10,7 @@
 #include "tools/k3-run/PromptFile.h"
 #include "tools/k3-run/SnapshotFile.h"
 
-#include "TestUtil.h"
+#include "test/unit/TestUtil.h"
 
 #include <gtest/gtest.h>
 

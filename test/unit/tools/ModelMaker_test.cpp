@@ -14,7 +14,7 @@
 #include "kernels/common/BF16.h"
 #include "kernels/common/MXFP4.h"
 
-#include "TestUtil.h"
+#include "test/unit/TestUtil.h"
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>

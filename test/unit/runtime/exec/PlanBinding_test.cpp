@@ -13,7 +13,7 @@
 #include "kernels/common/BF16.h"
 #include "kernels/kda/KdaParams.h"
 
-#include "TestUtil.h"
+#include "test/unit/TestUtil.h"
 
 #include <gtest/gtest.h>
 

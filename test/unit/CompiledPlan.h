@@ -23,7 +23,7 @@
 #include "runtime/model/Presets.h"
 #include "runtime/plan/Plan.h"
 
-#include "TestUtil.h"
+#include "test/unit/TestUtil.h"
 
 #include <map>
 #include <string>
