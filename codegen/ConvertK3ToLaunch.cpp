@@ -344,7 +344,7 @@ void Lowering::lowerMlaAttend(Operation *op, MlaConfigAttr c, Value q,
           I("kvLoraRank", c.getKvLora()),
           F("scale",
             1.0 / std::sqrt(static_cast<double>(c.getNope() + c.getRope())))},
-         {{"length", "length"}},
+         {{"length", "length"}, {"step", "step"}},
          mlaAttendGrid(c.getHeads(),
                        isa<MlaCacheType>(cache.getType())
                            ? cast<MlaCacheType>(cache.getType()).getMaxSeq()
@@ -411,7 +411,7 @@ LogicalResult Lowering::lower(Operation *op) {
         launch("embed", o, {{"table", ptr(o.getTable())}, {"out", out}},
                {I("vocab", dimOf(o.getTable(), 0)),
                 I("dim", dimOf(o.getTable(), 1))},
-               {{"token", "token"}}, 1);
+               {{"token", "token"}, {"step", "step"}}, 1);
         return success();
       })
       .Case<RmsNormOp>([&](RmsNormOp o) {
@@ -536,7 +536,7 @@ LogicalResult Lowering::lower(Operation *op) {
                 {"cache", ptr(o.getCache())}},
                {F("eps", o.getEps().convertToDouble()), I("kvLoraRank", L),
                 I("ropeDim", width - L)},
-               {{"pos", "pos"}}, 1);
+               {{"pos", "pos"}, {"step", "step"}}, 1);
         return success();
       })
       .Case<MlaAttendOp>([&](MlaAttendOp o) {
@@ -636,7 +636,7 @@ LogicalResult Lowering::lower(Operation *op) {
                 {"cache", ptr(o.getCache())}},
                {F("eps", o.getEps().convertToDouble()), I("kvLoraRank", L),
                 I("ropeDim", R)},
-               {{"pos", "pos"}}, 1);
+               {{"pos", "pos"}, {"step", "step"}}, 1);
         lowerMlaAttend(o, c, o.getQ(), o.getKvBProj(), o.getCache(),
                        o.getGate(), alloc(o.getResult(), "mla"));
         return success();
@@ -691,7 +691,14 @@ LogicalResult Lowering::lower(Operation *op) {
         if (!t || t.getRank() != 1 || !t.getElementType().isF32())
           return o.emitOpError()
                  << "expects the decode step to return fp32 logits [vocab]";
-        k3l::LogitsOp::create(b_, loc_, ptr(o.getOperand(0)));
+        Value logits = ptr(o.getOperand(0));
+        k3l::LogitsOp::create(b_, loc_, logits);
+        // Greedy choice on the device: the id becomes the next step's token
+        // in the step block (kernels/common/StepInputs.h), so greedy steps
+        // follow each other without the host; a host that samples ignores
+        // it. One block scans the logits (the CUDA kernel's work split).
+        launch("argmax", o, {{"logits", logits}}, {I("n", t.getDimSize(0))},
+               {{"step", "step"}}, 1);
         return success();
       })
       .Default([&](Operation *o) -> LogicalResult {

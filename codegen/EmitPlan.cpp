@@ -94,9 +94,10 @@ LogicalResult mlir::k3::emitPlan(ModuleOp module, llvm::StringRef fusion,
       }
       for (NamedAttribute in : l.getInputs()) {
         StringRef which = cast<StringAttr>(in.getValue()).getValue();
-        ::k3::PlanInput input = which == "token" ? ::k3::PlanInput::Token
-                                : which == "pos" ? ::k3::PlanInput::Pos
-                                                 : ::k3::PlanInput::Length;
+        ::k3::PlanInput input = which == "token"    ? ::k3::PlanInput::Token
+                                : which == "pos"    ? ::k3::PlanInput::Pos
+                                : which == "length" ? ::k3::PlanInput::Length
+                                                    : ::k3::PlanInput::Step;
         pl.arg(in.getName().str(), ::k3::PlanArg::fromInput(input));
       }
     } else if (auto lg = dyn_cast<k3l::LogitsOp>(op)) {

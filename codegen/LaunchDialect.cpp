@@ -123,14 +123,19 @@ LogicalResult LaunchOp::verify() {
   for (NamedAttribute a : getInputs()) {
     auto s = dyn_cast<StringAttr>(a.getValue());
     const ::k3::KernelField *f = sig->field(a.getName().str());
-    if (!f || isPointer(*f))
-      return emitOpError() << "expects input '" << a.getName().getValue()
-                           << "' to bind a scalar field of " << getKernel()
-                           << "'s params";
     if (!s || (s.getValue() != "token" && s.getValue() != "pos" &&
-               s.getValue() != "length"))
+               s.getValue() != "length" && s.getValue() != "step"))
       return emitOpError() << "expects input '" << a.getName().getValue()
-                           << "' to be token, pos or length";
+                           << "' to be token, pos, length or step";
+    // The step block is memory (an int64 pointer field); the others are
+    // scalars.
+    const bool step = s.getValue() == "step";
+    if (!f || isPointer(*f) != step ||
+        (step && f->elem != ::k3::ElemType::I64))
+      return emitOpError() << "expects input '" << a.getName().getValue()
+                           << "' to bind " << (step ? "an int64 pointer"
+                                                    : "a scalar")
+                           << " field of " << getKernel() << "'s params";
   }
   if (getGrid().size() != 3 || getBlock().size() != 3)
     return emitOpError() << "expects 3-D grid and block";

@@ -14,6 +14,7 @@
 // outside what was bound, divide by zero or loop without end.
 //
 //===----------------------------------------------------------------------===//
+#include "kernels/common/StepInputs.h"
 #include "runtime/plan/Plan.h"
 #include "runtime/exec/PlanBinding.h"
 
@@ -59,6 +60,7 @@ struct FakeMemory {
   std::vector<std::vector<uint8_t>> blocks;
   std::vector<std::vector<k3::WeightRef>> tables;
   k3::PlanMemory mem;
+  int64_t step[k3::kStepWords] = {}; ///< the step block (StepInputs.h)
   bool real = false;
 
   uint8_t *block(uint64_t bytes) {
@@ -84,6 +86,7 @@ uint64_t planBytes(const k3::PlanDoc &plan) {
 void makeMemory(const k3::PlanDoc &plan, FakeMemory &f) {
   f.real = planBytes(plan) <= kRunLimitBytes;
   f.mem.arena = f.block(plan.arenaBytes);
+  f.mem.step = f.step;
   for (const k3::PlanState &s : plan.states) {
     f.mem.states.push_back(f.block(s.bytes));
     f.mem.stateBytes.push_back(s.bytes);
@@ -160,6 +163,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
                             {vocab - 1, maxSeq - 1}}) {
     K3_FUZZ_CHECK(k3::checkStepInputs(token, pos, vocab, maxSeq).isOk(),
                   "the extreme step inputs are refused");
+    fake.step[k3::kStepToken] = token;
+    fake.step[k3::kStepPos] = pos;
     for (k3::BoundLaunch &l : launches) {
       l.setInputs(token, pos);
       l.runCpu();

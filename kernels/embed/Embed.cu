@@ -12,8 +12,11 @@ using namespace k3;
 
 extern "C" __global__ void k3_embed(const EmbedParams p) {
   dev::enterStep();
-  const bool valid = p.token >= 0 && p.token < p.vocab;
-  const uint16_t *row = p.table + (valid ? p.token : 0) * p.dim;
+  // The step block, when bound, was written by the previous step's argmax:
+  // read through L2.
+  const int64_t token = p.step ? __ldcg(p.step + kStepToken) : p.token;
+  const bool valid = token >= 0 && token < p.vocab;
+  const uint16_t *row = p.table + (valid ? token : 0) * p.dim;
   for (int64_t i = dev::globalThread(); i < p.dim; i += dev::gridThreads())
     p.out[i] = valid ? row[i] : uint16_t(0);
 }

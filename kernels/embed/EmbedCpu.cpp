@@ -12,11 +12,12 @@
 namespace k3 {
 
 void embedCpu(const EmbedParams &p) {
-  if (p.token < 0 || p.token >= p.vocab) {
+  const int64_t token = p.step ? p.step[kStepToken] : p.token;
+  if (token < 0 || token >= p.vocab) {
     std::memset(p.out, 0, sizeof(uint16_t) * p.dim);
     return;
   }
-  std::memcpy(p.out, p.table + p.token * p.dim, sizeof(uint16_t) * p.dim);
+  std::memcpy(p.out, p.table + token * p.dim, sizeof(uint16_t) * p.dim);
 }
 
 } // namespace k3

@@ -8,6 +8,8 @@
 #ifndef K3C_KERNELS_EMBED_EMBEDPARAMS_H
 #define K3C_KERNELS_EMBED_EMBEDPARAMS_H
 
+#include "kernels/common/StepInputs.h"
+
 #include <cstdint>
 
 namespace k3 {
@@ -21,6 +23,9 @@ struct EmbedParams {
   /// path; out of range it writes zeros).
   int64_t token = 0;
   uint16_t *out = nullptr; ///< [dim] bf16
+  /// [kStepWords] int64 (StepInputs.h), may be null: when set, the token is
+  /// step[kStepToken] and `token` is ignored.
+  const int64_t *step = nullptr;
 };
 
 } // namespace k3

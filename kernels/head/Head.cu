@@ -2,7 +2,8 @@
 //
 // k3_argmax: the index of the largest fp32 logit, ties to the lowest index,
 // NaN never chosen, 0 when every logit is NaN (ArgmaxParams) — the same
-// answer as argmaxCpu. Each thread keeps its best (value, index) and the
+// answer as argmaxCpu; with the step block bound, also the next step's
+// token and position and whether any logit was not finite. Each thread keeps its best (value, index) and the
 // block merges them with the order "larger value, then smaller index", so
 // the result does not depend on the scan order.
 //
@@ -25,8 +26,11 @@ struct Best {
   int64_t i = kNone;
 };
 
-/// Folds logit `v` at index `i` into `b` (NaN is skipped).
-__device__ __forceinline__ void consider(Best &b, float v, int64_t i) {
+/// Folds logit `v` at index `i` into `b` (NaN is skipped); `bad` notes a
+/// NaN or ±Inf.
+__device__ __forceinline__ void consider(Best &b, bool &bad, float v,
+                                         int64_t i) {
+  bad |= !(fabsf(v) <= 3.402823466e38f);
   if (v > b.v || (v == b.v && i < b.i))
     b = Best{v, i};
 }
@@ -66,6 +70,7 @@ extern "C" __global__ void __launch_bounds__(1024)
     return;
   const int tid = threadIdx.x, threads = blockDim.x;
   Best b;
+  bool bad = false;
   int64_t j = 0;
   if ((reinterpret_cast<uintptr_t>(p.logits) & 15u) == 0) {
     const float4 *lv = reinterpret_cast<const float4 *>(p.logits);
@@ -82,18 +87,19 @@ extern "C" __global__ void __launch_bounds__(1024)
       for (int u = 0; u < kUnroll; ++u) {
         const int64_t c = c0 + static_cast<int64_t>(u) * threads;
         if (c < nv) {
-          consider(b, v[u].x, 4 * c);
-          consider(b, v[u].y, 4 * c + 1);
-          consider(b, v[u].z, 4 * c + 2);
-          consider(b, v[u].w, 4 * c + 3);
+          consider(b, bad, v[u].x, 4 * c);
+          consider(b, bad, v[u].y, 4 * c + 1);
+          consider(b, bad, v[u].z, 4 * c + 2);
+          consider(b, bad, v[u].w, 4 * c + 3);
         }
       }
     }
     j = nv << 2;
   }
   for (j += tid; j < p.n; j += threads)
-    consider(b, __ldg(p.logits + j), j);
+    consider(b, bad, __ldg(p.logits + j), j);
 
+  const bool anyBad = __syncthreads_or(bad) != 0;
   b = warpBest(b);
   const int lane = tid & 31, warp = tid >> 5;
   if (lane == 0) {
@@ -108,7 +114,15 @@ extern "C" __global__ void __launch_bounds__(1024)
       t.i = si[lane];
     }
     t = warpBest(t);
-    if (lane == 0)
-      *p.outId = t.i == kNone ? 0 : t.i;
+    if (lane == 0) {
+      const int64_t id = t.i == kNone ? 0 : t.i;
+      if (p.outId)
+        *p.outId = id;
+      if (p.step) { // the next step's inputs (StepInputs.h)
+        p.step[kStepToken] = id;
+        p.step[kStepPos] += 1;
+        p.step[kStepNonFinite] = anyBad ? 1 : 0;
+      }
+    }
   }
 }

@@ -7,6 +7,8 @@
 //===----------------------------------------------------------------------===//
 #include "kernels/head/HeadCpu.h"
 
+#include <cmath>
+
 namespace k3 {
 
 void argmaxCpu(const ArgmaxParams &p) {
@@ -21,7 +23,17 @@ void argmaxCpu(const ArgmaxParams &p) {
       bestValue = v;
     }
   }
-  *p.outId = best < 0 ? 0 : best;
+  const int64_t id = best < 0 ? 0 : best;
+  if (p.outId)
+    *p.outId = id;
+  if (p.step) {
+    bool nonFinite = false;
+    for (int64_t i = 0; i < p.n && !nonFinite; ++i)
+      nonFinite = !std::isfinite(p.logits[i]);
+    p.step[kStepToken] = id;
+    p.step[kStepPos] += 1;
+    p.step[kStepNonFinite] = nonFinite ? 1 : 0;
+  }
 }
 
 } // namespace k3

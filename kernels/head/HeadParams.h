@@ -10,16 +10,22 @@
 #ifndef K3C_KERNELS_HEAD_HEADPARAMS_H
 #define K3C_KERNELS_HEAD_HEADPARAMS_H
 
+#include "kernels/common/StepInputs.h"
+
 #include <cstdint>
 
 namespace k3 {
 
 /// `argmax`: the index of the largest logit; ties go to the lowest index.
 /// NaN logits are never chosen (if every logit is NaN the result is 0).
+/// With `step` bound, the id also becomes the next step's input:
+/// step[kStepToken] = id, step[kStepPos] += 1, step[kStepNonFinite] = 1 when
+/// any logit was NaN or ±Inf, else 0 (StepInputs.h).
 struct ArgmaxParams {
   const float *logits = nullptr; ///< [n] fp32
   int64_t n = 0;
-  int64_t *outId = nullptr; ///< [1] int64
+  int64_t *outId = nullptr; ///< [1] int64, may be null
+  int64_t *step = nullptr;  ///< [kStepWords] int64, may be null
 };
 
 } // namespace k3

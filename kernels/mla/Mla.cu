@@ -71,6 +71,13 @@ struct AttendShared {
   int last;                   ///< this block combines the head
 };
 
+/// The rows mla_attend attends: step[kStepPos] + 1 when the step block is
+/// bound (written by the previous step's argmax: read through L2), else
+/// `length`.
+__device__ __forceinline__ int64_t attendLength(const MlaAttendParams &p) {
+  return p.step ? __ldcg(p.step + kStepPos) + 1 : p.length;
+}
+
 /// One head of mla_attend with chunks of W values; a lane owns latent chunks
 /// lane + 32k (k < KL) and rope chunks lane + 32k (k < KR) of every cache
 /// row, and each warp walks ROWS rows per iteration. With splits > 1 the
@@ -82,7 +89,7 @@ __device__ void attendHead(const MlaAttendParams &p, int64_t h, int split,
                            int splits, AttendShared &s) {
   const int L = static_cast<int>(p.kvLoraRank);
   const int R = static_cast<int>(p.ropeDim);
-  const int64_t P = p.nopeDim, V = p.vDim, T = p.length;
+  const int64_t P = p.nopeDim, V = p.vDim, T = attendLength(p);
   const int64_t width = L + R;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int threads = blockDim.x, warps = threads >> 5;
@@ -402,7 +409,8 @@ extern "C" __global__ void k3_mla_cache_append(const MlaCacheAppendParams p) {
   }
   ss = dev::blockSum(ss, scratch);
   const float r = 1.0f / sqrtf(ss / static_cast<float>(L) + p.eps);
-  uint16_t *row = p.cache + p.pos * (L + R);
+  const int64_t pos = p.step ? __ldcg(p.step + kStepPos) : p.pos;
+  uint16_t *row = p.cache + pos * (L + R);
   for (int64_t i = dev::globalThread(); i < L + R; i += dev::gridThreads()) {
     if (i < L) {
       row[i] = static_cast<uint16_t>(dev::rmsNormBf16(
@@ -457,7 +465,7 @@ extern "C" __global__ void __launch_bounds__(kAttendMaxThreads)
   int splits = 1;
   if (N > 0 && N <= kMaxSplitHeads)
     splits = static_cast<int>(min(min(int64_t(kMaxSplits), int64_t(gridDim.x) / N),
-                                  p.length / minSplitRows(N)));
+                                  attendLength(p) / minSplitRows(N)));
   splits = max(splits, 1);
   for (int64_t item = blockIdx.x; item < N * splits; item += gridDim.x) {
     const int64_t h = item % N;

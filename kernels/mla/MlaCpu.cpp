@@ -20,7 +20,8 @@ namespace k3 {
 
 void mlaCacheAppendCpu(const MlaCacheAppendParams &p) {
   const int64_t width = p.kvLoraRank + p.ropeDim;
-  uint16_t *row = p.cache + p.pos * width;
+  const int64_t pos = p.step ? p.step[kStepPos] : p.pos;
+  uint16_t *row = p.cache + pos * width;
   cpu::rmsNormBf16(p.kv, p.normWeight, p.kvLoraRank, p.eps, row);
   std::memcpy(row + p.kvLoraRank, p.kv + p.kvLoraRank,
               sizeof(uint16_t) * p.ropeDim);
@@ -29,7 +30,7 @@ void mlaCacheAppendCpu(const MlaCacheAppendParams &p) {
 void mlaAttendCpu(const MlaAttendParams &p) {
   const int64_t L = p.kvLoraRank, R = p.ropeDim, P = p.nopeDim, V = p.vDim;
   const int64_t width = L + R;
-  const int64_t T = p.length;
+  const int64_t T = p.step ? p.step[kStepPos] + 1 : p.length;
 
   // The cache widened once for all heads: [T, L+R] fp32.
   std::vector<float> cache(T * width);

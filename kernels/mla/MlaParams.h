@@ -13,6 +13,7 @@
 #ifndef K3C_KERNELS_MLA_MLAPARAMS_H
 #define K3C_KERNELS_MLA_MLAPARAMS_H
 
+#include "kernels/common/StepInputs.h"
 #include <cstdint>
 
 namespace k3 {
@@ -27,6 +28,9 @@ struct MlaCacheAppendParams {
   int64_t pos = 0;           ///< row to write, 0 <= pos < maxSeq
   int64_t kvLoraRank = 0;    ///< L
   int64_t ropeDim = 0;       ///< R
+  /// [kStepWords] int64 (StepInputs.h), may be null: when set, the row is
+  /// step[kStepPos] and `pos` is ignored.
+  const int64_t *step = nullptr;
 };
 
 /// `mla_attend`: absorbed decode attention over cache rows [0, length)
@@ -53,6 +57,9 @@ struct MlaAttendParams {
   /// Score scale; K3.md §3: 1/sqrt(P+R) (not 1/sqrt(L+R)). The compiler
   /// passes it explicitly so a kernel never guesses.
   float scale = 0.0f;
+  /// [kStepWords] int64 (StepInputs.h), may be null: when set, length is
+  /// step[kStepPos] + 1 and `length` is ignored.
+  const int64_t *step = nullptr;
 };
 
 } // namespace k3

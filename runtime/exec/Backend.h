@@ -19,6 +19,13 @@ namespace k3 {
 /// Which backend a Session binds the plan to.
 enum class BackendKind { Cpu, Cuda };
 
+/// What a plan's on-device greedy choice (its `argmax` launch bound to the
+/// step block, kernels/common/StepInputs.h) picked after one step.
+struct GreedyChoice {
+  int64_t id = 0;
+  bool nonFinite = false; ///< a logit of that step was NaN or ±Inf
+};
+
 class Backend {
 public:
   virtual ~Backend() = default;
@@ -47,6 +54,19 @@ public:
   /// restoring a prefix snapshot.
   virtual Status writeState(size_t state,
                             const std::vector<uint8_t> &bytes) = 0;
+
+  /// Greedy decode without the host in the loop, for plans whose argmax
+  /// writes the step block: whether this backend and plan can.
+  virtual bool chainsGreedy() const { return false; }
+  /// The choice of the last step run (step() or a chained one), then `more`
+  /// steps each taking the previous choice as its token at the next
+  /// position, queued back to back; the host waits once. Returns more + 1
+  /// choices. logits() is stale afterwards. Errors: the backend cannot
+  /// (chainsGreedy() false), or the positions would pass max_seq.
+  virtual Expected<std::vector<GreedyChoice>> chainGreedy(int64_t more) {
+    (void)more;
+    return makeError(name(), " cannot chain greedy steps with this plan");
+  }
 
   /// Profiling (runtime/exec/Profile.h: `k3-run --profile`, bench/decode_bench).
   /// Each runs real decode steps (the state advances as in step()) with

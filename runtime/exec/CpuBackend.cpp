@@ -65,6 +65,7 @@ CpuBackend::bind(const PlanDoc &plan, const TensorStore &store) {
   for (size_t i = 0; i < plan.states.size(); ++i)
     mem.states.push_back(be->states_[i].get());
   mem.stateBytes = be->stateBytes_;
+  mem.step = be->step_;
   for (size_t i = 0; i < plan.weights.size(); ++i) {
     ResolvedWeight &w = be->weights_[i];
     K3_RETURN_IF_ERROR(resolveWeight(plan.weights[i], store, w));
@@ -75,7 +76,35 @@ CpuBackend::bind(const PlanDoc &plan, const TensorStore &store) {
     K3_RETURN_IF_ERROR(bindLaunch(plan, i, mem, be->launches_[i]));
   be->logits_ = reinterpret_cast<const float *>(
       be->arena_.get() + plan.buffers[plan.logitsBuffer].offset);
+  be->chains_ = planChainsGreedy(plan);
   return be;
+}
+
+void CpuBackend::setStep(int64_t token, int64_t pos) {
+  step_[kStepToken] = token;
+  step_[kStepPos] = pos;
+  step_[kStepNonFinite] = 0;
+}
+
+Expected<std::vector<GreedyChoice>> CpuBackend::chainGreedy(int64_t more) {
+  if (!chains_)
+    return makeError("cpu: the plan has no argmax writing the step block; "
+                     "recompile it with this k3c");
+  if (more < 0 || more > maxSeq_ - step_[kStepPos])
+    return makeError("chaining ", more, " steps from position ",
+                     step_[kStepPos], " passes max_seq ", maxSeq_);
+  std::vector<GreedyChoice> out;
+  out.reserve(static_cast<size_t>(more) + 1);
+  auto record = [&] {
+    out.push_back({step_[kStepToken], step_[kStepNonFinite] != 0});
+  };
+  record();
+  for (int64_t i = 0; i < more; ++i) {
+    for (BoundLaunch &l : launches_)
+      l.runCpu(); // the token and position come from the step block
+    record();
+  }
+  return out;
 }
 
 Status CpuBackend::resetState() {
@@ -86,6 +115,7 @@ Status CpuBackend::resetState() {
 
 Status CpuBackend::step(int64_t token, int64_t pos) {
   K3_RETURN_IF_ERROR(checkStepInputs(token, pos, vocab_, maxSeq_));
+  setStep(token, pos);
   for (BoundLaunch &l : launches_) {
     l.setInputs(token, pos);
     l.runCpu();
@@ -96,6 +126,7 @@ Status CpuBackend::step(int64_t token, int64_t pos) {
 Status CpuBackend::runLaunch(size_t index, int64_t token, int64_t pos) {
   if (index >= launches_.size())
     return makeError("launch ", index, " is out of range");
+  setStep(token, pos);
   launches_[index].setInputs(token, pos);
   launches_[index].runCpu();
   return Status::ok();
@@ -131,6 +162,7 @@ Expected<std::vector<double>> CpuBackend::timeLaunches(int64_t token,
                                                        int64_t pos) {
   K3_RETURN_IF_ERROR(checkStepInputs(token, pos, vocab_, maxSeq_));
   std::vector<double> us(launches_.size());
+  setStep(token, pos);
   for (size_t i = 0; i < launches_.size(); ++i) {
     BoundLaunch &l = launches_[i];
     l.setInputs(token, pos);
@@ -145,6 +177,7 @@ Expected<double> CpuBackend::timeStep(int64_t token, int64_t pos, bool replay) {
   (void)replay; // no graph on the host
   K3_RETURN_IF_ERROR(checkStepInputs(token, pos, vocab_, maxSeq_));
   const Clock::time_point t0 = Clock::now();
+  setStep(token, pos);
   for (BoundLaunch &l : launches_) {
     l.setInputs(token, pos);
     l.runCpu();

@@ -17,6 +17,7 @@
 #ifndef K3C_RUNTIME_EXEC_CPUBACKEND_H
 #define K3C_RUNTIME_EXEC_CPUBACKEND_H
 
+#include "kernels/common/StepInputs.h"
 #include "kernels/common/WeightRef.h"
 #include "runtime/exec/Backend.h"
 #include "runtime/plan/Plan.h"
@@ -62,6 +63,8 @@ public:
   Status readArena(std::vector<uint8_t> &out) override;
   Status readState(size_t state, std::vector<uint8_t> &out) override;
   Status writeState(size_t state, const std::vector<uint8_t> &bytes) override;
+  bool chainsGreedy() const override { return chains_; }
+  Expected<std::vector<GreedyChoice>> chainGreedy(int64_t more) override;
 
   /// Profiling: wall time (steady_clock) around each launch / the whole step
   /// (no graph: `replay` is ignored); the copy is one memcpy between two
@@ -74,6 +77,8 @@ public:
 
 private:
   CpuBackend() = default;
+  /// Writes a host-driven step's inputs into the step block.
+  void setStep(int64_t token, int64_t pos);
 
   struct Aligned {
     void operator()(uint8_t *p) const;
@@ -88,6 +93,10 @@ private:
   std::vector<ResolvedWeight> weights_;
   std::vector<BoundLaunch> launches_;
   const float *logits_ = nullptr;
+  /// The step block (kernels/common/StepInputs.h) and whether the plan's
+  /// argmax writes it.
+  int64_t step_[kStepWords] = {};
+  bool chains_ = false;
 };
 
 } // namespace k3

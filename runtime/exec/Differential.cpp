@@ -10,6 +10,7 @@
 // overlap are never compared under the wrong buffer's element type.
 //
 //===----------------------------------------------------------------------===//
+#include "kernels/common/StepInputs.h"
 #include "runtime/exec/Differential.h"
 
 #include "kernels/common/BF16.h"
@@ -123,6 +124,8 @@ const ToleranceRow kTable[] = {
     {"attn_res_commit", "blocks", true, 0,
      "a copy of the source row into the block slot"},
     {"argmax", "outId", true, 0, "the chosen token id"},
+    {"argmax", "step", true, 0, "the next step's inputs (not compared: the "
+                                "step block is neither arena nor state)"},
 };
 
 } // namespace
@@ -316,6 +319,7 @@ Status allocate(uint64_t bytes, Block &out) {
 /// The plan bound to host memory as CpuBackend binds it.
 struct Reference {
   Block arena;
+  int64_t step[kStepWords] = {}; ///< the step block (StepInputs.h)
   std::vector<Block> states;
   std::vector<ResolvedWeight> weights;
   std::vector<BoundLaunch> launches;
@@ -325,6 +329,7 @@ struct Reference {
     K3_RETURN_IF_ERROR(allocate(plan.arenaBytes, arena).withContext("arena"));
     PlanMemory mem;
     mem.arena = arena.get();
+    mem.step = step;
     states.resize(plan.states.size());
     for (size_t i = 0; i < plan.states.size(); ++i) {
       K3_RETURN_IF_ERROR(allocate(plan.states[i].bytes, states[i]));
@@ -506,6 +511,11 @@ runDifferential(const PlanDoc &plan, const TensorStore &store,
       const PlanLaunch &l = plan.launches[i];
       BoundLaunch &bound = ref.launches[i];
       bound.setInputs(token, pos);
+      if (i == 0) { // a host-driven step's inputs (as CpuBackend::step)
+        ref.step[kStepToken] = token;
+        ref.step[kStepPos] = pos;
+        ref.step[kStepNonFinite] = 0;
+      }
       const std::vector<Output> outs = outputsOf(plan, i, bound);
       bound.runCpu();
       K3_RETURN_IF_ERROR(candidate.runLaunch(i, token, pos)

@@ -8,6 +8,8 @@
 //===----------------------------------------------------------------------===//
 #include "runtime/exec/PlanBinding.h"
 
+#include "kernels/common/StepInputs.h"
+
 #include "kernels/common/BF16.h"
 #include "runtime/io/Tensor.h"
 
@@ -300,6 +302,16 @@ Status checkStepInputs(int64_t token, int64_t pos, int64_t vocab,
   return Status::ok();
 }
 
+bool planChainsGreedy(const PlanDoc &plan) {
+  for (const PlanLaunch &l : plan.launches)
+    if (l.kernel == "argmax")
+      for (const auto &[name, arg] : l.args)
+        if (name == "step" && arg.kind == PlanArg::Kind::Input &&
+            arg.input == PlanInput::Step)
+          return true;
+  return false;
+}
+
 void BoundLaunch::setInputs(int64_t token, int64_t pos) {
   void *p = params->data();
   for (const Input &in : inputs) {
@@ -347,6 +359,16 @@ Status bindLaunch(const PlanDoc &plan, size_t index, const PlanMemory &mem,
       store<float>(p, f.offset, static_cast<float>(arg.floatValue));
       break;
     case PlanArg::Kind::Input: {
+      if (arg.input == PlanInput::Step) { // a pointer field (validatePlan)
+        if (!mem.step)
+          return makeError(where, ": '", name,
+                           "' takes the step block, which this backend "
+                           "does not provide");
+        store<void *>(p, f.offset, mem.step);
+        b.availBytes = kStepWords * sizeof(int64_t);
+        b.target = "the step block";
+        break;
+      }
       BoundLaunch::Input in;
       in.offset = f.offset;
       in.is32 = f.kind == FieldKind::Int32;

@@ -62,6 +62,9 @@ struct PlanMemory {
     int32_t dtype = kVectorBf16;
   };
   std::vector<Weight> weights;
+  /// The step block ({"input": "step"}): kStepWords int64 in the backend's
+  /// memory (kernels/common/StepInputs.h).
+  int64_t *step = nullptr;
 };
 
 /// The PlanMemory entry of a weight resolved in host memory (CPU backend,
@@ -86,6 +89,11 @@ struct BoundLaunch {
   /// Runs the launch on the CPU (bindLaunch refused a kernel without one).
   void runCpu() const { cpu(params->data()); }
 };
+
+/// Whether `plan` chooses greedy tokens on the device: an `argmax` launch
+/// whose `step` field takes the step block (so Backend::chainGreedy can run
+/// steps without the host).
+bool planChainsGreedy(const PlanDoc &plan);
 
 /// The checks every backend's step makes before anything runs: `token` in
 /// [0, vocab), `pos` in [0, maxSeq).

@@ -292,8 +292,54 @@ Expected<GenerateResult> Session::generate(const std::vector<int64_t> &prompt,
     K3_RETURN_IF_ERROR(backend_->step(prompt[i], i));
   r.promptSeconds = secondsSince(t0);
 
-  Sampler sampler(options.sampling);
   t0 = std::chrono::steady_clock::now();
+  const bool chained = options.deviceGreedy && options.sampling.greedy() &&
+                       !options.keepLogits && first < n &&
+                       backend_->chainsGreedy();
+  if (chained) {
+    // The last prompt step chose tokens[0] on the device; each chained step
+    // takes the previous choice and chooses the next.
+    bool firstChunk = true;
+    while (static_cast<int64_t>(r.tokens.size()) < maxNew && !r.stopped) {
+      const int64_t have = static_cast<int64_t>(r.tokens.size());
+      const int64_t more = firstChunk ? std::min(kChainSteps, maxNew - 1)
+                                      : std::min(kChainSteps, maxNew - have);
+      Expected<std::vector<GreedyChoice>> cs = backend_->chainGreedy(more);
+      if (!cs)
+        return cs.status();
+      // A later chunk's first entry repeats the previous chunk's last.
+      for (size_t c = firstChunk ? 0 : 1; c < cs->size(); ++c) {
+        const int64_t s = static_cast<int64_t>(r.tokens.size());
+        if ((*cs)[c].nonFinite) {
+          // The failing step's logits are gone (later steps of the chunk
+          // overwrote them): decode again on the host, which stops at the
+          // same step with the logit and the cause named. The tokens
+          // before it were already reported.
+          GenerateOptions again = options;
+          again.deviceGreedy = false;
+          again.onToken = [&options, s](int64_t i, int64_t id) {
+            if (i >= s && options.onToken)
+              options.onToken(i, id);
+          };
+          return generate(prompt, again);
+        }
+        const int64_t id = (*cs)[c].id;
+        r.tokens.push_back(id);
+        if (options.onToken)
+          options.onToken(s, id);
+        if (std::find(options.stopIds.begin(), options.stopIds.end(), id) !=
+            options.stopIds.end()) {
+          r.stopped = true;
+          break;
+        }
+      }
+      firstChunk = false;
+    }
+    r.decodeSteps = static_cast<int64_t>(r.tokens.size()) - 1;
+    r.decodeSeconds = secondsSince(t0);
+    return r;
+  }
+  Sampler sampler(options.sampling);
   for (int64_t s = 0; s < maxNew; ++s) {
     // The logits of the last prompt token: the snapshot's when the whole
     // prompt was the prefix.

@@ -88,7 +88,16 @@ struct GenerateOptions {
   /// Greedy by default; a fresh Sampler from these per sequence, so one
   /// seed gives one sequence for one prompt.
   SamplingParams sampling;
+  /// Greedy without logits: let the plan choose each token on the device
+  /// and run the steps back to back (Backend::chainGreedy; only the ids
+  /// come back, kChainSteps at a time), when the backend and plan can.
+  /// The same tokens as the host's argmax; false forces the host loop.
+  bool deviceGreedy = true;
 };
+
+/// Chained greedy steps between two looks at the ids (stop ids, the
+/// callback): a stop id wastes at most this many steps.
+constexpr int64_t kChainSteps = 16;
 
 /// What a teacher-forced step computed: every plan probe's values (plan
 /// order, as fp32) and the step's logits.
@@ -143,6 +152,8 @@ public:
   const PlanDoc &plan() const { return plan_; }
   /// The backend's name ("cpu", "cuda (NVIDIA H200 (sm_90))").
   std::string backendName() const { return backend_->name(); }
+  /// The backend the plan is bound to.
+  const Backend &backend() const { return *backend_; }
 
 private:
   Session() = default;

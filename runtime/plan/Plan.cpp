@@ -64,6 +64,8 @@ const char *planInputName(PlanInput input) {
     return "pos";
   case PlanInput::Length:
     return "length";
+  case PlanInput::Step:
+    return "step";
   }
   return "?";
 }
@@ -364,6 +366,10 @@ Status validateArg(const PlanDoc &plan, const KernelInfo &kernel,
       return makeError("'", name, "' is an integer field of ",
                        kernel.paramsName, "; it cannot take ",
                        argKindName(arg.kind));
+    if (arg.kind == K::Input && arg.input == PlanInput::Step)
+      return makeError("'", name, "' is an integer field of ",
+                       kernel.paramsName,
+                       "; the step block binds a pointer field");
     if (f->kind == FieldKind::Int32 && arg.kind == K::Int &&
         (arg.intValue < INT32_MIN || arg.intValue > INT32_MAX))
       return makeError("'", name, "' is an int32 field; ", arg.intValue,
@@ -379,6 +385,19 @@ Status validateArg(const PlanDoc &plan, const KernelInfo &kernel,
     return Status::ok();
   default:
     break;
+  }
+  if (arg.kind == K::Input) {
+    // The step block: int64 words the backend owns (StepInputs.h).
+    if (arg.input != PlanInput::Step)
+      return makeError("'", name, "' is a pointer field of ",
+                       kernel.paramsName, "; input '",
+                       planInputName(arg.input), "' is a scalar");
+    if ((f->kind != FieldKind::PtrIn && f->kind != FieldKind::PtrOut) ||
+        f->elem != ElemType::I64)
+      return makeError("'", name, "' of ", kernel.paramsName,
+                       " is not an int64 pointer; the step block cannot bind "
+                       "it");
+    return Status::ok();
   }
   if (!arg.isPointer())
     return makeError("'", name, "' is a pointer field of ", kernel.paramsName,
@@ -672,6 +691,29 @@ Status validatePlan(const PlanDoc &plan) {
                          "' is missing (", k->paramsName,
                          " reads it; plans must give every such value)");
     }
+    // The step block replaces a step input only where that input is bound
+    // too (the binder checks every extent over the input's whole range),
+    // and only the plan's last launch may write it (argmax: the next
+    // step's token and position; nothing of this step may read those).
+    if (const PlanArg *st = l.find("step");
+        st && st->kind == PlanArg::Kind::Input) {
+      static const std::pair<const char *, PlanInput> kStepReads[] = {
+          {"token", PlanInput::Token},
+          {"pos", PlanInput::Pos},
+          {"length", PlanInput::Length}};
+      for (const auto &[field, input] : kStepReads)
+        if (k->field(field)) {
+          const PlanArg *in = l.find(field);
+          if (!in || in->kind != PlanArg::Kind::Input || in->input != input)
+            return makeError(launchName(plan, i), ": with the step block "
+                             "bound, '", field, "' must be the input '",
+                             planInputName(input), "' too");
+        }
+      const KernelField *f = k->field("step");
+      if (f && f->kind == FieldKind::PtrOut && i + 1 != plan.launches.size())
+        return makeError(launchName(plan, i), ": only the last launch may "
+                         "write the step block");
+    }
     for (int d = 0; d < 3; ++d)
       if (l.grid[d] < 0 || l.block[d] < 0)
         return makeError(launchName(plan, i), ": negative grid or block");
@@ -933,9 +975,11 @@ bool parseArg(Reader &r, const ojson &v, const std::string &path,
       out.input = PlanInput::Pos;
     else if (s == "length")
       out.input = PlanInput::Length;
+    else if (s == "step")
+      out.input = PlanInput::Step;
     else
       return r.fail(path, "unknown input '" + s +
-                              "' (expected token, pos or length)");
+                              "' (expected token, pos, length or step)");
     if (v.size() != 1)
       return r.fail(path, "an input takes no other keys");
     return true;

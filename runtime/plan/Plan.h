@@ -41,9 +41,12 @@ enum class PlanInput {
   Token,  ///< the step's token id
   Pos,    ///< its 0-based position
   Length, ///< pos + 1
+  /// A pointer field: the backend's step block (kernels/common/StepInputs.h),
+  /// the same step's inputs in memory, written by argmax for the next step.
+  Step,
 };
 
-/// The JSON spelling of an input ("token", "pos", "length").
+/// The JSON spelling of an input ("token", "pos", "length", "step").
 const char *planInputName(PlanInput input);
 
 /// One argument value of a launch (PLAN.md "Argument values").

@@ -9,6 +9,8 @@
 
 #include "runtime/plan/PlanKernels.h"
 
+#include "kernels/common/StepInputs.h"
+
 #include <algorithm>
 #include <map>
 #include <set>
@@ -83,11 +85,20 @@ LaunchBytes launchBytes(const PlanDoc &plan, size_t index,
   if (const PlanArg *k = l.find("topK"); k && k->kind == PlanArg::Kind::Int)
     topK = k->intValue;
   for (const auto &[name, arg] : l.args) {
+    const KernelField *f = info ? info->field(name) : nullptr;
+    const bool out = f && f->kind == FieldKind::PtrOut;
+    if (arg.kind == PlanArg::Kind::Input && arg.input == PlanInput::Step) {
+      // The step block (32 bytes, in L2): counted where the argmax
+      // rewrites it, not where a kernel reads one word of it.
+      if (out) {
+        b.read += kStepWords * sizeof(int64_t);
+        b.written += kStepWords * sizeof(int64_t);
+      }
+      continue;
+    }
     if (!arg.isPointer() || arg.index < 0)
       continue;
     const size_t at = static_cast<size_t>(arg.index);
-    const KernelField *f = info ? info->field(name) : nullptr;
-    const bool out = f && f->kind == FieldKind::PtrOut;
     uint64_t bytes = 0;
     if (arg.kind == PlanArg::Kind::Buffer) {
       if (at >= plan.buffers.size())
@@ -198,7 +209,9 @@ std::vector<LaunchPart> launchParts(const PlanDoc &plan) {
       continue;
     }
     if (segments.empty()) {
-      p.part = writesBuffer(l, plan.logitsBuffer) ? "head" : "step";
+      p.part = writesBuffer(l, plan.logitsBuffer) || l.kernel == "argmax"
+                   ? "head"
+                   : "step";
     } else if (s < segments.size()) {
       const Segment &seg = segments[s];
       p.layer = seg.layer;

@@ -65,7 +65,7 @@ struct LaunchPart {
 /// up to layers.l.out's are its FFN (dense MLP or MoE), those after the last
 /// probe the head; within these, embed and attn_res* kernels are their own
 /// parts. Without probes, embed and attn_res* still are, the launch writing
-/// the logits is the head, and the rest is "step".
+/// the logits and the argmax after it are the head, and the rest is "step".
 std::vector<LaunchPart> launchParts(const PlanDoc &plan);
 
 } // namespace k3

@@ -19,6 +19,7 @@
 #include "runtime/io/Tensor.h"
 
 #include "kernels/attnres/AttnResParams.h"
+#include "kernels/common/StepInputs.h"
 #include "kernels/elementwise/ElementwiseParams.h"
 #include "kernels/embed/EmbedParams.h"
 #include "kernels/gemv/GemvParams.h"
@@ -184,6 +185,7 @@ Status checkEmbed(const EmbedParams &p, ExtentChecker &x) {
   int64_t table = 0;
   K3_RETURN_IF_ERROR(mul("embed", "vocab * dim", p.vocab, p.dim, table));
   K3_RETURN_IF_ERROR(x.need("table", table));
+  K3_RETURN_IF_ERROR(x.optional("step", kStepWords));
   return x.need("out", p.dim);
 }
 
@@ -306,6 +308,7 @@ Status checkMlaCacheAppend(const MlaCacheAppendParams &p, ExtentChecker &x) {
       add("mla_cache_append", "kvLoraRank + ropeDim", p.kvLoraRank, p.ropeDim, w));
   K3_RETURN_IF_ERROR(x.need("kv", w));
   K3_RETURN_IF_ERROR(x.need("normWeight", p.kvLoraRank));
+  K3_RETURN_IF_ERROR(x.optional("step", kStepWords));
   // When pos is an input the binder checks it at its smallest and largest
   // value (0 and max_seq - 1), so the cache must hold every position
   // allowed.
@@ -338,6 +341,7 @@ Status checkMlaAttend(const MlaAttendParams &p, ExtentChecker &x) {
   K3_RETURN_IF_ERROR(x.need("q", q));
   K3_RETURN_IF_ERROR(x.need("kvB", kvB));
   K3_RETURN_IF_ERROR(positive(k, "length", p.length));
+  K3_RETURN_IF_ERROR(x.optional("step", kStepWords));
   K3_RETURN_IF_ERROR(add(k, "kvLoraRank + ropeDim", L, p.ropeDim, cw));
   K3_RETURN_IF_ERROR(
       mul(k, "length * (kvLoraRank + ropeDim)", p.length, cw, cache));
@@ -469,7 +473,8 @@ Status checkKdaStep(const KdaStepParams &p, ExtentChecker &x) {
 Status checkArgmax(const ArgmaxParams &p, ExtentChecker &x) {
   K3_RETURN_IF_ERROR(positive("argmax", "n", p.n));
   K3_RETURN_IF_ERROR(x.need("logits", p.n));
-  return x.need("outId", 1);
+  K3_RETURN_IF_ERROR(x.optional("step", kStepWords));
+  return x.optional("outId", 1);
 }
 
 //--- the table ------------------------------------------------------------//
@@ -579,7 +584,7 @@ std::vector<KernelInfo> buildTable() {
     using P = EmbedParams;
     add("embed", "EmbedParams",
         {K3_FIELD(P, table), K3_FIELD(P, vocab), K3_FIELD(P, dim),
-         K3_FIELD(P, token), K3_FIELD(P, out)},
+         K3_FIELD(P, token), K3_FIELD(P, out), K3_FIELD(P, step)},
         K3_HOLDER(P), K3_CHECK(P, checkEmbed));
   }
   {
@@ -695,7 +700,8 @@ std::vector<KernelInfo> buildTable() {
     using P = MlaCacheAppendParams;
     add("mla_cache_append", "MlaCacheAppendParams",
         {K3_FIELD(P, kv), K3_FIELD(P, normWeight), K3_FIELD(P, eps),
-         K3_FIELD(P, cache), K3_FIELD(P, pos), K3_FIELD(P, kvLoraRank),
+         K3_FIELD(P, cache), K3_FIELD(P, pos), K3_FIELD(P, step),
+         K3_FIELD(P, kvLoraRank),
          K3_FIELD(P, ropeDim)},
         K3_HOLDER(P), K3_CHECK(P, checkMlaCacheAppend));
   }
@@ -703,7 +709,8 @@ std::vector<KernelInfo> buildTable() {
     using P = MlaAttendParams;
     add("mla_attend", "MlaAttendParams",
         {K3_FIELD(P, q), K3_FIELD(P, kvB), K3_FIELD(P, cache),
-         K3_FIELD(P, length), K3_FIELD(P, gate), K3_FIELD(P, out),
+         K3_FIELD(P, length), K3_FIELD(P, step), K3_FIELD(P, gate),
+         K3_FIELD(P, out),
          K3_FIELD(P, numHeads), K3_FIELD(P, nopeDim), K3_FIELD(P, ropeDim),
          K3_FIELD(P, vDim), K3_FIELD(P, kvLoraRank), K3_FIELD(P, scale)},
         K3_HOLDER(P), K3_CHECK(P, checkMlaAttend));
@@ -757,7 +764,8 @@ std::vector<KernelInfo> buildTable() {
   {
     using P = ArgmaxParams;
     add("argmax", "ArgmaxParams",
-        {K3_FIELD(P, logits), K3_FIELD(P, n), K3_FIELD(P, outId)},
+        {K3_FIELD(P, logits), K3_FIELD(P, n), K3_FIELD(P, outId),
+         K3_FIELD(P, step)},
         K3_HOLDER(P), K3_CHECK(P, checkArgmax));
   }
 #undef K3_HOLDER

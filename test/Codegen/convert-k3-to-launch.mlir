@@ -18,12 +18,13 @@
 // CHECK-SAME: (%{{.*}}: i32, %{{.*}}: index) {
 // CHECK-NOT: k3.
 
-// embed binds the token as an input.
+// embed binds the token as an input, and the step block (the same token in
+// memory, kernels/common/StepInputs.h) as a pointer input.
 // CHECK: %[[TABLE:.*]] = k3l.weight "embed.weight" {format = "bf16", shape = array<i64: 64, 32>} : !k3l.ptr
 // CHECK: %[[X:.*]] = k3l.alloc {bytes = 64 : i64, dtype = "bf16", elems = 32 : i64, name = "embed"} : !k3l.ptr
 // CHECK: k3l.launch "embed"(%[[TABLE]], %[[X]])
 // CHECK-SAME: arg_names = ["table", "out"], arg_offsets = array<i64: 0, 0>
-// CHECK-SAME: inputs = {token = "token"}, op = "k3.embed", scalars = {dim = 32 : i64, vocab = 64 : i64}
+// CHECK-SAME: inputs = {step = "step", token = "token"}, op = "k3.embed", scalars = {dim = 32 : i64, vocab = 64 : i64}
 
 // linear with a fused input norm and a residual. 32 rows would be 4 blocks
 // of 8 warps; the grid is at least two blocks per SM of the target (264), so
@@ -51,14 +52,14 @@
 // CHECK: %[[KV:.*]] = k3l.alloc {bytes = 48 : i64, dtype = "bf16", elems = 24 : i64, name = "linear"}
 // CHECK: k3l.launch "mla_cache_append"(%[[KV]], %[[KVN]], %[[CACHE]])
 // CHECK-SAME: arg_names = ["kv", "normWeight", "cache"]
-// CHECK-SAME: inputs = {pos = "pos"}
+// CHECK-SAME: inputs = {pos = "pos", step = "step"}
 // CHECK-SAME: scalars = {eps = {{.*}}, kvLoraRank = 16 : i64, ropeDim = 8 : i64}
 // CHECK: %[[KVB:.*]] = k3l.weight "kv_b_proj.weight"
 // CHECK: %[[ATT:.*]] = k3l.alloc {bytes = 32 : i64, dtype = "bf16", elems = 16 : i64, name = "mla_attend"}
 // CHECK: k3l.launch "mla_attend"(%[[C]], %[[KVB]], %[[CACHE]], %[[ATT]])
 // CHECK-SAME: arg_names = ["q", "kvB", "cache", "out"]
 // CHECK-SAME: grid = array<i64: 2, 1, 1>
-// CHECK-SAME: inputs = {length = "length"}, op = "k3.mla_attend"
+// CHECK-SAME: inputs = {length = "length", step = "step"}, op = "k3.mla_attend"
 // CHECK-SAME: scalars = {kvLoraRank = 16 : i64, nopeDim = 8 : i64, numHeads = 2 : i64, ropeDim = 8 : i64, scale = 2.500000e-01 : f64, vDim = 8 : i64}
 
 // router writes i32 ids and f32 weights that moe_experts reads.
@@ -84,6 +85,11 @@
 // CHECK: k3l.launch "linear"(%[[MIX]], %[[HEAD]], %[[LOGITS]])
 // CHECK-SAME: arg_names = ["x", "w", "outF32"]
 // CHECK: k3l.logits %[[LOGITS]] : !k3l.ptr
+// The greedy choice on the device ends the step: argmax over the logits
+// writes the next token into the step block.
+// CHECK-NEXT: k3l.launch "argmax"(%[[LOGITS]])
+// CHECK-SAME: arg_names = ["logits"]
+// CHECK-SAME: inputs = {step = "step"}, op = "func.return", scalars = {n = 64 : i64}
 // CHECK-NEXT: return{{$}}
 func.func @decode_step(%tok: i32, %pos: index) -> tensor<64xf32> {
   %table = k3.weight "embed.weight" : tensor<64x32xbf16>

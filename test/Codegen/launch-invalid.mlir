@@ -125,7 +125,7 @@ func.func @f() {
   %a = k3l.alloc {bytes = 512 : i64, dtype = "bf16", elems = 256 : i64, name = "a"} : !k3l.ptr
   %b = k3l.alloc {bytes = 512 : i64, dtype = "bf16", elems = 256 : i64, name = "b"} : !k3l.ptr
   %o = k3l.alloc {bytes = 512 : i64, dtype = "bf16", elems = 256 : i64, name = "o"} : !k3l.ptr
-  // expected-error @+1 {{expects input 'n' to be token, pos or length}}
+  // expected-error @+1 {{expects input 'n' to bind an int64 pointer field of add's params}}
   k3l.launch "add" (%a, %b, %o) {arg_names = ["a", "b", "out"], arg_offsets = array<i64: 0, 0, 0>,
       scalars = {n = 256 : i64}, inputs = {n = "step"}, grid = array<i64: 1, 1, 1>, block = array<i64: 256, 1, 1>,
       smem = 0 : i64, op = "k3.add"} : !k3l.ptr, !k3l.ptr, !k3l.ptr
@@ -137,7 +137,7 @@ func.func @f() {
   %a = k3l.alloc {bytes = 512 : i64, dtype = "bf16", elems = 256 : i64, name = "a"} : !k3l.ptr
   %b = k3l.alloc {bytes = 512 : i64, dtype = "bf16", elems = 256 : i64, name = "b"} : !k3l.ptr
   %o = k3l.alloc {bytes = 512 : i64, dtype = "bf16", elems = 256 : i64, name = "o"} : !k3l.ptr
-  // expected-error @+1 {{expects input 'n' to be token, pos or length}}
+  // expected-error @+1 {{expects input 'n' to be token, pos, length or step}}
   k3l.launch "add" (%a, %b, %o) {arg_names = ["a", "b", "out"], arg_offsets = array<i64: 0, 0, 0>,
       scalars = {n = 256 : i64}, inputs = {n = 3 : i64}, grid = array<i64: 1, 1, 1>, block = array<i64: 256, 1, 1>,
       smem = 0 : i64, op = "k3.add"} : !k3l.ptr, !k3l.ptr, !k3l.ptr

@@ -153,6 +153,10 @@ CudaBackend::bind(const PlanDoc &plan, const TensorStore &store,
   };
   K3_RETURN_IF_ERROR(alloc(plan.arenaBytes, be->arena_).withContext("arena"));
   mem.arena = be->arena_.as<uint8_t>();
+  K3_RETURN_IF_ERROR(alloc(kStepWords * sizeof(int64_t), be->step_)
+                         .withContext("the step block"));
+  mem.step = be->step_.as<int64_t>();
+  be->chains_ = planChainsGreedy(plan);
   be->states_.resize(plan.states.size());
   for (size_t i = 0; i < plan.states.size(); ++i) {
     K3_RETURN_IF_ERROR(alloc(plan.states[i].bytes, be->states_[i])
@@ -288,8 +292,67 @@ Status CudaBackend::resetState() {
   return driver_->synchronize(nullptr).withContext("zeroing the state");
 }
 
+Status CudaBackend::setStep(int64_t token, int64_t pos) {
+  stepHost_[kStepToken] = token;
+  stepHost_[kStepPos] = pos;
+  stepHost_[kStepNonFinite] = 0;
+  stepPos_ = pos + 1;
+  return driver_->copyToDeviceAsync(step_.get(), stepHost_, sizeof(stepHost_),
+                                    stream_);
+}
+
+Expected<std::vector<GreedyChoice>> CudaBackend::chainGreedy(int64_t more) {
+  if (!chains_)
+    return makeError(name(), ": the plan has no argmax writing the step "
+                             "block; recompile it with this k3c");
+  if (more < 0 || more > maxSeq_ - stepPos_)
+    return makeError("chaining ", more, " steps from position ", stepPos_,
+                     " passes max_seq ", maxSeq_);
+  const uint64_t slot = kStepWords * sizeof(int64_t);
+  const uint64_t need = slot * static_cast<uint64_t>(more + 1);
+  if (chainRing_.bytes() < need) {
+    Expected<cuda::DeviceBuffer> ring = cuda::DeviceBuffer::create(need);
+    if (!ring)
+      return ring.status().withContext("the chained steps' ring");
+    chainRing_ = ring.take();
+  }
+  K3_RETURN_IF_ERROR(driver_->copyDeviceAsync(chainRing_.get(), step_.get(),
+                                              slot, stream_));
+  for (int64_t i = 1; i <= more; ++i) {
+    // The kernels read the token and position from the step block; the
+    // graph's nodes (or the bound params) need no update.
+    if (graphExec_) {
+      K3_RETURN_IF_ERROR(driver_->launchGraph(graphExec_, stream_));
+    } else {
+      for (size_t l = 0; l < launches_.size(); ++l) {
+        const Grid &g = grids_[l];
+        K3_RETURN_IF_ERROR(driver_->launch(
+            functions_[l], g.grid, g.block, g.smem, stream_,
+            launches_[l].params->data(), /*programmatic=*/true));
+      }
+    }
+    K3_RETURN_IF_ERROR(driver_->copyDeviceAsync(
+        chainRing_.get() + slot * static_cast<uint64_t>(i), step_.get(), slot,
+        stream_));
+  }
+  std::vector<int64_t> ring(static_cast<size_t>(kStepWords * (more + 1)));
+  K3_RETURN_IF_ERROR(driver_->copyToHostAsync(ring.data(), chainRing_.get(),
+                                              need, stream_));
+  if (Status st = driver_->synchronize(stream_); !st)
+    return st.withContext("chained greedy steps from position " +
+                          std::to_string(stepPos_));
+  stepPos_ += more;
+  std::vector<GreedyChoice> out(static_cast<size_t>(more + 1));
+  for (int64_t i = 0; i <= more; ++i) {
+    out[i].id = ring[i * kStepWords + kStepToken];
+    out[i].nonFinite = ring[i * kStepWords + kStepNonFinite] != 0;
+  }
+  return out;
+}
+
 Status CudaBackend::step(int64_t token, int64_t pos) {
   K3_RETURN_IF_ERROR(checkStepInputs(token, pos, vocab_, maxSeq_));
+  K3_RETURN_IF_ERROR(setStep(token, pos));
   K3_RETURN_IF_ERROR(driver_->record(start_, stream_));
   for (size_t i = 0; i < launches_.size(); ++i) {
     if (graphExec_ && launches_[i].inputs.empty())
@@ -333,6 +396,7 @@ Status CudaBackend::runLaunch(size_t index, int64_t token, int64_t pos) {
     return makeError("launch ", index, " is out of range");
   if (graphExec_)
     return makeError("runLaunch needs a backend bound without a CUDA graph");
+  K3_RETURN_IF_ERROR(setStep(token, pos));
   K3_RETURN_IF_ERROR(launchOne(index, token, pos));
   return driver_->synchronize(stream_).withContext(
       "launch " + std::to_string(index) + " (" + launches_[index].kernel->name +
@@ -427,6 +491,7 @@ Expected<std::vector<double>> CudaBackend::timeLaunches(int64_t token,
       return e.status();
     launchEvents_.push_back(*e);
   }
+  K3_RETURN_IF_ERROR(setStep(token, pos));
   K3_RETURN_IF_ERROR(queueGate());
   // Event i + 1 closes launch i and opens launch i + 1: with the queue
   // ahead of the GPU the launches run back to back, as in a replay.
@@ -458,6 +523,7 @@ Expected<double> CudaBackend::timeStep(int64_t token, int64_t pos,
                                        bool replay) {
   K3_RETURN_IF_ERROR(checkStepInputs(token, pos, vocab_, maxSeq_));
   const bool graph = replay && graphExec_;
+  K3_RETURN_IF_ERROR(setStep(token, pos));
   if (graph)
     for (size_t i = 0; i < launches_.size(); ++i)
       if (!launches_[i].inputs.empty())

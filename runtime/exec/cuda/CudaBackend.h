@@ -12,6 +12,7 @@
 #ifndef K3C_RUNTIME_EXEC_CUDA_CUDABACKEND_H
 #define K3C_RUNTIME_EXEC_CUDA_CUDABACKEND_H
 
+#include "kernels/common/StepInputs.h"
 #include "runtime/exec/Backend.h"
 #include "runtime/plan/Plan.h"
 #include "runtime/exec/PlanBinding.h"
@@ -54,6 +55,11 @@ public:
   Status readArena(std::vector<uint8_t> &out) override;
   Status readState(size_t state, std::vector<uint8_t> &out) override;
   Status writeState(size_t state, const std::vector<uint8_t> &bytes) override;
+  /// Chained greedy steps: graph replays (or the launches one by one) queued
+  /// back to back, each followed by a device-to-device copy of the step
+  /// block into a ring; one copy of the ring to the host at the end.
+  bool chainsGreedy() const override { return chains_; }
+  Expected<std::vector<GreedyChoice>> chainGreedy(int64_t more) override;
 
   /// Profiling (Backend.h). timeLaunches brackets every launch with events
   /// and, so that an event pair holds device time only (not the host's
@@ -84,6 +90,8 @@ private:
   Status launchDirect(size_t index, int64_t token, int64_t pos);
   /// Queues the copies that keep the GPU busy ahead of timeLaunches.
   Status queueGate();
+  /// Queues the write of a host-driven step's inputs into the step block.
+  Status setStep(int64_t token, int64_t pos);
 
   cuda::Driver *driver_ = nullptr;
   cuda::CUstream stream_ = nullptr;
@@ -103,6 +111,12 @@ private:
   std::vector<cuda::CUgraphNode> nodes_; ///< per launch, with a graph
   uint64_t logitsOffset_ = 0;
   std::vector<float> logits_;
+  /// The step block (kernels/common/StepInputs.h), its host staging copy,
+  /// and the ring chainGreedy copies each step's block into.
+  cuda::DeviceBuffer step_, chainRing_;
+  int64_t stepHost_[kStepWords] = {};
+  int64_t stepPos_ = 0; ///< the position the step block holds next
+  bool chains_ = false;
   float lastStepMs_ = 0;
   // Profiling, made on first use: an event per launch boundary, and the
   // gate's copy buffers with the device time of one copy and the copies the

@@ -95,6 +95,7 @@ struct Driver::Api {
   CUresult (*memcpyHtoD)(CUdeviceptr, const void *, size_t);
   CUresult (*memcpyDtoH)(void *, CUdeviceptr, size_t);
   CUresult (*memcpyDtoHAsync)(void *, CUdeviceptr, size_t, CUstream);
+  CUresult (*memcpyHtoDAsync)(CUdeviceptr, const void *, size_t, CUstream);
   CUresult (*memsetD8)(CUdeviceptr, unsigned char, size_t);
   CUresult (*memcpyDtoDAsync)(CUdeviceptr, CUdeviceptr, size_t, CUstream);
   CUresult (*moduleLoadDataEx)(CUmodule *, const void *, unsigned, int *,
@@ -168,6 +169,7 @@ Expected<Driver *> Driver::get() {
         {(void **)&a.memcpyHtoD, "cuMemcpyHtoD_v2"},
         {(void **)&a.memcpyDtoH, "cuMemcpyDtoH_v2"},
         {(void **)&a.memcpyDtoHAsync, "cuMemcpyDtoHAsync_v2"},
+        {(void **)&a.memcpyHtoDAsync, "cuMemcpyHtoDAsync_v2"},
         {(void **)&a.memsetD8, "cuMemsetD8_v2"},
         {(void **)&a.memcpyDtoDAsync, "cuMemcpyDtoDAsync_v2"},
         {(void **)&a.moduleLoadDataEx, "cuModuleLoadDataEx"},
@@ -281,6 +283,13 @@ Status Driver::copyToDevice(CUdeviceptr dst, const void *src, size_t bytes) {
 
 Status Driver::copyToHost(void *dst, CUdeviceptr src, size_t bytes) {
   return bytes ? check(api_->memcpyDtoH(dst, src, bytes), "cuMemcpyDtoH")
+               : Status::ok();
+}
+
+Status Driver::copyToDeviceAsync(CUdeviceptr dst, const void *src,
+                                 size_t bytes, CUstream stream) {
+  return bytes ? check(api_->memcpyHtoDAsync(dst, src, bytes, stream),
+                       "cuMemcpyHtoDAsync")
                : Status::ok();
 }
 

@@ -55,6 +55,10 @@ public:
   Status copyToHost(void *dst, CUdeviceptr src, size_t bytes);
   Status copyToHostAsync(void *dst, CUdeviceptr src, size_t bytes,
                          CUstream stream);
+  /// Host-to-device copy ordered on `stream`; from pageable memory the
+  /// bytes are staged before it returns, so `src` may be reused at once.
+  Status copyToDeviceAsync(CUdeviceptr dst, const void *src, size_t bytes,
+                           CUstream stream);
   Status memset8(CUdeviceptr dst, uint8_t value, size_t bytes);
   /// Device-to-device copy queued on `stream` (the copy-bandwidth
   /// measurement of the profiler and the benchmarks).

@@ -45,7 +45,8 @@ constexpr int64_t kDifferentialNew = 8;
 /// A made model per preset (and stored dtypes), removed at exit.
 const std::string &
 modelDir(const std::string &preset,
-         k3::StoredDtypes dtypes = k3::StoredDtypes::Simple) {
+         k3::StoredDtypes dtypes = k3::StoredDtypes::Simple,
+         k3::Structure structure = k3::Structure::Planted) {
   struct Dirs {
     std::map<std::string, std::string> byPreset;
     ~Dirs() {
@@ -56,7 +57,9 @@ modelDir(const std::string &preset,
   };
   static Dirs dirs;
   const bool published = dtypes == k3::StoredDtypes::Published;
-  const std::string key = preset + (published ? "-published" : "");
+  const bool random = structure == k3::Structure::Random;
+  const std::string key =
+      preset + (published ? "-published" : "") + (random ? "-random" : "");
   auto it = dirs.byPreset.find(key);
   if (it != dirs.byPreset.end())
     return it->second;
@@ -65,8 +68,8 @@ modelDir(const std::string &preset,
                         .string();
   auto c = k3::presetConfig(preset);
   EXPECT_TRUE(c.hasValue());
-  k3::Status st = k3::makeModel(*c, /*seed=*/1, dir, {}, 0,
-                                k3::Structure::Planted, 0, dtypes);
+  k3::Status st =
+      k3::makeModel(*c, /*seed=*/1, dir, {}, 0, structure, 0, dtypes);
   EXPECT_TRUE(st.isOk()) << (st.isOk() ? "" : st.message());
   return dirs.byPreset[key] = dir;
 }
@@ -326,6 +329,40 @@ TEST_P(DecodeCuda, TeacherForcedLayersFollowTheReference) {
             << std::get<1>(GetParam()) << ": " << r.diagnostic;
   EXPECT_TRUE(r.ok) << r.diagnostic;
   std::filesystem::remove_all(dir);
+}
+
+/// Greedy on the device (the plan's argmax writes the step block; the
+/// steps are graph replays queued back to back, Backend::chainGreedy) gives
+/// the tokens of the host loop on the same GPU, with and without a graph,
+/// bit for bit: the same kernels run, only where the token and position
+/// come from differs. On a random-weight model, where any wrong token or
+/// position changes what follows.
+TEST_P(DecodeCuda, GreedyOnTheDeviceEqualsTheHostLoop) {
+  K3_REQUIRE_PLANS();
+  auto [preset, fusion] = GetParam();
+  const std::string path = planPath(GetParam());
+  ASSERT_TRUE(std::filesystem::exists(path)) << path;
+  const std::string &dir =
+      modelDir(preset, k3::StoredDtypes::Simple, k3::Structure::Random);
+  for (bool graph : {true, false}) {
+    auto plan = k3::readPlanFile(path);
+    ASSERT_TRUE(plan.hasValue()) << plan.message();
+    auto session =
+        k3::Session::open(plan.take(), dir, k3::BackendKind::Cuda, graph);
+    ASSERT_TRUE(session.hasValue()) << session.message();
+    ASSERT_TRUE((*session)->backend().chainsGreedy());
+    for (int64_t maxNew : {int64_t(1), k3::kChainSteps + 1, kMaxNew}) {
+      k3::GenerateOptions host, dev;
+      host.maxNew = dev.maxNew = maxNew;
+      host.deviceGreedy = false;
+      auto h = (*session)->generate(kPrompt, host);
+      auto d = (*session)->generate(kPrompt, dev);
+      ASSERT_TRUE(h.hasValue()) << h.message();
+      ASSERT_TRUE(d.hasValue()) << d.message();
+      EXPECT_EQ(d->tokens, h->tokens)
+          << (graph ? "graph" : "no graph") << ", " << maxNew << " tokens";
+    }
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(

@@ -194,7 +194,13 @@ public:
   }
 
 private:
-  bool hit() const { return last_ == launch_ && lastPos_ == pos_; }
+  /// The edited launch of the edited step; an arena edit stays for the
+  /// rest of that step (the launches after it, e.g. the argmax after the
+  /// head, see the same values the edited one left).
+  bool hit() const {
+    return lastPos_ == pos_ &&
+           (state_ < 0 ? last_ >= launch_ : last_ == launch_);
+  }
   std::unique_ptr<CpuBackend> inner_;
   size_t launch_;
   int64_t pos_, state_;

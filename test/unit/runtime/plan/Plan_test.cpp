@@ -45,6 +45,14 @@ template <typename F> std::string edited(F &&edit) {
   return serializePlan(plan);
 }
 
+/// The plan's last `linear` launch: the head (the argmax follows it).
+PlanLaunch &lastLinear(PlanDoc &p) {
+  for (auto l = p.launches.rbegin(); l != p.launches.rend(); ++l)
+    if (l->kernel == "linear")
+      return *l;
+  return p.launches.back();
+}
+
 /// A header for `body` that matches it.
 std::string withHeader(const std::string &body, int version = 1) {
   char h[64];
@@ -258,7 +266,7 @@ TEST(PlanTest, WrongArgKinds) {
                         "is a float field");
   // A bf16 buffer where the kernel wants fp32.
   EXPECT_ERROR_CONTAINS(parsePlan(edited([](PlanDoc &p) {
-                          p.launches.back().arg("outF32", PlanArg::buffer(0));
+                          lastLinear(p).arg("outF32", PlanArg::buffer(0));
                         })),
                         "points to f32 but the buffer holds bf16");
   // A stacked weight on a single WeightRef.
@@ -267,7 +275,7 @@ TEST(PlanTest, WrongArgKinds) {
                           for (size_t i = 0; i < p.weights.size(); ++i)
                             if (p.weights[i].stacked())
                               stacked = i;
-                          p.launches.back().arg("w", PlanArg::weight(stacked));
+                          lastLinear(p).arg("w", PlanArg::weight(stacked));
                         })),
                         "is stacked");
   // An int32 field out of range.
@@ -430,6 +438,39 @@ TEST(PlanTest, KernelTableFollowsThePlanDoc) {
   EXPECT_NE(lm->field("out7"), nullptr);
   EXPECT_NE(lm->field("n7"), nullptr);
   EXPECT_EQ(lm->field("w8"), nullptr);
+}
+
+/// The validator's rules for the step block ({"input": "step"},
+/// kernels/common/StepInputs.h): a pointer input of int64 fields only, the
+/// scalar input it replaces bound too, written by the last launch only.
+TEST(PlanTest, StepBlockRules) {
+  const PlanDoc ok = tinyPlan();
+  ASSERT_TRUE(validatePlan(ok).isOk());
+  ASSERT_EQ(ok.launches.back().kernel, "argmax");
+  const PlanArg step = PlanArg::fromInput(PlanInput::Step);
+  EXPECT_ERROR_CONTAINS(parsePlan(edited([&](PlanDoc &p) {
+                          p.launches[0].arg("vocab", step);
+                        })),
+                        "the step block binds a pointer field");
+  EXPECT_ERROR_CONTAINS(parsePlan(edited([&](PlanDoc &p) {
+                          p.launches[0].arg("table", step);
+                        })),
+                        "is not an int64 pointer");
+  EXPECT_ERROR_CONTAINS(
+      parsePlan(edited([&](PlanDoc &p) {
+        p.launches[0].arg("step", PlanArg::fromInput(PlanInput::Pos));
+      })),
+      "input 'pos' is a scalar");
+  EXPECT_ERROR_CONTAINS(parsePlan(edited([&](PlanDoc &p) {
+                          p.launches[0].arg("token", PlanArg::integer(3));
+                        })),
+                        "with the step block bound, 'token' must be the "
+                        "input 'token' too");
+  EXPECT_ERROR_CONTAINS(parsePlan(edited([&](PlanDoc &p) {
+                          std::swap(p.launches[p.launches.size() - 2],
+                                    p.launches.back());
+                        })),
+                        "only the last launch may write the step block");
 }
 
 TEST(PlanTest, FileRoundTrip) {
