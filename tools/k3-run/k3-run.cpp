@@ -76,7 +76,8 @@ struct Args {
   std::string plan, weights, promptIds, prompts, maxNew, stopIds, temperature,
       topP, seed, snapshotOut, snapshotIn, prefixLen,
       backend = "cpu", checkAgainst, logitsOut, profileSteps;
-  bool ignoreEos = false, noCudaGraph = false, profile = false, quiet = false;
+  bool ignoreEos = false, noCudaGraph = false, profile = false, quiet = false,
+       hostGreedy = false;
   std::vector<std::string> extras; ///< what CLI11 did not recognise
 };
 
@@ -239,6 +240,12 @@ void declareOptions(CLI::App &app, Args &a, bool embedded) {
   app.add_flag("--no-cuda-graph", a.noCudaGraph,
                "launch kernel by kernel instead of replaying\n"
                "one CUDA graph per step (debugging, timing)")
+      ->group(where);
+  app.add_flag("--host-greedy", a.hostGreedy,
+               "choose greedy tokens on the host from the copied\n"
+               "logits, waiting for each step (by default the\n"
+               "plan's argmax chooses them on the device and the\n"
+               "steps run back to back; the same tokens)")
       ->group(where);
 
   const char *output = "Output";
@@ -773,6 +780,7 @@ int run(int argc, char **argv) {
     k3::GenerateOptions opt;
     opt.maxNew = req.maxNew;
     opt.keepLogits = !a.logitsOut.empty();
+    opt.deviceGreedy = !a.hostGreedy;
     opt.onToken = [&](int64_t index, int64_t token) { print(index, token); };
     opt.stopIds = stopIds;
     opt.sampling = req.sampling;

@@ -596,6 +596,7 @@ TEST_F(K3RunOptionsTest, HelpExplainsEveryOption) {
                             "--snapshot-in FILE",
                             "--backend cpu|cuda",
                             "--no-cuda-graph",
+                            "--host-greedy",
                             "--logits-out FILE",
                             "--quiet",
                             "--check-against cpu",
