@@ -20,28 +20,27 @@
 namespace k3 {
 namespace dev {
 
-//===--- Streaming loads
-//---------------------------------------------------===//
+//===--- Streaming loads ------------------------------------------------===//
 //
 // For data read once per launch (weights): non-coherent, not allocated in
 // L1 (which keeps the activations). Never for data the running kernel (or
 // one overlapping it) writes.
 
-/// 16-byte streaming load.
+/// 16-byte streaming load; with Seg256 it also asks L2 for the whole
+/// 256-byte segment (the neighbouring lanes' bytes): for rows a warp reads
+/// contiguously.
+template <bool Seg256 = false>
 __device__ __forceinline__ uint4 ldStream16(const void *p) {
+  // The cache hint is part of the instruction, so one asm per variant.
   uint4 v;
-  asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
-      : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-      : "l"(p));
-  return v;
-}
-/// 16-byte streaming load that also asks L2 for the whole 256-byte segment
-/// (the neighbouring lanes' bytes): for rows a warp reads contiguously.
-__device__ __forceinline__ uint4 ldStream16Seg256(const void *p) {
-  uint4 v;
-  asm("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];"
-      : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-      : "l"(p));
+  if constexpr (Seg256)
+    asm("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];"
+        : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+        : "l"(p));
+  else
+    asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+        : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+        : "l"(p));
   return v;
 }
 /// 8-byte streaming load.

@@ -151,7 +151,7 @@ __device__ __forceinline__ void dotBf16(const uint16_t *wrow, int cBeg,
     uint4 w[kUnrollBf16];
 #pragma unroll
     for (int u = 0; u < kUnrollBf16; ++u)
-      w[u] = 32 * u < rest ? dev::ldStream16Seg256(wv + c + 32 * u)
+      w[u] = 32 * u < rest ? dev::ldStream16<true>(wv + c + 32 * u)
                            : make_uint4(0, 0, 0, 0);
 #pragma unroll
     for (int u = 0; u < kUnrollBf16; ++u) {
@@ -191,7 +191,7 @@ __device__ __forceinline__ void dotMxfp4(const uint8_t *packed,
     uint32_t s[kUnrollMxfp4];
 #pragma unroll
     for (int u = 0; u < kUnrollMxfp4; ++u) {
-      q[u] = 32 * u < rest ? dev::ldStream16Seg256(pv + b + 32 * u)
+      q[u] = 32 * u < rest ? dev::ldStream16<true>(pv + b + 32 * u)
                            : make_uint4(0, 0, 0, 0);
       s[u] = 32 * u < rest ? dev::ldStreamU8(sv + b + 32 * u) : 0u;
     }

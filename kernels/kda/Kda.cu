@@ -169,11 +169,12 @@ __device__ __forceinline__ ItemCols itemCols(const float *state, int d,
   return {state + static_cast<int64_t>(h) * d * d + col, validCols(d, col)};
 }
 
-/// Loads this thread's register rows of an item.
-template <bool Vec>
-__device__ __forceinline__ void loadSlice(float4 (&s)[kRegRows],
-                                          const float *state, int d,
-                                          const SliceGeom &g, int item) {
+/// Calls f(m, row pointer, valid columns) for each of this thread's
+/// register rows m of an item (the rows inside the head).
+template <typename F>
+__device__ __forceinline__ void forRegRows(const float *state, int d,
+                                           const SliceGeom &g, int item,
+                                           F &&f) {
   const ItemCols c = itemCols(state, d, g, item);
   if (c.nc <= 0)
     return;
@@ -182,8 +183,18 @@ __device__ __forceinline__ void loadSlice(float4 (&s)[kRegRows],
   for (int m = 0; m < kRegRows; ++m) {
     const int row = rl + m * g.rowLanes;
     if (row < d)
-      s[m] = loadState<Vec>(c.base + row * d, c.nc);
+      f(m, c.base + row * d, c.nc);
   }
+}
+
+/// Loads this thread's register rows of an item.
+template <bool Vec>
+__device__ __forceinline__ void loadSlice(float4 (&s)[kRegRows],
+                                          const float *state, int d,
+                                          const SliceGeom &g, int item) {
+  forRegRows(state, d, g, item, [&](int m, const float *row, int nc) {
+    s[m] = loadState<Vec>(row, nc);
+  });
 }
 
 /// Asks L2 for this thread's register rows of an item: issued before the
@@ -191,16 +202,8 @@ __device__ __forceinline__ void loadSlice(float4 (&s)[kRegRows],
 /// memory latency with that work without holding registers.
 __device__ __forceinline__ void prefetchSlice(const float *state, int d,
                                               const SliceGeom &g, int item) {
-  const ItemCols c = itemCols(state, d, g, item);
-  if (c.nc <= 0)
-    return;
-  const int rl = threadIdx.x >> g.cgShift;
-#pragma unroll
-  for (int m = 0; m < kRegRows; ++m) {
-    const int row = rl + m * g.rowLanes;
-    if (row < d)
-      dev::prefetchL2Line(c.base + row * d);
-  }
+  forRegRows(state, d, g, item,
+             [](int, const float *row, int) { dev::prefetchL2Line(row); });
 }
 
 /// Sums each thread's 4 column partials over the row lanes of the block into
@@ -493,6 +496,19 @@ __device__ __forceinline__ bool recurrentShapeOk(int64_t H, int64_t d,
   return false;
 }
 
+/// The state kernels' start: the shape check (unsupported shapes write NaN
+/// and return false) and the block's slice geometry, kept in shared memory.
+__device__ __forceinline__ bool enterStateKernel(int64_t heads, int64_t d,
+                                                 uint16_t *out,
+                                                 StepShared &sm) {
+  if (!recurrentShapeOk(heads, d, out))
+    return false;
+  if (threadIdx.x == 0)
+    sm.geom = sliceGeom(static_cast<int>(d), static_cast<int>(heads));
+  __syncthreads();
+  return true;
+}
+
 /// kda_decode's per-head inputs from bf16 q̃, k̃ (already in sm.q, sm.k
 /// as floats, with each thread's Σ q̃², Σ k̃² partials over its elements
 /// tid, tid + blockDim, ...): normalise them in place, q also scaled by
@@ -521,12 +537,9 @@ extern "C" __global__ void __launch_bounds__(1024)
     k3_kda_step(const KdaStepParams p) {
   dev::enterStep();
   __shared__ StepShared sm;
-  if (!recurrentShapeOk(p.numHeads, p.headDim, p.out))
+  if (!enterStateKernel(p.numHeads, p.headDim, p.out, sm))
     return;
   const int H = static_cast<int>(p.numHeads), d = static_cast<int>(p.headDim);
-  if (threadIdx.x == 0)
-    sm.geom = sliceGeom(d, H);
-  __syncthreads();
   const SliceGeom &g = sm.geom;
   auto stage = [&](int h, int j0) {
     const float *q = p.q + static_cast<int64_t>(h) * d;
@@ -582,12 +595,9 @@ extern "C" __global__ void __launch_bounds__(1024)
     k3_kda_decode(const KdaDecodeParams p) {
   dev::enterStep();
   __shared__ StepShared sm;
-  if (!recurrentShapeOk(p.numHeads, p.headDim, p.out))
+  if (!enterStateKernel(p.numHeads, p.headDim, p.out, sm))
     return;
   const int H = static_cast<int>(p.numHeads), d = static_cast<int>(p.headDim);
-  if (threadIdx.x == 0)
-    sm.geom = sliceGeom(d, H);
-  __syncthreads();
   const SliceGeom &g = sm.geom;
   const bool whole = g.slices == 1;
   if (!whole && H > kMaxCountedHeads) {

@@ -652,29 +652,16 @@ checkAgainstCpu(const PlanDoc &plan, const std::string &weightsDir,
                 BackendKind kind, const std::vector<int64_t> &prompt,
                 int64_t maxNew, DifferentialOptions options,
                 std::string *candidateName) {
-  Expected<ModelConfig> weightsConfig = parseConfigFile(
-      (std::filesystem::path(weightsDir) / "config.json").string());
-  if (!weightsConfig)
-    return weightsConfig.status();
-  K3_RETURN_IF_ERROR(checkConfigsMatch(plan.config, *weightsConfig));
-  Expected<TensorStore> store = TensorStore::open(weightsDir);
+  Expected<TensorStore> store = openWeightsFor(plan, weightsDir);
   if (!store)
     return store.status();
-  std::unique_ptr<Backend> backend;
-  if (kind == BackendKind::Cuda) {
-    Expected<std::unique_ptr<CudaBackend>> be =
-        CudaBackend::bind(plan, *store, /*useGraph=*/false);
-    if (!be)
-      return be.status().withContext("binding the plan to " + weightsDir +
-                                     " on the GPU");
-    backend = be.take();
-  } else {
-    Expected<std::unique_ptr<CpuBackend>> be = CpuBackend::bind(plan, *store);
-    if (!be)
-      return be.status().withContext("binding the plan to " + weightsDir);
-    backend = be.take();
-    options.exact = true;
-  }
+  Expected<std::unique_ptr<Backend>> bound =
+      bindBackend(plan, *store, kind, /*cudaGraph=*/false, weightsDir);
+  if (!bound)
+    return bound.status();
+  std::unique_ptr<Backend> backend = bound.take();
+  if (kind == BackendKind::Cpu)
+    options.exact = true; // the same kernels: bit for bit
   if (candidateName)
     *candidateName = backend->name();
   return runDifferential(plan, *store, *backend, prompt, maxNew, options);

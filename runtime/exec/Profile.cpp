@@ -45,31 +45,16 @@ Expected<std::unique_ptr<BoundPlan>> bindPlan(const PlanDoc &plan,
                                               const std::string &weightsDir,
                                               BackendKind kind,
                                               bool cudaGraph) {
-  const std::string configPath =
-      (std::filesystem::path(weightsDir) / "config.json").string();
-  Expected<ModelConfig> weightsConfig = parseConfigFile(configPath);
-  if (!weightsConfig)
-    return weightsConfig.status();
-  K3_RETURN_IF_ERROR(checkConfigsMatch(plan.config, *weightsConfig));
-  std::unique_ptr<BoundPlan> bound(new BoundPlan());
-  Expected<TensorStore> store = TensorStore::open(weightsDir);
+  Expected<TensorStore> store = openWeightsFor(plan, weightsDir);
   if (!store)
     return store.status();
+  std::unique_ptr<BoundPlan> bound(new BoundPlan());
   bound->store = store.take();
-  if (kind == BackendKind::Cuda) {
-    Expected<std::unique_ptr<CudaBackend>> be =
-        CudaBackend::bind(plan, bound->store, cudaGraph);
-    if (!be)
-      return be.status().withContext("binding the plan to " + weightsDir +
-                                     " on the GPU");
-    bound->backend = be.take();
-  } else {
-    Expected<std::unique_ptr<CpuBackend>> be =
-        CpuBackend::bind(plan, bound->store);
-    if (!be)
-      return be.status().withContext("binding the plan to " + weightsDir);
-    bound->backend = be.take();
-  }
+  Expected<std::unique_ptr<Backend>> be =
+      bindBackend(plan, bound->store, kind, cudaGraph, weightsDir);
+  if (!be)
+    return be.status();
+  bound->backend = be.take();
   return bound;
 }
 

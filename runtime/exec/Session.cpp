@@ -99,36 +99,50 @@ Status checkConfigsMatch(const ModelConfig &planConfig,
                    field, "; recompile the plan for these weights");
 }
 
+Expected<TensorStore> openWeightsFor(const PlanDoc &plan,
+                                     const std::string &weightsDir) {
+  Expected<ModelConfig> weightsConfig = parseConfigFile(
+      (std::filesystem::path(weightsDir) / "config.json").string());
+  if (!weightsConfig)
+    return weightsConfig.status();
+  K3_RETURN_IF_ERROR(checkConfigsMatch(plan.config, *weightsConfig));
+  return TensorStore::open(weightsDir);
+}
+
+Expected<std::unique_ptr<Backend>> bindBackend(const PlanDoc &plan,
+                                               const TensorStore &store,
+                                               BackendKind kind,
+                                               bool cudaGraph,
+                                               const std::string &weightsDir) {
+  if (kind == BackendKind::Cuda) {
+    Expected<std::unique_ptr<CudaBackend>> be =
+        CudaBackend::bind(plan, store, cudaGraph);
+    if (!be)
+      return be.status().withContext("binding the plan to " + weightsDir +
+                                     " on the GPU");
+    return std::unique_ptr<Backend>(be.take());
+  }
+  Expected<std::unique_ptr<CpuBackend>> be = CpuBackend::bind(plan, store);
+  if (!be)
+    return be.status().withContext("binding the plan to " + weightsDir);
+  return std::unique_ptr<Backend>(be.take());
+}
+
 Expected<std::unique_ptr<Session>> Session::open(PlanDoc plan,
                                                  const std::string &weightsDir,
                                                  BackendKind kind,
                                                  bool cudaGraph) {
-  const std::string configPath =
-      (std::filesystem::path(weightsDir) / "config.json").string();
-  Expected<ModelConfig> weightsConfig = parseConfigFile(configPath);
-  if (!weightsConfig)
-    return weightsConfig.status();
-  K3_RETURN_IF_ERROR(checkConfigsMatch(plan.config, *weightsConfig));
-  std::unique_ptr<Session> s(new Session());
-  s->plan_ = std::move(plan);
-  Expected<TensorStore> store = TensorStore::open(weightsDir);
+  Expected<TensorStore> store = openWeightsFor(plan, weightsDir);
   if (!store)
     return store.status();
+  std::unique_ptr<Session> s(new Session());
+  s->plan_ = std::move(plan);
   s->store_ = store.take();
-  if (kind == BackendKind::Cuda) {
-    Expected<std::unique_ptr<CudaBackend>> be =
-        CudaBackend::bind(s->plan_, s->store_, cudaGraph);
-    if (!be)
-      return be.status().withContext("binding the plan to " + weightsDir +
-                                     " on the GPU");
-    s->backend_ = be.take();
-  } else {
-    Expected<std::unique_ptr<CpuBackend>> be =
-        CpuBackend::bind(s->plan_, s->store_);
-    if (!be)
-      return be.status().withContext("binding the plan to " + weightsDir);
-    s->backend_ = be.take();
-  }
+  Expected<std::unique_ptr<Backend>> be =
+      bindBackend(s->plan_, s->store_, kind, cudaGraph, weightsDir);
+  if (!be)
+    return be.status();
+  s->backend_ = be.take();
   return s;
 }
 

@@ -33,6 +33,19 @@ namespace k3 {
 Status checkConfigsMatch(const ModelConfig &planConfig,
                          const ModelConfig &weightsConfig);
 
+/// The checkpoint in `weightsDir` for `plan`: its config.json must match the
+/// plan's (checkConfigsMatch) before the tensors are opened.
+Expected<TensorStore> openWeightsFor(const PlanDoc &plan,
+                                     const std::string &weightsDir);
+
+/// `plan` bound to `store` on `kind` (`cudaGraph`: the CUDA backend builds
+/// its graph); errors say where (`weightsDir`, "on the GPU").
+Expected<std::unique_ptr<Backend>> bindBackend(const PlanDoc &plan,
+                                               const TensorStore &store,
+                                               BackendKind kind,
+                                               bool cudaGraph,
+                                               const std::string &weightsDir);
+
 /// Called with each generated token as soon as it is chosen (index s =
 /// 0 .. maxNew-1).
 using TokenCallback = std::function<void(int64_t index, int64_t token)>;
