@@ -28,6 +28,7 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <chrono>
 #include <cctype>
 #include <cerrno>
 #include <cstdio>
@@ -74,7 +75,11 @@ void printHelp() {
       "with k3c for that model) at one context position against the\n"
       "bandwidth floor: the plan's bytes per token over the copy bandwidth\n"
       "measured in this process. Each --plan belongs to the --weights before\n"
-      "it; LABEL defaults to the plan's fusion.\n"
+      "it; LABEL defaults to the plan's fusion. Rows per plan (mode): one\n"
+      "CUDA graph replay per step (graph), the launches one by one\n"
+      "(launches), and the decode a user runs: --steps greedy steps chosen\n"
+      "on the device and queued back to back, the host's wait included\n"
+      "(greedy-chain).\n"
       "\n"
       "options:\n"
       "  --model NAME       the name of the last --weights in the results\n"
@@ -177,6 +182,10 @@ struct Row {
   std::string model, fusion, plan, backend;
   k3::ModelConfig config;
   bool graph = false;
+  /// "graph" (one replay per step), "launches" (kernel by kernel) or
+  /// "greedy-chain" (greedy steps chosen on the device and queued back to
+  /// back, Backend::chainGreedy: the decode a user runs, host wait included).
+  std::string mode;
   int64_t launches = 0;
   double us = 0, usMin = 0, usMax = 0, floorUs = 0;
   uint64_t bytes = 0;
@@ -242,6 +251,7 @@ k3::Status benchPlan(const Options &o, const ModelSpec &m, const PlanSpec &ps,
     r.backend = be.name();
     r.config = plan->config;
     r.graph = graph;
+    r.mode = graph ? "graph" : "launches";
     r.launches = static_cast<int64_t>(plan->launches.size());
     r.us = k3::median(us);
     r.usMin = *std::min_element(us.begin(), us.end());
@@ -252,6 +262,29 @@ k3::Status benchPlan(const Options &o, const ModelSpec &m, const PlanSpec &ps,
     std::fprintf(stderr, "decode_bench: %s %s %s: %.2f us per token\n",
                  r.model.c_str(), r.fusion.c_str(),
                  graph ? "graph" : "kernel by kernel", r.us);
+  }
+
+  // The decode as a user runs it: after the timed steps the step block
+  // holds the next token and position; `steps` greedy steps from there,
+  // chosen on the device and queued back to back, timed on the host clock
+  // (the wait for the ids included).
+  const int64_t chained = std::min(o.steps, plan->maxSeq - (pos + 1));
+  if (be.chainsGreedy() && chained > 0) {
+    const auto t0 = std::chrono::steady_clock::now();
+    k3::Expected<std::vector<k3::GreedyChoice>> c = be.chainGreedy(chained);
+    if (!c)
+      return c.status();
+    const double us = std::chrono::duration<double, std::micro>(
+                          std::chrono::steady_clock::now() - t0)
+                          .count() /
+                      static_cast<double>(chained);
+    Row r = rows.back();
+    r.graph = be.replaysGraph();
+    r.mode = "greedy-chain";
+    r.us = r.usMin = r.usMax = us;
+    rows.push_back(r);
+    std::fprintf(stderr, "decode_bench: %s %s greedy chain: %.2f us per token\n",
+                 r.model.c_str(), r.fusion.c_str(), r.us);
   }
   return k3::Status::ok();
 }
@@ -269,6 +302,7 @@ ojson rowJson(const Row &r, const Options &o, double copyGBps,
   j["batch"] = 1;
   j["fusion"] = r.fusion;
   j["graph"] = r.graph;
+  j["mode"] = r.mode;
   j["us_per_token"] = r.us;
   j["floor_us"] = r.floorUs;
   j["fraction_of_floor"] = r.us > 0 ? r.floorUs / r.us : 0.0;
@@ -424,12 +458,12 @@ int main(int argc, char **argv) {
               gpu.c_str(), o.commit.c_str());
   std::printf("copy bandwidth %.1f GB/s (%s)\n\n", copyGBps,
               copyMethod.c_str());
-  std::printf("%-24s %-10s %-6s %8s %12s %12s %10s %9s %12s\n", "model",
-              "fusion", "graph", "launches", "us/token", "floor us", "of floor",
+  std::printf("%-24s %-10s %-12s %8s %12s %12s %10s %9s %12s\n", "model",
+              "fusion", "mode", "launches", "us/token", "floor us", "of floor",
               "tokens/s", "bytes/token");
   for (const Row &r : rows)
-    std::printf("%-24s %-10s %-6s %8lld %12.2f %12.2f %9.1f%% %9.1f %12s\n",
-                r.model.c_str(), r.fusion.c_str(), r.graph ? "yes" : "no",
+    std::printf("%-24s %-10s %-12s %8lld %12.2f %12.2f %9.1f%% %9.1f %12s\n",
+                r.model.c_str(), r.fusion.c_str(), r.mode.c_str(),
                 static_cast<long long>(r.launches), r.us, r.floorUs,
                 r.us > 0 ? 100.0 * r.floorUs / r.us : 0.0,
                 r.us > 0 ? 1e6 / r.us : 0.0,

@@ -146,12 +146,15 @@ TEST_F(ProfileToolTest, DecodeBenchWritesEveryField) {
   ASSERT_FALSE(j.is_discarded());
   EXPECT_EQ(j.value("benchmark", ""), "decode_bench");
   ASSERT_TRUE(j.contains("results") && j["results"].is_array());
-  // The CPU has no graph: one row per plan, kernel by kernel.
-  ASSERT_EQ(j["results"].size(), 2u);
+  // The CPU has no graph: per plan a kernel-by-kernel row, then the greedy
+  // chain (k3c's plans end with the argmax that writes the step block).
+  ASSERT_EQ(j["results"].size(), 4u);
   const PlanDoc *plans[] = {&fine, &fused};
   const char *labels[] = {"fine", "default"};
-  for (size_t i = 0; i < 2; ++i) {
-    const nlohmann::json &row = j["results"][i];
+  for (size_t k = 0; k < 4; ++k) {
+    const size_t i = k / 2;
+    const nlohmann::json &row = j["results"][k];
+    EXPECT_EQ(row["mode"], k % 2 ? "greedy-chain" : "launches") << k;
     for (const char *field : {"model", "geometry", "batch", "fusion", "graph",
                               "us_per_token", "floor_us", "fraction_of_floor",
                               "copy_gbps", "gpu", "commit", "date"})
@@ -197,7 +200,7 @@ TEST_F(ProfileToolTest, DecodeBenchWritesEveryField) {
   const nlohmann::json one = nlohmann::json::parse(
       test::readFile(dir->file("one.json")), nullptr, false);
   ASSERT_FALSE(one.is_discarded());
-  ASSERT_EQ(one["results"].size(), 1u);
+  ASSERT_EQ(one["results"].size(), 2u); // kernel by kernel, greedy chain
   EXPECT_EQ(one["results"][0]["commit"], "abc123");
   EXPECT_EQ(one["results"][0]["model"], "m2");
   again = run(bench() + " --weights " + dir->file("model") + " --plan " +
