@@ -408,6 +408,33 @@ int main(int argc, char **argv) {
            [](auto &o) {
              benchLinear(o, "linear MXFP4 3584 -> 3072", I, Dm, true, false);
            }},
+          // Kimi-Linear-48B's 2304-wide projections (issue target: >= 80% of
+          // copy): KDA q/k/v and o_proj, the shared expert, the head.
+          {"linear",
+           [](auto &o) {
+             benchLinear(o, "linear bf16 2304 -> 4096 (Kimi-Linear q/k/v)",
+                         4096, 2304, false, false);
+           }},
+          {"linear",
+           [](auto &o) {
+             benchLinear(o, "linear bf16 4096 -> 2304 (Kimi-Linear o_proj)",
+                         2304, 4096, false, false);
+           }},
+          {"linear",
+           [](auto &o) {
+             benchLinear(o, "linear bf16 2304 -> 1024 (Kimi-Linear shared up)",
+                         1024, 2304, false, false);
+           }},
+          {"linear",
+           [](auto &o) {
+             benchLinear(o, "linear bf16 1024 -> 2304 (Kimi-Linear shared down)",
+                         2304, 1024, false, false);
+           }},
+          {"linear",
+           [](auto &o) {
+             benchLinear(o, "linear bf16 2304 -> 163840 f32 (Kimi-Linear head)",
+                         163840, 2304, false, true);
+           }},
           {"kda", benchKda},
           {"mla", [](auto &o) { benchMla(o, 4096); }},
           {"mla", [](auto &o) { benchMla(o, 65536); }},
