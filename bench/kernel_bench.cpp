@@ -229,9 +229,10 @@ void benchMla(std::vector<Result> &out, int64_t length) {
     p.scale = 1.0f / 13.856406f;
     vs.push_back(p);
   }
-  double us;
-  // One block per head, then the cache split over 2 (K3's plan grid: two
-  // blocks per SM) and 16 blocks per head (the kernel's most).
+  double us = 0;
+  // One block per head, then room for 2 and for 16 splits of the cache per
+  // head (the kernel uses min(that, length / max(256, 8 · heads)) of them;
+  // K3's plans give room for 16 at long max_seq).
   for (int64_t splits : {1, 2, 16})
     if (timeKernel("mla_attend", vs, N * splits, us))
       out.push_back({"mla_attend 96 heads, ctx " + std::to_string(length) +
