@@ -213,14 +213,26 @@ private:
   /// absorbed attention over the cache with the optional output gate.
   void lowerMlaAttend(Operation *op, MlaConfigAttr c, Value q, Value kvB,
                       Value cache, Value gate, Value out);
-  /// The `router` launch of `op` (k3.router or k3.routed_experts): top-k
-  /// ids and mixing weights into `ids` / `weights`.
-  void lowerRouter(Operation *op, Value x, Value gate, Value bias, int64_t topK,
-                   bool renorm, double scaling, Value ids, Value weights);
+  /// An input RMSNorm folded into a launch: its weight (null: none) and eps.
+  struct FoldedNorm {
+    Value weight;
+    double eps = 0.0;
+  };
+  /// What a `moe_experts` launch adds to the routed mix (MoeExpertsParams):
+  /// the shared expert's weights (all null: none) and the residual.
+  struct ExpertExtras {
+    Value sharedW1, sharedW3, sharedW2, residual;
+  };
+  /// The `router` launch of `op` (k3.router, k3.routed_experts or
+  /// k3.moe_ffn): top-k ids and mixing weights into `ids` / `weights`.
+  void lowerRouter(Operation *op, Value x, FoldedNorm norm, Value gate,
+                   Value bias, int64_t topK, bool renorm, double scaling,
+                   Value ids, Value weights);
   /// The `moe_experts` launch of `op`: the weighted mix of the chosen
-  /// experts' gated MLPs on `x` into `out`.
-  void lowerExperts(Operation *op, Value x, Value ids, Value weights,
-                    int64_t topK, Value w1, Value w3, Value w2, Value out,
+  /// experts' gated MLPs on `x` (+ `extras`) into `out`.
+  void lowerExperts(Operation *op, Value x, FoldedNorm norm, Value ids,
+                    Value weights, int64_t topK, Value w1, Value w3, Value w2,
+                    const ExpertExtras &extras, Value out,
                     std::optional<Activation> act, std::optional<APFloat> b1,
                     std::optional<APFloat> b2);
 
@@ -351,31 +363,39 @@ void Lowering::lowerMlaAttend(Operation *op, MlaConfigAttr c, Value q,
                            : 0));
 }
 
-void Lowering::lowerRouter(Operation *op, Value x, Value gate, Value bias,
-                           int64_t topK, bool renorm, double scaling, Value ids,
-                           Value weights) {
+void Lowering::lowerRouter(Operation *op, Value x, FoldedNorm norm,
+                           Value gate, Value bias, int64_t topK, bool renorm,
+                           double scaling, Value ids, Value weights) {
+  SmallVector<ScalarArg> sc = {I("numExperts", dimOf(gate, 0)),
+                               I("dim", dimOf(gate, 1)), I("topK", topK),
+                               I("renormalize", renorm ? 1 : 0),
+                               F("scaling", scaling)};
+  if (norm.weight)
+    sc.push_back(F("normEps", norm.eps));
   launch("router", op,
          {{"h", ptr(x)},
+          {"normWeight", opt(norm.weight)},
           {"gate", ptr(gate)},
           {"bias", ptr(bias)},
           {"outIds", ids},
           {"outWeights", weights}},
-         forceExpertArg(op, {I("numExperts", dimOf(gate, 0)),
-                             I("dim", dimOf(gate, 1)), I("topK", topK),
-                             I("renormalize", renorm ? 1 : 0),
-                             F("scaling", scaling)}),
-         {}, ceilDiv(dimOf(gate, 0), 8));
+         forceExpertArg(op, sc), {}, ceilDiv(dimOf(gate, 0), 8));
 }
 
-void Lowering::lowerExperts(Operation *op, Value x, Value ids, Value weights,
-                            int64_t topK, Value w1, Value w3, Value w2,
-                            Value out, std::optional<Activation> act,
+void Lowering::lowerExperts(Operation *op, Value x, FoldedNorm norm, Value ids,
+                            Value weights, int64_t topK, Value w1, Value w3,
+                            Value w2, const ExpertExtras &extras, Value out,
+                            std::optional<Activation> act,
                             std::optional<APFloat> b1,
                             std::optional<APFloat> b2) {
   SmallVector<ScalarArg> sc = {I("topK", topK), I("numExperts", dimOf(w1, 0)),
                                I("dim", dimOf(w1, 2)),
                                I("interDim", dimOf(w1, 1))};
   activationArgs(act, b1, b2, sc);
+  if (norm.weight)
+    sc.push_back(F("normEps", norm.eps));
+  if (extras.sharedW1)
+    sc.push_back(I("sharedInterDim", dimOf(extras.sharedW1, 0)));
   launch("moe_experts", op,
          {{"x", ptr(x)},
           {"ids", ids},
@@ -383,6 +403,11 @@ void Lowering::lowerExperts(Operation *op, Value x, Value ids, Value weights,
           {"w1", ptr(w1)},
           {"w3", ptr(w3)},
           {"w2", ptr(w2)},
+          {"normWeight", opt(norm.weight)},
+          {"sharedW1", opt(extras.sharedW1)},
+          {"sharedW3", opt(extras.sharedW3)},
+          {"sharedW2", opt(extras.sharedW2)},
+          {"residual", opt(extras.residual)},
           {"out", out}},
          sc, {}, kWorkQueueGrid);
 }
@@ -549,7 +574,7 @@ LogicalResult Lowering::lower(Operation *op) {
         // evaluation order is unspecified): buffer order is plan output.
         Value ids = alloc(o.getIds(), "router_ids");
         Value wts = alloc(o.getWeights(), "router_weights");
-        lowerRouter(o, o.getX(), o.getGate(), o.getBias(), o.getTopK(),
+        lowerRouter(o, o.getX(), {}, o.getGate(), o.getBias(), o.getTopK(),
                     o.getRenormalize(), o.getScaling().convertToDouble(), ids,
                     wts);
         return success();
@@ -558,9 +583,9 @@ LogicalResult Lowering::lower(Operation *op) {
         Value out = alloc(o.getResult(), "expert_mix");
         Value ids = ptr(o.getIds());
         Value wts = ptr(o.getWeights());
-        lowerExperts(o, o.getX(), ids, wts, len(o.getIds()), o.getW1(),
-                     o.getW3(), o.getW2(), out, o.getAct(), o.getSituBeta(),
-                     o.getSituLinearBeta());
+        lowerExperts(o, o.getX(), {}, ids, wts, len(o.getIds()), o.getW1(),
+                     o.getW3(), o.getW2(), {}, out, o.getAct(),
+                     o.getSituBeta(), o.getSituLinearBeta());
         return success();
       })
       .Case<AttnResOp>([&](AttnResOp o) {
@@ -647,17 +672,37 @@ LogicalResult Lowering::lower(Operation *op) {
         Value wts = scratch(K, "f32", "router_weights");
         Value mix = o.getNorm() ? scratch(Dm, "bf16", "expert_mix")
                                 : alloc(o.getResult(), "routed_experts");
-        lowerRouter(o, o.getX(), o.getGate(), o.getBias(), K,
+        lowerRouter(o, o.getX(), {}, o.getGate(), o.getBias(), K,
                     o.getRenormalize(), o.getScaling().convertToDouble(), ids,
                     wts);
-        lowerExperts(o, o.getZ(), ids, wts, K, o.getW1(), o.getW3(), o.getW2(),
-                     mix, o.getAct(), o.getSituBeta(), o.getSituLinearBeta());
+        lowerExperts(o, o.getZ(), {}, ids, wts, K, o.getW1(), o.getW3(),
+                     o.getW2(), {}, mix, o.getAct(), o.getSituBeta(),
+                     o.getSituLinearBeta());
         if (o.getNorm()) {
           Value out = alloc(o.getResult(), "routed_experts");
           launch("rms_norm", o,
                  {{"x", mix}, {"w", ptr(o.getNorm())}, {"out", out}},
                  {I("n", Dm), F("eps", o.getEps()->convertToDouble())}, {}, 1);
         }
+        return success();
+      })
+      .Case<MoeFfnOp>([&](MoeFfnOp o) {
+        // Two launches: the router and the expert kernel both normalise h
+        // themselves; the shared expert and both adds are the expert
+        // kernel's (MoeExpertsParams).
+        int64_t K = o.getTopK();
+        Value ids = scratch(K, "i32", "router_ids");
+        Value wts = scratch(K, "f32", "router_weights");
+        Value out = alloc(o.getResult(), "moe_ffn");
+        FoldedNorm norm{o.getNorm(), o.getEps().convertToDouble()};
+        lowerRouter(o, o.getH(), norm, o.getGate(), o.getBias(), K,
+                    o.getRenormalize(), o.getScaling().convertToDouble(), ids,
+                    wts);
+        lowerExperts(o, o.getH(), norm, ids, wts, K, o.getW1(), o.getW3(),
+                     o.getW2(),
+                     {o.getSharedW1(), o.getSharedW3(), o.getSharedW2(),
+                      o.getH()},
+                     out, o.getAct(), o.getSituBeta(), o.getSituLinearBeta());
         return success();
       })
       .Case<GatedMlpOp>([&](GatedMlpOp o) {

@@ -738,6 +738,48 @@ LogicalResult RoutedExpertsOp::verify() {
   return success();
 }
 
+LogicalResult MoeFfnOp::verify() {
+  FailureOr<int64_t> dOr = vectorLength(*this, "h", getH());
+  if (failed(dOr) || failed(verifyActivation(*this, getAct(), getSituBeta(),
+                                             getSituLinearBeta())))
+    return failure();
+  int64_t D = *dOr;
+  SmallVector<int64_t> g = shapeOf(getGate().getType());
+  if (g.size() != 2)
+    return emitOpError()
+           << "expects gate of rank 2 [experts, hidden] but got rank "
+           << g.size();
+  int64_t E = g[0], K = getTopK();
+  if (K <= 0 || K > E)
+    return emitOpError() << "expects top_k in [1, " << E << "] but got " << K;
+  SmallVector<int64_t> w1 = shapeOf(getW1().getType());
+  if (w1.size() != 3)
+    return emitOpError() << "expects stacked expert weights of rank 3 "
+                            "[experts, intermediate, hidden] but got rank "
+                         << w1.size();
+  Operation *op = *this;
+  if (failed(expectShape(op, "norm", getNorm(), {D})) ||
+      failed(expectPositive(op, "eps", getEps().convertToDouble())) ||
+      failed(expectShape(op, "gate", getGate(), {E, D})) ||
+      failed(expectShape(op, "bias", getBias(), {E})) ||
+      failed(verifyGatedMlp(op, "", getW1(), getW3(), getW2(), E, w1[1], D,
+                            D)) ||
+      failed(expectShape(op, "result", getResult().getType(), {D})) ||
+      failed(expectPositive(op, "scaling", getScaling().convertToDouble())))
+    return failure();
+  if (getSharedW1()) {
+    SmallVector<int64_t> s1 = shapeOf(getSharedW1().getType());
+    if (s1.size() != 2)
+      return emitOpError() << "expects shared expert weights of rank 2 "
+                              "[intermediate, hidden] but got rank "
+                           << s1.size();
+    if (failed(verifyGatedMlp(op, "shared_", getSharedW1(), getSharedW3(),
+                              getSharedW2(), -1, s1[0], D, D)))
+      return failure();
+  }
+  return success();
+}
+
 LogicalResult GatedMlpOp::verify() {
   FailureOr<int64_t> kOr = vectorLength(*this, "x", getX());
   if (failed(kOr) || failed(verifyActivation(*this, getAct(), getSituBeta(),

@@ -681,6 +681,43 @@ def K3_RoutedExpertsOp : K3_Op<"routed_experts", [Pure]> {
   let hasVerifier = 1;
 }
 
+def K3_MoeFfnOp : K3_Op<"moe_ffn", [AttrSizedOperandSegments, Pure]> {
+  let summary = "a whole MoE feed-forward block: pre-norm, router, routed and shared experts, residual";
+  let description = [{
+    The FFN half of a MoE layer without latent projections (Kimi-Linear):
+    `x̂ = RMSNorm(h, norm, eps)`; the sigmoid router on `x̂` (as
+    `k3.router`) picks `top_k` experts; `r = R(Σ_k w_k · y_k)` over their
+    gated MLPs on `x̂`; with `shared(...)` `r = R(r + s)`, `s` the shared
+    gated MLP's bf16 output on `x̂`; the result is `R(h + r)`. Every rounding
+    point is that of the chain it replaces (NUMERICS.md "MoE"). Built by
+    `k3-fuse-moe-ffn` from `rms_norm` → `routed_experts` (+ the shared
+    `linear`s and activation) → `add`; lowered to a `router` and one
+    `moe_experts` launch.
+    ```mlir
+    %y = k3.moe_ffn %h norm(%n) router(%gate, %bias) experts(%w1, %w3, %w2) shared(%s1, %s3, %s2)
+           {top_k = 8 : i64, renormalize = true, scaling = 2.446 : f64, act = #k3<activation silu>,
+            eps = 1.0e-05 : f64} : (...) -> tensor<2304xbf16>
+    ```
+  }];
+  let arguments = !con((ins K3_BF16Tensor:$h, K3_BF16Tensor:$norm,
+                            K3_MatrixType:$gate, K3_F32Tensor:$bias,
+                            K3_MatrixType:$w1, K3_MatrixType:$w3,
+                            K3_MatrixType:$w2,
+                            Optional<K3_MatrixType>:$shared_w1,
+                            Optional<K3_MatrixType>:$shared_w3,
+                            Optional<K3_MatrixType>:$shared_w2,
+                            I64Attr:$top_k, BoolAttr:$renormalize,
+                            F64Attr:$scaling, F64Attr:$eps),
+                       K3_ActArgs);
+  let results = (outs K3_BF16Tensor:$result);
+  let assemblyFormat = [{
+    $h `norm` `(` $norm `)` `router` `(` $gate `,` $bias `)` `experts` `(` $w1 `,` $w3 `,` $w2 `)`
+    (`shared` `(` $shared_w1^ `,` $shared_w3 `,` $shared_w2 `)`)?
+    attr-dict `:` functional-type(operands, results)
+  }];
+  let hasVerifier = 1;
+}
+
 def K3_GatedMlpOp : K3_Op<"gated_mlp", [AttrSizedOperandSegments, Pure]> {
   let summary = "a whole gated MLP in one kernel: w2 · act(w1 x̂, w3 x̂) (+ residual)";
   let description = [{

@@ -155,14 +155,14 @@ private:
     Builder b(fn.getContext());
     int64_t marked = 0;
     fn.walk([&](Operation *op) {
-      if (!isa<RouterOp, RoutedExpertsOp>(op))
+      if (!isa<RouterOp, RoutedExpertsOp, MoeFfnOp>(op))
         return;
       op->setAttr(kForceExpertAttr, b.getI64IntegerAttr(0));
       ++marked;
     });
     if (marked == 0)
       return fn.emitError("k3-inject-mutant: router-expert0 found no "
-                          "k3.router or k3.routed_experts; run it after "
+                          "k3.router, k3.routed_experts or k3.moe_ffn; run it after "
                           "k3-decompose-layers on a model with MoE layers");
     return success();
   }

@@ -49,6 +49,7 @@ void populateFuseNormsPatterns(RewritePatternSet &patterns);
 void populateFuseKdaPatterns(RewritePatternSet &patterns);
 void populateFuseMlaPatterns(RewritePatternSet &patterns);
 void populateFuseMoePatterns(RewritePatternSet &patterns);
+void populateFuseMoeFfnPatterns(RewritePatternSet &patterns);
 void populateFuseResidualPatterns(RewritePatternSet &patterns);
 void populateFuseAttnResPatterns(RewritePatternSet &patterns);
 void populateFuseMlpPatterns(RewritePatternSet &patterns);

@@ -77,6 +77,33 @@ def K3FuseMoe : Pass<"k3-fuse-moe", "::mlir::func::FuncOp"> {
   }];
 }
 
+def K3FuseMoeFfn : Pass<"k3-fuse-moe-ffn", "::mlir::func::FuncOp"> {
+  let summary = "Fuse a MoE layer's FFN (norm, routed and shared experts, residual) into one op";
+  let description = [{
+    Runs after k3-fuse-moe and k3-fuse-residual. Matches, for a layer
+    without latent projections,
+
+    ```mlir
+    %n = k3.rms_norm %h, %w {eps = 1.0e-05 : f64} : ...
+    %r = k3.routed_experts %n, %n router(%gate, %bias) experts(%w1, %w3, %w2) {...} : ...
+    %g = k3.linear %n, %s1 : ...
+    %u = k3.linear %n, %s3 : ...
+    %a = k3.swiglu %g, %u : ...
+    %t = k3.linear %a, %s2 residual(%r) : ...
+    %o = k3.add %h, %t : ...
+    ```
+
+    (or `%o = k3.add %h, %r` without shared experts) and replaces it by
+
+    ```mlir
+    %o = k3.moe_ffn %h norm(%w) router(%gate, %bias) experts(%w1, %w3, %w2) shared(%s1, %s3, %s2) {...}
+    ```
+
+    which lowers to two launches (router, moe_experts) instead of seven,
+    with every rounding point kept.
+  }];
+}
+
 def K3FuseResidual : Pass<"k3-fuse-residual", "::mlir::func::FuncOp"> {
   let summary = "Move residual adds into the epilogue of the producing projection";
   let description = [{

@@ -65,6 +65,10 @@ void mlir::k3::buildK3FusionPipeline(OpPassManager &pm,
       fn.addPass(createK3FuseAttnRes());
     fn.addPass(createK3FuseNorms());
     fn.addPass(createK3FuseResidual());
+    // After the residual fusion (the shared expert's down projection then
+    // carries the routed mix) and before the MLP and projection fusions
+    // would claim the shared expert's projections.
+    fn.addPass(createK3FuseMoeFfn());
     if (strategy == FusionStrategy::Max)
       fn.addPass(createK3FuseMlp());
     // Horizontal fusion last: the matchers above look for single

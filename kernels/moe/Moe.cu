@@ -460,13 +460,15 @@ __device__ __forceinline__ unsigned long long rankKey(float rank, int64_t e) {
 // parallel and one thread sums them in rank order. Any grid is correct;
 // ceil(E / 8) blocks of 256 spread the E × D gate over one row per warp
 // (grid 1: one SM reads the whole gate, ~20x slower).
+// With normWeight every block takes the norm factor of h itself (the same
+// bits in each) and scores x̂ = RMSNorm(h) formed on the fly.
 // Limits: E <= kRouterCap and topK <= kRouterMaxTopK (else ids -1, weights
 // NaN); D <= kStageCap is staged in shared memory (longer h is read from
 // global memory).
 extern "C" __global__ void __launch_bounds__(1024)
     k3_router(const RouterParams p) {
-  dev::enterStep();
   __shared__ float4 xs[kStageCap / 4];
+  __shared__ float normParts[kNormParts];
   __shared__ int32_t topIds[kRouterMaxTopK];
   __shared__ float topScores[kRouterMaxTopK];
   __shared__ float denomShared;
@@ -474,17 +476,27 @@ extern "C" __global__ void __launch_bounds__(1024)
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int warps = blockDim.x >> 5;
   const int64_t E = p.numExperts, D = p.dim;
+  const int64_t warpsInGrid = int64_t(gridDim.x) * warps;
+  // The gate is no kernel's output: this warp's first row is asked for
+  // while the previous kernel may still run (programmatic dependent launch).
+  dev::allowDependentLaunch();
+  if (int64_t e = int64_t(blockIdx.x) * warps + warp; e < E && E <= kRouterCap)
+    prefetchL2Warp(p.gate + e * D, 2 * D);
+  dev::waitForPriorGrids();
   if (E > kRouterCap || p.topK > kRouterMaxTopK) {
     for (int64_t k = dev::globalThread(); k < p.topK; k += dev::gridThreads())
       p.outIds[k] = -1, p.outWeights[k] = __int_as_float(0x7fc00000);
     return;
   }
 
-  const GlobalAct h{p.h, nullptr, 1.0f, aligned(p.h, 16)};
+  const float r =
+      p.normWeight ? rmsFactor(p.h, D, p.normEps, normParts) : 1.0f;
+  const GlobalAct h{p.h, p.normWeight, r,
+                    aligned(p.h, 16) &&
+                        (!p.normWeight || aligned(p.normWeight, 16))};
   // Staging pays when a warp scores several experts; with one row per warp
   // (Kimi-Linear's plan grid) h is read beside the row, saving a dependent
   // round trip and a barrier. Same values either way.
-  const int64_t warpsInGrid = int64_t(gridDim.x) * warps;
   const bool staged = D <= kStageCap && E > warpsInGrid;
   if (staged) {
     stage(xs, D, h);
@@ -664,62 +676,84 @@ extern "C" __global__ void __launch_bounds__(1024)
 /// The launch-wide numbers of a `moe_experts` launch, kept in shared memory
 /// and re-read where needed: fewer long-lived registers in the item loop.
 struct MoeShape {
-  int64_t aStride;    ///< slot stride of the activations (16-byte rows)
-  unsigned perSlot;   ///< gate/up items per slot
-  unsigned gateItems; ///< gate/up items
-  unsigned items;     ///< all items
-  unsigned item;      ///< the block's current item
-  int stageX;         ///< x staged in shared memory
+  int64_t aStride;      ///< slot stride of the activations (16-byte rows)
+  unsigned sharedItems; ///< gate/up items of the shared expert (first)
+  unsigned perSlot;     ///< gate/up items per routed slot
+  unsigned gateItems;   ///< all gate/up items
+  unsigned items;       ///< all items
+  unsigned item;        ///< the block's current item
+  int stageX;           ///< x̂ staged in shared memory
+  float normR;          ///< x's norm factor (with normWeight)
 };
 
-/// One gate/up item of `moe_experts` (see the kernel).
+/// One gate/up item of `moe_experts` (see the kernel): a = R(act(R(W1 x̂),
+/// R(W3 x̂))) of two intermediate rows per warp, stored at `dst` (NaN when
+/// the slot's expert id is invalid).
 __device__ __forceinline__ void moeGateUp(const MoeExpertsParams &p,
                                           const MoeShape &sh, unsigned item,
                                           const float4 *xs) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int64_t I = p.interDim;
-  const int32_t k = static_cast<int32_t>(item / sh.perSlot);
-  const int64_t i0 =
-      int64_t(item % sh.perSlot) * (2 * (blockDim.x >> 5)) + 2 * warp;
-  const int32_t e = p.ids[k];
-  const bool valid = e >= 0 && e < p.numExperts;
+  const int64_t rowsPerItem = 2 * (blockDim.x >> 5);
+  const bool shared = item < sh.sharedItems;
+  WeightRef w[2];
+  int64_t I, i0;
+  uint16_t *dst;
+  bool valid = true;
+  if (shared) {
+    w[0] = p.sharedW1, w[1] = p.sharedW3;
+    I = p.sharedInterDim;
+    i0 = int64_t(item) * rowsPerItem + 2 * warp;
+    dst = gMoeAct + int64_t(p.topK) * sh.aStride;
+  } else {
+    item -= sh.sharedItems;
+    const int32_t k = static_cast<int32_t>(item / sh.perSlot);
+    const int32_t e = p.ids[k];
+    valid = e >= 0 && e < p.numExperts;
+    if (valid)
+      w[0] = p.w1[e], w[1] = p.w3[e];
+    I = p.interDim;
+    i0 = int64_t(item % sh.perSlot) * rowsPerItem + 2 * warp;
+    dst = gMoeAct + int64_t(k) * sh.aStride;
+  }
   float d[4] = {0.0f, 0.0f, 0.0f, 0.0f};
   if (valid) {
-    const WeightRef w[2] = {p.w1[e], p.w3[e]};
     const int64_t rows[2] = {min(i0, I - 1), min(i0 + 1, I - 1)};
     if (sh.stageX)
       rowDots(w, rows, p.dim, StagedAct{xs}, d);
     else
-      rowDots(w, rows, p.dim, GlobalAct{p.x, nullptr, 1.0f, aligned(p.x, 16)},
+      rowDots(w, rows, p.dim,
+              GlobalAct{p.x, p.normWeight, sh.normR,
+                        aligned(p.x, 16) &&
+                            (!p.normWeight || aligned(p.normWeight, 16))},
               d);
   }
   if (lane < 2 && i0 + lane < I) {
     const float g = dev::roundBf16(lane ? d[2] : d[0]);
     const float u = dev::roundBf16(lane ? d[3] : d[1]);
-    gMoeAct[int64_t(k) * sh.aStride + i0 + lane] =
+    dst[i0 + lane] =
         valid ? dev::fToBf16(dev::gatedActF(p.activation, p.beta1, p.hasBeta2,
                                             p.beta2, g, u))
               : dev::kBf16NaN;
   }
 }
 
-/// Unit (slot k, half) of a mixing item: R(W2_{ids[k]} a_k) of out rows
-/// r0 .. r0 + kMixUnitRows - 1 into column `col` of `ys`.
+/// One warp unit of a mixing item: R(w2 · a) of out rows r0 ..
+/// r0 + kMixUnitRows - 1 (w2 has `inter` columns; NaN when `valid` is
+/// false), row j's value stored at dst[j · stride].
 __device__ __forceinline__ void moeMixUnit(const MoeExpertsParams &p,
-                                           const MoeShape &sh, int32_t k,
-                                           int64_t r0, int col,
-                                           float (*ys)[kMixSlots]) {
+                                           const WeightRef &w2, bool valid,
+                                           const uint16_t *a, int64_t inter,
+                                           int64_t r0, float *dst,
+                                           int stride) {
   const int lane = threadIdx.x & 31;
-  const int32_t e = p.ids[k];
   float d[kMixUnitRows];
-  if (e >= 0 && e < p.numExperts) {
-    const WeightRef w[1] = {p.w2[e]};
+  if (valid) {
+    const WeightRef w[1] = {w2};
     int64_t rows[kMixUnitRows];
 #pragma unroll
     for (int j = 0; j < kMixUnitRows; ++j)
       rows[j] = min(r0 + j, p.dim - 1);
-    const GlobalAct a{gMoeAct + int64_t(k) * sh.aStride, nullptr, 1.0f, true};
-    rowDots(w, rows, p.interDim, a, d);
+    rowDots(w, rows, inter, GlobalAct{a, nullptr, 1.0f, true}, d);
   } else {
 #pragma unroll
     for (int j = 0; j < kMixUnitRows; ++j)
@@ -730,7 +764,30 @@ __device__ __forceinline__ void moeMixUnit(const MoeExpertsParams &p,
 #pragma unroll
     for (int j = 1; j < kMixUnitRows; ++j)
       y = lane == j ? d[j] : y;
-    ys[lane][col] = dev::roundBf16(y);
+    dst[lane * stride] = dev::roundBf16(y);
+  }
+}
+
+/// Asks L2 for the shared expert's weights that this block will most likely
+/// read first (its gate/up item blockIdx.x, or its share of W2's rows), before
+/// the router it waits for has finished: they depend on no kernel's output.
+__device__ __forceinline__ void prefetchShared(const MoeExpertsParams &p,
+                                               unsigned sharedItems) {
+  const int warp = threadIdx.x >> 5;
+  const int64_t D = p.dim, S = p.sharedInterDim;
+  if (blockIdx.x < sharedItems) {
+    const int64_t i0 =
+        int64_t(blockIdx.x) * (2 * (blockDim.x >> 5)) + 2 * warp;
+    for (int64_t i = i0; i < min(i0 + 2, S); ++i) {
+      if (p.sharedW1.format == kWeightBf16)
+        prefetchL2Warp(p.sharedW1.bf16 + i * D, 2 * D);
+      if (p.sharedW3.format == kWeightBf16)
+        prefetchL2Warp(p.sharedW3.bf16 + i * D, 2 * D);
+    }
+  } else if (p.sharedW2.format == kWeightBf16) {
+    const int64_t r0 = int64_t(blockIdx.x - sharedItems) * kMixRows + warp;
+    if (warp < kMixRows && r0 < D)
+      prefetchL2Warp(p.sharedW2.bf16 + r0 * S, 2 * S);
   }
 }
 
@@ -738,45 +795,65 @@ __device__ __forceinline__ void moeMixUnit(const MoeExpertsParams &p,
 // moe_experts
 //===----------------------------------------------------------------------===//
 //
-// k3_moe_experts: out = R(Σ_k weights[k] · y_k) over the topK slots, y_k the
-// bf16 output of expert ids[k]'s gated MLP on x (a = R(act(R(W1 x),
-// R(W3 x))), y = R(W2 a)), the sum in fp32 in slot order with separate
-// multiply and add, as moeExpertsCpu.
+// k3_moe_experts: r = R(Σ_k weights[k] · y_k) over the topK slots, y_k the
+// bf16 output of expert ids[k]'s gated MLP on x̂ (a = R(act(R(W1 x̂),
+// R(W3 x̂))), y = R(W2 a)), the sum in fp32 in slot order with separate
+// multiply and add, then r = R(r + s) with the shared expert's output s and
+// out = R(r + residual), each optional, as moeExpertsCpu. x̂ is x or its
+// RMSNorm (normWeight; each block takes the factor itself).
 // Work queue (file comment):
-//  * gate/up items, slot-major: item (k, i) covers intermediate rows
-//    2 · warps · i .. +2·warps of slot k's expert; warp w computes W1 and W3
-//    of two rows (4 rows at once, x staged once per block) and stores a to
-//    module scratch [topK, I] (bf16);
+//  * gate/up items: the shared expert's first (item i: its intermediate rows
+//    2 · warps · i .. +2·warps), then the routed slots' (item (k, i) covers
+//    the same rows of slot k's expert); warp w computes W1 and W3 of two
+//    rows (4 rows at once, x̂ staged once per block) and stores a to module
+//    scratch [topK + 1, I] (bf16);
 //  * mix items (after every gate/up item): item j covers out rows
-//    8j .. 8j + 7; its 2 · topK units (slot k, half h: rows 8j + 4h .. +3)
-//    go round the warps; a unit leaves R(W2_{ids[k]} a_k) of its 4 rows in
-//    shared memory, then 8 threads add weights[k] · y_k in slot order.
-// Every weight byte of the chosen experts is read once, by all SMs.
-// Items: topK · ceil(I / 16) + ceil(dim / 8) (256 threads); the plan's grid
-// (topK · ceil(I/8)) works, about 4 blocks per SM is best.
-// Limits: topK · interDim <= kMoeActCap (else out is NaN); dim <= kStageCap
-// is staged in shared memory (a longer x is read from global memory); an id
-// outside [0, numExperts) makes its slot NaN.
+//    8j .. 8j + 7; its 2 · topK units (slot k, half h: rows 8j + 4h .. +3),
+//    and two for the shared expert, go round the warps; a unit leaves
+//    R(W2 a) of its 4 rows in shared memory, then 8 threads add
+//    weights[k] · y_k in slot order, round, and add the shared expert and
+//    the residual.
+// Every weight byte of the chosen experts is read once, by all SMs; the
+// shared expert's rows are prefetched into L2 before the router finishes.
+// Items: (topK · ceil(I / 16) + ceil(S / 16)) + ceil(dim / 8) (256
+// threads); the plan's grid (4 blocks per SM) works best.
+// Limits: topK · interDim + S <= kMoeActCap (rows padded to 8; else out is
+// NaN); dim <= kStageCap is staged in shared memory (a longer x̂ is formed
+// from global memory); an id outside [0, numExperts) makes its slot NaN.
+// `out` may alias `residual`, not x.
 extern "C" __global__ void __launch_bounds__(1024)
     k3_moe_experts(const MoeExpertsParams p) {
-  dev::enterStep();
   __shared__ float4 xs[kStageCap / 4];
+  __shared__ float normParts[kNormParts];
   __shared__ float ys[kMixRows][kMixSlots];
+  __shared__ float sharedY[kMixRows];
   __shared__ float mix[kMixRows]; // Σ_k weights[k] · y_k so far, per row
   __shared__ MoeShape sh;
   const int32_t K = p.topK > 0 ? p.topK : 0;
-  // Slot k's activations start at k · aStride: 16-byte aligned rows.
+  const int64_t rowsPerItem = 2 * (blockDim.x >> 5);
+  const bool hasShared = p.sharedInterDim > 0;
+  const unsigned sharedItems =
+      hasShared ? static_cast<unsigned>(
+                      (p.sharedInterDim + rowsPerItem - 1) / rowsPerItem)
+                : 0u;
+  dev::allowDependentLaunch();
+  if (hasShared)
+    prefetchShared(p, sharedItems);
+  dev::waitForPriorGrids();
+  // Slot k's activations start at k · aStride (16-byte aligned rows), the
+  // shared expert's at topK · aStride.
   const int64_t aStride = (p.interDim + 7) & ~int64_t(7);
-  if (int64_t(K) * aStride > kMoeActCap) {
+  const int64_t sharedStride = (p.sharedInterDim + 7) & ~int64_t(7);
+  if (int64_t(K) * aStride + sharedStride > kMoeActCap) {
     fillNaN(p.out, p.dim);
     return;
   }
   if (threadIdx.x == 0) {
-    const int64_t rowsPerItem = 2 * (blockDim.x >> 5);
     sh.aStride = aStride;
+    sh.sharedItems = sharedItems;
     sh.perSlot =
         static_cast<unsigned>((p.interDim + rowsPerItem - 1) / rowsPerItem);
-    sh.gateItems = sh.perSlot * static_cast<unsigned>(K);
+    sh.gateItems = sharedItems + sh.perSlot * static_cast<unsigned>(K);
     sh.items =
         sh.gateItems + static_cast<unsigned>((p.dim + kMixRows - 1) / kMixRows);
     sh.stageX = p.dim <= kStageCap;
@@ -790,10 +867,17 @@ extern "C" __global__ void __launch_bounds__(1024)
       break;
     if (item < sh.gateItems) {
       if (!haveX) {
-        if (sh.stageX) {
-          stage(xs, p.dim, GlobalAct{p.x, nullptr, 1.0f, aligned(p.x, 16)});
-          __syncthreads();
-        }
+        const float r = p.normWeight
+                            ? rmsFactor(p.x, p.dim, p.normEps, normParts)
+                            : 1.0f;
+        if (threadIdx.x == 0)
+          sh.normR = r;
+        if (sh.stageX)
+          stage(xs, p.dim,
+                GlobalAct{p.x, p.normWeight, r,
+                          aligned(p.x, 16) &&
+                              (!p.normWeight || aligned(p.normWeight, 16))});
+        __syncthreads();
         haveX = true;
       }
       moeGateUp(p, sh, item, xs);
@@ -805,11 +889,24 @@ extern "C" __global__ void __launch_bounds__(1024)
         mix[threadIdx.x] = 0.0f;
       for (int32_t kb = 0; kb < K; kb += kMixSlots) {
         const int n = min(K - kb, kMixSlots);
-        for (int u = threadIdx.x >> 5; u < kMixParts * n;
-             u += blockDim.x >> 5)
-          moeMixUnit(p, sh, kb + u / kMixParts,
-                     o0 + (u % kMixParts) * kMixUnitRows, u / kMixParts,
-                     ys + (u % kMixParts) * kMixUnitRows);
+        // The shared expert's two units ride along with the first pass.
+        const int units = kMixParts * n + (hasShared && kb == 0 ? kMixParts : 0);
+        for (int u = threadIdx.x >> 5; u < units; u += blockDim.x >> 5) {
+          const int part = u % kMixParts;
+          const int64_t r0 = o0 + part * kMixUnitRows;
+          if (u < kMixParts * n) {
+            const int32_t k = kb + u / kMixParts;
+            const int32_t e = p.ids[k];
+            const bool valid = e >= 0 && e < p.numExperts;
+            moeMixUnit(p, valid ? p.w2[e] : WeightRef{}, valid,
+                       gMoeAct + int64_t(k) * sh.aStride, p.interDim, r0,
+                       &ys[part * kMixUnitRows][u / kMixParts], kMixSlots);
+          } else {
+            moeMixUnit(p, p.sharedW2, true,
+                       gMoeAct + int64_t(K) * sh.aStride, p.sharedInterDim, r0,
+                       &sharedY[part * kMixUnitRows], 1);
+          }
+        }
         __syncthreads();
         if (threadIdx.x < kMixRows) {
           float acc = mix[threadIdx.x];
@@ -820,8 +917,14 @@ extern "C" __global__ void __launch_bounds__(1024)
         }
         __syncthreads();
       }
-      if (threadIdx.x < kMixRows && o0 + threadIdx.x < p.dim)
-        p.out[o0 + threadIdx.x] = dev::fToBf16(mix[threadIdx.x]);
+      if (threadIdx.x < kMixRows && o0 + threadIdx.x < p.dim) {
+        float v = dev::roundBf16(mix[threadIdx.x]);
+        if (hasShared)
+          v = dev::roundBf16(__fadd_rn(v, sharedY[threadIdx.x]));
+        if (p.residual)
+          v = __fadd_rn(v, dev::bf16ToF(p.residual[o0 + threadIdx.x]));
+        p.out[o0 + threadIdx.x] = dev::fToBf16(v);
+      }
     }
   }
   leaveQueue(gMoeQueue);

@@ -23,9 +23,27 @@
 
 namespace k3 {
 
+namespace {
+/// x̂ widened to fp32: x, or RMSNorm(x, normWeight, eps) rounded as
+/// `rms_norm` rounds it (cpu::rmsNormBf16).
+std::vector<float> preparedInput(const uint16_t *x, const uint16_t *normWeight,
+                                 float eps, int64_t n) {
+  std::vector<float> xf(n);
+  if (normWeight) {
+    std::vector<uint16_t> normed(n);
+    cpu::rmsNormBf16(x, normWeight, n, eps, normed.data());
+    cpu::widen(normed.data(), n, xf.data());
+  } else {
+    cpu::widen(x, n, xf.data());
+  }
+  return xf;
+}
+} // namespace
+
 void routerCpu(const RouterParams &p) {
-  std::vector<float> hf(p.dim), s(p.numExperts), rank(p.numExperts);
-  cpu::widen(p.h, p.dim, hf.data());
+  std::vector<float> s(p.numExperts), rank(p.numExperts);
+  const std::vector<float> hf =
+      preparedInput(p.h, p.normWeight, p.normEps, p.dim);
   for (int64_t e = 0; e < p.numExperts; ++e) {
     s[e] = cpu::sigmoid(cpu::dotBf16(p.gate + e * p.dim, hf.data(), p.dim));
     rank[e] = s[e] + (p.bias ? p.bias[e] : 0.0f);
@@ -90,14 +108,9 @@ void gatedMlpBody(const GatedMlpShape &s, const WeightRef &w1,
 } // namespace
 
 void gatedMlpCpu(const GatedMlpParams &p) {
-  std::vector<float> x(p.inDim), y(p.outDim);
-  if (p.normWeight) {
-    std::vector<uint16_t> normed(p.inDim);
-    cpu::rmsNormBf16(p.x, p.normWeight, p.inDim, p.normEps, normed.data());
-    cpu::widen(normed.data(), p.inDim, x.data());
-  } else {
-    cpu::widen(p.x, p.inDim, x.data());
-  }
+  std::vector<float> y(p.outDim);
+  const std::vector<float> x =
+      preparedInput(p.x, p.normWeight, p.normEps, p.inDim);
   GatedMlpShape shape{p.inDim, p.interDim, p.outDim, p.activation,
                       p.beta1, p.hasBeta2, p.beta2};
   gatedMlpBody(shape, p.w1, p.w3, p.w2, x.data(), y.data());
@@ -110,8 +123,9 @@ void gatedMlpCpu(const GatedMlpParams &p) {
 }
 
 void moeExpertsCpu(const MoeExpertsParams &p) {
-  std::vector<float> x(p.dim), y(p.dim), acc(p.dim, 0.0f);
-  cpu::widen(p.x, p.dim, x.data());
+  std::vector<float> y(p.dim), acc(p.dim, 0.0f);
+  const std::vector<float> x =
+      preparedInput(p.x, p.normWeight, p.normEps, p.dim);
   GatedMlpShape shape{p.dim,   p.interDim, p.dim,  p.activation,
                       p.beta1, p.hasBeta2, p.beta2};
   for (int32_t k = 0; k < p.topK; ++k) {
@@ -124,8 +138,22 @@ void moeExpertsCpu(const MoeExpertsParams &p) {
     for (int64_t i = 0; i < p.dim; ++i)
       acc[i] += w * y[i];
   }
+  // The routed mix is rounded first, then each optional sum is rounded as
+  // the `linear` residual epilogue and `add` it replaces would round it.
   for (int64_t i = 0; i < p.dim; ++i)
-    p.out[i] = floatToBf16(acc[i]);
+    acc[i] = roundBf16(acc[i]);
+  if (p.sharedInterDim > 0) {
+    GatedMlpShape shared{p.dim,   p.sharedInterDim, p.dim,  p.activation,
+                         p.beta1, p.hasBeta2,       p.beta2};
+    gatedMlpBody(shared, p.sharedW1, p.sharedW3, p.sharedW2, x.data(),
+                 y.data());
+    for (int64_t i = 0; i < p.dim; ++i)
+      acc[i] = roundBf16(acc[i] + y[i]);
+  }
+  for (int64_t i = 0; i < p.dim; ++i) {
+    const float v = p.residual ? acc[i] + bf16ToFloat(p.residual[i]) : acc[i];
+    p.out[i] = floatToBf16(v);
+  }
 }
 
 } // namespace k3

@@ -22,9 +22,14 @@ namespace k3 {
 /// experts, divided by (Σ + 1e-20) when renormalize, then times scaling.
 /// Outputs are in rank order (ids[0] has the largest s + bias). Group-limited
 /// routing (num_expert_group > 1) is not supported: with one group it is a
-/// no-op. NaN scores are never chosen before finite ones.
+/// no-op. NaN scores are never chosen before finite ones. With `normWeight`
+/// the scores are taken on RMSNorm(h, normWeight, normEps), rounded as
+/// `rms_norm` rounds it, so the norm needs no launch of its own.
 struct RouterParams {
-  const uint16_t *h = nullptr;    ///< [dim] bf16, post_attention_layernorm out
+  const uint16_t *h = nullptr; ///< [dim] bf16: post_attention_layernorm out,
+                               ///< or its input with normWeight
+  const uint16_t *normWeight = nullptr; ///< [dim] bf16, may be null
+  float normEps = 1e-5f;
   const uint16_t *gate = nullptr; ///< [numExperts, dim] bf16 (gate.weight)
   const float *bias = nullptr;    ///< [numExperts] fp32, may be null (= 0)
   int64_t numExperts = 0;         ///< E
@@ -60,8 +65,15 @@ struct GatedMlpParams {
 };
 
 /// `moe_experts` (the fused expert mix): for the topK routed experts run the
-/// gated MLP on x and return out = R(Σ_k weights[k] · y_{ids[k]}), the y
-/// being the experts' bf16 outputs, the sum in fp32 in k order.
+/// gated MLP on x̂ and return r = R(Σ_k weights[k] · y_{ids[k]}), the y
+/// being the experts' bf16 outputs, the sum in fp32 in k order. Optional
+/// parts, each rounded where its own launch would round (NUMERICS.md "MoE"):
+///   x̂ = x, or RMSNorm(x, normWeight, normEps) when normWeight is set;
+///   with a shared expert (sharedInterDim > 0): r = R(r + s), s the bf16
+///   output of the gated MLP sharedW1/W3/W2 on x̂;
+///   with a residual: out = R(r + residual), else out = r.
+/// So the whole FFN of a Kimi-Linear MoE layer (post-attention norm, routed
+/// and shared experts, residual add) is a router and this launch.
 ///
 /// Experts are given as pointer tables indexed by expert id (one WeightRef
 /// per expert per matrix), not base + stride: checkpoint experts are separate
@@ -83,7 +95,14 @@ struct MoeExpertsParams {
   float beta1 = 4.0f;
   int32_t hasBeta2 = 1;
   float beta2 = 25.0f;
-  uint16_t *out = nullptr; ///< [dim] bf16; must not alias x
+  const uint16_t *normWeight = nullptr; ///< [dim] bf16, may be null
+  float normEps = 1e-5f;
+  int64_t sharedInterDim = 0; ///< S·I; 0: no shared expert
+  WeightRef sharedW1;         ///< [sharedInterDim, dim] (shared gate_proj)
+  WeightRef sharedW3;         ///< [sharedInterDim, dim] (shared up_proj)
+  WeightRef sharedW2;         ///< [dim, sharedInterDim] (shared down_proj)
+  const uint16_t *residual = nullptr; ///< [dim] bf16, may be null
+  uint16_t *out = nullptr; ///< [dim] bf16; must not alias x or residual
 };
 
 } // namespace k3

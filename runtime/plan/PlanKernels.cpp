@@ -364,6 +364,7 @@ Status checkRouter(const RouterParams &p, ExtentChecker &x) {
   K3_RETURN_IF_ERROR(
       mul("router", "numExperts * dim", p.numExperts, p.dim, gate));
   K3_RETURN_IF_ERROR(x.need("h", p.dim));
+  K3_RETURN_IF_ERROR(x.optional("normWeight", p.dim));
   K3_RETURN_IF_ERROR(x.need("gate", gate));
   K3_RETURN_IF_ERROR(x.optional("bias", p.numExperts));
   K3_RETURN_IF_ERROR(x.need("outIds", p.topK));
@@ -396,6 +397,15 @@ Status checkMoeExperts(const MoeExpertsParams &p, ExtentChecker &x) {
   K3_RETURN_IF_ERROR(x.needTable("w1", p.numExperts, p.interDim, p.dim));
   K3_RETURN_IF_ERROR(x.needTable("w3", p.numExperts, p.interDim, p.dim));
   K3_RETURN_IF_ERROR(x.needTable("w2", p.numExperts, p.dim, p.interDim));
+  K3_RETURN_IF_ERROR(x.optional("normWeight", p.dim));
+  K3_RETURN_IF_ERROR(
+      nonNegative("moe_experts", "sharedInterDim", p.sharedInterDim));
+  if (p.sharedInterDim > 0) {
+    K3_RETURN_IF_ERROR(x.needMatrix("sharedW1", p.sharedInterDim, p.dim));
+    K3_RETURN_IF_ERROR(x.needMatrix("sharedW3", p.sharedInterDim, p.dim));
+    K3_RETURN_IF_ERROR(x.needMatrix("sharedW2", p.dim, p.sharedInterDim));
+  }
+  K3_RETURN_IF_ERROR(x.optional("residual", p.dim));
   return x.need("out", p.dim);
 }
 
@@ -521,6 +531,9 @@ const ScalarCondition kScalarConditions[] = {
     {"linear_multi", "normEps", KernelField::Need::IfGiven, "normWeight"},
     {"gated_mlp", "normEps", KernelField::Need::IfGiven, "normWeight"},
     {"attn_res", "normEps", KernelField::Need::IfGiven, "normWeight"},
+    {"router", "normEps", KernelField::Need::IfGiven, "normWeight"},
+    {"moe_experts", "normEps", KernelField::Need::IfGiven, "normWeight"},
+    {"moe_experts", "sharedInterDim", KernelField::Need::IfGiven, "sharedW1"},
     // SiTU's betas (activation 0); beta2 only with a linear softcap.
     {"gated_act", "beta1", KernelField::Need::IfValue, "activation", 0},
     {"gated_act", "hasBeta2", KernelField::Need::IfValue, "activation", 0},
@@ -718,8 +731,8 @@ std::vector<KernelInfo> buildTable() {
   {
     using P = RouterParams;
     add("router", "RouterParams",
-        {K3_FIELD(P, h), K3_FIELD(P, gate), K3_FIELD(P, bias),
-         K3_FIELD(P, numExperts), K3_FIELD(P, dim), K3_FIELD(P, topK),
+        {K3_FIELD(P, h), K3_FIELD(P, normWeight), K3_FIELD(P, normEps),
+         K3_FIELD(P, gate), K3_FIELD(P, bias), K3_FIELD(P, numExperts), K3_FIELD(P, dim), K3_FIELD(P, topK),
          K3_FIELD(P, renormalize), K3_FIELD(P, scaling), K3_FIELD(P, outIds),
          K3_FIELD(P, outWeights), K3_FIELD(P, forceExpert)},
         K3_HOLDER(P), K3_CHECK(P, checkRouter));
@@ -741,7 +754,10 @@ std::vector<KernelInfo> buildTable() {
          K3_FIELD(P, topK), K3_FIELD(P, numExperts), K3_FIELD(P, w1),
          K3_FIELD(P, w3), K3_FIELD(P, w2), K3_FIELD(P, dim),
          K3_FIELD(P, interDim), K3_FIELD(P, activation), K3_FIELD(P, beta1),
-         K3_FIELD(P, hasBeta2), K3_FIELD(P, beta2), K3_FIELD(P, out)},
+         K3_FIELD(P, hasBeta2), K3_FIELD(P, beta2), K3_FIELD(P, normWeight),
+         K3_FIELD(P, normEps), K3_FIELD(P, sharedInterDim),
+         K3_FIELD(P, sharedW1), K3_FIELD(P, sharedW3), K3_FIELD(P, sharedW2),
+         K3_FIELD(P, residual), K3_FIELD(P, out)},
         K3_HOLDER(P), K3_CHECK(P, checkMoeExperts));
   }
   {

@@ -360,3 +360,41 @@ func.func @projections(%tok: i32, %pos: index) -> tensor<16xf32> {
   %logits = k3.linear %s, %head : (tensor<2304xbf16>, tensor<16x2304xbf16>) -> tensor<16xf32>
   return %logits : tensor<16xf32>
 }
+
+// -----
+
+// k3.moe_ffn: two launches. The router and moe_experts both read the
+// un-normalised h with the norm weight and its eps (3e-5); moe_experts also
+// binds the shared expert (sharedInterDim 24), and h again as its residual.
+// CHECK-LABEL: func.func @moe_ffn
+// CHECK: %[[H:.*]] = k3l.alloc {{{.*}}name = "embed"}
+// CHECK: %[[N:.*]] = k3l.weight "post_attention_layernorm.weight"
+// CHECK: %[[IDS:.*]] = k3l.alloc {{{.*}}name = "router_ids"}
+// CHECK: %[[WTS:.*]] = k3l.alloc {{{.*}}name = "router_weights"}
+// CHECK: %[[OUT:.*]] = k3l.alloc {{{.*}}name = "moe_ffn"}
+// CHECK: k3l.launch "router"(%[[H]], %[[N]], %{{.*}}, %{{.*}}, %[[IDS]], %[[WTS]])
+// CHECK-SAME: arg_names = ["h", "normWeight", "gate", "bias", "outIds", "outWeights"]
+// CHECK-SAME: op = "k3.moe_ffn", scalars = {dim = 8 : i64, normEps = 3.000000e-05 : f64, numExperts = 4 : i64, renormalize = 1 : i64, scaling = 2.446000e+00 : f64, topK = 2 : i64}
+// CHECK-NEXT: k3l.launch "moe_experts"(%[[H]], %[[IDS]], %[[WTS]], %{{.*}}, %{{.*}}, %{{.*}}, %[[N]], %{{.*}}, %{{.*}}, %{{.*}}, %[[H]], %[[OUT]])
+// CHECK-SAME: arg_names = ["x", "ids", "weights", "w1", "w3", "w2", "normWeight", "sharedW1", "sharedW3", "sharedW2", "residual", "out"]
+// CHECK-SAME: op = "k3.moe_ffn", scalars = {activation = 1 : i64, dim = 8 : i64, interDim = 16 : i64, normEps = 3.000000e-05 : f64, numExperts = 4 : i64, sharedInterDim = 24 : i64, topK = 2 : i64}
+// CHECK-NOT: k3l.launch "rms_norm"
+// CHECK-NOT: k3l.launch "add"
+func.func @moe_ffn(%tok: i32, %pos: index) -> tensor<16xf32> {
+  %table = k3.weight "embed" : tensor<16x8xbf16>
+  %h = k3.embed %tok, %table : tensor<16x8xbf16> -> tensor<8xbf16>
+  %n = k3.weight "post_attention_layernorm.weight" : tensor<8xbf16>
+  %gate = k3.weight "gate.weight" : tensor<4x8xbf16>
+  %bias = k3.weight "gate.e_score_correction_bias" : tensor<4xf32>
+  %e13 = k3.weight "experts.{e}.w1.weight" : tensor<4x16x8xbf16>
+  %e2 = k3.weight "experts.{e}.w2.weight" : tensor<4x8x16xbf16>
+  %s13 = k3.weight "shared_experts.gate_proj.weight" : tensor<24x8xbf16>
+  %s2 = k3.weight "shared_experts.down_proj.weight" : tensor<8x24xbf16>
+  %y = k3.moe_ffn %h norm(%n) router(%gate, %bias) experts(%e13, %e13, %e2) shared(%s13, %s13, %s2)
+         {top_k = 2 : i64, renormalize = true, scaling = 2.446 : f64, eps = 3.0e-05 : f64, act = #k3<activation silu>}
+         : (tensor<8xbf16>, tensor<8xbf16>, tensor<4x8xbf16>, tensor<4xf32>, tensor<4x16x8xbf16>, tensor<4x16x8xbf16>,
+            tensor<4x8x16xbf16>, tensor<24x8xbf16>, tensor<24x8xbf16>, tensor<8x24xbf16>) -> tensor<8xbf16>
+  %head = k3.weight "lm_head.weight" : tensor<16x8xbf16>
+  %logits = k3.linear %y, %head : (tensor<8xbf16>, tensor<16x8xbf16>) -> tensor<16xf32>
+  return %logits : tensor<16xf32>
+}

@@ -770,3 +770,68 @@ func.func @f(%x: tensor<8xbf16>, %w: tensor<4x8xbf16>) {
   %y = k3.linear_group %x, %w {eps = 1.0e-05 : f64} : (tensor<8xbf16>, tensor<4x8xbf16>) -> tensor<4xbf16>
   return
 }
+
+// -----
+func.func @f(%x: tensor<8xbf16>, %gate: tensor<4x8xbf16>, %bias: tensor<4xf32>, %e13: tensor<4x16x8xbf16>,
+             %e2: tensor<4x8x16xbf16>) {
+  // expected-error @+1 {{'k3.moe_ffn' op expects top_k in [1, 4] but got 6}}
+  %r = k3.moe_ffn %x norm(%x) router(%gate, %bias) experts(%e13, %e13, %e2)
+         {top_k = 6 : i64, renormalize = true, scaling = 1.0 : f64, eps = 1.0e-05 : f64, act = #k3<activation silu>}
+         : (tensor<8xbf16>, tensor<8xbf16>, tensor<4x8xbf16>, tensor<4xf32>, tensor<4x16x8xbf16>, tensor<4x16x8xbf16>,
+            tensor<4x8x16xbf16>) -> tensor<8xbf16>
+  return
+}
+
+// -----
+func.func @f(%x: tensor<8xbf16>, %gate: tensor<8xbf16>, %bias: tensor<4xf32>, %e13: tensor<4x16x8xbf16>,
+             %e2: tensor<4x8x16xbf16>) {
+  // expected-error @+1 {{'k3.moe_ffn' op expects gate of rank 2 [experts, hidden] but got rank 1}}
+  %r = k3.moe_ffn %x norm(%x) router(%gate, %bias) experts(%e13, %e13, %e2)
+         {top_k = 2 : i64, renormalize = true, scaling = 1.0 : f64, eps = 1.0e-05 : f64, act = #k3<activation silu>}
+         : (tensor<8xbf16>, tensor<8xbf16>, tensor<8xbf16>, tensor<4xf32>, tensor<4x16x8xbf16>, tensor<4x16x8xbf16>,
+            tensor<4x8x16xbf16>) -> tensor<8xbf16>
+  return
+}
+
+// -----
+func.func @f(%x: tensor<8xbf16>, %gate: tensor<4x8xbf16>, %bias: tensor<4xf32>, %w: tensor<16x8xbf16>) {
+  // expected-error @+1 {{'k3.moe_ffn' op expects stacked expert weights of rank 3 [experts, intermediate, hidden] but got rank 2}}
+  %r = k3.moe_ffn %x norm(%x) router(%gate, %bias) experts(%w, %w, %w)
+         {top_k = 2 : i64, renormalize = true, scaling = 1.0 : f64, eps = 1.0e-05 : f64, act = #k3<activation silu>}
+         : (tensor<8xbf16>, tensor<8xbf16>, tensor<4x8xbf16>, tensor<4xf32>, tensor<16x8xbf16>, tensor<16x8xbf16>,
+            tensor<16x8xbf16>) -> tensor<8xbf16>
+  return
+}
+
+// -----
+func.func @f(%x: tensor<8xbf16>, %gate: tensor<4x8xbf16>, %bias: tensor<4xf32>, %e13: tensor<4x16x8xbf16>,
+             %e2: tensor<4x8x16xbf16>, %s: tensor<2x16x8xbf16>) {
+  // expected-error @+1 {{'k3.moe_ffn' op expects shared expert weights of rank 2 [intermediate, hidden] but got rank 3}}
+  %r = k3.moe_ffn %x norm(%x) router(%gate, %bias) experts(%e13, %e13, %e2) shared(%s, %s, %s)
+         {top_k = 2 : i64, renormalize = true, scaling = 1.0 : f64, eps = 1.0e-05 : f64, act = #k3<activation silu>}
+         : (tensor<8xbf16>, tensor<8xbf16>, tensor<4x8xbf16>, tensor<4xf32>, tensor<4x16x8xbf16>, tensor<4x16x8xbf16>,
+            tensor<4x8x16xbf16>, tensor<2x16x8xbf16>, tensor<2x16x8xbf16>, tensor<2x16x8xbf16>) -> tensor<8xbf16>
+  return
+}
+
+// -----
+func.func @f(%x: tensor<8xbf16>, %gate: tensor<4x8xbf16>, %bias: tensor<4xf32>, %e13: tensor<4x16x8xbf16>,
+             %e2: tensor<4x8x16xbf16>, %s1: tensor<16x8xbf16>) {
+  // expected-error @+1 {{'k3.moe_ffn' op expects shared_w2 of shape [8, 16] but got [16, 8]}}
+  %r = k3.moe_ffn %x norm(%x) router(%gate, %bias) experts(%e13, %e13, %e2) shared(%s1, %s1, %s1)
+         {top_k = 2 : i64, renormalize = true, scaling = 1.0 : f64, eps = 1.0e-05 : f64, act = #k3<activation silu>}
+         : (tensor<8xbf16>, tensor<8xbf16>, tensor<4x8xbf16>, tensor<4xf32>, tensor<4x16x8xbf16>, tensor<4x16x8xbf16>,
+            tensor<4x8x16xbf16>, tensor<16x8xbf16>, tensor<16x8xbf16>, tensor<16x8xbf16>) -> tensor<8xbf16>
+  return
+}
+
+// -----
+func.func @f(%x: tensor<8xbf16>, %n: tensor<4xbf16>, %gate: tensor<4x8xbf16>, %bias: tensor<4xf32>,
+             %e13: tensor<4x16x8xbf16>, %e2: tensor<4x8x16xbf16>) {
+  // expected-error @+1 {{'k3.moe_ffn' op expects norm of shape [8] but got [4]}}
+  %r = k3.moe_ffn %x norm(%n) router(%gate, %bias) experts(%e13, %e13, %e2)
+         {top_k = 2 : i64, renormalize = true, scaling = 1.0 : f64, eps = 1.0e-05 : f64, act = #k3<activation silu>}
+         : (tensor<8xbf16>, tensor<4xbf16>, tensor<4x8xbf16>, tensor<4xf32>, tensor<4x16x8xbf16>, tensor<4x16x8xbf16>,
+            tensor<4x8x16xbf16>) -> tensor<8xbf16>
+  return
+}

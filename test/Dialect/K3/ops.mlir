@@ -199,6 +199,11 @@ func.func @fused(%x: tensor<8xbf16>, %b2: tensor<2xbf16>, %cw: tensor<8x1x4xbf16
           eps = 1.0e-05 : f64}
          : (tensor<8xbf16>, tensor<32xbf16>, tensor<4x8xbf16>, tensor<4xf32>, !k3.mxfp4<4x32x32>, !k3.mxfp4<4x32x32>,
             !k3.mxfp4<4x32x32>, tensor<32xbf16>) -> tensor<32xbf16>
+  // CHECK: k3.moe_ffn %{{.*}} norm({{.*}}) router({{.*}}) experts({{.*}}) {
+  %f0 = k3.moe_ffn %x norm(%x) router(%gate, %bias) experts(%e13, %e13, %e2)
+         {top_k = 2 : i64, renormalize = true, scaling = 2.5 : f64, eps = 1.0e-05 : f64, act = #k3<activation silu>}
+         : (tensor<8xbf16>, tensor<8xbf16>, tensor<4x8xbf16>, tensor<4xf32>, tensor<4x16x8xbf16>, tensor<4x16x8xbf16>,
+            tensor<4x8x16xbf16>) -> tensor<8xbf16>
   // CHECK: k3.routed_experts %{{.*}} experts({{.*}}) {
   %r2 = k3.routed_experts %x, %x router(%gate, %bias) experts(%e13, %e13, %e2)
          {top_k = 2 : i64, renormalize = false, scaling = 2.5 : f64, act = #k3<activation silu>}

@@ -25,6 +25,7 @@
 //===----------------------------------------------------------------------===//
 #include "test/unit/cuda/CudaTestUtil.h"
 
+#include "kernels/common/CpuMath.h"
 #include "kernels/common/MXFP4.h"
 #include "kernels/moe/MoeCpu.h"
 
@@ -32,6 +33,8 @@
 #include <cmath>
 #include <cstdio>
 #include <numeric>
+#include <string>
+#include <tuple>
 
 namespace {
 
@@ -202,16 +205,27 @@ struct RouterCase {
   int32_t topK = 0;
   std::vector<uint16_t> h, gate;
   std::vector<float> bias; ///< empty: no bias
+  std::vector<uint16_t> normW; ///< empty: h is scored as it is
   int32_t renormalize = 1;
   float scaling = 1.0f;
   int32_t forceExpert = -1;
-  Dev dH, dGate, dBias;
+  Dev dH, dGate, dBias, dNorm;
 
   void upload() {
     dH = Dev::of(h);
     dGate = Dev::of(gate);
     if (!bias.empty())
       dBias = Dev::of(bias);
+    if (!normW.empty())
+      dNorm = Dev::of(normW);
+  }
+  /// What the gate rows are dotted with: h, or its RMSNorm.
+  std::vector<uint16_t> scored() const {
+    if (normW.empty())
+      return h;
+    std::vector<uint16_t> n(h.size());
+    k3::cpu::rmsNormBf16(h.data(), normW.data(), D, 1e-5f, n.data());
+    return n;
   }
   k3::RouterParams params(bool device) const {
     k3::RouterParams p;
@@ -225,6 +239,10 @@ struct RouterCase {
     p.renormalize = renormalize;
     p.scaling = scaling;
     p.forceExpert = forceExpert;
+    if (!normW.empty()) {
+      p.normWeight = device ? dNorm.get<uint16_t>() : normW.data();
+      p.normEps = 1e-5f;
+    }
     return p;
   }
   RouterOut cpu() const {
@@ -248,10 +266,11 @@ struct RouterCase {
   /// The ranks s + bias in float64, best first (ties by index).
   std::vector<std::pair<double, int64_t>> ranks() const {
     std::vector<std::pair<double, int64_t>> r(E);
+    const std::vector<uint16_t> x = scored();
     for (int64_t e = 0; e < E; ++e) {
       double dot = 0;
       for (int64_t j = 0; j < D; ++j)
-        dot += double(k3::bf16ToFloat(gate[e * D + j])) * k3::bf16ToFloat(h[j]);
+        dot += double(k3::bf16ToFloat(gate[e * D + j])) * k3::bf16ToFloat(x[j]);
       r[e] = {1.0 / (1.0 + std::exp(-dot)) + (bias.empty() ? 0.0 : bias[e]), e};
     }
     std::sort(r.begin(), r.end(), [](auto a, auto b) {
@@ -272,13 +291,20 @@ struct RouterCase {
 /// A random router problem whose top k + 1 are clearly separated: gate rows
 /// scaled so that the logits have std ~1.5, bias uniform in (-0.1, 0.1).
 RouterCase randomRouter(int64_t E, int64_t D, int32_t topK, bool bias,
-                        uint64_t seed) {
+                        uint64_t seed, bool norm = false) {
   for (uint64_t attempt = 0;; ++attempt) {
     Fast f(seed * 1000 + attempt);
     Rand r(seed * 1000 + attempt);
     RouterCase c;
     c.E = E, c.D = D, c.topK = topK;
     c.h = r.bf16(size_t(D));
+    if (norm) { // an un-normalised residual stream and a norm weight ~ 1
+      for (uint16_t &v : c.h)
+        v = k3::floatToBf16(7.0f * k3::bf16ToFloat(v));
+      c.normW = f.bf16(size_t(D), 0.5f);
+      for (uint16_t &v : c.normW)
+        v = k3::floatToBf16(1.0f + k3::bf16ToFloat(v));
+    }
     c.gate = f.bf16(size_t(E * D), float(1.5 * std::sqrt(3.0 / double(D))));
     if (bias) {
       std::vector<uint16_t> b = f.bf16(size_t(E), 0.1f);
@@ -339,6 +365,24 @@ TEST(MoeCuda, RouterMatchesCpu) {
                           sizeof(float) * size_t(s.topK)),
               0)
         << s.name << ": grid 1 gave other bits";
+  }
+}
+
+/// The router with its input norm folded in (k3.moe_ffn's router): h is an
+/// un-normalised residual stream; both the staged path (grid 1) and the
+/// plan's one-row-per-warp path normalise it as the CPU does.
+TEST(MoeCuda, RouterWithPreNormMatchesCpu) {
+  K3_REQUIRE_GPU();
+  for (auto [E, D, topK] : {std::tuple<int64_t, int64_t, int32_t>{256, 2304, 8},
+                            {37, 100, 5},
+                            {64, 9000, 6}}) {
+    RouterCase c = randomRouter(E, D, topK, true, uint64_t(E * 7 + D), true);
+    c.scaling = 2.446f;
+    const RouterOut want = c.cpu();
+    const std::string name = "pre-norm " + std::to_string(E) + " x " +
+                             std::to_string(D) + " top-" + std::to_string(topK);
+    expectRouterMatches(want, c.gpu((E + 7) / 8), name);
+    expectRouterMatches(want, c.gpu(1, 64), name + " grid 1");
   }
 }
 
@@ -586,6 +630,12 @@ struct ExpertsCase {
   std::vector<Matrix> w1, w3, w2;
   std::vector<k3::WeightRef> h1, h3, h2; ///< host tables
   Dev dX, dIds, dWeights, d1, d3, d2;    ///< device tables hold device ptrs
+  /// k3.moe_ffn's parts, each optional: x's norm weight, the shared expert
+  /// (sharedInter > 0) and the residual.
+  std::vector<uint16_t> normW, residual;
+  int64_t sharedInter = 0;
+  Matrix s1, s3, s2;
+  Dev dNorm, dResidual;
 
   void upload() {
     h1.clear(), h3.clear(), h2.clear();
@@ -599,6 +649,10 @@ struct ExpertsCase {
     dX = Dev::of(x);
     dIds = Dev::of(ids);
     dWeights = Dev::of(weights);
+    if (!normW.empty())
+      dNorm = Dev::of(normW);
+    if (!residual.empty())
+      dResidual = Dev::of(residual);
   }
   k3::MoeExpertsParams params(bool device) const {
     k3::MoeExpertsParams p;
@@ -616,6 +670,18 @@ struct ExpertsCase {
     p.beta1 = 4.0f;
     p.hasBeta2 = hasBeta2;
     p.beta2 = 25.0f;
+    if (!normW.empty()) {
+      p.normWeight = device ? dNorm.get<uint16_t>() : normW.data();
+      p.normEps = 1e-5f;
+    }
+    if (sharedInter > 0) {
+      p.sharedInterDim = sharedInter;
+      p.sharedW1 = device ? s1.dev() : s1.host();
+      p.sharedW3 = device ? s3.dev() : s3.host();
+      p.sharedW2 = device ? s2.dev() : s2.host();
+    }
+    if (!residual.empty())
+      p.residual = device ? dResidual.get<uint16_t>() : residual.data();
     return p;
   }
   std::vector<uint16_t> cpu() const {
@@ -696,6 +762,59 @@ TEST(MoeCuda, MoeExpertsMatchCpu) {
     if (s.dim == 100)
       c.hasBeta2 = 0;
     expectBf16Close(c.cpu(), c.gpu(c.planGrid()), s.name);
+  }
+}
+
+/// Adds k3.moe_ffn's parts to an experts case: an un-normalised x with a
+/// norm weight, a bf16 shared expert of `sharedInter` rows (0: none) and
+/// the residual x.
+void addFfnParts(ExpertsCase &c, int64_t sharedInter, uint64_t seed) {
+  Fast f(seed);
+  Rand r(seed);
+  for (uint16_t &v : c.x)
+    v = k3::floatToBf16(6.0f * k3::bf16ToFloat(v));
+  c.normW = f.bf16(size_t(c.dim), 0.5f);
+  for (uint16_t &v : c.normW)
+    v = k3::floatToBf16(1.0f + k3::bf16ToFloat(v));
+  c.sharedInter = sharedInter;
+  if (sharedInter > 0) {
+    c.s1 = makeMatrix('b', sharedInter, c.dim, f, r);
+    c.s3 = makeMatrix('b', sharedInter, c.dim, f, r);
+    c.s2 = makeMatrix('b', c.dim, sharedInter, f, r);
+  }
+  c.residual = c.x;
+  c.upload();
+}
+
+/// k3.moe_ffn's expert launch: x̂ = RMSNorm(x), the routed mix, the shared
+/// expert and the residual, at Kimi-Linear's shape and at the corners (x
+/// longer than the stage, two mixing passes, MXFP4 routed experts with a
+/// bf16 shared one, no shared expert). Other grids give the same bits.
+TEST(MoeCuda, MoeExpertsFfnMatchCpu) {
+  K3_REQUIRE_GPU();
+  struct Shape {
+    int64_t dim, inter, experts;
+    int32_t topK;
+    char formats;
+    int64_t shared;
+    const char *name;
+  };
+  const Shape shapes[] = {
+      {2304, 1024, 12, 8, 'b', 1024, "Kimi FFN bf16 2304-1024 top-8 + shared"},
+      {512, 160, 8, 4, 'm', 320, "MXFP4 routed, bf16 shared 512-160/320"},
+      {8448, 64, 4, 2, 'b', 96, "x longer than the stage 8448-64"},
+      {64, 32, 80, 70, 'b', 40, "70 slots (two passes) + shared 64-32/40"},
+      {100, 37, 5, 3, 'b', 0, "odd 100-37, norm and residual only"},
+  };
+  uint64_t seed = 300;
+  for (const Shape &s : shapes) {
+    ExpertsCase c = makeExperts(s.dim, s.inter, s.experts, s.topK, s.formats,
+                                k3::kActSwiGLU, seed++);
+    addFfnParts(c, s.shared, seed++);
+    const std::vector<uint16_t> ref = c.gpu(528);
+    expectBf16Close(c.cpu(), ref, s.name);
+    EXPECT_EQ(c.gpu(1, 256), ref) << s.name << ": grid 1";
+    EXPECT_EQ(c.gpu(37, 512), ref) << s.name << ": grid 37 block 512";
   }
 }
 

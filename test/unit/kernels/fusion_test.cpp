@@ -595,3 +595,97 @@ TEST(MoeFusion, ExpertsEqualWeightedSumOfGatedMlps) {
   moeExpertsCpu(ep);
   EXPECT_TRUE(sameBits(expect, got));
 }
+
+/// k3.moe_ffn's one expert launch (norm, routed mix, shared expert, residual)
+/// against the seven-op chain it replaces, on random bf16 weights: the same
+/// bits. The same launch without its residual must differ (the check can
+/// fail).
+TEST(MoeFusion, FfnEqualsNormExpertsSharedExpertAndResidual) {
+  Rng rng(21);
+  const int64_t E = 5, dim = 64, inter = 32, sharedInter = 48;
+  const int32_t topK = 2;
+  const float eps = 1e-5f;
+  std::vector<std::vector<uint16_t>> m1, m3, m2;
+  std::vector<WeightRef> w1, w3, w2;
+  for (int64_t e = 0; e < E; ++e) {
+    m1.push_back(randomBf16(rng, inter * dim, 0.2f));
+    m3.push_back(randomBf16(rng, inter * dim, 0.2f));
+    m2.push_back(randomBf16(rng, dim * inter, 0.2f));
+  }
+  for (int64_t e = 0; e < E; ++e) {
+    w1.push_back(bf16Ref(m1[e]));
+    w3.push_back(bf16Ref(m3[e]));
+    w2.push_back(bf16Ref(m2[e]));
+  }
+  auto s1 = randomBf16(rng, sharedInter * dim, 0.2f);
+  auto s3 = randomBf16(rng, sharedInter * dim, 0.2f);
+  auto s2 = randomBf16(rng, dim * sharedInter, 0.2f);
+  auto h = randomBf16(rng, dim, 3.0f);
+  auto normW = randomBf16(rng, dim, 1.0f);
+  std::vector<int32_t> ids = {3, 1};
+  std::vector<float> weights = {0.625f, 1.375f};
+
+  // The chain: rms_norm, moe_experts, the shared gated MLP with the routed
+  // mix as its residual (linear's epilogue), then the layer's add.
+  std::vector<uint16_t> n(dim), routed(dim), t(dim), chain(dim);
+  RmsNormParams np;
+  np.x = h.data(), np.w = normW.data(), np.out = n.data(), np.n = dim;
+  np.eps = eps;
+  rmsNormCpu(np);
+  MoeExpertsParams ep;
+  ep.x = n.data(), ep.ids = ids.data(), ep.weights = weights.data();
+  ep.topK = topK, ep.numExperts = E;
+  ep.w1 = w1.data(), ep.w3 = w3.data(), ep.w2 = w2.data();
+  ep.dim = dim, ep.interDim = inter, ep.activation = kActSwiGLU;
+  ep.out = routed.data();
+  moeExpertsCpu(ep);
+  GatedMlpParams gp;
+  gp.x = n.data(), gp.w1 = bf16Ref(s1), gp.w3 = bf16Ref(s3), gp.w2 = bf16Ref(s2);
+  gp.inDim = dim, gp.interDim = sharedInter, gp.outDim = dim;
+  gp.activation = kActSwiGLU, gp.residual = routed.data(), gp.out = t.data();
+  gatedMlpCpu(gp);
+  AddParams ap;
+  ap.a = h.data(), ap.b = t.data(), ap.out = chain.data(), ap.n = dim;
+  addCpu(ap);
+
+  std::vector<uint16_t> fused(dim), noResidual(dim);
+  MoeExpertsParams fp = ep;
+  fp.x = h.data(), fp.normWeight = normW.data(), fp.normEps = eps;
+  fp.sharedInterDim = sharedInter;
+  fp.sharedW1 = bf16Ref(s1), fp.sharedW3 = bf16Ref(s3), fp.sharedW2 = bf16Ref(s2);
+  fp.residual = h.data(), fp.out = fused.data();
+  moeExpertsCpu(fp);
+  EXPECT_TRUE(sameBits(chain, fused));
+  fp.residual = nullptr, fp.out = noResidual.data();
+  moeExpertsCpu(fp);
+  EXPECT_FALSE(sameBits(chain, noResidual));
+  EXPECT_TRUE(sameBits(t, noResidual)); // without the add: the shared sum
+}
+
+/// The router with its input norm folded in ranks and weighs exactly as
+/// rms_norm then the router.
+TEST(MoeFusion, RouterPreNormEqualsRmsNormThenRouter) {
+  Rng rng(22);
+  const int64_t E = 16, dim = 96;
+  const int32_t topK = 4;
+  auto gate = randomBf16(rng, E * dim, 0.3f);
+  auto bias = randomF32(rng, E, 0.05f);
+  auto h = randomBf16(rng, dim, 4.0f);
+  auto normW = randomBf16(rng, dim, 1.0f);
+  std::vector<uint16_t> n(dim);
+  RmsNormParams np;
+  np.x = h.data(), np.w = normW.data(), np.out = n.data(), np.n = dim;
+  rmsNormCpu(np);
+  std::vector<int32_t> ids0(topK), ids1(topK);
+  std::vector<float> w0(topK), w1(topK);
+  RouterParams rp;
+  rp.h = n.data(), rp.gate = gate.data(), rp.bias = bias.data();
+  rp.numExperts = E, rp.dim = dim, rp.topK = topK, rp.scaling = 2.5f;
+  rp.outIds = ids0.data(), rp.outWeights = w0.data();
+  routerCpu(rp);
+  rp.h = h.data(), rp.normWeight = normW.data(), rp.normEps = np.eps;
+  rp.outIds = ids1.data(), rp.outWeights = w1.data();
+  routerCpu(rp);
+  EXPECT_EQ(ids0, ids1);
+  EXPECT_TRUE(sameBits(w0, w1));
+}

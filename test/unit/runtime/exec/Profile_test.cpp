@@ -106,9 +106,20 @@ TEST(LaunchBytes, ExpertsCountTopKOfTheirTable) {
     uint64_t buffersIn = 0;
     for (const char *f : {"x", "ids", "weights"})
       buffersIn += argBytes(plan, *l.find(f));
+    // A fused FFN (Kimi-Linear's, k3-fuse-moe-ffn) also reads its residual,
+    // the input norm's weight and the shared expert, once each.
+    uint64_t extras = 0;
+    if (const PlanArg *r = l.find("residual"))
+      extras += argBytes(plan, *r);
+    if (l.find("normWeight"))
+      extras += static_cast<uint64_t>(dm) * 2;
+    if (l.find("sharedW1"))
+      extras += 3 * static_cast<uint64_t>(c.numSharedExperts * inter * dm) * 2;
+    EXPECT_EQ(std::string(name) == "tiny-linear", extras > 0) << name;
     const LaunchBytes b = launchBytes(plan, i);
-    EXPECT_EQ(b.read, buffersIn + static_cast<uint64_t>(c.numExpertsPerToken) *
-                                      perExpert)
+    EXPECT_EQ(b.read, buffersIn + extras +
+                          static_cast<uint64_t>(c.numExpertsPerToken) *
+                              perExpert)
         << name;
     EXPECT_EQ(b.written, argBytes(plan, *l.find("out"))) << name;
   }
