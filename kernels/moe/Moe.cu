@@ -65,6 +65,9 @@ constexpr int64_t kRouterCap = 8192;
 constexpr int32_t kRouterMaxTopK = 256;
 constexpr int64_t kGatedActCap = int64_t(1) << 18;
 constexpr int64_t kMoeActCap = int64_t(1) << 20;
+/// Largest dim of a `moe_experts` launch with a shared expert (its output
+/// rows wait in module scratch for the mix).
+constexpr int64_t kMoeSharedCap = 16384;
 /// L2 prefetch distances (bytes per weight row): bf16 rows stay kAheadBf16
 /// ahead of the loads; MXFP4 rows have their first kHeadMxfp4 bytes asked
 /// for up front.
@@ -81,9 +84,10 @@ static_assert(kMixRows % kMixUnitRows == 0, "a mix item is whole warp units");
 /// The work queue of one kernel (see the file comment). Zero at module load;
 /// the last block of every launch zeroes it again.
 struct WorkQueue {
-  unsigned ticket; ///< next item to hand out
-  unsigned done;   ///< finished gate/up items
-  unsigned exited; ///< blocks that have left
+  unsigned ticket;     ///< next item to hand out
+  unsigned done;       ///< finished first-phase (gate/up) items
+  unsigned exited;     ///< blocks that have left
+  unsigned sharedDone; ///< moe_experts: finished shared-expert gate/up items
 };
 
 __device__ WorkQueue gGatedQueue;
@@ -95,6 +99,8 @@ __device__ float gRouterScores[kRouterCap];
 /// rows padded to 8 elements), read with 16-byte loads.
 __device__ __align__(16) uint16_t gGatedAct[kGatedActCap];
 __device__ __align__(16) uint16_t gMoeAct[kMoeActCap];
+/// R(W2 a) of the running `moe_experts`' shared expert, [dim] (bf16 values).
+__device__ float gMoeSharedY[kMoeSharedCap];
 
 //===----------------------------------------------------------------------===//
 // Memory helpers
@@ -223,6 +229,73 @@ __device__ void stage(float4 *xs, int64_t n, const GlobalAct &act) {
   float *f = reinterpret_cast<float *>(xs);
   for (int i = threadIdx.x; i < n; i += blockDim.x)
     f[swz(i >> 2) * 4 + (i & 3)] = act.at(i);
+}
+
+/// Whether stageNormed's vector path applies: x and the norm weight 16-byte
+/// aligned, n a multiple of 8 that fits the stage.
+__device__ __forceinline__ bool canStageNormed(const uint16_t *x,
+                                               const uint16_t *normW,
+                                               int64_t n) {
+  return n % 8 == 0 && n <= kStageCap && aligned(x, 16) && aligned(normW, 16);
+}
+
+/// Stages x̂ = RMSNorm(x, normW) into `xs` (swizzled fp32, as stage() with a
+/// normalising GlobalAct would) and returns the norm factor r, in three
+/// rounds of independent 16-byte loads instead of a chain of dependent ones:
+/// x is staged raw while part v (v < kNormParts) sums the squares of its
+/// 8-column chunks v, v + kNormParts, ...; warp 0 adds the parts in order
+/// (so every block of any size gets the same bits); then each chunk is
+/// normalised in place with its weights. Needs canStageNormed; synchronises.
+__device__ __noinline__ float stageNormed(float4 *xs, int64_t n,
+                                          const uint16_t *x,
+                                          const uint16_t *normW, float eps,
+                                          float *parts) {
+  const int chunks = static_cast<int>(n >> 3);
+  const uint4 *xv = reinterpret_cast<const uint4 *>(x);
+  for (int v = threadIdx.x; v < kNormParts; v += blockDim.x) {
+    float s = 0.0f;
+    for (int c = v; c < chunks; c += kNormParts) {
+      float o[8];
+      dev::bf16x8ToF(xv[c], o);
+#pragma unroll
+      for (int j = 0; j < 8; ++j)
+        s = fmaf(o[j], o[j], s);
+      const float4 lo = make_float4(o[0], o[1], o[2], o[3]);
+      const float4 hi = make_float4(o[4], o[5], o[6], o[7]);
+      xs[swz(2 * c)] = lo;
+      xs[swz(2 * c + 1)] = hi;
+    }
+    parts[v] = s;
+  }
+  __syncthreads();
+  if (threadIdx.x < 32) {
+    float s = 0.0f;
+    for (int v = threadIdx.x; v < kNormParts; v += 32)
+      s += parts[v];
+    s = dev::warpSum(s);
+    if (threadIdx.x == 0)
+      parts[0] = 1.0f / sqrtf(s / static_cast<float>(n) + eps);
+  }
+  __syncthreads();
+  const float r = parts[0];
+  const uint4 *wv = reinterpret_cast<const uint4 *>(normW);
+  for (int c = threadIdx.x; c < chunks; c += blockDim.x) {
+    const uint4 w = __ldg(wv + c);
+    const uint32_t m[4] = {w.x, w.y, w.z, w.w};
+    float4 &lo = xs[swz(2 * c)], &hi = xs[swz(2 * c + 1)];
+    float o[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      o[2 * j] = dev::bf16ToF(
+          static_cast<uint16_t>(dev::rmsNormBf16(o[2 * j], loF(m[j]), r)));
+      o[2 * j + 1] = dev::bf16ToF(
+          static_cast<uint16_t>(dev::rmsNormBf16(o[2 * j + 1], hiF(m[j]), r)));
+    }
+    lo = make_float4(o[0], o[1], o[2], o[3]);
+    hi = make_float4(o[4], o[5], o[6], o[7]);
+  }
+  __syncthreads(); // xs complete; parts may be reused
+  return r;
 }
 
 //===----------------------------------------------------------------------===//
@@ -400,20 +473,29 @@ __device__ __forceinline__ unsigned nextItem(WorkQueue &wq, unsigned *slot) {
   return item;
 }
 
-/// Counts a finished gate/up item; its stores to the activations (by any
-/// thread of the block) are ordered before by the barrier and the release.
-__device__ __forceinline__ void finishGateUp(WorkQueue &wq) {
+/// Counts a finished first-phase item (and, for a shared-expert gate/up
+/// item of moe_experts, in sharedDone too); its stores (by any thread of the
+/// block) are ordered before by the barrier and the release.
+__device__ __forceinline__ void finishGateUp(WorkQueue &wq,
+                                             bool shared = false) {
   __syncthreads();
-  if (threadIdx.x == 0)
+  if (threadIdx.x == 0) {
+    if (shared)
+      addRelease(&wq.sharedDone, 1u);
     addRelease(&wq.done, 1u);
+  }
 }
 
-/// Waits until `items` gate/up items are counted.
-__device__ __forceinline__ void awaitGateUp(WorkQueue &wq, unsigned items) {
+/// Waits until counter `c` of the queue reaches `items`.
+__device__ __forceinline__ void awaitCount(const unsigned *c, unsigned items) {
   if (threadIdx.x == 0)
-    while (ldAcquire(&wq.done) < items)
+    while (ldAcquire(c) < items)
       __nanosleep(128);
   __syncthreads();
+}
+/// Waits until `items` first-phase items are counted.
+__device__ __forceinline__ void awaitGateUp(WorkQueue &wq, unsigned items) {
+  awaitCount(&wq.done, items);
 }
 
 /// Leaves the queue; the last block out zeroes it for the next launch
@@ -423,6 +505,7 @@ __device__ __forceinline__ void leaveQueue(WorkQueue &wq) {
   if (threadIdx.x == 0 && atomicAdd(&wq.exited, 1u) == gridDim.x - 1) {
     atomicExch(&wq.ticket, 0u);
     atomicExch(&wq.done, 0u);
+    atomicExch(&wq.sharedDone, 0u);
     atomicExch(&wq.exited, 0u);
   }
 }
@@ -482,6 +565,8 @@ extern "C" __global__ void __launch_bounds__(1024)
   dev::allowDependentLaunch();
   if (int64_t e = int64_t(blockIdx.x) * warps + warp; e < E && E <= kRouterCap)
     prefetchL2Warp(p.gate + e * D, 2 * D);
+  if (p.normWeight && threadIdx.x < 32)
+    prefetchL2Warp(p.normWeight, 2 * D);
   dev::waitForPriorGrids();
   if (E > kRouterCap || p.topK > kRouterMaxTopK) {
     for (int64_t k = dev::globalThread(); k < p.topK; k += dev::gridThreads())
@@ -489,18 +574,25 @@ extern "C" __global__ void __launch_bounds__(1024)
     return;
   }
 
-  const float r =
-      p.normWeight ? rmsFactor(p.h, D, p.normEps, normParts) : 1.0f;
+  // Staging pays when a warp scores several experts; with one row per warp
+  // (Kimi-Linear's plan grid) h is read beside the row, saving a dependent
+  // round trip and a barrier. A folded norm needs all of h first anyway, so
+  // x̂ is staged then. Same values either way.
+  bool staged = false;
+  float r = 1.0f;
+  if (p.normWeight && canStageNormed(p.h, p.normWeight, D)) {
+    r = stageNormed(xs, D, p.h, p.normWeight, p.normEps, normParts);
+    staged = true;
+  } else if (p.normWeight) {
+    r = rmsFactor(p.h, D, p.normEps, normParts);
+  }
   const GlobalAct h{p.h, p.normWeight, r,
                     aligned(p.h, 16) &&
                         (!p.normWeight || aligned(p.normWeight, 16))};
-  // Staging pays when a warp scores several experts; with one row per warp
-  // (Kimi-Linear's plan grid) h is read beside the row, saving a dependent
-  // round trip and a barrier. Same values either way.
-  const bool staged = D <= kStageCap && E > warpsInGrid;
-  if (staged) {
+  if (!staged && D <= kStageCap && E > warpsInGrid) {
     stage(xs, D, h);
     __syncthreads();
+    staged = true;
   }
   WeightRef gate[1];
   gate[0].format = kWeightBf16;
@@ -679,7 +771,8 @@ struct MoeShape {
   int64_t aStride;      ///< slot stride of the activations (16-byte rows)
   unsigned sharedItems; ///< gate/up items of the shared expert (first)
   unsigned perSlot;     ///< gate/up items per routed slot
-  unsigned gateItems;   ///< all gate/up items
+  unsigned routedEnd;   ///< end of the routed gate/up items
+  unsigned gateItems;   ///< all first-phase items (+ shared down items)
   unsigned items;       ///< all items
   unsigned item;        ///< the block's current item
   int stageX;           ///< x̂ staged in shared memory
@@ -737,23 +830,42 @@ __device__ __forceinline__ void moeGateUp(const MoeExpertsParams &p,
   }
 }
 
-/// One warp unit of a mixing item: R(w2 · a) of out rows r0 ..
-/// r0 + kMixUnitRows - 1 (w2 has `inter` columns; NaN when `valid` is
-/// false), row j's value stored at dst[j · stride].
+/// One shared-expert down item of `moe_experts`: y = R(W2 a) of two output
+/// rows per warp into gMoeSharedY (after the shared gate/up items).
+__device__ __forceinline__ void moeSharedDown(const MoeExpertsParams &p,
+                                              const MoeShape &sh,
+                                              unsigned item) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int64_t D = p.dim;
+  const int64_t o0 = int64_t(item) * (2 * (blockDim.x >> 5)) + 2 * warp;
+  const WeightRef w[1] = {p.sharedW2};
+  const int64_t rows[2] = {min(o0, D - 1), min(o0 + 1, D - 1)};
+  float d[2];
+  rowDots(w, rows, p.sharedInterDim,
+          GlobalAct{gMoeAct + int64_t(p.topK) * sh.aStride, nullptr, 1.0f,
+                    true},
+          d);
+  if (lane < 2 && o0 + lane < D)
+    gMoeSharedY[o0 + lane] = dev::roundBf16(lane ? d[1] : d[0]);
+}
+
+/// One warp unit of a mixing item: R(W2_{ids[k]} a_k) of out rows r0 ..
+/// r0 + kMixUnitRows - 1 into column `col` of `ys`.
 __device__ __forceinline__ void moeMixUnit(const MoeExpertsParams &p,
-                                           const WeightRef &w2, bool valid,
-                                           const uint16_t *a, int64_t inter,
-                                           int64_t r0, float *dst,
-                                           int stride) {
+                                           const MoeShape &sh, int32_t k,
+                                           int64_t r0, int col,
+                                           float (*ys)[kMixSlots]) {
   const int lane = threadIdx.x & 31;
+  const int32_t e = p.ids[k];
   float d[kMixUnitRows];
-  if (valid) {
-    const WeightRef w[1] = {w2};
+  if (e >= 0 && e < p.numExperts) {
+    const WeightRef w[1] = {p.w2[e]};
     int64_t rows[kMixUnitRows];
 #pragma unroll
     for (int j = 0; j < kMixUnitRows; ++j)
       rows[j] = min(r0 + j, p.dim - 1);
-    rowDots(w, rows, inter, GlobalAct{a, nullptr, 1.0f, true}, d);
+    const GlobalAct a{gMoeAct + int64_t(k) * sh.aStride, nullptr, 1.0f, true};
+    rowDots(w, rows, p.interDim, a, d);
   } else {
 #pragma unroll
     for (int j = 0; j < kMixUnitRows; ++j)
@@ -764,13 +876,14 @@ __device__ __forceinline__ void moeMixUnit(const MoeExpertsParams &p,
 #pragma unroll
     for (int j = 1; j < kMixUnitRows; ++j)
       y = lane == j ? d[j] : y;
-    dst[lane * stride] = dev::roundBf16(y);
+    ys[lane][col] = dev::roundBf16(y);
   }
 }
 
 /// Asks L2 for the shared expert's weights that this block will most likely
-/// read first (its gate/up item blockIdx.x, or its share of W2's rows), before
-/// the router it waits for has finished: they depend on no kernel's output.
+/// read first (its gate/up item blockIdx.x), and for the input norm's
+/// weight, before the router it waits for has finished: they depend on no
+/// kernel's output.
 __device__ __forceinline__ void prefetchShared(const MoeExpertsParams &p,
                                                unsigned sharedItems) {
   const int warp = threadIdx.x >> 5;
@@ -784,10 +897,6 @@ __device__ __forceinline__ void prefetchShared(const MoeExpertsParams &p,
       if (p.sharedW3.format == kWeightBf16)
         prefetchL2Warp(p.sharedW3.bf16 + i * D, 2 * D);
     }
-  } else if (p.sharedW2.format == kWeightBf16) {
-    const int64_t r0 = int64_t(blockIdx.x - sharedItems) * kMixRows + warp;
-    if (warp < kMixRows && r0 < D)
-      prefetchL2Warp(p.sharedW2.bf16 + r0 * S, 2 * S);
   }
 }
 
@@ -800,33 +909,36 @@ __device__ __forceinline__ void prefetchShared(const MoeExpertsParams &p,
 // R(W3 x̂))), y = R(W2 a)), the sum in fp32 in slot order with separate
 // multiply and add, then r = R(r + s) with the shared expert's output s and
 // out = R(r + residual), each optional, as moeExpertsCpu. x̂ is x or its
-// RMSNorm (normWeight; each block takes the factor itself).
-// Work queue (file comment):
-//  * gate/up items: the shared expert's first (item i: its intermediate rows
-//    2 · warps · i .. +2·warps), then the routed slots' (item (k, i) covers
-//    the same rows of slot k's expert); warp w computes W1 and W3 of two
+// RMSNorm (normWeight; each block stages it with its own factor).
+// Work queue (file comment), first phase:
+//  * the shared expert's gate/up items (item i: intermediate rows
+//    2 · warps · i .. +2·warps; their rows are prefetched into L2 before
+//    the router has finished), counted in sharedDone as well;
+//  * the routed slots' gate/up items: item (k, i) covers the same rows of
+//    slot k's expert. In every gate/up item warp w computes W1 and W3 of two
 //    rows (4 rows at once, x̂ staged once per block) and stores a to module
 //    scratch [topK + 1, I] (bf16);
-//  * mix items (after every gate/up item): item j covers out rows
-//    8j .. 8j + 7; its 2 · topK units (slot k, half h: rows 8j + 4h .. +3),
-//    and two for the shared expert, go round the warps; a unit leaves
-//    R(W2 a) of its 4 rows in shared memory, then 8 threads add
-//    weights[k] · y_k in slot order, round, and add the shared expert and
-//    the residual.
-// Every weight byte of the chosen experts is read once, by all SMs; the
-// shared expert's rows are prefetched into L2 before the router finishes.
-// Items: (topK · ceil(I / 16) + ceil(S / 16)) + ceil(dim / 8) (256
-// threads); the plan's grid (4 blocks per SM) works best.
-// Limits: topK · interDim + S <= kMoeActCap (rows padded to 8; else out is
-// NaN); dim <= kStageCap is staged in shared memory (a longer x̂ is formed
-// from global memory); an id outside [0, numExperts) makes its slot NaN.
-// `out` may alias `residual`, not x.
+//  * the shared expert's down items (after its gate/up items, which by then
+//    are long done): two rows of R(W2 a) per warp into module scratch;
+// then the mix items (after the whole first phase): item j covers out rows
+// 8j .. 8j + 7; its 2 · topK units (slot k, half h: rows 8j + 4h .. +3) go
+// round the warps; a unit leaves R(W2_{ids[k]} a_k) of its 4 rows in shared
+// memory, then 8 threads add weights[k] · y_k in slot order, round, and add
+// the shared expert's row and the residual.
+// Every weight byte of the chosen experts is read once, by all SMs.
+// Items: (topK · ceil(I / 16) + ceil(S / 16) + ceil(dim / 16)) + ceil(dim /
+// 8) (256 threads, with a shared expert of S rows); the plan's grid (4
+// blocks per SM) works best.
+// Limits: topK · interDim + S <= kMoeActCap (rows padded to 8) and, with a
+// shared expert, dim <= kMoeSharedCap (else out is NaN); dim <= kStageCap
+// is staged in shared memory (a longer x̂ is formed from global memory); an
+// id outside [0, numExperts) makes its slot NaN. `out` may alias
+// `residual`, not x.
 extern "C" __global__ void __launch_bounds__(1024)
     k3_moe_experts(const MoeExpertsParams p) {
   __shared__ float4 xs[kStageCap / 4];
   __shared__ float normParts[kNormParts];
   __shared__ float ys[kMixRows][kMixSlots];
-  __shared__ float sharedY[kMixRows];
   __shared__ float mix[kMixRows]; // Σ_k weights[k] · y_k so far, per row
   __shared__ MoeShape sh;
   const int32_t K = p.topK > 0 ? p.topK : 0;
@@ -839,12 +951,15 @@ extern "C" __global__ void __launch_bounds__(1024)
   dev::allowDependentLaunch();
   if (hasShared)
     prefetchShared(p, sharedItems);
+  if (p.normWeight && threadIdx.x < 32)
+    prefetchL2Warp(p.normWeight, 2 * p.dim);
   dev::waitForPriorGrids();
   // Slot k's activations start at k · aStride (16-byte aligned rows), the
   // shared expert's at topK · aStride.
   const int64_t aStride = (p.interDim + 7) & ~int64_t(7);
   const int64_t sharedStride = (p.sharedInterDim + 7) & ~int64_t(7);
-  if (int64_t(K) * aStride + sharedStride > kMoeActCap) {
+  if (int64_t(K) * aStride + sharedStride > kMoeActCap ||
+      (hasShared && p.dim > kMoeSharedCap)) {
     fillNaN(p.out, p.dim);
     return;
   }
@@ -853,7 +968,12 @@ extern "C" __global__ void __launch_bounds__(1024)
     sh.sharedItems = sharedItems;
     sh.perSlot =
         static_cast<unsigned>((p.interDim + rowsPerItem - 1) / rowsPerItem);
-    sh.gateItems = sharedItems + sh.perSlot * static_cast<unsigned>(K);
+    sh.routedEnd = sharedItems + sh.perSlot * static_cast<unsigned>(K);
+    sh.gateItems =
+        sh.routedEnd +
+        (hasShared
+             ? static_cast<unsigned>((p.dim + rowsPerItem - 1) / rowsPerItem)
+             : 0u);
     sh.items =
         sh.gateItems + static_cast<unsigned>((p.dim + kMixRows - 1) / kMixRows);
     sh.stageX = p.dim <= kStageCap;
@@ -865,22 +985,31 @@ extern "C" __global__ void __launch_bounds__(1024)
     const unsigned item = nextItem(gMoeQueue, &sh.item);
     if (item >= sh.items)
       break;
-    if (item < sh.gateItems) {
+    if (item < sh.routedEnd) {
       if (!haveX) {
-        const float r = p.normWeight
-                            ? rmsFactor(p.x, p.dim, p.normEps, normParts)
-                            : 1.0f;
+        float r = 1.0f;
+        if (p.normWeight && sh.stageX &&
+            canStageNormed(p.x, p.normWeight, p.dim)) {
+          r = stageNormed(xs, p.dim, p.x, p.normWeight, p.normEps, normParts);
+        } else {
+          if (p.normWeight)
+            r = rmsFactor(p.x, p.dim, p.normEps, normParts);
+          if (sh.stageX)
+            stage(xs, p.dim,
+                  GlobalAct{p.x, p.normWeight, r,
+                            aligned(p.x, 16) &&
+                                (!p.normWeight || aligned(p.normWeight, 16))});
+        }
         if (threadIdx.x == 0)
           sh.normR = r;
-        if (sh.stageX)
-          stage(xs, p.dim,
-                GlobalAct{p.x, p.normWeight, r,
-                          aligned(p.x, 16) &&
-                              (!p.normWeight || aligned(p.normWeight, 16))});
         __syncthreads();
         haveX = true;
       }
       moeGateUp(p, sh, item, xs);
+      finishGateUp(gMoeQueue, item < sh.sharedItems);
+    } else if (item < sh.gateItems) {
+      awaitCount(&gMoeQueue.sharedDone, sh.sharedItems);
+      moeSharedDown(p, sh, item - sh.routedEnd);
       finishGateUp(gMoeQueue);
     } else {
       awaitGateUp(gMoeQueue, sh.gateItems); // one load once all are done
@@ -889,24 +1018,11 @@ extern "C" __global__ void __launch_bounds__(1024)
         mix[threadIdx.x] = 0.0f;
       for (int32_t kb = 0; kb < K; kb += kMixSlots) {
         const int n = min(K - kb, kMixSlots);
-        // The shared expert's two units ride along with the first pass.
-        const int units = kMixParts * n + (hasShared && kb == 0 ? kMixParts : 0);
-        for (int u = threadIdx.x >> 5; u < units; u += blockDim.x >> 5) {
-          const int part = u % kMixParts;
-          const int64_t r0 = o0 + part * kMixUnitRows;
-          if (u < kMixParts * n) {
-            const int32_t k = kb + u / kMixParts;
-            const int32_t e = p.ids[k];
-            const bool valid = e >= 0 && e < p.numExperts;
-            moeMixUnit(p, valid ? p.w2[e] : WeightRef{}, valid,
-                       gMoeAct + int64_t(k) * sh.aStride, p.interDim, r0,
-                       &ys[part * kMixUnitRows][u / kMixParts], kMixSlots);
-          } else {
-            moeMixUnit(p, p.sharedW2, true,
-                       gMoeAct + int64_t(K) * sh.aStride, p.sharedInterDim, r0,
-                       &sharedY[part * kMixUnitRows], 1);
-          }
-        }
+        for (int u = threadIdx.x >> 5; u < kMixParts * n;
+             u += blockDim.x >> 5)
+          moeMixUnit(p, sh, kb + u / kMixParts,
+                     o0 + (u % kMixParts) * kMixUnitRows, u / kMixParts,
+                     ys + (u % kMixParts) * kMixUnitRows);
         __syncthreads();
         if (threadIdx.x < kMixRows) {
           float acc = mix[threadIdx.x];
@@ -918,12 +1034,13 @@ extern "C" __global__ void __launch_bounds__(1024)
         __syncthreads();
       }
       if (threadIdx.x < kMixRows && o0 + threadIdx.x < p.dim) {
+        const int64_t row = o0 + threadIdx.x;
         float v = dev::roundBf16(mix[threadIdx.x]);
-        if (hasShared)
-          v = dev::roundBf16(__fadd_rn(v, sharedY[threadIdx.x]));
+        if (hasShared) // written by other blocks of this launch: via L2
+          v = dev::roundBf16(__fadd_rn(v, __ldcg(&gMoeSharedY[row])));
         if (p.residual)
-          v = __fadd_rn(v, dev::bf16ToF(p.residual[o0 + threadIdx.x]));
-        p.out[o0 + threadIdx.x] = dev::fToBf16(v);
+          v = __fadd_rn(v, dev::bf16ToF(p.residual[row]));
+        p.out[row] = dev::fToBf16(v);
       }
     }
   }
