@@ -49,15 +49,11 @@ namespace {
 /// Largest activation vector staged in shared memory (fp32, 32 KiB); a
 /// longer input is read from global memory (same results, slower).
 constexpr int kStageCap = 8192;
-/// Output rows of one `moe_experts` mixing item, and of one warp unit of it.
-/// (4-row items, one unit per slot, gave every block of Kimi-Linear's grid
-/// a mix item but made the kernel 5% slower on the H200: 47.3 against
-/// 45.0 µs; each warp then has half the W2 bytes in flight.)
-constexpr int kMixRows = 8;
-constexpr int kMixUnitRows = 4;
-constexpr int kMixParts = kMixRows / kMixUnitRows;
-/// Expert slots whose outputs one mixing pass keeps in shared memory.
-constexpr int kMixSlots = 64;
+/// Output rows of W2 that one warp of a `moe_experts` down item computes
+/// together (each activation load serves four weight rows). (Earlier 4-row
+/// mix items, one unit per slot, made the kernel 5% slower on the H200: 47.3
+/// against 45.0 µs; each warp then had half the W2 bytes in flight.)
+constexpr int kDownRows = 4;
 /// Module scratch capacities: experts of `router`, interDim of `gated_mlp`,
 /// topK · interDim of `moe_experts`.
 constexpr int64_t kRouterCap = 8192;
@@ -65,9 +61,11 @@ constexpr int64_t kRouterCap = 8192;
 constexpr int32_t kRouterMaxTopK = 256;
 constexpr int64_t kGatedActCap = int64_t(1) << 18;
 constexpr int64_t kMoeActCap = int64_t(1) << 20;
-/// Largest dim of a `moe_experts` launch with a shared expert (its output
-/// rows wait in module scratch for the mix).
-constexpr int64_t kMoeSharedCap = 16384;
+/// Expert outputs y of a `moe_experts` launch waiting for the final sum:
+/// (topK + shared) · dim floats.
+constexpr int64_t kMoeYCap = int64_t(1) << 20;
+/// Expert slots of a `moe_experts` launch (topK + the shared expert).
+constexpr int kMoeMaxSlots = 257;
 /// L2 prefetch distances (bytes per weight row): bf16 rows stay kAheadBf16
 /// ahead of the loads; MXFP4 rows have their first kHeadMxfp4 bytes asked
 /// for up front.
@@ -75,7 +73,6 @@ constexpr int64_t kAheadBf16 = 1024;
 constexpr int64_t kHeadMxfp4 = 2048;
 
 static_assert(kRouterCap <= kStageCap, "the router ranks in the stage area");
-static_assert(kMixRows % kMixUnitRows == 0, "a mix item is whole warp units");
 
 //===----------------------------------------------------------------------===//
 // Module scratch
@@ -84,10 +81,9 @@ static_assert(kMixRows % kMixUnitRows == 0, "a mix item is whole warp units");
 /// The work queue of one kernel (see the file comment). Zero at module load;
 /// the last block of every launch zeroes it again.
 struct WorkQueue {
-  unsigned ticket;     ///< next item to hand out
-  unsigned done;       ///< finished first-phase (gate/up) items
-  unsigned exited;     ///< blocks that have left
-  unsigned sharedDone; ///< moe_experts: finished shared-expert gate/up items
+  unsigned ticket; ///< next item to hand out
+  unsigned done;   ///< finished items the last phase waits for
+  unsigned exited; ///< blocks that have left
 };
 
 __device__ WorkQueue gGatedQueue;
@@ -99,8 +95,10 @@ __device__ float gRouterScores[kRouterCap];
 /// rows padded to 8 elements), read with 16-byte loads.
 __device__ __align__(16) uint16_t gGatedAct[kGatedActCap];
 __device__ __align__(16) uint16_t gMoeAct[kMoeActCap];
-/// R(W2 a) of the running `moe_experts`' shared expert, [dim] (bf16 values).
-__device__ float gMoeSharedY[kMoeSharedCap];
+/// y_j = R(W2 a_j) of the running `moe_experts`, [slots, dim] (bf16 values
+/// kept as fp32), and the finished gate/up items of each slot.
+__device__ float gMoeY[kMoeYCap];
+__device__ unsigned gMoeSlotDone[kMoeMaxSlots];
 
 //===----------------------------------------------------------------------===//
 // Memory helpers
@@ -473,17 +471,16 @@ __device__ __forceinline__ unsigned nextItem(WorkQueue &wq, unsigned *slot) {
   return item;
 }
 
-/// Counts a finished first-phase item (and, for a shared-expert gate/up
-/// item of moe_experts, in sharedDone too); its stores (by any thread of the
+/// Counts a finished item in counter `c`; its stores (by any thread of the
 /// block) are ordered before by the barrier and the release.
-__device__ __forceinline__ void finishGateUp(WorkQueue &wq,
-                                             bool shared = false) {
+__device__ __forceinline__ void finishItem(unsigned *c) {
   __syncthreads();
-  if (threadIdx.x == 0) {
-    if (shared)
-      addRelease(&wq.sharedDone, 1u);
-    addRelease(&wq.done, 1u);
-  }
+  if (threadIdx.x == 0)
+    addRelease(c, 1u);
+}
+/// Counts a finished gate/up item.
+__device__ __forceinline__ void finishGateUp(WorkQueue &wq) {
+  finishItem(&wq.done);
 }
 
 /// Waits until counter `c` of the queue reaches `items`.
@@ -498,14 +495,23 @@ __device__ __forceinline__ void awaitGateUp(WorkQueue &wq, unsigned items) {
   awaitCount(&wq.done, items);
 }
 
-/// Leaves the queue; the last block out zeroes it for the next launch
-/// (every other block has drawn its last ticket by then).
-__device__ __forceinline__ void leaveQueue(WorkQueue &wq) {
+/// Leaves the queue; the last block out zeroes it, and the `extra`
+/// counters, for the next launch (every other block has left by then).
+__device__ __forceinline__ void leaveQueue(WorkQueue &wq,
+                                           unsigned *extra = nullptr,
+                                           int extraCount = 0) {
+  __shared__ int lastOut;
   __syncthreads();
-  if (threadIdx.x == 0 && atomicAdd(&wq.exited, 1u) == gridDim.x - 1) {
+  if (threadIdx.x == 0)
+    lastOut = atomicAdd(&wq.exited, 1u) == gridDim.x - 1;
+  __syncthreads();
+  if (!lastOut)
+    return;
+  for (int i = threadIdx.x; i < extraCount; i += blockDim.x)
+    atomicExch(extra + i, 0u);
+  if (threadIdx.x == 0) {
     atomicExch(&wq.ticket, 0u);
     atomicExch(&wq.done, 0u);
-    atomicExch(&wq.sharedDone, 0u);
     atomicExch(&wq.exited, 0u);
   }
 }
@@ -767,54 +773,97 @@ extern "C" __global__ void __launch_bounds__(1024)
 
 /// The launch-wide numbers of a `moe_experts` launch, kept in shared memory
 /// and re-read where needed: fewer long-lived registers in the item loop.
+/// Slots: 0 is the shared expert when there is one, then the routed slots
+/// k = 0 .. topK-1 (slot k + shared).
 struct MoeShape {
-  int64_t aStride;      ///< slot stride of the activations (16-byte rows)
-  unsigned sharedItems; ///< gate/up items of the shared expert (first)
-  unsigned perSlot;     ///< gate/up items per routed slot
-  unsigned routedEnd;   ///< end of the routed gate/up items
-  unsigned gateItems;   ///< all first-phase items (+ shared down items)
-  unsigned items;       ///< all items
-  unsigned item;        ///< the block's current item
-  int stageX;           ///< x̂ staged in shared memory
-  float normR;          ///< x's norm factor (with normWeight)
+  int64_t aStride;       ///< activation stride of a routed slot (16 B rows)
+  int64_t sharedStride;  ///< activations of the shared slot (before them)
+  unsigned slots;        ///< topK + shared
+  unsigned shared;       ///< 1 when slot 0 is the shared expert
+  unsigned guShared;     ///< gate/up items of the shared slot
+  unsigned guRouted;     ///< gate/up items of a routed slot
+  unsigned down;         ///< down items of every slot
+  unsigned firstCombine; ///< ticket of the first combine item
+  unsigned items;        ///< all items
+  unsigned item;         ///< the block's current item
+  int stageX;            ///< x̂ staged in shared memory
+  float normR;           ///< x's norm factor (with normWeight)
 };
 
-/// One gate/up item of `moe_experts` (see the kernel): a = R(act(R(W1 x̂),
-/// R(W3 x̂))) of two intermediate rows per warp, stored at `dst` (NaN when
-/// the slot's expert id is invalid).
-__device__ __forceinline__ void moeGateUp(const MoeExpertsParams &p,
-                                          const MoeShape &sh, unsigned item,
-                                          const float4 *xs) {
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int64_t rowsPerItem = 2 * (blockDim.x >> 5);
-  const bool shared = item < sh.sharedItems;
-  WeightRef w[2];
-  int64_t I, i0;
-  uint16_t *dst;
-  bool valid = true;
-  if (shared) {
-    w[0] = p.sharedW1, w[1] = p.sharedW3;
-    I = p.sharedInterDim;
-    i0 = int64_t(item) * rowsPerItem + 2 * warp;
-    dst = gMoeAct + int64_t(p.topK) * sh.aStride;
-  } else {
-    item -= sh.sharedItems;
-    const int32_t k = static_cast<int32_t>(item / sh.perSlot);
-    const int32_t e = p.ids[k];
-    valid = e >= 0 && e < p.numExperts;
-    if (valid)
-      w[0] = p.w1[e], w[1] = p.w3[e];
-    I = p.interDim;
-    i0 = int64_t(item % sh.perSlot) * rowsPerItem + 2 * warp;
-    dst = gMoeAct + int64_t(k) * sh.aStride;
+/// What a ticket of `moe_experts` is (see the kernel for the order).
+struct MoeItem {
+  enum Kind { GateUp, Down, Combine } kind;
+  unsigned slot;  ///< of GateUp / Down
+  unsigned index; ///< within its slot (or among the combine items)
+};
+
+__device__ __forceinline__ unsigned guItems(const MoeShape &sh, unsigned j) {
+  return sh.shared && j == 0 ? sh.guShared : sh.guRouted;
+}
+
+/// Tickets: G(0), G(1), D(0), G(2), D(1), ..., G(n-1), D(n-2), D(n-1), then
+/// the combine items: slot j's down items follow the next slot's gate/up
+/// items, by when slot j's gate/up items are (nearly always) done.
+__device__ MoeItem decodeItem(const MoeShape &sh, unsigned t) {
+  if (t >= sh.firstCombine)
+    return {MoeItem::Combine, 0, t - sh.firstCombine};
+  unsigned base = 0;
+  for (unsigned j = 0; j < sh.slots; ++j) {
+    const unsigned g = guItems(sh, j);
+    if (t < base + g)
+      return {MoeItem::GateUp, j, t - base};
+    base += g;
+    if (j > 0) {
+      if (t < base + sh.down)
+        return {MoeItem::Down, j - 1, t - base};
+      base += sh.down;
+    }
   }
+  return {MoeItem::Down, sh.slots - 1, t - base};
+}
+
+/// Slot j's expert weights (false: an invalid routed id, the slot is NaN)
+/// and where its activations live.
+__device__ __forceinline__ bool slotExpert(const MoeExpertsParams &p,
+                                           const MoeShape &sh, unsigned j,
+                                           WeightRef (&w)[3], int64_t &inter,
+                                           uint16_t *&act) {
+  if (sh.shared && j == 0) {
+    w[0] = p.sharedW1, w[1] = p.sharedW3, w[2] = p.sharedW2;
+    inter = p.sharedInterDim;
+    act = gMoeAct;
+    return true;
+  }
+  const int32_t k = static_cast<int32_t>(j - sh.shared);
+  inter = p.interDim;
+  act = gMoeAct + sh.sharedStride + int64_t(k) * sh.aStride;
+  const int32_t e = p.ids[k];
+  if (e < 0 || e >= p.numExperts)
+    return false;
+  w[0] = p.w1[e], w[1] = p.w3[e], w[2] = p.w2[e];
+  return true;
+}
+
+/// Gate/up item `index` of slot j: a = R(act(R(W1 x̂), R(W3 x̂))) of two
+/// intermediate rows per warp into the slot's activations (NaN for an
+/// invalid expert id).
+__device__ __forceinline__ void moeGateUp(const MoeExpertsParams &p,
+                                          const MoeShape &sh, unsigned j,
+                                          unsigned index, const float4 *xs) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  WeightRef w[3];
+  int64_t I;
+  uint16_t *dst;
+  const bool valid = slotExpert(p, sh, j, w, I, dst);
+  const int64_t i0 = int64_t(index) * (2 * (blockDim.x >> 5)) + 2 * warp;
   float d[4] = {0.0f, 0.0f, 0.0f, 0.0f};
   if (valid) {
+    const WeightRef w13[2] = {w[0], w[1]};
     const int64_t rows[2] = {min(i0, I - 1), min(i0 + 1, I - 1)};
     if (sh.stageX)
-      rowDots(w, rows, p.dim, StagedAct{xs}, d);
+      rowDots(w13, rows, p.dim, StagedAct{xs}, d);
     else
-      rowDots(w, rows, p.dim,
+      rowDots(w13, rows, p.dim,
               GlobalAct{p.x, p.normWeight, sh.normR,
                         aligned(p.x, 16) &&
                             (!p.normWeight || aligned(p.normWeight, 16))},
@@ -830,60 +879,44 @@ __device__ __forceinline__ void moeGateUp(const MoeExpertsParams &p,
   }
 }
 
-/// One shared-expert down item of `moe_experts`: y = R(W2 a) of two output
-/// rows per warp into gMoeSharedY (after the shared gate/up items).
-__device__ __forceinline__ void moeSharedDown(const MoeExpertsParams &p,
-                                              const MoeShape &sh,
-                                              unsigned item) {
+/// Down item `index` of slot j: y = R(W2 a) of kDownRows output rows per
+/// warp into gMoeY[j] (NaN for an invalid expert id).
+__device__ __forceinline__ void moeDown(const MoeExpertsParams &p,
+                                        const MoeShape &sh, unsigned j,
+                                        unsigned index) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  WeightRef w[3];
+  int64_t I;
+  uint16_t *act;
+  const bool valid = slotExpert(p, sh, j, w, I, act);
   const int64_t D = p.dim;
-  const int64_t o0 = int64_t(item) * (2 * (blockDim.x >> 5)) + 2 * warp;
-  const WeightRef w[1] = {p.sharedW2};
-  const int64_t rows[2] = {min(o0, D - 1), min(o0 + 1, D - 1)};
-  float d[2];
-  rowDots(w, rows, p.sharedInterDim,
-          GlobalAct{gMoeAct + int64_t(p.topK) * sh.aStride, nullptr, 1.0f,
-                    true},
-          d);
-  if (lane < 2 && o0 + lane < D)
-    gMoeSharedY[o0 + lane] = dev::roundBf16(lane ? d[1] : d[0]);
-}
-
-/// One warp unit of a mixing item: R(W2_{ids[k]} a_k) of out rows r0 ..
-/// r0 + kMixUnitRows - 1 into column `col` of `ys`.
-__device__ __forceinline__ void moeMixUnit(const MoeExpertsParams &p,
-                                           const MoeShape &sh, int32_t k,
-                                           int64_t r0, int col,
-                                           float (*ys)[kMixSlots]) {
-  const int lane = threadIdx.x & 31;
-  const int32_t e = p.ids[k];
-  float d[kMixUnitRows];
-  if (e >= 0 && e < p.numExperts) {
-    const WeightRef w[1] = {p.w2[e]};
-    int64_t rows[kMixUnitRows];
+  const int64_t r0 =
+      int64_t(index) * (kDownRows * (blockDim.x >> 5)) + kDownRows * warp;
+  float d[kDownRows];
+  if (valid) {
+    const WeightRef w2[1] = {w[2]};
+    int64_t rows[kDownRows];
 #pragma unroll
-    for (int j = 0; j < kMixUnitRows; ++j)
-      rows[j] = min(r0 + j, p.dim - 1);
-    const GlobalAct a{gMoeAct + int64_t(k) * sh.aStride, nullptr, 1.0f, true};
-    rowDots(w, rows, p.interDim, a, d);
+    for (int r = 0; r < kDownRows; ++r)
+      rows[r] = min(r0 + r, D - 1);
+    rowDots(w2, rows, I, GlobalAct{act, nullptr, 1.0f, true}, d);
   } else {
 #pragma unroll
-    for (int j = 0; j < kMixUnitRows; ++j)
-      d[j] = __int_as_float(0x7fc00000);
+    for (int r = 0; r < kDownRows; ++r)
+      d[r] = __int_as_float(0x7fc00000);
   }
-  if (lane < kMixUnitRows) {
+  if (lane < kDownRows && r0 + lane < D) {
     float y = d[0];
 #pragma unroll
-    for (int j = 1; j < kMixUnitRows; ++j)
-      y = lane == j ? d[j] : y;
-    ys[lane][col] = dev::roundBf16(y);
+    for (int r = 1; r < kDownRows; ++r)
+      y = lane == r ? d[r] : y;
+    gMoeY[int64_t(j) * D + r0 + lane] = dev::roundBf16(y);
   }
 }
 
 /// Asks L2 for the shared expert's weights that this block will most likely
-/// read first (its gate/up item blockIdx.x), and for the input norm's
-/// weight, before the router it waits for has finished: they depend on no
-/// kernel's output.
+/// read first (its gate/up item blockIdx.x) before the router it waits for
+/// has finished: they depend on no kernel's output.
 __device__ __forceinline__ void prefetchShared(const MoeExpertsParams &p,
                                                unsigned sharedItems) {
   const int warp = threadIdx.x >> 5;
@@ -910,82 +943,78 @@ __device__ __forceinline__ void prefetchShared(const MoeExpertsParams &p,
 // multiply and add, then r = R(r + s) with the shared expert's output s and
 // out = R(r + residual), each optional, as moeExpertsCpu. x̂ is x or its
 // RMSNorm (normWeight; each block stages it with its own factor).
-// Work queue (file comment), first phase:
-//  * the shared expert's gate/up items (item i: intermediate rows
-//    2 · warps · i .. +2·warps; their rows are prefetched into L2 before
-//    the router has finished), counted in sharedDone as well;
-//  * the routed slots' gate/up items: item (k, i) covers the same rows of
-//    slot k's expert. In every gate/up item warp w computes W1 and W3 of two
-//    rows (4 rows at once, x̂ staged once per block) and stores a to module
-//    scratch [topK + 1, I] (bf16);
-//  * the shared expert's down items (after its gate/up items, which by then
-//    are long done): two rows of R(W2 a) per warp into module scratch;
-// then the mix items (after the whole first phase): item j covers out rows
-// 8j .. 8j + 7; its 2 · topK units (slot k, half h: rows 8j + 4h .. +3) go
-// round the warps; a unit leaves R(W2_{ids[k]} a_k) of its 4 rows in shared
-// memory, then 8 threads add weights[k] · y_k in slot order, round, and add
-// the shared expert's row and the residual.
+// Work queue (file comment), pipelined by slot (slot 0 the shared expert
+// when there is one, its rows prefetched into L2 before the router ends):
+//  * gate/up items G(j): item i of slot j covers intermediate rows
+//    2 · warps · i .. +2·warps; warp w computes W1 and W3 of two rows (4 rows
+//    at once, x̂ staged once per block) and stores a to module scratch
+//    (bf16), then counts the item in slot j's counter;
+//  * down items D(j), queued after G(j + 1): once slot j's gate/up items are
+//    counted, warp w computes 4 rows of R(W2 a_j) into module scratch y_j.
+//    So the down rows of early slots stream while later slots' gate/up rows
+//    do: no drain of the whole GPU between the two halves of an MLP;
+//  * combine items (after every down item): a thread per output row adds
+//    weights[k] · y_k in slot order, rounds, adds the shared expert's row
+//    and the residual.
 // Every weight byte of the chosen experts is read once, by all SMs.
-// Items: (topK · ceil(I / 16) + ceil(S / 16) + ceil(dim / 16)) + ceil(dim /
-// 8) (256 threads, with a shared expert of S rows); the plan's grid (4
-// blocks per SM) works best.
-// Limits: topK · interDim + S <= kMoeActCap (rows padded to 8) and, with a
-// shared expert, dim <= kMoeSharedCap (else out is NaN); dim <= kStageCap
-// is staged in shared memory (a longer x̂ is formed from global memory); an
-// id outside [0, numExperts) makes its slot NaN. `out` may alias
+// Items per slot: ceil(I / 16) gate/up + ceil(dim / 32) down (256 threads),
+// plus ceil(dim / 256) combine; the plan's grid (4 blocks per SM) works best.
+// Limits: topK · interDim + S <= kMoeActCap (rows padded to 8), (topK + 1)
+// · dim <= kMoeYCap and topK < kMoeMaxSlots (else out is NaN); dim <=
+// kStageCap is staged in shared memory (a longer x̂ is formed from global
+// memory); an id outside [0, numExperts) makes its slot NaN. `out` may alias
 // `residual`, not x.
 extern "C" __global__ void __launch_bounds__(1024)
     k3_moe_experts(const MoeExpertsParams p) {
   __shared__ float4 xs[kStageCap / 4];
   __shared__ float normParts[kNormParts];
-  __shared__ float ys[kMixRows][kMixSlots];
-  __shared__ float mix[kMixRows]; // Σ_k weights[k] · y_k so far, per row
   __shared__ MoeShape sh;
   const int32_t K = p.topK > 0 ? p.topK : 0;
   const int64_t rowsPerItem = 2 * (blockDim.x >> 5);
   const bool hasShared = p.sharedInterDim > 0;
-  const unsigned sharedItems =
+  const unsigned guShared =
       hasShared ? static_cast<unsigned>(
                       (p.sharedInterDim + rowsPerItem - 1) / rowsPerItem)
                 : 0u;
   dev::allowDependentLaunch();
   if (hasShared)
-    prefetchShared(p, sharedItems);
+    prefetchShared(p, guShared);
   if (p.normWeight && threadIdx.x < 32)
     prefetchL2Warp(p.normWeight, 2 * p.dim);
   dev::waitForPriorGrids();
-  // Slot k's activations start at k · aStride (16-byte aligned rows), the
-  // shared expert's at topK · aStride.
   const int64_t aStride = (p.interDim + 7) & ~int64_t(7);
   const int64_t sharedStride = (p.sharedInterDim + 7) & ~int64_t(7);
+  const int64_t slots = int64_t(K) + (hasShared ? 1 : 0);
   if (int64_t(K) * aStride + sharedStride > kMoeActCap ||
-      (hasShared && p.dim > kMoeSharedCap)) {
+      slots * p.dim > kMoeYCap || slots > kMoeMaxSlots) {
     fillNaN(p.out, p.dim);
     return;
   }
   if (threadIdx.x == 0) {
     sh.aStride = aStride;
-    sh.sharedItems = sharedItems;
-    sh.perSlot =
+    sh.sharedStride = sharedStride;
+    sh.slots = static_cast<unsigned>(slots);
+    sh.shared = hasShared ? 1u : 0u;
+    sh.guShared = guShared;
+    sh.guRouted =
         static_cast<unsigned>((p.interDim + rowsPerItem - 1) / rowsPerItem);
-    sh.routedEnd = sharedItems + sh.perSlot * static_cast<unsigned>(K);
-    sh.gateItems =
-        sh.routedEnd +
-        (hasShared
-             ? static_cast<unsigned>((p.dim + rowsPerItem - 1) / rowsPerItem)
-             : 0u);
-    sh.items =
-        sh.gateItems + static_cast<unsigned>((p.dim + kMixRows - 1) / kMixRows);
+    const int64_t downRows = kDownRows * (blockDim.x >> 5);
+    sh.down = static_cast<unsigned>((p.dim + downRows - 1) / downRows);
+    sh.firstCombine = guShared + sh.guRouted * static_cast<unsigned>(K) +
+                      sh.down * sh.slots;
+    sh.items = sh.firstCombine +
+               static_cast<unsigned>((p.dim + blockDim.x - 1) / blockDim.x);
     sh.stageX = p.dim <= kStageCap;
   }
   bool haveX = false;
 
   for (;;) {
     // (nextItem's barriers also publish sh.)
-    const unsigned item = nextItem(gMoeQueue, &sh.item);
-    if (item >= sh.items)
+    const unsigned ticket = nextItem(gMoeQueue, &sh.item);
+    if (ticket >= sh.items)
       break;
-    if (item < sh.routedEnd) {
+    const MoeItem it = decodeItem(sh, ticket);
+    if (it.kind == MoeItem::GateUp) {
       if (!haveX) {
         float r = 1.0f;
         if (p.normWeight && sh.stageX &&
@@ -1005,44 +1034,31 @@ extern "C" __global__ void __launch_bounds__(1024)
         __syncthreads();
         haveX = true;
       }
-      moeGateUp(p, sh, item, xs);
-      finishGateUp(gMoeQueue, item < sh.sharedItems);
-    } else if (item < sh.gateItems) {
-      awaitCount(&gMoeQueue.sharedDone, sh.sharedItems);
-      moeSharedDown(p, sh, item - sh.routedEnd);
-      finishGateUp(gMoeQueue);
+      moeGateUp(p, sh, it.slot, it.index, xs);
+      finishItem(&gMoeSlotDone[it.slot]);
+    } else if (it.kind == MoeItem::Down) {
+      awaitCount(&gMoeSlotDone[it.slot], guItems(sh, it.slot));
+      moeDown(p, sh, it.slot, it.index);
+      finishGateUp(gMoeQueue); // the combine items wait for all of them
     } else {
-      awaitGateUp(gMoeQueue, sh.gateItems); // one load once all are done
-      const int64_t o0 = int64_t(item - sh.gateItems) * kMixRows;
-      if (threadIdx.x < kMixRows)
-        mix[threadIdx.x] = 0.0f;
-      for (int32_t kb = 0; kb < K; kb += kMixSlots) {
-        const int n = min(K - kb, kMixSlots);
-        for (int u = threadIdx.x >> 5; u < kMixParts * n;
-             u += blockDim.x >> 5)
-          moeMixUnit(p, sh, kb + u / kMixParts,
-                     o0 + (u % kMixParts) * kMixUnitRows, u / kMixParts,
-                     ys + (u % kMixParts) * kMixUnitRows);
-        __syncthreads();
-        if (threadIdx.x < kMixRows) {
-          float acc = mix[threadIdx.x];
-          for (int j = 0; j < n; ++j)
-            acc = __fadd_rn(acc,
-                            __fmul_rn(p.weights[kb + j], ys[threadIdx.x][j]));
-          mix[threadIdx.x] = acc;
-        }
-        __syncthreads();
-      }
-      if (threadIdx.x < kMixRows && o0 + threadIdx.x < p.dim) {
-        const int64_t row = o0 + threadIdx.x;
-        float v = dev::roundBf16(mix[threadIdx.x]);
-        if (hasShared) // written by other blocks of this launch: via L2
-          v = dev::roundBf16(__fadd_rn(v, __ldcg(&gMoeSharedY[row])));
+      awaitGateUp(gMoeQueue, sh.down * sh.slots);
+      const int64_t row = int64_t(it.index) * blockDim.x + threadIdx.x;
+      if (row < p.dim) {
+        // y was written by other blocks of this launch: read via L2.
+        const float *y = gMoeY + row;
+        float acc = 0.0f;
+        for (int32_t k = 0; k < K; ++k)
+          acc = __fadd_rn(acc, __fmul_rn(p.weights[k],
+                                         __ldcg(y + int64_t(k + sh.shared) *
+                                                        p.dim)));
+        float v = dev::roundBf16(acc);
+        if (hasShared)
+          v = dev::roundBf16(__fadd_rn(v, __ldcg(y)));
         if (p.residual)
           v = __fadd_rn(v, dev::bf16ToF(p.residual[row]));
         p.out[row] = dev::fToBf16(v);
       }
     }
   }
-  leaveQueue(gMoeQueue);
+  leaveQueue(gMoeQueue, gMoeSlotDone, static_cast<int>(sh.slots));
 }
