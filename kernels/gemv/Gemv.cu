@@ -35,13 +35,9 @@ constexpr int kChunk = 12288;
 /// allow.)
 constexpr int kUnrollBf16 = 6;
 constexpr int kUnrollMxfp4 = 4;
-/// Bytes of its rows (its share of each, in the order it reads them) that
-/// each warp asks L2 for before the prologue (norm + staging), which with
-/// programmatic dependent launch is while the previous kernel still runs.
-/// A whole o_proj / down_proj row, or the first two rows of a fused KDA
-/// projection; at most 528 · 8 warps · 8 KiB = 34 MiB in flight, under the
-/// H200's 50 MiB of L2.
-constexpr int kPrefetchBytes = 8 * 1024;
+/// Bytes of its first row that each warp prefetches into L2 before the
+/// prologue (norm + staging), so HBM latency overlaps it.
+constexpr int kPrefetchBytes = 32 * 128;
 
 static_assert(kChunk % 32 == 0, "a chunk holds whole MXFP4 blocks");
 
@@ -257,25 +253,22 @@ __device__ __forceinline__ void rowDot(const RowTarget &t, int64_t k,
   dotScalar(t.w, k, t.row, c0, s.x, s.y, xs, lane, acc[0]);
 }
 
-/// Starts the fetch of this warp's share (first chunk) of row `t`, at most
-/// `budget` bytes of it, 128 bytes per lane per round; returns the bytes
-/// asked for. Both vector paths split a row in 16-byte units (8 bf16
-/// columns, or one 32-column MXFP4 block).
-__device__ __forceinline__ int64_t prefetchShare(const RowTarget &t, int64_t k,
-                                                 int slice, int slices,
-                                                 int lane, int64_t budget) {
+/// Starts the fetch of the head of this warp's share of its row (first
+/// chunk): 128 bytes per lane, up to kPrefetchBytes. Both vector paths split
+/// a row in 16-byte units (8 bf16 columns, or one 32-column MXFP4 block).
+__device__ __forceinline__ void prefetchRowHead(const RowTarget &t, int64_t k,
+                                                int slice, int slices,
+                                                int lane) {
   const bool mx = t.w.format == kWeightMxfp4;
   const char *row =
       mx ? reinterpret_cast<const char *>(t.w.packed + t.row * (k / 2))
          : reinterpret_cast<const char *>(t.w.bf16 + t.row * k);
   const int len = static_cast<int>(k < kChunk ? k : kChunk);
   const int2 s = share(mx ? len >> 5 : len >> 3, slice, slices);
-  const int64_t begin = static_cast<int64_t>(s.x) * 16;
-  const int64_t bytes =
-      min(static_cast<int64_t>(s.y) * 16 - begin, budget);
-  for (int64_t off = lane * 128; off < bytes; off += 32 * 128)
-    prefetchL2Line(row + begin + off);
-  return bytes > 0 ? bytes : 0;
+  const int64_t off = static_cast<int64_t>(s.x) * 16 + lane * 128;
+  if (off < static_cast<int64_t>(s.y) * 16 &&
+      off < static_cast<int64_t>(s.x) * 16 + kPrefetchBytes)
+    prefetchL2Line(row + off);
 }
 
 /// Writes a finished row: fp32 as is, or bf16 R(y) / R(R(y) + residual).
@@ -376,12 +369,8 @@ __device__ void gemvBody(const Rows &rows, const uint16_t *x, int64_t k,
   // The weights are no kernel's output: their first bytes are asked for
   // while the previous kernel may still run (programmatic dependent
   // launch), and x only after it has finished.
-  {
-    int64_t budget = kPrefetchBytes;
-    for (int64_t row = first + slot; row < total && budget > 0;
-         row += static_cast<int64_t>(gridDim.x) * perBlock)
-      budget -= prefetchShare(rows.at(row), k, slice, slices, lane, budget);
-  }
+  if (first + slot < total)
+    prefetchRowHead(rows.at(first + slot), k, slice, slices, lane);
   dev::waitForPriorGrids();
   const float r = normW ? rmsFactor(x, k, eps, scratch) : 0.0f;
 
