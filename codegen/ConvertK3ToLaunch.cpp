@@ -19,6 +19,8 @@
 
 #include "mlir/IR/PatternMatch.h"
 #include "llvm/ADT/TypeSwitch.h"
+#include "llvm/Support/Allocator.h"
+#include "llvm/Support/StringSaver.h"
 
 #include <algorithm>
 #include <cmath>
@@ -223,23 +225,34 @@ private:
   struct ExpertExtras {
     Value sharedW1, sharedW3, sharedW2, residual;
   };
-  /// The `router` launch of `op` (k3.router, k3.routed_experts or
+  /// A launch's arguments before they are bound to a kernel.
+  struct LaunchArgs {
+    SmallVector<PtrArg> ptrs;
+    SmallVector<ScalarArg> scalars;
+  };
+  /// The `router` arguments of `op` (k3.router, k3.routed_experts or
   /// k3.moe_ffn): top-k ids and mixing weights into `ids` / `weights`.
-  void lowerRouter(Operation *op, Value x, FoldedNorm norm, Value gate,
-                   Value bias, int64_t topK, bool renorm, double scaling,
-                   Value ids, Value weights);
-  /// The `moe_experts` launch of `op`: the weighted mix of the chosen
+  LaunchArgs routerArgs(Operation *op, Value x, FoldedNorm norm, Value gate,
+                        Value bias, int64_t topK, bool renorm, double scaling,
+                        Value ids, Value weights);
+  /// The `moe_experts` arguments of `op`: the weighted mix of the chosen
   /// experts' gated MLPs on `x` (+ `extras`) into `out`.
-  void lowerExperts(Operation *op, Value x, FoldedNorm norm, Value ids,
-                    Value weights, int64_t topK, Value w1, Value w3, Value w2,
-                    const ExpertExtras &extras, Value out,
-                    std::optional<Activation> act, std::optional<APFloat> b1,
-                    std::optional<APFloat> b2);
+  LaunchArgs expertsArgs(Operation *op, Value x, FoldedNorm norm, Value ids,
+                         Value weights, int64_t topK, Value w1, Value w3,
+                         Value w2, const ExpertExtras &extras, Value out,
+                         std::optional<Activation> act,
+                         std::optional<APFloat> b1, std::optional<APFloat> b2);
+  /// `args` with every name under `prefix` (a nested params struct).
+  void appendPrefixed(StringRef prefix, const LaunchArgs &args,
+                      LaunchArgs &out);
 
   func::FuncOp fn_;
   OpBuilder b_;
   Location loc_ = UnknownLoc::get(fn_.getContext());
   DenseMap<Value, Value> ptrs_;
+  /// Storage of the prefixed field names (the launch op copies them).
+  llvm::BumpPtrAllocator nameAlloc_;
+  llvm::StringSaver names_{nameAlloc_};
 };
 
 void Lowering::lowerWeight(WeightOp op) {
@@ -363,53 +376,66 @@ void Lowering::lowerMlaAttend(Operation *op, MlaConfigAttr c, Value q,
                            : 0));
 }
 
-void Lowering::lowerRouter(Operation *op, Value x, FoldedNorm norm,
-                           Value gate, Value bias, int64_t topK, bool renorm,
-                           double scaling, Value ids, Value weights) {
-  SmallVector<ScalarArg> sc = {I("numExperts", dimOf(gate, 0)),
-                               I("dim", dimOf(gate, 1)), I("topK", topK),
-                               I("renormalize", renorm ? 1 : 0),
-                               F("scaling", scaling)};
+Lowering::LaunchArgs Lowering::routerArgs(Operation *op, Value x,
+                                           FoldedNorm norm, Value gate,
+                                           Value bias, int64_t topK,
+                                           bool renorm, double scaling,
+                                           Value ids, Value weights) {
+  LaunchArgs a;
+  a.scalars = {I("numExperts", dimOf(gate, 0)), I("dim", dimOf(gate, 1)),
+               I("topK", topK), I("renormalize", renorm ? 1 : 0),
+               F("scaling", scaling)};
   if (norm.weight)
-    sc.push_back(F("normEps", norm.eps));
-  launch("router", op,
-         {{"h", ptr(x)},
-          {"normWeight", opt(norm.weight)},
-          {"gate", ptr(gate)},
-          {"bias", ptr(bias)},
-          {"outIds", ids},
-          {"outWeights", weights}},
-         forceExpertArg(op, sc), {}, ceilDiv(dimOf(gate, 0), 8));
+    a.scalars.push_back(F("normEps", norm.eps));
+  a.scalars = forceExpertArg(op, a.scalars);
+  a.ptrs = {{"h", ptr(x)},
+            {"normWeight", opt(norm.weight)},
+            {"gate", ptr(gate)},
+            {"bias", ptr(bias)},
+            {"outIds", ids},
+            {"outWeights", weights}};
+  return a;
 }
 
-void Lowering::lowerExperts(Operation *op, Value x, FoldedNorm norm, Value ids,
-                            Value weights, int64_t topK, Value w1, Value w3,
-                            Value w2, const ExpertExtras &extras, Value out,
-                            std::optional<Activation> act,
-                            std::optional<APFloat> b1,
-                            std::optional<APFloat> b2) {
-  SmallVector<ScalarArg> sc = {I("topK", topK), I("numExperts", dimOf(w1, 0)),
-                               I("dim", dimOf(w1, 2)),
-                               I("interDim", dimOf(w1, 1))};
-  activationArgs(act, b1, b2, sc);
+Lowering::LaunchArgs
+Lowering::expertsArgs(Operation *op, Value x, FoldedNorm norm, Value ids,
+                      Value weights, int64_t topK, Value w1, Value w3,
+                      Value w2, const ExpertExtras &extras, Value out,
+                      std::optional<Activation> act, std::optional<APFloat> b1,
+                      std::optional<APFloat> b2) {
+  LaunchArgs a;
+  a.scalars = {I("topK", topK), I("numExperts", dimOf(w1, 0)),
+               I("dim", dimOf(w1, 2)), I("interDim", dimOf(w1, 1))};
+  activationArgs(act, b1, b2, a.scalars);
   if (norm.weight)
-    sc.push_back(F("normEps", norm.eps));
+    a.scalars.push_back(F("normEps", norm.eps));
   if (extras.sharedW1)
-    sc.push_back(I("sharedInterDim", dimOf(extras.sharedW1, 0)));
-  launch("moe_experts", op,
-         {{"x", ptr(x)},
-          {"ids", ids},
-          {"weights", weights},
-          {"w1", ptr(w1)},
-          {"w3", ptr(w3)},
-          {"w2", ptr(w2)},
-          {"normWeight", opt(norm.weight)},
-          {"sharedW1", opt(extras.sharedW1)},
-          {"sharedW3", opt(extras.sharedW3)},
-          {"sharedW2", opt(extras.sharedW2)},
-          {"residual", opt(extras.residual)},
-          {"out", out}},
-         sc, {}, kWorkQueueGrid);
+    a.scalars.push_back(I("sharedInterDim", dimOf(extras.sharedW1, 0)));
+  a.ptrs = {{"x", ptr(x)},
+            {"ids", ids},
+            {"weights", weights},
+            {"w1", ptr(w1)},
+            {"w3", ptr(w3)},
+            {"w2", ptr(w2)},
+            {"normWeight", opt(norm.weight)},
+            {"sharedW1", opt(extras.sharedW1)},
+            {"sharedW3", opt(extras.sharedW3)},
+            {"sharedW2", opt(extras.sharedW2)},
+            {"residual", opt(extras.residual)},
+            {"out", out}};
+  return a;
+}
+
+void Lowering::appendPrefixed(StringRef prefix, const LaunchArgs &args,
+                              LaunchArgs &out) {
+  for (PtrArg p : args.ptrs) {
+    p.name = names_.save(prefix + p.name);
+    out.ptrs.push_back(p);
+  }
+  for (ScalarArg s : args.scalars) {
+    s.name = names_.save(prefix + s.name);
+    out.scalars.push_back(s);
+  }
 }
 
 LogicalResult Lowering::lower(Operation *op) {
@@ -574,18 +600,22 @@ LogicalResult Lowering::lower(Operation *op) {
         // evaluation order is unspecified): buffer order is plan output.
         Value ids = alloc(o.getIds(), "router_ids");
         Value wts = alloc(o.getWeights(), "router_weights");
-        lowerRouter(o, o.getX(), {}, o.getGate(), o.getBias(), o.getTopK(),
-                    o.getRenormalize(), o.getScaling().convertToDouble(), ids,
-                    wts);
+        LaunchArgs a = routerArgs(o, o.getX(), {}, o.getGate(), o.getBias(),
+                                  o.getTopK(), o.getRenormalize(),
+                                  o.getScaling().convertToDouble(), ids, wts);
+        launch("router", o, a.ptrs, a.scalars, {},
+               ceilDiv(dimOf(o.getGate(), 0), 8));
         return success();
       })
       .Case<ExpertMixOp>([&](ExpertMixOp o) {
         Value out = alloc(o.getResult(), "expert_mix");
         Value ids = ptr(o.getIds());
         Value wts = ptr(o.getWeights());
-        lowerExperts(o, o.getX(), {}, ids, wts, len(o.getIds()), o.getW1(),
-                     o.getW3(), o.getW2(), {}, out, o.getAct(),
-                     o.getSituBeta(), o.getSituLinearBeta());
+        LaunchArgs a = expertsArgs(o, o.getX(), {}, ids, wts, len(o.getIds()),
+                                   o.getW1(), o.getW3(), o.getW2(), {}, out,
+                                   o.getAct(), o.getSituBeta(),
+                                   o.getSituLinearBeta());
+        launch("moe_experts", o, a.ptrs, a.scalars, {}, kWorkQueueGrid);
         return success();
       })
       .Case<AttnResOp>([&](AttnResOp o) {
@@ -672,12 +702,15 @@ LogicalResult Lowering::lower(Operation *op) {
         Value wts = scratch(K, "f32", "router_weights");
         Value mix = o.getNorm() ? scratch(Dm, "bf16", "expert_mix")
                                 : alloc(o.getResult(), "routed_experts");
-        lowerRouter(o, o.getX(), {}, o.getGate(), o.getBias(), K,
-                    o.getRenormalize(), o.getScaling().convertToDouble(), ids,
-                    wts);
-        lowerExperts(o, o.getZ(), {}, ids, wts, K, o.getW1(), o.getW3(),
-                     o.getW2(), {}, mix, o.getAct(), o.getSituBeta(),
-                     o.getSituLinearBeta());
+        LaunchArgs r = routerArgs(o, o.getX(), {}, o.getGate(), o.getBias(),
+                                  K, o.getRenormalize(),
+                                  o.getScaling().convertToDouble(), ids, wts);
+        launch("router", o, r.ptrs, r.scalars, {},
+               ceilDiv(dimOf(o.getGate(), 0), 8));
+        LaunchArgs e = expertsArgs(o, o.getZ(), {}, ids, wts, K, o.getW1(),
+                                   o.getW3(), o.getW2(), {}, mix, o.getAct(),
+                                   o.getSituBeta(), o.getSituLinearBeta());
+        launch("moe_experts", o, e.ptrs, e.scalars, {}, kWorkQueueGrid);
         if (o.getNorm()) {
           Value out = alloc(o.getResult(), "routed_experts");
           launch("rms_norm", o,
@@ -687,22 +720,31 @@ LogicalResult Lowering::lower(Operation *op) {
         return success();
       })
       .Case<MoeFfnOp>([&](MoeFfnOp o) {
-        // Two launches: the router and the expert kernel both normalise h
-        // themselves; the shared expert and both adds are the expert
-        // kernel's (MoeExpertsParams).
+        // One `moe_ffn` launch (MoeFfnParams: a router and a moe_experts
+        // struct): both normalise h themselves, the router's ids / weights
+        // are the experts' input, the shared expert and both adds are the
+        // expert half's.
         int64_t K = o.getTopK();
         Value ids = scratch(K, "i32", "router_ids");
         Value wts = scratch(K, "f32", "router_weights");
         Value out = alloc(o.getResult(), "moe_ffn");
         FoldedNorm norm{o.getNorm(), o.getEps().convertToDouble()};
-        lowerRouter(o, o.getH(), norm, o.getGate(), o.getBias(), K,
-                    o.getRenormalize(), o.getScaling().convertToDouble(), ids,
-                    wts);
-        lowerExperts(o, o.getH(), norm, ids, wts, K, o.getW1(), o.getW3(),
-                     o.getW2(),
-                     {o.getSharedW1(), o.getSharedW3(), o.getSharedW2(),
-                      o.getH()},
-                     out, o.getAct(), o.getSituBeta(), o.getSituLinearBeta());
+        LaunchArgs a;
+        appendPrefixed("router.",
+                       routerArgs(o, o.getH(), norm, o.getGate(), o.getBias(),
+                                  K, o.getRenormalize(),
+                                  o.getScaling().convertToDouble(), ids, wts),
+                       a);
+        appendPrefixed(
+            "experts.",
+            expertsArgs(o, o.getH(), norm, ids, wts, K, o.getW1(), o.getW3(),
+                        o.getW2(),
+                        {o.getSharedW1(), o.getSharedW3(), o.getSharedW2(),
+                         o.getH()},
+                        out, o.getAct(), o.getSituBeta(),
+                        o.getSituLinearBeta()),
+            a);
+        launch("moe_ffn", o, a.ptrs, a.scalars, {}, kWorkQueueGrid);
         return success();
       })
       .Case<GatedMlpOp>([&](GatedMlpOp o) {

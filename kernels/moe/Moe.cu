@@ -496,8 +496,9 @@ __device__ __forceinline__ void awaitGateUp(WorkQueue &wq, unsigned items) {
 }
 
 /// Leaves the queue; the last block out zeroes it, and the `extra`
-/// counters, for the next launch (every other block has left by then).
-__device__ __forceinline__ void leaveQueue(WorkQueue &wq,
+/// counters, for the next launch (every other block has left by then), and
+/// returns true.
+__device__ __forceinline__ bool leaveQueue(WorkQueue &wq,
                                            unsigned *extra = nullptr,
                                            int extraCount = 0) {
   __shared__ int lastOut;
@@ -506,7 +507,7 @@ __device__ __forceinline__ void leaveQueue(WorkQueue &wq,
     lastOut = atomicAdd(&wq.exited, 1u) == gridDim.x - 1;
   __syncthreads();
   if (!lastOut)
-    return;
+    return false;
   for (int i = threadIdx.x; i < extraCount; i += blockDim.x)
     atomicExch(extra + i, 0u);
   if (threadIdx.x == 0) {
@@ -514,6 +515,7 @@ __device__ __forceinline__ void leaveQueue(WorkQueue &wq,
     atomicExch(&wq.done, 0u);
     atomicExch(&wq.exited, 0u);
   }
+  return true;
 }
 
 /// Fills out[0..n) with NaN (a launch outside the scratch limits).
@@ -531,6 +533,73 @@ __device__ __forceinline__ unsigned long long rankKey(float rank, int64_t e) {
   return (static_cast<unsigned long long>(u) << 32) |
          (0xffffffffu - static_cast<unsigned>(e));
 }
+
+} // namespace
+
+namespace {
+
+/// The router's second half, by one block once every score is in `scores`
+/// (module scratch, written by other blocks: read through L2): the topK
+/// experts by s + bias and their weights into outIds / outWeights.
+/// `rankBits` is E words of shared memory (a stage no longer needed).
+__device__ void rankTopK(const RouterParams &p, const float *scores,
+                         unsigned *rankBits) {
+  // The ranks' keys' high words, staged (the h stage is no longer needed),
+  // then every key's place by counting the keys above it (keys are unique:
+  // the low word is the index), stopping at topK: no block-wide rounds, and
+  // the keys outside the top-k, the vast majority, stop after a few reads.
+  __shared__ int32_t topIds[kRouterMaxTopK];
+  __shared__ float topScores[kRouterMaxTopK];
+  __shared__ float denomShared;
+  const int64_t E = p.numExperts;
+  const int32_t K = p.topK;
+  for (int32_t k = threadIdx.x; k < K; k += blockDim.x)
+    topIds[k] = -1; // E < topK: the places no expert takes
+  if (p.forceExpert < 0) {
+    for (int64_t e = threadIdx.x; e < E; e += blockDim.x) {
+      const float r = __ldcg(&scores[e]) + (p.bias ? p.bias[e] : 0.0f);
+      rankBits[e] = static_cast<unsigned>(rankKey(r, e) >> 32);
+    }
+  }
+  __syncthreads();
+  auto keyOf = [&](int64_t e) {
+    return (static_cast<unsigned long long>(rankBits[e]) << 32) |
+           (0xffffffffu - static_cast<unsigned>(e));
+  };
+  if (p.forceExpert < 0)
+    for (int64_t e = threadIdx.x; e < E; e += blockDim.x) {
+      const unsigned long long mine = keyOf(e);
+      int32_t above = 0;
+      for (int64_t j = 0; j < E && above < K; ++j)
+        above += keyOf(j) > mine;
+      if (above < K)
+        topIds[above] = static_cast<int32_t>(e);
+    }
+  __syncthreads();
+  // Each place's score in parallel; then routerCpu's weights, operation for
+  // operation (the sum in rank order by one thread, from shared memory).
+  for (int32_t k = threadIdx.x; k < K; k += blockDim.x) {
+    const int32_t id = p.forceExpert >= 0 ? p.forceExpert : topIds[k];
+    topScores[k] = id >= 0 && id < E ? __ldcg(&scores[id])
+                                     : __int_as_float(0x7fc00000);
+    p.outIds[k] = id;
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    float sum = 0.0f;
+    for (int32_t k = 0; k < K; ++k)
+      sum += topScores[k];
+    denomShared = p.renormalize ? sum + 1e-20f : 1.0f;
+  }
+  __syncthreads();
+  for (int32_t k = threadIdx.x; k < K; k += blockDim.x) {
+    float w = topScores[k];
+    if (p.renormalize)
+      w = w / denomShared;
+    p.outWeights[k] = w * p.scaling;
+  }
+}
+
 
 } // namespace
 
@@ -558,9 +627,6 @@ extern "C" __global__ void __launch_bounds__(1024)
     k3_router(const RouterParams p) {
   __shared__ float4 xs[kStageCap / 4];
   __shared__ float normParts[kNormParts];
-  __shared__ int32_t topIds[kRouterMaxTopK];
-  __shared__ float topScores[kRouterMaxTopK];
-  __shared__ float denomShared;
   __shared__ int last;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int warps = blockDim.x >> 5;
@@ -628,57 +694,7 @@ extern "C" __global__ void __launch_bounds__(1024)
     return;
   __threadfence();
 
-  // The ranks' keys' high words, staged (the h stage is no longer needed),
-  // then every key's place by counting the keys above it (keys are unique:
-  // the low word is the index), stopping at topK: no block-wide rounds, and
-  // the keys outside the top-k, the vast majority, stop after a few reads.
-  unsigned *rankBits = reinterpret_cast<unsigned *>(xs);
-  const int32_t K = p.topK;
-  for (int32_t k = threadIdx.x; k < K; k += blockDim.x)
-    topIds[k] = -1; // E < topK: the places no expert takes
-  if (p.forceExpert < 0) {
-    for (int64_t e = threadIdx.x; e < E; e += blockDim.x) {
-      const float r = __ldcg(&gRouterScores[e]) + (p.bias ? p.bias[e] : 0.0f);
-      rankBits[e] = static_cast<unsigned>(rankKey(r, e) >> 32);
-    }
-  }
-  __syncthreads();
-  auto keyOf = [&](int64_t e) {
-    return (static_cast<unsigned long long>(rankBits[e]) << 32) |
-           (0xffffffffu - static_cast<unsigned>(e));
-  };
-  if (p.forceExpert < 0)
-    for (int64_t e = threadIdx.x; e < E; e += blockDim.x) {
-      const unsigned long long mine = keyOf(e);
-      int32_t above = 0;
-      for (int64_t j = 0; j < E && above < K; ++j)
-        above += keyOf(j) > mine;
-      if (above < K)
-        topIds[above] = static_cast<int32_t>(e);
-    }
-  __syncthreads();
-  // Each place's score in parallel; then routerCpu's weights, operation for
-  // operation (the sum in rank order by one thread, from shared memory).
-  for (int32_t k = threadIdx.x; k < K; k += blockDim.x) {
-    const int32_t id = p.forceExpert >= 0 ? p.forceExpert : topIds[k];
-    topScores[k] = id >= 0 && id < E ? __ldcg(&gRouterScores[id])
-                                     : __int_as_float(0x7fc00000);
-    p.outIds[k] = id;
-  }
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    float sum = 0.0f;
-    for (int32_t k = 0; k < K; ++k)
-      sum += topScores[k];
-    denomShared = p.renormalize ? sum + 1e-20f : 1.0f;
-  }
-  __syncthreads();
-  for (int32_t k = threadIdx.x; k < K; k += blockDim.x) {
-    float w = topScores[k];
-    if (p.renormalize)
-      w = w / denomShared;
-    p.outWeights[k] = w * p.scaling;
-  }
+  rankTopK(p, gRouterScores, reinterpret_cast<unsigned *>(xs));
 }
 
 //===----------------------------------------------------------------------===//
@@ -771,6 +787,8 @@ extern "C" __global__ void __launch_bounds__(1024)
   leaveQueue(gGatedQueue);
 }
 
+namespace {
+
 /// The launch-wide numbers of a `moe_experts` launch, kept in shared memory
 /// and re-read where needed: fewer long-lived registers in the item loop.
 /// Slots: 0 is the shared expert when there is one, then the routed slots
@@ -837,7 +855,8 @@ __device__ __forceinline__ bool slotExpert(const MoeExpertsParams &p,
   const int32_t k = static_cast<int32_t>(j - sh.shared);
   inter = p.interDim;
   act = gMoeAct + sh.sharedStride + int64_t(k) * sh.aStride;
-  const int32_t e = p.ids[k];
+  // Through L2: in moe_ffn the ids are written by this launch's router.
+  const int32_t e = __ldcg(p.ids + k);
   if (e < 0 || e >= p.numExperts)
     return false;
   w[0] = p.w1[e], w[1] = p.w3[e], w[2] = p.w2[e];
@@ -914,24 +933,126 @@ __device__ __forceinline__ void moeDown(const MoeExpertsParams &p,
   }
 }
 
-/// Asks L2 for the shared expert's weights that this block will most likely
-/// read first (its gate/up item blockIdx.x) before the router it waits for
-/// has finished: they depend on no kernel's output.
+/// Asks L2 for the shared expert's gate/up rows of its item `item` (the
+/// one this block will most likely draw first) before the router it waits
+/// for has finished: they depend on no kernel's output.
 __device__ __forceinline__ void prefetchShared(const MoeExpertsParams &p,
-                                               unsigned sharedItems) {
+                                               unsigned item) {
   const int warp = threadIdx.x >> 5;
   const int64_t D = p.dim, S = p.sharedInterDim;
-  if (blockIdx.x < sharedItems) {
-    const int64_t i0 =
-        int64_t(blockIdx.x) * (2 * (blockDim.x >> 5)) + 2 * warp;
-    for (int64_t i = i0; i < min(i0 + 2, S); ++i) {
-      if (p.sharedW1.format == kWeightBf16)
-        prefetchL2Warp(p.sharedW1.bf16 + i * D, 2 * D);
-      if (p.sharedW3.format == kWeightBf16)
-        prefetchL2Warp(p.sharedW3.bf16 + i * D, 2 * D);
+  const int64_t i0 = int64_t(item) * (2 * (blockDim.x >> 5)) + 2 * warp;
+  for (int64_t i = i0; i < min(i0 + 2, S); ++i) {
+    if (p.sharedW1.format == kWeightBf16)
+      prefetchL2Warp(p.sharedW1.bf16 + i * D, 2 * D);
+    if (p.sharedW3.format == kWeightBf16)
+      prefetchL2Warp(p.sharedW3.bf16 + i * D, 2 * D);
+  }
+}
+
+/// Gate/up items of the shared slot (0 without one).
+__device__ __forceinline__ unsigned sharedGateUpItems(const MoeExpertsParams &p) {
+  const int64_t rowsPerItem = 2 * (blockDim.x >> 5);
+  return p.sharedInterDim > 0
+             ? static_cast<unsigned>(
+                   (p.sharedInterDim + rowsPerItem - 1) / rowsPerItem)
+             : 0u;
+}
+
+/// Fills `sh` (thread 0; published by the next barrier) and returns false
+/// when the launch is outside the module scratch (the caller writes NaN).
+__device__ bool moeSetup(const MoeExpertsParams &p, MoeShape &sh) {
+  const int32_t K = p.topK > 0 ? p.topK : 0;
+  const int64_t rowsPerItem = 2 * (blockDim.x >> 5);
+  const bool hasShared = p.sharedInterDim > 0;
+  const int64_t aStride = (p.interDim + 7) & ~int64_t(7);
+  const int64_t sharedStride = (p.sharedInterDim + 7) & ~int64_t(7);
+  const int64_t slots = int64_t(K) + (hasShared ? 1 : 0);
+  if (int64_t(K) * aStride + sharedStride > kMoeActCap ||
+      slots * p.dim > kMoeYCap || slots > kMoeMaxSlots)
+    return false;
+  if (threadIdx.x == 0) {
+    sh.aStride = aStride;
+    sh.sharedStride = sharedStride;
+    sh.slots = static_cast<unsigned>(slots);
+    sh.shared = hasShared ? 1u : 0u;
+    sh.guShared = sharedGateUpItems(p);
+    sh.guRouted =
+        static_cast<unsigned>((p.interDim + rowsPerItem - 1) / rowsPerItem);
+    const int64_t downRows = kDownRows * (blockDim.x >> 5);
+    sh.down = static_cast<unsigned>((p.dim + downRows - 1) / downRows);
+    sh.firstCombine = sh.guShared + sh.guRouted * static_cast<unsigned>(K) +
+                      sh.down * sh.slots;
+    sh.items = sh.firstCombine +
+               static_cast<unsigned>((p.dim + blockDim.x - 1) / blockDim.x);
+    sh.stageX = p.dim <= kStageCap;
+  }
+  return true;
+}
+
+/// Stages x̂ (x, or its RMSNorm) for this block's gate/up rows once, and
+/// keeps the norm factor in sh for the unstaged path.
+__device__ void moeStageInput(const MoeExpertsParams &p, MoeShape &sh,
+                              float4 *xs, float *normParts) {
+  float r = 1.0f;
+  if (p.normWeight && sh.stageX && canStageNormed(p.x, p.normWeight, p.dim)) {
+    r = stageNormed(xs, p.dim, p.x, p.normWeight, p.normEps, normParts);
+  } else {
+    if (p.normWeight)
+      r = rmsFactor(p.x, p.dim, p.normEps, normParts);
+    if (sh.stageX)
+      stage(xs, p.dim,
+            GlobalAct{p.x, p.normWeight, r,
+                      aligned(p.x, 16) &&
+                          (!p.normWeight || aligned(p.normWeight, 16))});
+  }
+  if (threadIdx.x == 0)
+    sh.normR = r;
+  __syncthreads();
+}
+
+/// Runs `moe_experts` item `ticket` (see the kernel). `routed`, when given,
+/// is a flag that turns 1 once the ids and weights are written (moe_ffn):
+/// routed gate/up items wait for it.
+__device__ void moeRunItem(const MoeExpertsParams &p, MoeShape &sh,
+                           unsigned ticket, float4 *xs, float *normParts,
+                           bool &haveX, const unsigned *routed) {
+  const MoeItem it = decodeItem(sh, ticket);
+  if (it.kind == MoeItem::GateUp) {
+    if (routed && it.slot >= sh.shared)
+      awaitCount(routed, 1u);
+    if (!haveX) {
+      moeStageInput(p, sh, xs, normParts);
+      haveX = true;
+    }
+    moeGateUp(p, sh, it.slot, it.index, xs);
+    finishItem(&gMoeSlotDone[it.slot]);
+  } else if (it.kind == MoeItem::Down) {
+    awaitCount(&gMoeSlotDone[it.slot], guItems(sh, it.slot));
+    moeDown(p, sh, it.slot, it.index);
+    finishGateUp(gMoeQueue); // the combine items wait for all of them
+  } else {
+    awaitGateUp(gMoeQueue, sh.down * sh.slots);
+    const int64_t row = int64_t(it.index) * blockDim.x + threadIdx.x;
+    if (row < p.dim) {
+      // y was written by other blocks of this launch (and, in moe_ffn, the
+      // weights too): read via L2.
+      const float *y = gMoeY + row;
+      float acc = 0.0f;
+      for (int32_t k = 0; k < p.topK; ++k)
+        acc = __fadd_rn(acc, __fmul_rn(__ldcg(p.weights + k),
+                                       __ldcg(y + int64_t(k + sh.shared) *
+                                                      p.dim)));
+      float v = dev::roundBf16(acc);
+      if (sh.shared)
+        v = dev::roundBf16(__fadd_rn(v, __ldcg(y)));
+      if (p.residual)
+        v = __fadd_rn(v, dev::bf16ToF(p.residual[row]));
+      p.out[row] = dev::fToBf16(v);
     }
   }
 }
+
+} // namespace
 
 //===----------------------------------------------------------------------===//
 // moe_experts
@@ -969,96 +1090,139 @@ extern "C" __global__ void __launch_bounds__(1024)
   __shared__ float4 xs[kStageCap / 4];
   __shared__ float normParts[kNormParts];
   __shared__ MoeShape sh;
-  const int32_t K = p.topK > 0 ? p.topK : 0;
-  const int64_t rowsPerItem = 2 * (blockDim.x >> 5);
-  const bool hasShared = p.sharedInterDim > 0;
-  const unsigned guShared =
-      hasShared ? static_cast<unsigned>(
-                      (p.sharedInterDim + rowsPerItem - 1) / rowsPerItem)
-                : 0u;
   dev::allowDependentLaunch();
-  if (hasShared)
-    prefetchShared(p, guShared);
+  if (blockIdx.x < sharedGateUpItems(p))
+    prefetchShared(p, blockIdx.x);
   if (p.normWeight && threadIdx.x < 32)
     prefetchL2Warp(p.normWeight, 2 * p.dim);
   dev::waitForPriorGrids();
-  const int64_t aStride = (p.interDim + 7) & ~int64_t(7);
-  const int64_t sharedStride = (p.sharedInterDim + 7) & ~int64_t(7);
-  const int64_t slots = int64_t(K) + (hasShared ? 1 : 0);
-  if (int64_t(K) * aStride + sharedStride > kMoeActCap ||
-      slots * p.dim > kMoeYCap || slots > kMoeMaxSlots) {
+  if (!moeSetup(p, sh)) {
     fillNaN(p.out, p.dim);
     return;
   }
-  if (threadIdx.x == 0) {
-    sh.aStride = aStride;
-    sh.sharedStride = sharedStride;
-    sh.slots = static_cast<unsigned>(slots);
-    sh.shared = hasShared ? 1u : 0u;
-    sh.guShared = guShared;
-    sh.guRouted =
-        static_cast<unsigned>((p.interDim + rowsPerItem - 1) / rowsPerItem);
-    const int64_t downRows = kDownRows * (blockDim.x >> 5);
-    sh.down = static_cast<unsigned>((p.dim + downRows - 1) / downRows);
-    sh.firstCombine = guShared + sh.guRouted * static_cast<unsigned>(K) +
-                      sh.down * sh.slots;
-    sh.items = sh.firstCombine +
-               static_cast<unsigned>((p.dim + blockDim.x - 1) / blockDim.x);
-    sh.stageX = p.dim <= kStageCap;
-  }
   bool haveX = false;
-
   for (;;) {
     // (nextItem's barriers also publish sh.)
     const unsigned ticket = nextItem(gMoeQueue, &sh.item);
     if (ticket >= sh.items)
       break;
-    const MoeItem it = decodeItem(sh, ticket);
-    if (it.kind == MoeItem::GateUp) {
-      if (!haveX) {
-        float r = 1.0f;
-        if (p.normWeight && sh.stageX &&
-            canStageNormed(p.x, p.normWeight, p.dim)) {
-          r = stageNormed(xs, p.dim, p.x, p.normWeight, p.normEps, normParts);
-        } else {
-          if (p.normWeight)
-            r = rmsFactor(p.x, p.dim, p.normEps, normParts);
-          if (sh.stageX)
-            stage(xs, p.dim,
-                  GlobalAct{p.x, p.normWeight, r,
-                            aligned(p.x, 16) &&
-                                (!p.normWeight || aligned(p.normWeight, 16))});
-        }
-        if (threadIdx.x == 0)
-          sh.normR = r;
-        __syncthreads();
-        haveX = true;
-      }
-      moeGateUp(p, sh, it.slot, it.index, xs);
-      finishItem(&gMoeSlotDone[it.slot]);
-    } else if (it.kind == MoeItem::Down) {
-      awaitCount(&gMoeSlotDone[it.slot], guItems(sh, it.slot));
-      moeDown(p, sh, it.slot, it.index);
-      finishGateUp(gMoeQueue); // the combine items wait for all of them
-    } else {
-      awaitGateUp(gMoeQueue, sh.down * sh.slots);
-      const int64_t row = int64_t(it.index) * blockDim.x + threadIdx.x;
-      if (row < p.dim) {
-        // y was written by other blocks of this launch: read via L2.
-        const float *y = gMoeY + row;
-        float acc = 0.0f;
-        for (int32_t k = 0; k < K; ++k)
-          acc = __fadd_rn(acc, __fmul_rn(p.weights[k],
-                                         __ldcg(y + int64_t(k + sh.shared) *
-                                                        p.dim)));
-        float v = dev::roundBf16(acc);
-        if (hasShared)
-          v = dev::roundBf16(__fadd_rn(v, __ldcg(y)));
-        if (p.residual)
-          v = __fadd_rn(v, dev::bf16ToF(p.residual[row]));
-        p.out[row] = dev::fToBf16(v);
+    moeRunItem(p, sh, ticket, xs, normParts, haveX, nullptr);
+  }
+  leaveQueue(gMoeQueue, gMoeSlotDone, static_cast<int>(sh.slots));
+}
+
+//===----------------------------------------------------------------------===//
+// moe_ffn
+//===----------------------------------------------------------------------===//
+//
+// k3_moe_ffn: k3_router then k3_moe_experts in one launch, one work queue.
+// The first ceil(E / warps) tickets are router items: warp w of item i
+// scores expert i · warps + w on x̂ (the block's staged input, which its
+// gate/up items reuse); the last router item to finish (arrival counter)
+// ranks the top k (rankTopK) into the router's outIds / outWeights, the
+// buffers experts.ids / weights name, and raises a flag. The remaining
+// tickets are moe_experts' items in its order: the shared expert's gate/up
+// items need no routing and run beside it; routed gate/up items wait for
+// the flag (an acquire). So no launch boundary separates routing from the
+// experts, and the shared expert hides the routing latency. Deadlock-free
+// for the queue's reason: an item only waits for items of lower tickets.
+// Results: exactly router + moe_experts (same functions, same orders).
+// Limits: both kernels' (E <= kRouterCap, topK <= kRouterMaxTopK); the
+// router must read the experts' input with the same norm (h = x, normWeight,
+// normEps, dim), as k3.moe_ffn binds them. Otherwise the output is NaN.
+__device__ unsigned gFfnRouted;
+
+extern "C" __global__ void __launch_bounds__(1024)
+    k3_moe_ffn(const MoeFfnParams p) {
+  __shared__ float4 xs[kStageCap / 4];
+  __shared__ float normParts[kNormParts];
+  __shared__ MoeShape sh;
+  __shared__ int last;
+  __shared__ unsigned routerItemsShared;
+  const RouterParams &rp = p.router;
+  const MoeExpertsParams &ep = p.experts;
+  const int warp = threadIdx.x >> 5;
+  const int64_t E = rp.numExperts;
+  unsigned routerItems = static_cast<unsigned>((E + (blockDim.x >> 5) - 1) /
+                                               (blockDim.x >> 5));
+  if (threadIdx.x == 0)
+    routerItemsShared = routerItems;
+  // Weights only before the wait: this block's likely first item's rows.
+  dev::allowDependentLaunch();
+  if (blockIdx.x < routerItems) {
+    const int64_t e = int64_t(blockIdx.x) * (blockDim.x >> 5) + warp;
+    if (e < E && E <= kRouterCap)
+      prefetchL2Warp(rp.gate + e * rp.dim, 2 * rp.dim);
+  } else if (blockIdx.x - routerItems < sharedGateUpItems(ep)) {
+    prefetchShared(ep, blockIdx.x - routerItems);
+  }
+  if (ep.normWeight && threadIdx.x < 32)
+    prefetchL2Warp(ep.normWeight, 2 * ep.dim);
+  dev::waitForPriorGrids();
+  // One stage serves the router's rows and the gate/up rows: both must read
+  // the same x̂ (as k3.moe_ffn binds them).
+  const bool sameInput = rp.h == ep.x && rp.normWeight == ep.normWeight &&
+                         rp.normEps == ep.normEps && rp.dim == ep.dim;
+  if (E > kRouterCap || rp.topK > kRouterMaxTopK || !sameInput ||
+      !moeSetup(ep, sh)) {
+    fillNaN(ep.out, ep.dim);
+    return;
+  }
+  bool haveX = false;
+  for (;;) {
+    const unsigned ticket = nextItem(gMoeQueue, &sh.item);
+    routerItems = routerItemsShared; // (re-read: fewer live registers)
+    if (ticket >= routerItems + sh.items)
+      break;
+    if (ticket >= routerItems) {
+      moeRunItem(ep, sh, ticket - routerItems, xs, normParts, haveX,
+                 &gFfnRouted);
+      continue;
+    }
+    // A router item: one expert row per warp.
+    const int64_t e = int64_t(ticket) * (blockDim.x >> 5) + (threadIdx.x >> 5);
+    float d[1] = {0.0f};
+    WeightRef gate[1];
+    gate[0].format = kWeightBf16;
+    gate[0].bf16 = rp.gate;
+    if (!haveX) {
+      moeStageInput(ep, sh, xs, normParts);
+      haveX = true;
+    }
+    if (e < rp.numExperts) {
+      const int64_t rows[1] = {e};
+      if (sh.stageX)
+        rowDots(gate, rows, rp.dim, StagedAct{xs}, d);
+      else
+        rowDots(gate, rows, rp.dim,
+                GlobalAct{ep.x, ep.normWeight, sh.normR,
+                          aligned(ep.x, 16) &&
+                              (!ep.normWeight || aligned(ep.normWeight, 16))},
+                d);
+    }
+    if (e < rp.numExperts && (threadIdx.x & 31) == 0)
+      gRouterScores[e] = dev::sigmoidF(d[0]);
+    // The last router item to finish sees every score.
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      __threadfence();
+      last = atomicAdd(&gRouterArrived, 1u) == routerItems - 1;
+      if (last)
+        gRouterArrived = 0;
+    }
+    __syncthreads();
+    if (last) {
+      __threadfence();
+      rankTopK(rp, gRouterScores, reinterpret_cast<unsigned *>(xs));
+      haveX = false; // the stage held the ranks
+      __syncthreads();
+      if (threadIdx.x == 0) {
+        __threadfence();
+        addRelease(&gFfnRouted, 1u);
       }
     }
   }
-  leaveQueue(gMoeQueue, gMoeSlotDone, static_cast<int>(sh.slots));
+  if (leaveQueue(gMoeQueue, gMoeSlotDone, static_cast<int>(sh.slots)) &&
+      threadIdx.x == 0)
+    atomicExch(&gFfnRouted, 0u);
 }

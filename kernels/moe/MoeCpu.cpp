@@ -156,4 +156,9 @@ void moeExpertsCpu(const MoeExpertsParams &p) {
   }
 }
 
+void moeFfnCpu(const MoeFfnParams &p) {
+  routerCpu(p.router);
+  moeExpertsCpu(p.experts);
+}
+
 } // namespace k3

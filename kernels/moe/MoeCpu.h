@@ -13,6 +13,8 @@ void routerCpu(const RouterParams &p);
 void gatedMlpCpu(const GatedMlpParams &p);
 /// The weighted mix of the routed experts' outputs.
 void moeExpertsCpu(const MoeExpertsParams &p);
+/// router, then moe_experts on the ids and weights it wrote.
+void moeFfnCpu(const MoeFfnParams &p);
 
 } // namespace k3
 

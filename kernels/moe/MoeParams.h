@@ -105,6 +105,16 @@ struct MoeExpertsParams {
   uint16_t *out = nullptr; ///< [dim] bf16; must not alias x or residual
 };
 
+/// `moe_ffn`: `router` then `moe_experts` in one launch (k3.moe_ffn): the
+/// router's outIds / outWeights are the buffers the experts' ids / weights
+/// read. The CPU runs the two in turn; the CUDA kernel scores experts and
+/// runs the shared expert's rows first, the routed experts once the top-k
+/// is known (Moe.cu).
+struct MoeFfnParams {
+  RouterParams router;
+  MoeExpertsParams experts;
+};
+
 } // namespace k3
 
 #endif // K3C_KERNELS_MOE_MOEPARAMS_H

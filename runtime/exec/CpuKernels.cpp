@@ -46,6 +46,7 @@ const Entry kEntries[] = {
     {"router", &runAs<RouterParams, routerCpu>},
     {"gated_mlp", &runAs<GatedMlpParams, gatedMlpCpu>},
     {"moe_experts", &runAs<MoeExpertsParams, moeExpertsCpu>},
+    {"moe_ffn", &runAs<MoeFfnParams, moeFfnCpu>},
     {"attn_res", &runAs<AttnResParams, attnResCpu>},
     {"attn_res_commit", &runAs<AttnResCommitParams, attnResCommitCpu>},
     {"argmax", &runAs<ArgmaxParams, argmaxCpu>},

@@ -119,6 +119,12 @@ const ToleranceRow kTable[] = {
     {"moe_experts", "out", false, kBf16,
      "bf16 of the weighted expert sum (its bf16 rounding points may flip "
      "an ulp)"},
+    {"moe_ffn", "router.outIds", true, 0,
+     "the top-k expert ids (as router's)"},
+    {"moe_ffn", "router.outWeights", false, kF32Sum,
+     "fp32 renormalised top-k scores (as router's)"},
+    {"moe_ffn", "experts.out", false, kBf16,
+     "bf16 of the FFN output (as moe_experts')"},
     {"attn_res", "out", false, kBf16,
      "bf16 of the softmax mix of the blocks (and the folded norm)"},
     {"attn_res_commit", "blocks", true, 0,

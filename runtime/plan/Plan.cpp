@@ -512,6 +512,12 @@ Status validateLaunchOrder(const PlanDoc &plan) {
       const KernelField *f = k->field(name);
       if (arg.kind != PlanArg::Kind::Buffer || f->kind != FieldKind::PtrIn)
         continue;
+      if (!f->producedBy.empty()) {
+        const PlanArg *src = l.find(f->producedBy);
+        if (src && src->kind == PlanArg::Kind::Buffer &&
+            src->index == arg.index && src->offset == arg.offset)
+          continue; // the kernel writes it before it reads it
+      }
       if (firstWrite[arg.index] < 0)
         return makeError(launchName(plan, i), ": '", name, "' reads buffer '",
                          plan.buffers[arg.index].name,

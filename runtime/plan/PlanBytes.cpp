@@ -82,8 +82,10 @@ LaunchBytes launchBytes(const PlanDoc &plan, size_t index,
   const PlanLaunch &l = plan.launches[index];
   const KernelInfo *info = findKernel(l.kernel);
   int64_t topK = 0;
-  if (const PlanArg *k = l.find("topK"); k && k->kind == PlanArg::Kind::Int)
-    topK = k->intValue;
+  // moe_ffn nests moe_experts' fields under "experts.".
+  for (const char *name : {"topK", "experts.topK"})
+    if (const PlanArg *k = l.find(name); k && k->kind == PlanArg::Kind::Int)
+      topK = k->intValue;
   for (const auto &[name, arg] : l.args) {
     const KernelField *f = info ? info->field(name) : nullptr;
     const bool out = f && f->kind == FieldKind::PtrOut;

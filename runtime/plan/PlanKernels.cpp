@@ -409,6 +409,48 @@ Status checkMoeExperts(const MoeExpertsParams &p, ExtentChecker &x) {
   return x.need("out", p.dim);
 }
 
+/// An ExtentChecker for a params struct nested in another: field names get
+/// the member's prefix ("router." + "gate").
+class PrefixedChecker final : public ExtentChecker {
+public:
+  PrefixedChecker(ExtentChecker &inner, std::string prefix)
+      : inner_(inner), prefix_(std::move(prefix)) {}
+  Status need(const char *field, int64_t elems) override {
+    return inner_.need(name(field), elems);
+  }
+  Status optional(const char *field, int64_t elems) override {
+    return inner_.optional(name(field), elems);
+  }
+  Status needMatrix(const char *field, int64_t rows, int64_t cols) override {
+    return inner_.needMatrix(name(field), rows, cols);
+  }
+  Status needTable(const char *field, int64_t count, int64_t rows,
+                   int64_t cols) override {
+    return inner_.needTable(name(field), count, rows, cols);
+  }
+
+private:
+  const char *name(const char *field) {
+    full_ = prefix_ + field;
+    return full_.c_str();
+  }
+  ExtentChecker &inner_;
+  std::string prefix_, full_;
+};
+
+Status checkMoeFfn(const MoeFfnParams &p, ExtentChecker &x) {
+  PrefixedChecker router(x, "router."), experts(x, "experts.");
+  K3_RETURN_IF_ERROR(checkRouter(p.router, router));
+  K3_RETURN_IF_ERROR(checkMoeExperts(p.experts, experts));
+  if (p.router.topK != p.experts.topK)
+    return makeError("moe_ffn: router.topK (", p.router.topK,
+                     ") must equal experts.topK (", p.experts.topK, ")");
+  if (p.router.dim != p.experts.dim)
+    return makeError("moe_ffn: router.dim (", p.router.dim,
+                     ") must equal experts.dim (", p.experts.dim, ")");
+  return Status::ok();
+}
+
 /// AttnRes may gain a fused RMSNorm of its result (PLAN.md: normWeight,
 /// normEps); these detect it so the table follows the header.
 template <typename P, typename = void>
@@ -784,9 +826,37 @@ std::vector<KernelInfo> buildTable() {
          K3_FIELD(P, step)},
         K3_HOLDER(P), K3_CHECK(P, checkArgmax));
   }
+  applyScalarNeeds(t);
+  // moe_ffn is router + moe_experts in one params struct: their fields (and
+  // which scalars each needs) under the members' prefixes, so the two
+  // tables cannot drift apart.
+  {
+    using P = MoeFfnParams;
+    std::vector<KernelField> f;
+    auto nest = [&](const char *kernel, const char *prefix, size_t base) {
+      for (const KernelInfo &k : t)
+        if (k.name == kernel)
+          for (KernelField field : k.fields) {
+            field.name = prefix + field.name;
+            field.offset += base;
+            if (!field.other.empty())
+              field.other = prefix + field.other;
+            f.push_back(std::move(field));
+          }
+    };
+    nest("router", "router.", offsetof(P, router));
+    nest("moe_experts", "experts.", offsetof(P, experts));
+    for (KernelField &field : f) {
+      if (field.name == "experts.ids")
+        field.producedBy = "router.outIds";
+      if (field.name == "experts.weights")
+        field.producedBy = "router.outWeights";
+    }
+    add("moe_ffn", "MoeFfnParams", std::move(f), K3_HOLDER(P),
+        K3_CHECK(P, checkMoeFfn));
+  }
 #undef K3_HOLDER
 #undef K3_CHECK
-  applyScalarNeeds(t);
   return t;
 }
 

@@ -61,6 +61,10 @@ struct KernelField {
   } need = Need::Never;
   std::string other;
   int64_t value = 0;
+  /// Input pointers only: the output field of the same kernel that writes
+  /// what this one reads when both are bound to the same place (moe_ffn's
+  /// experts.ids after router.outIds); such a read needs no earlier launch.
+  std::string producedBy;
 };
 
 /// One params struct instance, default-initialised. Which implementation

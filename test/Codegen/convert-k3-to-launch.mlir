@@ -363,21 +363,23 @@ func.func @projections(%tok: i32, %pos: index) -> tensor<16xf32> {
 
 // -----
 
-// k3.moe_ffn: two launches. The router and moe_experts both read the
-// un-normalised h with the norm weight and its eps (3e-5); moe_experts also
-// binds the shared expert (sharedInterDim 24), and h again as its residual.
+// k3.moe_ffn: one moe_ffn launch (MoeFfnParams: router.* and experts.*).
+// Both halves read the un-normalised h with the norm weight and its eps
+// (3e-5); the router's outIds / outWeights are the buffers experts.ids /
+// weights read; the experts also bind the shared expert (sharedInterDim
+// 24) and h again as the residual.
 // CHECK-LABEL: func.func @moe_ffn
 // CHECK: %[[H:.*]] = k3l.alloc {{{.*}}name = "embed"}
 // CHECK: %[[N:.*]] = k3l.weight "post_attention_layernorm.weight"
 // CHECK: %[[IDS:.*]] = k3l.alloc {{{.*}}name = "router_ids"}
 // CHECK: %[[WTS:.*]] = k3l.alloc {{{.*}}name = "router_weights"}
 // CHECK: %[[OUT:.*]] = k3l.alloc {{{.*}}name = "moe_ffn"}
-// CHECK: k3l.launch "router"(%[[H]], %[[N]], %{{.*}}, %{{.*}}, %[[IDS]], %[[WTS]])
-// CHECK-SAME: arg_names = ["h", "normWeight", "gate", "bias", "outIds", "outWeights"]
-// CHECK-SAME: op = "k3.moe_ffn", scalars = {dim = 8 : i64, normEps = 3.000000e-05 : f64, numExperts = 4 : i64, renormalize = 1 : i64, scaling = 2.446000e+00 : f64, topK = 2 : i64}
-// CHECK-NEXT: k3l.launch "moe_experts"(%[[H]], %[[IDS]], %[[WTS]], %{{.*}}, %{{.*}}, %{{.*}}, %[[N]], %{{.*}}, %{{.*}}, %{{.*}}, %[[H]], %[[OUT]])
-// CHECK-SAME: arg_names = ["x", "ids", "weights", "w1", "w3", "w2", "normWeight", "sharedW1", "sharedW3", "sharedW2", "residual", "out"]
-// CHECK-SAME: op = "k3.moe_ffn", scalars = {activation = 1 : i64, dim = 8 : i64, interDim = 16 : i64, normEps = 3.000000e-05 : f64, numExperts = 4 : i64, sharedInterDim = 24 : i64, topK = 2 : i64}
+// CHECK: k3l.launch "moe_ffn"(%[[H]], %[[N]], %{{.*}}, %{{.*}}, %[[IDS]], %[[WTS]], %[[H]], %[[IDS]], %[[WTS]], %{{.*}}, %{{.*}}, %{{.*}}, %[[N]], %{{.*}}, %{{.*}}, %{{.*}}, %[[H]], %[[OUT]])
+// CHECK-SAME: arg_names = ["router.h", "router.normWeight", "router.gate", "router.bias", "router.outIds", "router.outWeights", "experts.x", "experts.ids", "experts.weights", "experts.w1", "experts.w3", "experts.w2", "experts.normWeight", "experts.sharedW1", "experts.sharedW3", "experts.sharedW2", "experts.residual", "experts.out"]
+// CHECK-SAME: grid = array<i64: 528, 1, 1>
+// CHECK-SAME: op = "k3.moe_ffn", scalars = {experts.activation = 1 : i64, experts.dim = 8 : i64, experts.interDim = 16 : i64, experts.normEps = 3.000000e-05 : f64, experts.numExperts = 4 : i64, experts.sharedInterDim = 24 : i64, experts.topK = 2 : i64, router.dim = 8 : i64, router.normEps = 3.000000e-05 : f64, router.numExperts = 4 : i64, router.renormalize = 1 : i64, router.scaling = 2.446000e+00 : f64, router.topK = 2 : i64}
+// CHECK-NOT: k3l.launch "router"
+// CHECK-NOT: k3l.launch "moe_experts"
 // CHECK-NOT: k3l.launch "rms_norm"
 // CHECK-NOT: k3l.launch "add"
 func.func @moe_ffn(%tok: i32, %pos: index) -> tensor<16xf32> {

@@ -818,6 +818,69 @@ TEST(MoeCuda, MoeExpertsFfnMatchCpu) {
   }
 }
 
+/// moe_ffn: the router and the experts in one launch, the ids and weights
+/// written and read inside it. Against routerCpu then moeExpertsCpu (CPU
+/// moeFfnCpu) at Kimi-Linear's router shape (256 experts top-8, shared
+/// expert, norm, residual) and small ones; ids exact (well-separated ranks), the
+/// output as moe_experts'; other grids and block sizes give the same bits.
+TEST(MoeCuda, MoeFfnMatchesCpu) {
+  K3_REQUIRE_GPU();
+  struct Shape {
+    int64_t E, D, inter;
+    int32_t topK;
+    int64_t shared;
+    const char *name;
+  };
+  const Shape shapes[] = {
+      // (Expert widths below Kimi-Linear's 1024 keep the tables small.)
+      {256, 2304, 32, 8, 256, "Kimi router 256 x 2304 top-8 + shared"},
+      {32, 2304, 512, 8, 1024, "Kimi FFN 32 experts 2304-512 + shared"},
+      {12, 256, 96, 3, 0, "12 experts top-3, no shared expert"},
+  };
+  uint64_t seed = 500;
+  for (const Shape &s : shapes) {
+    RouterCase r = randomRouter(s.E, s.D, s.topK, true, seed++, true);
+    r.scaling = 2.446f;
+    ExpertsCase c = makeExperts(s.D, s.inter, s.E, s.topK, 'b',
+                                k3::kActSwiGLU, seed++);
+    addFfnParts(c, s.shared, seed++);
+    // One input: the router's h and norm are the experts' x and norm.
+    c.x = r.h;
+    c.normW = r.normW;
+    c.residual = r.h;
+    c.upload();
+    const RouterOut route = r.cpu();
+    c.ids = route.ids;
+    c.weights = route.weights;
+    const std::vector<uint16_t> want = c.cpu();
+
+    auto run = [&](int64_t grid, int64_t block) {
+      Dev ids = Dev::poisoned<int32_t>(size_t(s.topK));
+      Dev wts = Dev::poisoned<float>(size_t(s.topK));
+      Dev out = Dev::poisoned<uint16_t>(size_t(s.D));
+      k3::MoeFfnParams p;
+      p.router = r.params(true);
+      p.router.outIds = ids.get<int32_t>();
+      p.router.outWeights = wts.get<float>();
+      p.experts = c.params(true);
+      p.experts.x = p.router.h;
+      p.experts.normWeight = p.router.normWeight;
+      p.experts.residual = p.router.h;
+      p.experts.ids = ids.get<int32_t>();
+      p.experts.weights = wts.get<float>();
+      p.experts.out = out.get<uint16_t>();
+      k3::Status st = launch("moe_ffn", p, grid, block);
+      EXPECT_TRUE(st.isOk()) << (st.isOk() ? "" : st.message());
+      EXPECT_EQ(ids.download<int32_t>(size_t(s.topK)), route.ids) << s.name;
+      return out.download<uint16_t>(size_t(s.D));
+    };
+    const std::vector<uint16_t> got = run(528, 256);
+    expectBf16Close(want, got, s.name);
+    EXPECT_EQ(run(1, 256), got) << s.name << ": grid 1";
+    EXPECT_EQ(run(41, 512), got) << s.name << ": grid 41 block 512";
+  }
+}
+
 /// One K3 expert with weight 1: out = y exactly, so the expert's own
 /// rounding points are checked as tightly as gated_mlp's.
 TEST(MoeCuda, MoeExpertsSingleK3Expert) {

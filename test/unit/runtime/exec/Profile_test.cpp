@@ -97,31 +97,40 @@ TEST(LaunchBytes, ExpertsCountTopKOfTheirTable) {
   for (const char *name : {"tiny", "tiny-linear"}) {
     const ModelConfig c = preset(name);
     const PlanDoc plan = compiled(c);
-    const size_t i = firstLaunch(plan, "moe_experts");
+    // Kimi-Linear's MoE FFN is one moe_ffn launch (k3-fuse-moe-ffn): the
+    // expert fields are moe_experts' under "experts.", next to a router.
+    const bool ffn = std::string(name) == "tiny-linear";
+    const size_t i = firstLaunch(plan, ffn ? "moe_ffn" : "moe_experts");
     const PlanLaunch &l = plan.launches[i];
+    const std::string e = ffn ? "experts." : "";
+    auto arg = [&](const std::string &f) { return l.find(e + f); };
     const int64_t dm = c.moeHiddenSize(), inter = c.moeIntermediateSize;
     const uint64_t perMatrix = static_cast<uint64_t>(dm * inter);
     const uint64_t perExpert =
         3 * (c.expertsMxfp4 ? perMatrix / 2 + perMatrix / 32 : perMatrix * 2);
     uint64_t buffersIn = 0;
     for (const char *f : {"x", "ids", "weights"})
-      buffersIn += argBytes(plan, *l.find(f));
-    // A fused FFN (Kimi-Linear's, k3-fuse-moe-ffn) also reads its residual,
-    // the input norm's weight and the shared expert, once each.
-    uint64_t extras = 0;
-    if (const PlanArg *r = l.find("residual"))
-      extras += argBytes(plan, *r);
-    if (l.find("normWeight"))
-      extras += static_cast<uint64_t>(dm) * 2;
-    if (l.find("sharedW1"))
+      buffersIn += argBytes(plan, *arg(f));
+    // The fused FFN also reads its residual, the input norm's weight and
+    // the shared expert, once each, and its router the gate, bias, h and
+    // the same norm weight, and writes the ids and weights.
+    uint64_t extras = 0, routerWrites = 0;
+    if (ffn) {
+      extras += argBytes(plan, *arg("residual"));
+      extras += 2 * static_cast<uint64_t>(dm) * 2; // both halves' norm
       extras += 3 * static_cast<uint64_t>(c.numSharedExperts * inter * dm) * 2;
-    EXPECT_EQ(std::string(name) == "tiny-linear", extras > 0) << name;
+      extras += argBytes(plan, *l.find("router.h"));
+      extras += static_cast<uint64_t>(c.numExperts * dm) * 2 +
+                static_cast<uint64_t>(c.numExperts) * 4; // gate, bias
+      routerWrites = argBytes(plan, *l.find("router.outIds")) +
+                     argBytes(plan, *l.find("router.outWeights"));
+    }
     const LaunchBytes b = launchBytes(plan, i);
     EXPECT_EQ(b.read, buffersIn + extras +
                           static_cast<uint64_t>(c.numExpertsPerToken) *
                               perExpert)
         << name;
-    EXPECT_EQ(b.written, argBytes(plan, *l.find("out"))) << name;
+    EXPECT_EQ(b.written, argBytes(plan, *arg("out")) + routerWrites) << name;
   }
 }
 
