@@ -10,14 +10,21 @@
 # with Nsight Compute. Results go to $OUT (else /tmp/gpu-perf): benchmark
 # tables and JSON, the profile, the ncu CSV and its summary.
 #
-#   scripts/gpu-perf.sh [STAGE_DIR] [--no-ncu]
+# --full: also the full geometry (256 experts, 92 GiB), made in /dev/shm (the
+# machine's 64 GB disk cannot hold it; its RAM disk can, ~100 s with 16
+# threads) and removed afterwards: decode_bench of the three strategies and
+# the default strategy's profile (the stand-in's steps are ~250 µs faster).
+#
+#   scripts/gpu-perf.sh [STAGE_DIR] [--no-ncu] [--full]
 #
 #===----------------------------------------------------------------------===#
 set -uo pipefail
 STAGE=${1:-build/gpu-stage}
 NCU=1
+FULL=0
 for a in "${@:2}"; do
   [ "$a" = "--no-ncu" ] && NCU=0
+  [ "$a" = "--full" ] && FULL=1
 done
 OUTDIR=${OUT:-/tmp/gpu-perf}
 mkdir -p "$OUTDIR"
@@ -68,5 +75,32 @@ if [ $NCU = 1 ] && command -v ncu >/dev/null; then
   if [ -f "$STAGE/ncu-summary.py" ]; then
     python3 "$STAGE/ncu-summary.py" "$OUTDIR/ncu.csv" | tee "$OUTDIR/ncu-summary.txt"
   fi
+fi
+if [ $FULL = 1 ]; then
+  FL=/dev/shm/kimi-linear-48b
+  t0=$(date +%s)
+  if "$STAGE"/bin/k3-mkmodel kimi-linear-48b --shard-mb 8192 -o "$FL" \
+    >"$OUTDIR/mkmodel-full.log" 2>&1; then
+    echo "made $FL in $(( $(date +%s) - t0 )) s ($(du -sh "$FL" | cut -f1))"
+    fplans=()
+    for fusion in none default max; do
+      plan="$STAGE/plans/kimi-linear-48b-$fusion.plan"
+      [ -f "$plan" ] && fplans+=(--plan "$fusion=$plan")
+    done
+    "$STAGE"/bin/decode_bench --weights "$FL" --model kimi-linear-48b \
+      "${fplans[@]}" --backend cuda --context 1024 \
+      --out-dir "$OUTDIR/results" 2>&1 | tee "$OUTDIR/bench-full.txt" ||
+      status=1
+    "$STAGE"/bin/k3-run "$STAGE/plans/kimi-linear-48b-default.plan" \
+      --weights "$FL" --prompt-ids "$(seq -s, 1 64)" --max-new 8 \
+      --backend cuda --profile >/dev/null 2>"$OUTDIR/profile-full.txt" ||
+      status=1
+    tail -25 "$OUTDIR/profile-full.txt"
+  else
+    echo "k3-mkmodel (full geometry) failed"
+    tail -3 "$OUTDIR/mkmodel-full.log"
+    status=1
+  fi
+  rm -rf "$FL"
 fi
 exit $status

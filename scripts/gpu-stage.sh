@@ -4,7 +4,8 @@
 # The GPU machine has no MLIR and no internet, so the binaries are built here
 # (with nvcc: the PTX is embedded) and carried there: this copies the CUDA
 # tests, the compiled-plan GPU test, the benchmarks and the tools into
-# build/gpu-stage, plus plans for the tiny presets. Then, on the GPU machine:
+# build/gpu-stage (and build/gpu-stage.tgz), plus plans for the tiny presets.
+# Then, on the GPU machine:
 #   scripts/gpu-check.sh build/gpu-stage
 #
 #===----------------------------------------------------------------------===#
@@ -25,15 +26,23 @@ for preset in tiny tiny-linear tiny-odd; do
   done
 done
 # Real-size plans for scripts/gpu-perf.sh: Kimi-Linear-48B geometry with 32
-# experts (the model itself is made on the GPU machine).
+# experts and with all 256 (the models themselves are made on the GPU
+# machine).
 cfg=$(mktemp -d)
 "$BUILD_DIR"/bin/k3-mkmodel kimi-linear-48b --experts 32 --config-only \
   -o "$cfg/kl" >/dev/null
 for fusion in none default max; do
   "$BUILD_DIR"/bin/k3c "$cfg/kl" --fusion=$fusion --max-seq 2048 \
     -o "$STAGE/plans/kimi-linear-48b-e32-$fusion.plan"
+  # The full geometry (256 experts), for scripts/gpu-perf.sh --full.
+  "$BUILD_DIR"/bin/k3c preset:kimi-linear-48b --fusion=$fusion --max-seq 2048 \
+    -o "$STAGE/plans/kimi-linear-48b-$fusion.plan"
 done
 rm -rf "$cfg"
 shared=$(cd "$(dirname "$0")/.." && pwd)/../shared/tools/ncu-summary.py
 [ -f "$shared" ] && cp "$shared" "$STAGE/"
 du -sh "$STAGE"
+# The plans embed their PTX (a few MB each): carried compressed, the stage is
+# a ~13 MB file; on the GPU machine: tar xzf build/gpu-stage.tgz -C build
+tar czf "$BUILD_DIR/gpu-stage.tgz" -C "$BUILD_DIR" gpu-stage
+du -sh "$BUILD_DIR/gpu-stage.tgz"
