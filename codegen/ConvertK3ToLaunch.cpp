@@ -108,6 +108,9 @@ int64_t mlaAttendGrid(int64_t heads, int64_t maxSeq) {
   return heads * std::clamp<int64_t>(maxSeq / minRows, 1, 16);
 }
 
+/// The router: a warp per expert row, 8 per 256-thread block.
+int64_t routerGrid(Value gate) { return ceilDiv(dimOf(gate, 0), 8); }
+
 /// gated_mlp and moe_experts draw their work items from a queue (the CUDA
 /// kernels), so about four resident blocks per SM keep every SM streaming.
 constexpr int64_t kWorkQueueGrid = 4 * kTargetSms;
@@ -604,7 +607,7 @@ LogicalResult Lowering::lower(Operation *op) {
                                   o.getTopK(), o.getRenormalize(),
                                   o.getScaling().convertToDouble(), ids, wts);
         launch("router", o, a.ptrs, a.scalars, {},
-               ceilDiv(dimOf(o.getGate(), 0), 8));
+               routerGrid(o.getGate()));
         return success();
       })
       .Case<ExpertMixOp>([&](ExpertMixOp o) {
@@ -706,7 +709,7 @@ LogicalResult Lowering::lower(Operation *op) {
                                   K, o.getRenormalize(),
                                   o.getScaling().convertToDouble(), ids, wts);
         launch("router", o, r.ptrs, r.scalars, {},
-               ceilDiv(dimOf(o.getGate(), 0), 8));
+               routerGrid(o.getGate()));
         LaunchArgs e = expertsArgs(o, o.getZ(), {}, ids, wts, K, o.getW1(),
                                    o.getW3(), o.getW2(), {}, mix, o.getAct(),
                                    o.getSituBeta(), o.getSituLinearBeta());

@@ -703,6 +703,36 @@ LogicalResult MlaDecodeOp::verify() {
   return expectPositive(op, "eps", getEps().convertToDouble());
 }
 
+/// The router and routed-expert operands both fused MoE forms share: gate
+/// [E, D] and bias [E], top_k in [1, E], stacked expert weights [E, I, Dm]
+/// (`expertIn` names Dm in the message), positive scaling.
+template <typename OpT>
+static LogicalResult verifyRoutedExperts(OpT op, int64_t D, int64_t Dm,
+                                         StringRef expertIn) {
+  SmallVector<int64_t> g = shapeOf(op.getGate().getType());
+  if (g.size() != 2)
+    return op.emitOpError()
+           << "expects gate of rank 2 [experts, hidden] but got rank "
+           << g.size();
+  int64_t E = g[0], K = op.getTopK();
+  if (K <= 0 || K > E)
+    return op.emitOpError() << "expects top_k in [1, " << E << "] but got "
+                            << K;
+  SmallVector<int64_t> w1 = shapeOf(op.getW1().getType());
+  if (w1.size() != 3)
+    return op.emitOpError() << "expects stacked expert weights of rank 3 "
+                               "[experts, intermediate, "
+                            << expertIn << "] but got rank " << w1.size();
+  Operation *o = op;
+  if (failed(expectShape(o, "gate", op.getGate(), {E, D})) ||
+      failed(expectShape(o, "bias", op.getBias(), {E})) ||
+      failed(verifyGatedMlp(o, "", op.getW1(), op.getW3(), op.getW2(), E,
+                            w1[1], Dm, Dm)) ||
+      failed(expectPositive(o, "scaling", op.getScaling().convertToDouble())))
+    return failure();
+  return success();
+}
+
 LogicalResult RoutedExpertsOp::verify() {
   FailureOr<int64_t> dOr = vectorLength(*this, "x", getX());
   FailureOr<int64_t> dmOr =
@@ -711,26 +741,9 @@ LogicalResult RoutedExpertsOp::verify() {
                                               getSituLinearBeta())))
     return failure();
   int64_t D = *dOr, Dm = *dmOr;
-  SmallVector<int64_t> g = shapeOf(getGate().getType());
-  if (g.size() != 2)
-    return emitOpError()
-           << "expects gate of rank 2 [experts, hidden] but got rank "
-           << g.size();
-  int64_t E = g[0], K = getTopK();
-  if (K <= 0 || K > E)
-    return emitOpError() << "expects top_k in [1, " << E << "] but got " << K;
-  SmallVector<int64_t> w1 = shapeOf(getW1().getType());
-  if (w1.size() != 3)
-    return emitOpError() << "expects stacked expert weights of rank 3 "
-                            "[experts, intermediate, latent] but got rank "
-                         << w1.size();
   Operation *op = *this;
-  if (failed(expectShape(op, "gate", getGate(), {E, D})) ||
-      failed(expectShape(op, "bias", getBias(), {E})) ||
-      failed(verifyGatedMlp(op, "", getW1(), getW3(), getW2(), E, w1[1], Dm,
-                            Dm)) ||
-      failed(expectShape(op, "result", getResult().getType(), {Dm})) ||
-      failed(expectPositive(op, "scaling", getScaling().convertToDouble())))
+  if (failed(verifyRoutedExperts(*this, D, Dm, "latent")) ||
+      failed(expectShape(op, "result", getResult().getType(), {Dm})))
     return failure();
   if (getNorm() && (failed(expectShape(op, "norm", getNorm(), {Dm})) ||
                     failed(verifyFusedNormEps(op, "a fused norm", getEps()))))
@@ -744,28 +757,11 @@ LogicalResult MoeFfnOp::verify() {
                                              getSituLinearBeta())))
     return failure();
   int64_t D = *dOr;
-  SmallVector<int64_t> g = shapeOf(getGate().getType());
-  if (g.size() != 2)
-    return emitOpError()
-           << "expects gate of rank 2 [experts, hidden] but got rank "
-           << g.size();
-  int64_t E = g[0], K = getTopK();
-  if (K <= 0 || K > E)
-    return emitOpError() << "expects top_k in [1, " << E << "] but got " << K;
-  SmallVector<int64_t> w1 = shapeOf(getW1().getType());
-  if (w1.size() != 3)
-    return emitOpError() << "expects stacked expert weights of rank 3 "
-                            "[experts, intermediate, hidden] but got rank "
-                         << w1.size();
   Operation *op = *this;
-  if (failed(expectShape(op, "norm", getNorm(), {D})) ||
+  if (failed(verifyRoutedExperts(*this, D, D, "hidden")) ||
+      failed(expectShape(op, "norm", getNorm(), {D})) ||
       failed(expectPositive(op, "eps", getEps().convertToDouble())) ||
-      failed(expectShape(op, "gate", getGate(), {E, D})) ||
-      failed(expectShape(op, "bias", getBias(), {E})) ||
-      failed(verifyGatedMlp(op, "", getW1(), getW3(), getW2(), E, w1[1], D,
-                            D)) ||
-      failed(expectShape(op, "result", getResult().getType(), {D})) ||
-      failed(expectPositive(op, "scaling", getScaling().convertToDouble())))
+      failed(expectShape(op, "result", getResult().getType(), {D})))
     return failure();
   if (getSharedW1()) {
     SmallVector<int64_t> s1 = shapeOf(getSharedW1().getType());

@@ -40,27 +40,37 @@ if [ ! -f "$KL/config.json" ] || [ ! -f "$KL/model.safetensors.index.json" ]; th
   echo "made $KL in $(( $(date +%s) - t0 )) s ($(du -sh "$KL" | cut -f1))"
 fi
 
-# Whole steps of each strategy at context 1024 (decode_bench: copy
-# bandwidth measured in the same process, median of 50 steps, JSON), with
-# programmatic dependent launch (the default) and without (K3C_PDL=0).
-plans=()
-for fusion in none default max; do
-  plan="$STAGE/plans/kimi-linear-48b-e32-$fusion.plan"
-  [ -f "$plan" ] && plans+=(--plan "$fusion=$plan")
-done
 mkdir -p "$OUTDIR/results"
-"$STAGE"/bin/decode_bench --weights "$KL" --model kimi-linear-48b-e32 \
-  "${plans[@]}" --backend cuda --context 1024 --out-dir "$OUTDIR/results" \
-  2>&1 | tee "$OUTDIR/bench-pdl.txt" || status=1
-K3C_PDL=0 "$STAGE"/bin/decode_bench --weights "$KL" \
-  --model kimi-linear-48b-e32-nopdl "${plans[@]}" --backend cuda \
-  --context 1024 --out-dir "$OUTDIR/results" 2>&1 |
-  tee "$OUTDIR/bench-nopdl.txt" || status=1
-# The project's own per-kernel profile of the default strategy.
-"$STAGE"/bin/k3-run "$STAGE/plans/kimi-linear-48b-e32-default.plan" \
-  --weights "$KL" --prompt-ids "$(seq -s, 1 64)" --max-new 8 --backend cuda \
-  --profile >/dev/null 2>"$OUTDIR/profile-default.txt" || status=1
-tail -45 "$OUTDIR/profile-default.txt"
+# bench MODEL WEIGHTS NAME TAG [ENV...]: whole steps of each strategy's plan
+# (plans/MODEL-<fusion>.plan) at context 1024 (decode_bench: copy bandwidth
+# measured in the same process, median of 50 steps, JSON rows named NAME)
+# into bench-TAG.txt.
+bench() {
+  local model=$1 weights=$2 name=$3 tag=$4 fusion plan
+  shift 4
+  local plans=()
+  for fusion in none default max; do
+    plan="$STAGE/plans/$model-$fusion.plan"
+    [ -f "$plan" ] && plans+=(--plan "$fusion=$plan")
+  done
+  env "$@" "$STAGE"/bin/decode_bench --weights "$weights" \
+    --model "$name" "${plans[@]}" --backend cuda --context 1024 \
+    --out-dir "$OUTDIR/results" 2>&1 | tee "$OUTDIR/bench-$tag.txt" ||
+    status=1
+}
+# profile MODEL WEIGHTS TAG: the project's own per-kernel profile of the
+# default strategy into profile-TAG.txt.
+profile() {
+  "$STAGE"/bin/k3-run "$STAGE/plans/$1-default.plan" --weights "$2" \
+    --prompt-ids "$(seq -s, 1 64)" --max-new 8 --backend cuda --profile \
+    >/dev/null 2>"$OUTDIR/profile-$3.txt" || status=1
+  tail -45 "$OUTDIR/profile-$3.txt"
+}
+
+# With programmatic dependent launch (the default) and without (K3C_PDL=0).
+bench kimi-linear-48b-e32 "$KL" kimi-linear-48b-e32 pdl
+bench kimi-linear-48b-e32 "$KL" kimi-linear-48b-e32-nopdl nopdl K3C_PDL=0
+profile kimi-linear-48b-e32 "$KL" default
 
 if [ $NCU = 1 ] && command -v ncu >/dev/null; then
   plan="$STAGE/plans/kimi-linear-48b-e32-${K3C_NCU_FUSION:-max}.plan"
@@ -82,20 +92,8 @@ if [ $FULL = 1 ]; then
   if "$STAGE"/bin/k3-mkmodel kimi-linear-48b --shard-mb 8192 -o "$FL" \
     >"$OUTDIR/mkmodel-full.log" 2>&1; then
     echo "made $FL in $(( $(date +%s) - t0 )) s ($(du -sh "$FL" | cut -f1))"
-    fplans=()
-    for fusion in none default max; do
-      plan="$STAGE/plans/kimi-linear-48b-$fusion.plan"
-      [ -f "$plan" ] && fplans+=(--plan "$fusion=$plan")
-    done
-    "$STAGE"/bin/decode_bench --weights "$FL" --model kimi-linear-48b \
-      "${fplans[@]}" --backend cuda --context 1024 \
-      --out-dir "$OUTDIR/results" 2>&1 | tee "$OUTDIR/bench-full.txt" ||
-      status=1
-    "$STAGE"/bin/k3-run "$STAGE/plans/kimi-linear-48b-default.plan" \
-      --weights "$FL" --prompt-ids "$(seq -s, 1 64)" --max-new 8 \
-      --backend cuda --profile >/dev/null 2>"$OUTDIR/profile-full.txt" ||
-      status=1
-    tail -25 "$OUTDIR/profile-full.txt"
+    bench kimi-linear-48b "$FL" kimi-linear-48b full
+    profile kimi-linear-48b "$FL" full
   else
     echo "k3-mkmodel (full geometry) failed"
     tail -3 "$OUTDIR/mkmodel-full.log"

@@ -25,6 +25,19 @@ void rmsNormBf16(const uint16_t *x, const uint16_t *w, int64_t n, float eps,
   }
 }
 
+std::vector<float> preparedInput(const uint16_t *x, int64_t n,
+                                 const uint16_t *normWeight, float eps) {
+  std::vector<float> xf(n);
+  if (normWeight) {
+    std::vector<uint16_t> normed(n);
+    rmsNormBf16(x, normWeight, n, eps, normed.data());
+    widen(normed.data(), n, xf.data());
+  } else {
+    widen(x, n, xf.data());
+  }
+  return xf;
+}
+
 namespace {
 /// 2^(e-127) for every E8M0 byte (NaN at 255) and the 16 E2M1 values, built
 /// once from the reference helpers in MXFP4.cpp so both agree by

@@ -18,6 +18,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <vector>
 
 namespace k3 {
 namespace cpu {
@@ -89,6 +90,12 @@ inline float gatedAct(int32_t activation, float beta1, int32_t hasBeta2,
 /// n = R(x · rsqrt(v + eps)); out = R(n · w). `out` may alias `x`.
 void rmsNormBf16(const uint16_t *x, const uint16_t *w, int64_t n, float eps,
                  uint16_t *out);
+
+/// A projection's input x̂ widened to fp32: x, or rmsNormBf16(x, normWeight)
+/// when a norm weight is given (the folded pre-norm of linear, gated_mlp,
+/// router and moe_experts).
+std::vector<float> preparedInput(const uint16_t *x, int64_t n,
+                                 const uint16_t *normWeight, float eps);
 
 /// y[r] = Σ_k W[r,k]·x[k] in fp32, unrounded, for rows [0, n) of a [n, k]
 /// matrix in either format. MXFP4 rows are dequantised exactly to fp32 and

@@ -18,23 +18,8 @@
 
 namespace k3 {
 
-/// x̂ in fp32: the widened input, normed first when a norm weight is given.
-static std::vector<float> prepareInput(const uint16_t *x, int64_t k,
-                                       const uint16_t *normWeight,
-                                       float normEps) {
-  std::vector<float> xf(k);
-  if (normWeight) {
-    std::vector<uint16_t> normed(k);
-    cpu::rmsNormBf16(x, normWeight, k, normEps, normed.data());
-    cpu::widen(normed.data(), k, xf.data());
-  } else {
-    cpu::widen(x, k, xf.data());
-  }
-  return xf;
-}
-
 void linearCpu(const LinearParams &p) {
-  std::vector<float> xf = prepareInput(p.x, p.k, p.normWeight, p.normEps);
+  std::vector<float> xf = cpu::preparedInput(p.x, p.k, p.normWeight, p.normEps);
   std::vector<float> y(p.n);
   cpu::gemvAcc(p.w, p.n, p.k, xf.data(), y.data());
   if (p.outF32) {
@@ -51,7 +36,7 @@ void linearCpu(const LinearParams &p) {
 }
 
 void linearMultiCpu(const LinearMultiParams &p) {
-  std::vector<float> xf = prepareInput(p.x, p.k, p.normWeight, p.normEps);
+  std::vector<float> xf = cpu::preparedInput(p.x, p.k, p.normWeight, p.normEps);
   std::vector<float> y;
   for (int32_t e = 0; e < p.count; ++e) {
     const LinearMultiEntry &entry = p.entries[e];

@@ -296,6 +296,51 @@ __device__ __noinline__ float stageNormed(float4 *xs, int64_t n,
   return r;
 }
 
+/// x, or its RMSNorm with factor r when normW is given, read from global
+/// memory (8 columns per load when both are 16-byte aligned).
+__device__ __forceinline__ GlobalAct inputAct(const uint16_t *x,
+                                              const uint16_t *normW, float r) {
+  return GlobalAct{x, normW, r,
+                   aligned(x, 16) && (!normW || aligned(normW, 16))};
+}
+
+/// A block's input x̂ = x, or RMSNorm(x, normW, eps) when normW is given:
+/// returns the norm factor (1 without a norm) and, when `stageIt` (n <=
+/// kStageCap), stages x̂ into `xs` (stageNormed's three rounds when it
+/// applies). Every kernel here that reads a normalised input goes through
+/// it. Synchronises when it stages.
+__device__ float prepareInput(float4 *xs, int64_t n, const uint16_t *x,
+                              const uint16_t *normW, float eps, bool stageIt,
+                              float *parts) {
+  if (normW && stageIt && canStageNormed(x, normW, n))
+    return stageNormed(xs, n, x, normW, eps, parts);
+  const float r = normW ? rmsFactor(x, n, eps, parts) : 1.0f;
+  if (stageIt) {
+    stage(xs, n, inputAct(x, normW, r));
+    __syncthreads();
+  }
+  return r;
+}
+
+/// After the block's work: whether it is the last of `total` blocks (or
+/// items) to arrive at `counter`, which the last one resets for the next
+/// launch; the others' stores before their arrival are visible to it.
+__device__ bool lastToArrive(unsigned *counter, unsigned total) {
+  __shared__ int last;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    __threadfence();
+    last = atomicAdd(counter, 1u) == total - 1;
+    if (last)
+      *counter = 0;
+  }
+  __syncthreads();
+  const bool isLast = last;
+  if (isLast)
+    __threadfence();
+  return isLast;
+}
+
 //===----------------------------------------------------------------------===//
 // Row dot products
 //===----------------------------------------------------------------------===//
@@ -538,6 +583,24 @@ __device__ __forceinline__ unsigned long long rankKey(float rank, int64_t e) {
 
 namespace {
 
+/// s_e = sigmoid(gate_e · x̂) of expert e, by this warp, into gRouterScores;
+/// x̂ is staged in `xs` or read through `act`.
+__device__ __forceinline__ void scoreExpert(const RouterParams &p, int64_t e,
+                                            bool staged, const float4 *xs,
+                                            const GlobalAct &act) {
+  WeightRef gate[1];
+  gate[0].format = kWeightBf16;
+  gate[0].bf16 = p.gate;
+  const int64_t rows[1] = {e};
+  float d[1];
+  if (staged)
+    rowDots(gate, rows, p.dim, StagedAct{xs}, d);
+  else
+    rowDots(gate, rows, p.dim, act, d);
+  if ((threadIdx.x & 31) == 0)
+    gRouterScores[e] = dev::sigmoidF(d[0]);
+}
+
 /// The router's second half, by one block once every score is in `scores`
 /// (module scratch, written by other blocks: read through L2): the topK
 /// experts by s + bias and their weights into outIds / outWeights.
@@ -627,8 +690,7 @@ extern "C" __global__ void __launch_bounds__(1024)
     k3_router(const RouterParams p) {
   __shared__ float4 xs[kStageCap / 4];
   __shared__ float normParts[kNormParts];
-  __shared__ int last;
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int warp = threadIdx.x >> 5;
   const int warps = blockDim.x >> 5;
   const int64_t E = p.numExperts, D = p.dim;
   const int64_t warpsInGrid = int64_t(gridDim.x) * warps;
@@ -650,51 +712,16 @@ extern "C" __global__ void __launch_bounds__(1024)
   // (Kimi-Linear's plan grid) h is read beside the row, saving a dependent
   // round trip and a barrier. A folded norm needs all of h first anyway, so
   // x̂ is staged then. Same values either way.
-  bool staged = false;
-  float r = 1.0f;
-  if (p.normWeight && canStageNormed(p.h, p.normWeight, D)) {
-    r = stageNormed(xs, D, p.h, p.normWeight, p.normEps, normParts);
-    staged = true;
-  } else if (p.normWeight) {
-    r = rmsFactor(p.h, D, p.normEps, normParts);
-  }
-  const GlobalAct h{p.h, p.normWeight, r,
-                    aligned(p.h, 16) &&
-                        (!p.normWeight || aligned(p.normWeight, 16))};
-  if (!staged && D <= kStageCap && E > warpsInGrid) {
-    stage(xs, D, h);
-    __syncthreads();
-    staged = true;
-  }
-  WeightRef gate[1];
-  gate[0].format = kWeightBf16;
-  gate[0].bf16 = p.gate;
+  const bool staged = D <= kStageCap && (p.normWeight || E > warpsInGrid);
+  const float r = prepareInput(xs, D, p.h, p.normWeight, p.normEps, staged,
+                               normParts);
+  const GlobalAct h = inputAct(p.h, p.normWeight, r);
   for (int64_t e = int64_t(blockIdx.x) * warps + warp; e < E;
-       e += warpsInGrid) {
-    const int64_t rows[1] = {e};
-    float d[1];
-    if (staged)
-      rowDots(gate, rows, D, StagedAct{xs}, d);
-    else
-      rowDots(gate, rows, D, h, d);
-    if (lane == 0)
-      gRouterScores[e] = dev::sigmoidF(d[0]);
-  }
-
+       e += warpsInGrid)
+    scoreExpert(p, e, staged, xs, h);
   // The last block to arrive sees every score.
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    __threadfence();
-    last = atomicAdd(&gRouterArrived, 1u) == gridDim.x - 1;
-    if (last)
-      gRouterArrived = 0; // everyone has arrived: ready for the next launch
-  }
-  __syncthreads();
-  if (!last)
-    return;
-  __threadfence();
-
-  rankTopK(p, gRouterScores, reinterpret_cast<unsigned *>(xs));
+  if (lastToArrive(&gRouterArrived, gridDim.x))
+    rankTopK(p, gRouterScores, reinterpret_cast<unsigned *>(xs));
 }
 
 //===----------------------------------------------------------------------===//
@@ -731,9 +758,7 @@ extern "C" __global__ void __launch_bounds__(1024)
   const unsigned items =
       gateItems + static_cast<unsigned>((O + rowsPerItem - 1) / rowsPerItem);
   const bool stageX = p.inDim <= kStageCap;
-  GlobalAct xin{p.x, p.normWeight, 1.0f,
-                aligned(p.x, 16) &&
-                    (!p.normWeight || aligned(p.normWeight, 16))};
+  GlobalAct xin = inputAct(p.x, p.normWeight, 1.0f);
   bool haveX = false, haveA = false;
 
   for (;;) {
@@ -742,12 +767,8 @@ extern "C" __global__ void __launch_bounds__(1024)
       break;
     if (item < gateItems) {
       if (!haveX) {
-        if (p.normWeight)
-          xin.r = rmsFactor(p.x, p.inDim, p.normEps, normParts);
-        if (stageX) {
-          stage(xs, p.inDim, xin);
-          __syncthreads();
-        }
+        xin.r = prepareInput(xs, p.inDim, p.x, p.normWeight, p.normEps, stageX,
+                             normParts);
         haveX = true;
       }
       const int64_t i0 = int64_t(item) * rowsPerItem + 2 * warp;
@@ -882,11 +903,7 @@ __device__ __forceinline__ void moeGateUp(const MoeExpertsParams &p,
     if (sh.stageX)
       rowDots(w13, rows, p.dim, StagedAct{xs}, d);
     else
-      rowDots(w13, rows, p.dim,
-              GlobalAct{p.x, p.normWeight, sh.normR,
-                        aligned(p.x, 16) &&
-                            (!p.normWeight || aligned(p.normWeight, 16))},
-              d);
+      rowDots(w13, rows, p.dim, inputAct(p.x, p.normWeight, sh.normR), d);
   }
   if (lane < 2 && i0 + lane < I) {
     const float g = dev::roundBf16(lane ? d[2] : d[0]);
@@ -993,18 +1010,8 @@ __device__ bool moeSetup(const MoeExpertsParams &p, MoeShape &sh) {
 /// keeps the norm factor in sh for the unstaged path.
 __device__ void moeStageInput(const MoeExpertsParams &p, MoeShape &sh,
                               float4 *xs, float *normParts) {
-  float r = 1.0f;
-  if (p.normWeight && sh.stageX && canStageNormed(p.x, p.normWeight, p.dim)) {
-    r = stageNormed(xs, p.dim, p.x, p.normWeight, p.normEps, normParts);
-  } else {
-    if (p.normWeight)
-      r = rmsFactor(p.x, p.dim, p.normEps, normParts);
-    if (sh.stageX)
-      stage(xs, p.dim,
-            GlobalAct{p.x, p.normWeight, r,
-                      aligned(p.x, 16) &&
-                          (!p.normWeight || aligned(p.normWeight, 16))});
-  }
+  const float r = prepareInput(xs, p.dim, p.x, p.normWeight, p.normEps,
+                               sh.stageX, normParts);
   if (threadIdx.x == 0)
     sh.normR = r;
   __syncthreads();
@@ -1137,7 +1144,6 @@ extern "C" __global__ void __launch_bounds__(1024)
   __shared__ float4 xs[kStageCap / 4];
   __shared__ float normParts[kNormParts];
   __shared__ MoeShape sh;
-  __shared__ int last;
   __shared__ unsigned routerItemsShared;
   const RouterParams &rp = p.router;
   const MoeExpertsParams &ep = p.experts;
@@ -1181,38 +1187,15 @@ extern "C" __global__ void __launch_bounds__(1024)
     }
     // A router item: one expert row per warp.
     const int64_t e = int64_t(ticket) * (blockDim.x >> 5) + (threadIdx.x >> 5);
-    float d[1] = {0.0f};
-    WeightRef gate[1];
-    gate[0].format = kWeightBf16;
-    gate[0].bf16 = rp.gate;
     if (!haveX) {
       moeStageInput(ep, sh, xs, normParts);
       haveX = true;
     }
-    if (e < rp.numExperts) {
-      const int64_t rows[1] = {e};
-      if (sh.stageX)
-        rowDots(gate, rows, rp.dim, StagedAct{xs}, d);
-      else
-        rowDots(gate, rows, rp.dim,
-                GlobalAct{ep.x, ep.normWeight, sh.normR,
-                          aligned(ep.x, 16) &&
-                              (!ep.normWeight || aligned(ep.normWeight, 16))},
-                d);
-    }
-    if (e < rp.numExperts && (threadIdx.x & 31) == 0)
-      gRouterScores[e] = dev::sigmoidF(d[0]);
+    if (e < rp.numExperts)
+      scoreExpert(rp, e, sh.stageX, xs,
+                  inputAct(ep.x, ep.normWeight, sh.normR));
     // The last router item to finish sees every score.
-    __syncthreads();
-    if (threadIdx.x == 0) {
-      __threadfence();
-      last = atomicAdd(&gRouterArrived, 1u) == routerItems - 1;
-      if (last)
-        gRouterArrived = 0;
-    }
-    __syncthreads();
-    if (last) {
-      __threadfence();
+    if (lastToArrive(&gRouterArrived, routerItems)) {
       rankTopK(rp, gRouterScores, reinterpret_cast<unsigned *>(xs));
       haveX = false; // the stage held the ranks
       __syncthreads();

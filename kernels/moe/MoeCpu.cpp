@@ -23,27 +23,10 @@
 
 namespace k3 {
 
-namespace {
-/// x̂ widened to fp32: x, or RMSNorm(x, normWeight, eps) rounded as
-/// `rms_norm` rounds it (cpu::rmsNormBf16).
-std::vector<float> preparedInput(const uint16_t *x, const uint16_t *normWeight,
-                                 float eps, int64_t n) {
-  std::vector<float> xf(n);
-  if (normWeight) {
-    std::vector<uint16_t> normed(n);
-    cpu::rmsNormBf16(x, normWeight, n, eps, normed.data());
-    cpu::widen(normed.data(), n, xf.data());
-  } else {
-    cpu::widen(x, n, xf.data());
-  }
-  return xf;
-}
-} // namespace
-
 void routerCpu(const RouterParams &p) {
   std::vector<float> s(p.numExperts), rank(p.numExperts);
   const std::vector<float> hf =
-      preparedInput(p.h, p.normWeight, p.normEps, p.dim);
+      cpu::preparedInput(p.h, p.dim, p.normWeight, p.normEps);
   for (int64_t e = 0; e < p.numExperts; ++e) {
     s[e] = cpu::sigmoid(cpu::dotBf16(p.gate + e * p.dim, hf.data(), p.dim));
     rank[e] = s[e] + (p.bias ? p.bias[e] : 0.0f);
@@ -110,7 +93,7 @@ void gatedMlpBody(const GatedMlpShape &s, const WeightRef &w1,
 void gatedMlpCpu(const GatedMlpParams &p) {
   std::vector<float> y(p.outDim);
   const std::vector<float> x =
-      preparedInput(p.x, p.normWeight, p.normEps, p.inDim);
+      cpu::preparedInput(p.x, p.inDim, p.normWeight, p.normEps);
   GatedMlpShape shape{p.inDim, p.interDim, p.outDim, p.activation,
                       p.beta1, p.hasBeta2, p.beta2};
   gatedMlpBody(shape, p.w1, p.w3, p.w2, x.data(), y.data());
@@ -125,7 +108,7 @@ void gatedMlpCpu(const GatedMlpParams &p) {
 void moeExpertsCpu(const MoeExpertsParams &p) {
   std::vector<float> y(p.dim), acc(p.dim, 0.0f);
   const std::vector<float> x =
-      preparedInput(p.x, p.normWeight, p.normEps, p.dim);
+      cpu::preparedInput(p.x, p.dim, p.normWeight, p.normEps);
   GatedMlpShape shape{p.dim,   p.interDim, p.dim,  p.activation,
                       p.beta1, p.hasBeta2, p.beta2};
   for (int32_t k = 0; k < p.topK; ++k) {

@@ -307,6 +307,15 @@ Expected<GenerateResult> Session::generate(const std::vector<int64_t> &prompt,
   r.promptSeconds = secondsSince(t0);
 
   t0 = std::chrono::steady_clock::now();
+  // Records step s's token and reports it; true when it is a stop id.
+  auto emit = [&](int64_t s, int64_t id) {
+    r.tokens.push_back(id);
+    if (options.onToken)
+      options.onToken(s, id);
+    r.stopped = std::find(options.stopIds.begin(), options.stopIds.end(),
+                          id) != options.stopIds.end();
+    return r.stopped;
+  };
   const bool chained = options.deviceGreedy && options.sampling.greedy() &&
                        !options.keepLogits && first < n &&
                        backend_->chainsGreedy();
@@ -337,15 +346,8 @@ Expected<GenerateResult> Session::generate(const std::vector<int64_t> &prompt,
           };
           return generate(prompt, again);
         }
-        const int64_t id = (*cs)[c].id;
-        r.tokens.push_back(id);
-        if (options.onToken)
-          options.onToken(s, id);
-        if (std::find(options.stopIds.begin(), options.stopIds.end(), id) !=
-            options.stopIds.end()) {
-          r.stopped = true;
+        if (emit(s, (*cs)[c].id))
           break;
-        }
       }
       firstChunk = false;
     }
@@ -361,17 +363,11 @@ Expected<GenerateResult> Session::generate(const std::vector<int64_t> &prompt,
         s == 0 && first == n ? prefix->logits.data() : backend_->logits();
     // argmax skips NaN: without this a broken model decodes "0 0 0 ...".
     K3_RETURN_IF_ERROR(checkFiniteLogits(logits, vocab, s, n - 1 + s, store_));
-    const int64_t id = sampler.next(logits, vocab);
-    r.tokens.push_back(id);
     if (options.keepLogits)
       r.logits.insert(r.logits.end(), logits, logits + vocab);
-    if (options.onToken)
-      options.onToken(s, id);
-    if (std::find(options.stopIds.begin(), options.stopIds.end(), id) !=
-        options.stopIds.end()) {
-      r.stopped = true;
+    const int64_t id = sampler.next(logits, vocab);
+    if (emit(s, id))
       break;
-    }
     if (s + 1 < maxNew) {
       K3_RETURN_IF_ERROR(backend_->step(id, n + s));
       ++r.decodeSteps;

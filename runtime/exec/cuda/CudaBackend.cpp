@@ -324,12 +324,8 @@ Expected<std::vector<GreedyChoice>> CudaBackend::chainGreedy(int64_t more) {
     if (graphExec_) {
       K3_RETURN_IF_ERROR(driver_->launchGraph(graphExec_, stream_));
     } else {
-      for (size_t l = 0; l < launches_.size(); ++l) {
-        const Grid &g = grids_[l];
-        K3_RETURN_IF_ERROR(driver_->launch(
-            functions_[l], g.grid, g.block, g.smem, stream_,
-            launches_[l].params->data(), /*programmatic=*/true));
-      }
+      for (size_t l = 0; l < launches_.size(); ++l)
+        K3_RETURN_IF_ERROR(launchBound(l));
     }
     K3_RETURN_IF_ERROR(driver_->copyDeviceAsync(
         chainRing_.get() + slot * static_cast<uint64_t>(i), step_.get(), slot,
@@ -375,16 +371,15 @@ Status CudaBackend::step(int64_t token, int64_t pos) {
 }
 
 Status CudaBackend::launchOne(size_t index, int64_t token, int64_t pos) {
+  if (!graphExec_)
+    return launchDirect(index, token, pos);
   BoundLaunch &l = launches_[index];
   l.setInputs(token, pos);
   const Grid &g = grids_[index];
   // With a graph the node's params are replaced; it runs at the replay.
-  Status st = graphExec_ ? driver_->setKernelNodeParams(
-                               graphExec_, nodes_[index], functions_[index],
-                               g.grid, g.block, g.smem, l.params->data())
-                         : driver_->launch(functions_[index], g.grid, g.block,
-                                           g.smem, stream_, l.params->data(),
-                                           /*programmatic=*/true);
+  Status st = driver_->setKernelNodeParams(graphExec_, nodes_[index],
+                                           functions_[index], g.grid, g.block,
+                                           g.smem, l.params->data());
   if (!st)
     return st.withContext("launch " + std::to_string(index) + " (" +
                           l.kernel->name + ")");
@@ -434,8 +429,12 @@ Status CudaBackend::writeState(size_t state,
 //===----------------------------------------------------------------------===//
 
 Status CudaBackend::launchDirect(size_t index, int64_t token, int64_t pos) {
-  BoundLaunch &l = launches_[index];
-  l.setInputs(token, pos);
+  launches_[index].setInputs(token, pos);
+  return launchBound(index);
+}
+
+Status CudaBackend::launchBound(size_t index) {
+  const BoundLaunch &l = launches_[index];
   const Grid &g = grids_[index];
   Status st = driver_->launch(functions_[index], g.grid, g.block, g.smem,
                               stream_, l.params->data(),

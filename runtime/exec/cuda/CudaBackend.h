@@ -88,6 +88,8 @@ private:
   Status launchOne(size_t index, int64_t token, int64_t pos);
   /// Launch `index` on the stream now, graph or not (profiling).
   Status launchDirect(size_t index, int64_t token, int64_t pos);
+  /// Launches `index` on the stream with its params as they are bound.
+  Status launchBound(size_t index);
   /// Queues the copies that keep the GPU busy ahead of timeLaunches.
   Status queueGate();
   /// Queues the write of a host-driven step's inputs into the step block.
