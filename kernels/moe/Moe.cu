@@ -1,8 +1,8 @@
 //===- Moe.cu - Routing, gated MLPs and the routed-expert mix (CUDA) ------===//
 //
-// k3_router, k3_gated_mlp and k3_moe_experts (MoeParams.h): the CUDA twins of
-// MoeCpu.cpp, rounding to bf16 exactly where the CPU does (NUMERICS.md "MoE"
-// and "gated MLP"). Sums are fp32; results differ from the CPU only by the
+// k3_router, k3_gated_mlp, k3_moe_experts and k3_moe_ffn (MoeParams.h): the
+// CUDA twins of MoeCpu.cpp, rounding to bf16 exactly where the CPU does
+// (NUMERICS.md "MoE" and "gated MLP"). Sums are fp32; results differ from the CPU only by the
 // summation order and FMA contraction (the CPU sums in 8 lanes, these
 // kernels per lane, then across the warp).
 //
@@ -1036,9 +1036,9 @@ __device__ void moeRunItem(const MoeExpertsParams &p, MoeShape &sh,
   } else if (it.kind == MoeItem::Down) {
     awaitCount(&gMoeSlotDone[it.slot], guItems(sh, it.slot));
     moeDown(p, sh, it.slot, it.index);
-    finishGateUp(gMoeQueue); // the combine items wait for all of them
+    finishItem(&gMoeQueue.done); // the combine items wait for all of them
   } else {
-    awaitGateUp(gMoeQueue, sh.down * sh.slots);
+    awaitCount(&gMoeQueue.done, sh.down * sh.slots);
     const int64_t row = int64_t(it.index) * blockDim.x + threadIdx.x;
     if (row < p.dim) {
       // y was written by other blocks of this launch (and, in moe_ffn, the
