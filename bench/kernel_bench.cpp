@@ -3,11 +3,13 @@
 // Times each decode kernel at the real K3 shapes on random data in device
 // memory and prints one row per case: median µs over many runs (CUDA
 // events around each launch, after warm-up), the bytes the kernel must move
-// (its floor), the achieved GB/s and the fraction of the bandwidth floor
-// (bytes / peak). Weights are sized so the data does not stay in the 60 MB L2
-// between runs (several copies are rotated where one would fit).
+// (its floor), the achieved GB/s and its fraction of the device-to-device
+// copy bandwidth measured in the same process (or of --peak-gbps). Weights
+// are sized so the data does not stay in the 60 MB L2 between runs (several
+// copies are rotated where one would fit).
 //
-//   kernel_bench [--peak-gbps 4300] [--runs 200] [--json FILE] [--only NAME]
+//   kernel_bench [--peak-gbps G] [--runs 200] [--json FILE] [--only NAME]
+//                [--trace]
 //
 // Needs a GPU; exits 0 with a message where there is none.
 //
@@ -28,6 +30,7 @@
 #include <cstdio>
 #include <cstring>
 #include <functional>
+#include <map>
 #include <random>
 #include <string>
 #include <vector>
@@ -235,11 +238,10 @@ void benchMla(std::vector<Result> &out, int64_t length) {
   // K3's plans give room for 16 at long max_seq).
   for (int64_t splits : {1, 2, 16})
     if (timeKernel("mla_attend", vs, N * splits, us))
-      out.push_back({"mla_attend 96 heads, ctx " + std::to_string(length) +
-                         (splits > 1 ? ", " + std::to_string(splits) +
-                                           " splits"
-                                     : ""),
-                     us, kvBBytes + cacheBytes});
+      out.push_back(
+          {"mla_attend 96 heads, ctx " + std::to_string(length) +
+               (splits > 1 ? ", " + std::to_string(splits) + " splits" : ""),
+           us, kvBBytes + cacheBytes});
 }
 
 void benchRouter(std::vector<Result> &out) {
@@ -312,6 +314,178 @@ void benchMoe(std::vector<Result> &out) {
     out.push_back({"moe_experts 16 x MXFP4 3584x3072", us, TopK * perExpert});
 }
 
+/// A Kimi-Linear-48B MoE layer (K3.md §10's kimi_linear): 256 bf16 experts of
+/// 2304 -> 1024 -> 2304, top-8 by a sigmoid router with a bias, one shared
+/// expert of 1024, the post-attention norm folded in: moe_ffn (router and
+/// experts in one launch, the plan's form), moe_experts on fixed ids, and
+/// the router alone. Each expert is its own allocation (3.6 GB in all) filled
+/// from one random block, and eight inputs rotate so the chosen experts do.
+/// With a -DK3C_MOE_TRACE build of the moe family (K3C_PTX_DIR) and
+/// `--trace`, prints moe_ffn's timeline of one launch.
+bool gTrace = false;
+
+void benchMoeKimiLinear(std::vector<Result> &out) {
+  constexpr int64_t Dk = 2304, Ik = 1024, Ek = 256, Kk = 8;
+  const size_t matBytes = Dk * Ik * 2;
+  void *src = randomDevice(matBytes, 0.02f);
+  auto copyOf = [&](size_t bytes) {
+    void *dst = zerosDevice(bytes);
+    if (!gDriver
+             ->copyDeviceAsync(reinterpret_cast<cuda::CUdeviceptr>(dst),
+                               reinterpret_cast<cuda::CUdeviceptr>(src), bytes,
+                               nullptr)
+             .isOk())
+      std::exit(1);
+    return dst;
+  };
+  auto bf = [&](void *p) {
+    WeightRef w;
+    w.format = kWeightBf16;
+    w.bf16 = static_cast<uint16_t *>(p);
+    return w;
+  };
+  std::vector<WeightRef> w1, w3, w2;
+  for (int64_t e = 0; e < Ek; ++e) {
+    w1.push_back(bf(copyOf(matBytes)));
+    w3.push_back(bf(copyOf(matBytes)));
+    w2.push_back(bf(copyOf(matBytes)));
+  }
+  if (!gDriver->synchronize(nullptr).isOk())
+    std::exit(1);
+  auto table = [&](const std::vector<WeightRef> &t) {
+    auto b = cuda::DeviceBuffer::upload(t.data(), t.size() * sizeof(WeightRef));
+    gKeep.push_back(b.take());
+    return gKeep.back().as<const WeightRef>();
+  };
+  int32_t *ids = static_cast<int32_t *>(zerosDevice(Kk * 4));
+  float *weights = static_cast<float *>(zerosDevice(Kk * 4));
+  MoeFfnParams base;
+  RouterParams &r = base.router;
+  MoeExpertsParams &x = base.experts;
+  r.normWeight = static_cast<uint16_t *>(randomDevice(Dk * 2, 0.5f));
+  r.gate = static_cast<uint16_t *>(randomDevice(Ek * Dk * 2, 0.02f));
+  r.bias = static_cast<float *>(zerosDevice(Ek * 4));
+  r.numExperts = Ek;
+  r.dim = Dk;
+  r.topK = Kk;
+  r.scaling = 2.446f;
+  r.outIds = ids;
+  r.outWeights = weights;
+  x.ids = ids;
+  x.weights = weights;
+  x.topK = Kk;
+  x.numExperts = Ek;
+  x.w1 = table(w1);
+  x.w3 = table(w3);
+  x.w2 = table(w2);
+  x.dim = Dk;
+  x.interDim = Ik;
+  x.activation = kActSwiGLU;
+  x.normWeight = r.normWeight;
+  x.sharedInterDim = Ik;
+  x.sharedW1 = bf(copyOf(matBytes));
+  x.sharedW3 = bf(copyOf(matBytes));
+  x.sharedW2 = bf(copyOf(matBytes));
+  x.out = static_cast<uint16_t *>(zerosDevice(Dk * 2));
+  x.residual = static_cast<uint16_t *>(randomDevice(Dk * 2));
+  std::vector<MoeFfnParams> ffn;
+  for (int c = 0; c < 8; ++c) {
+    MoeFfnParams p = base;
+    p.router.h = p.experts.x = static_cast<uint16_t *>(randomDevice(Dk * 2));
+    ffn.push_back(p);
+  }
+  const double expertBytes = 3.0 * matBytes;
+  const double bytes = (Kk + 1) * expertBytes + Ek * Dk * 2.0;
+  const int64_t grid = 4 * gDriver->smCount(); // the plan's grid
+  double us;
+  if (timeKernel("moe_ffn", ffn, grid, us))
+    out.push_back({"moe_ffn Kimi-Linear 256 x bf16 2304-1024, top-8 + shared",
+                   us, bytes});
+  std::vector<MoeExpertsParams> experts;
+  for (const MoeFfnParams &p : ffn)
+    experts.push_back(p.experts); // the ids of the last moe_ffn run
+  if (timeKernel("moe_experts", experts, grid, us))
+    out.push_back({"moe_experts Kimi-Linear, fixed ids, + shared", us,
+                   bytes - Ek * Dk * 2.0});
+  std::vector<RouterParams> routers;
+  for (const MoeFfnParams &p : ffn)
+    routers.push_back(p.router);
+  if (timeKernel("router", routers, (Ek + 7) / 8, us))
+    out.push_back(
+        {"router Kimi-Linear 256 x 2304, top-8, pre-norm", us, Ek * Dk * 2.0});
+  if (!gTrace)
+    return;
+  // One traced launch: the events of gMoeTrace (a K3C_MOE_TRACE build).
+  auto count = findCudaGlobal("moe_ffn", "gMoeTraceCount");
+  auto events = findCudaGlobal("moe_ffn", "gMoeTrace");
+  if (!count || !events) {
+    std::printf("trace: the moe module has no trace buffer (build it with "
+                "-DK3C_MOE_TRACE and point K3C_PTX_DIR at it)\n");
+    return;
+  }
+  struct Event {
+    unsigned kind, slot, block, pad;
+    unsigned long long t0, t1;
+  };
+  for (int run = 0; run < 3; ++run) {
+    if (!gDriver->memset8(count->first, 0, 4).isOk())
+      std::exit(1);
+    Expected<cuda::CUfunction> f = findCudaKernel("moe_ffn");
+    const int64_t g[3] = {grid, 1, 1}, b[3] = {256, 1, 1};
+    MoeFfnParams p = ffn[static_cast<size_t>(run)];
+    if (!f || !gDriver->launch(*f, g, b, 0, nullptr, &p).isOk() ||
+        !gDriver->synchronize(nullptr).isOk())
+      std::exit(1);
+    unsigned n = 0;
+    if (!gDriver->copyToHost(&n, count->first, 4).isOk())
+      std::exit(1);
+    n = std::min<unsigned>(
+        n, static_cast<unsigned>(events->second / sizeof(Event)));
+    std::vector<Event> ev(n);
+    if (!gDriver->copyToHost(ev.data(), events->first, n * sizeof(Event))
+             .isOk())
+      std::exit(1);
+    unsigned long long t0 = ~0ull, tEnd = 0;
+    for (const Event &e : ev)
+      t0 = std::min(t0, e.t0), tEnd = std::max(tEnd, e.t1);
+    auto rel = [&](unsigned long long t) { return (t - t0) / 1000.0; };
+    std::printf("trace of moe_ffn run %d: %u events over %.2f us\n", run, n,
+                rel(tEnd));
+    const char *kinds[] = {"router",   "gate/up",   "down",
+                           "combine",  "start",     "r:staged",
+                           "r:scored", "r:arrived", "r:ranked"};
+    // Per kind and slot: items, first draw, last finish, mean and max span.
+    std::map<std::pair<unsigned, unsigned>, std::vector<const Event *>> groups;
+    for (const Event &e : ev)
+      groups[{e.kind, e.kind == 1 || e.kind == 2 ? e.slot : 0}].push_back(&e);
+    std::printf("  %-8s %4s %6s %9s %9s %9s %9s %9s\n", "kind", "slot", "items",
+                "first us", "last us", "mean us", "max us", "1st end");
+    for (auto &[key, list] : groups) {
+      double first = 1e30, last = 0, sum = 0, mx = 0, firstEnd = 1e30;
+      for (const Event *e : list) {
+        first = std::min(first, rel(e->t0));
+        last = std::max(last, rel(e->t1));
+        firstEnd = std::min(firstEnd, rel(e->t1));
+        const double d = (e->t1 - e->t0) / 1000.0;
+        sum += d, mx = std::max(mx, d);
+      }
+      std::printf("  %-8s %4u %6zu %9.2f %9.2f %9.2f %9.2f %9.2f\n",
+                  kinds[std::min(key.first, 8u)], key.second, list.size(),
+                  first, last, sum / list.size(), mx, firstEnd);
+    }
+    // How busy the grid is over time: blocks inside an item, per 2 us.
+    std::printf("  blocks in an item (or spinning in one), per 2 us:");
+    for (double t = 0; t < rel(tEnd); t += 2) {
+      int busy = 0;
+      for (const Event &e : ev)
+        if (e.kind < 4 && rel(e.t0) <= t + 1 && rel(e.t1) >= t + 1)
+          ++busy;
+      std::printf(" %d", busy);
+    }
+    std::printf("\n");
+  }
+}
+
 void benchGatedMlp(std::vector<Result> &out, const std::string &label,
                    int64_t in, int64_t inter) {
   const double wBytes = 3.0 * in * inter * 2;
@@ -360,7 +534,7 @@ void benchNorms(std::vector<Result> &out) {
 } // namespace
 
 int main(int argc, char **argv) {
-  double peak = 4300;
+  double peak = 0; // measured below unless given
   std::string json, only;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
@@ -372,10 +546,12 @@ int main(int argc, char **argv) {
       json = argv[++i];
     else if (a == "--only" && i + 1 < argc)
       only = argv[++i];
+    else if (a == "--trace")
+      gTrace = true;
     else {
       std::printf(
           "usage: kernel_bench [--peak-gbps G] [--runs N] [--json FILE] "
-          "[--only SUBSTRING]\n");
+          "[--only SUBSTRING] [--trace]\n");
       return a == "-h" || a == "--help" ? 0 : 2;
     }
   }
@@ -386,8 +562,22 @@ int main(int argc, char **argv) {
     return 0;
   }
   gDriver = *d;
-  std::printf("kernel_bench on %s, peak %.0f GB/s, median of %d runs\n",
-              gDriver->deviceName().c_str(), peak, gRuns);
+  if (peak <= 0) {
+    Expected<double> copy = measureDeviceCopyGBps();
+    if (!copy) {
+      std::fprintf(stderr, "kernel_bench: %s\n", copy.message().c_str());
+      return 1;
+    }
+    peak = *copy;
+    std::printf("kernel_bench on %s, copy bandwidth %.0f GB/s (device-to-"
+                "device copy of 1 GiB, read + write, measured now), median of "
+                "%d runs\n",
+                gDriver->deviceName().c_str(), peak, gRuns);
+  } else {
+    std::printf("kernel_bench on %s, peak %.0f GB/s (given), median of %d "
+                "runs\n",
+                gDriver->deviceName().c_str(), peak, gRuns);
+  }
 
   std::vector<
       std::pair<std::string, std::function<void(std::vector<Result> &)>>>
@@ -428,7 +618,8 @@ int main(int argc, char **argv) {
            }},
           {"linear",
            [](auto &o) {
-             benchLinear(o, "linear bf16 1024 -> 2304 (Kimi-Linear shared down)",
+             benchLinear(o,
+                         "linear bf16 1024 -> 2304 (Kimi-Linear shared down)",
                          2304, 1024, false, false);
            }},
           {"linear",
@@ -451,6 +642,7 @@ int main(int argc, char **argv) {
                            6144);
            }},
           {"moe", benchMoe},
+          {"moe", benchMoeKimiLinear},
           {"norm", benchNorms},
       };
   std::vector<Result> results;
@@ -459,7 +651,7 @@ int main(int argc, char **argv) {
       fn(results);
 
   std::printf("%-44s %10s %12s %10s %8s\n", "case", "us", "bytes", "GB/s",
-              "floor");
+              "of copy");
   for (const Result &r : results) {
     const double gbps = r.bytes / (r.us * 1e-6) / 1e9;
     std::printf("%-44s %10.2f %12.0f %10.1f %7.1f%%\n", r.name.c_str(), r.us,

@@ -33,12 +33,14 @@ constexpr int kChunk = 12288;
 /// of 256 threads an SM holds (64 registers), well over what HBM latency
 /// needs. (8 would need more than the 64 registers that 1024-thread blocks
 /// allow.)
+/// (K3C_TUNE_* macros override tuning constants in a variant build of this
+/// family, measured with K3C_PTX_DIR; the shipped PTX uses the values here.)
+#ifdef K3C_TUNE_GEMV_UNROLL_BF16
+constexpr int kUnrollBf16 = K3C_TUNE_GEMV_UNROLL_BF16;
+#else
 constexpr int kUnrollBf16 = 6;
+#endif
 constexpr int kUnrollMxfp4 = 4;
-/// Bytes of its first row that each warp prefetches into L2 before the
-/// prologue (norm + staging), so HBM latency overlaps it.
-constexpr int kPrefetchBytes = 32 * 128;
-
 static_assert(kChunk % 32 == 0, "a chunk holds whole MXFP4 blocks");
 
 //===----------------------------------------------------------------------===//
@@ -48,7 +50,6 @@ static_assert(kChunk % 32 == 0, "a chunk holds whole MXFP4 blocks");
 using dev::aligned16;
 using dev::hiF;
 using dev::loF;
-using dev::prefetchL2Line;
 
 /// Shared-memory slot of 16-byte chunk `c` of x̂. The MXFP4 path has lane l
 /// read chunks 4l .. 4l+3 (one 32-column block), which unswizzled would put
@@ -253,24 +254,6 @@ __device__ __forceinline__ void rowDot(const RowTarget &t, int64_t k,
   dotScalar(t.w, k, t.row, c0, s.x, s.y, xs, lane, acc[0]);
 }
 
-/// Starts the fetch of the head of this warp's share of its row (first
-/// chunk): 128 bytes per lane, up to kPrefetchBytes. Both vector paths split
-/// a row in 16-byte units (8 bf16 columns, or one 32-column MXFP4 block).
-__device__ __forceinline__ void prefetchRowHead(const RowTarget &t, int64_t k,
-                                                int slice, int slices,
-                                                int lane) {
-  const bool mx = t.w.format == kWeightMxfp4;
-  const char *row =
-      mx ? reinterpret_cast<const char *>(t.w.packed + t.row * (k / 2))
-         : reinterpret_cast<const char *>(t.w.bf16 + t.row * k);
-  const int len = static_cast<int>(k < kChunk ? k : kChunk);
-  const int2 s = share(mx ? len >> 5 : len >> 3, slice, slices);
-  const int64_t off = static_cast<int64_t>(s.x) * 16 + lane * 128;
-  if (off < static_cast<int64_t>(s.y) * 16 &&
-      off < static_cast<int64_t>(s.x) * 16 + kPrefetchBytes)
-    prefetchL2Line(row + off);
-}
-
 /// Writes a finished row: fp32 as is, or bf16 R(y) / R(R(y) + residual).
 __device__ __forceinline__ void storeRow(const RowTarget &t, float y) {
   if (t.outF32) {
@@ -366,11 +349,10 @@ __device__ void gemvBody(const Rows &rows, const uint16_t *x, int64_t k,
   if (first >= total)
     return; // the whole block: no row for it
 
-  // The weights are no kernel's output: their first bytes are asked for
-  // while the previous kernel may still run (programmatic dependent
-  // launch), and x only after it has finished.
-  if (first + slot < total)
-    prefetchRowHead(rows.at(first + slot), k, slice, slices, lane);
+  // No L2 prefetch of the weights before the wait: asking for each warp's
+  // first 4 KiB there made the Kimi-Linear-48B step slower (3410 -> 3477 µs
+  // on the H200, docs/PERF.md), also when only the blocks of the first wave
+  // asked (3480); the loads' own depth keeps HBM busy.
   dev::waitForPriorGrids();
   const float r = normW ? rmsFactor(x, k, eps, scratch) : 0.0f;
 

@@ -11,8 +11,8 @@
 // l, l + 32, ... with streaming loads and a warp shuffle adds the lanes. A
 // warp works on several rows at once (W1 and W3 of two intermediate rows;
 // two or four rows of W2) so that each activation value it loads serves
-// several weights and several loads are in flight; L2 prefetches of the rows
-// keep more bytes in flight than the 64 registers (blocks of up to 1024
+// several weights and several loads are in flight; L2 prefetches of MXFP4
+// rows keep more bytes in flight than the 64 registers (blocks of up to 1024
 // threads) could. MXFP4 codes are decoded with bit operations into fp16
 // pairs (exact, dev::mxfp4Dot8 in CudaWeights.cuh), the block scale applied
 // once per 16 codes. The dot product of a row is always computed by one
@@ -24,9 +24,10 @@
 // a grid barrier: blocks draw numbered items from an atomic ticket (all the
 // gate/up items first, then the down/mix items); a finished gate/up item is
 // counted with a release; a block that draws a down/mix item waits (acquire)
-// until all gate/up items are counted. Tickets are drawn in order by running
-// blocks and a gate/up item never waits, so every awaited item belongs to a
-// running block: no deadlock with any grid, no cooperative launch needed. The
+// until the gate/up items it needs are counted. Tickets are drawn in order by
+// running blocks and an item only waits for items of lower tickets, so every
+// awaited item belongs to a running block: no deadlock with any grid, no
+// cooperative launch needed. The
 // last block out resets the counters, so the next launch finds them zero.
 //
 // SCRATCH: the params carry no scratch memory, so the activations a (bf16)
@@ -66,10 +67,12 @@ constexpr int64_t kMoeActCap = int64_t(1) << 20;
 constexpr int64_t kMoeYCap = int64_t(1) << 20;
 /// Expert slots of a `moe_experts` launch (topK + the shared expert).
 constexpr int kMoeMaxSlots = 257;
-/// L2 prefetch distances (bytes per weight row): bf16 rows stay kAheadBf16
-/// ahead of the loads; MXFP4 rows have their first kHeadMxfp4 bytes asked
-/// for up front.
-constexpr int64_t kAheadBf16 = 1024;
+/// The first kHeadMxfp4 bytes of an MXFP4 row are asked of L2 up front.
+/// bf16 rows are not prefetched: keeping the loads 1 KiB ahead in L2 made
+/// the Kimi-Linear moe_ffn slower (61.4 against 59.4 µs on the H200), 4.5
+/// KiB slower still.
+/// (K3C_TUNE_* macros override tuning constants in a variant build of this
+/// family, measured with K3C_PTX_DIR; the shipped PTX uses the values here.)
 constexpr int64_t kHeadMxfp4 = 2048;
 
 static_assert(kRouterCap <= kStageCap, "the router ranks in the stage area");
@@ -347,14 +350,12 @@ __device__ bool lastToArrive(unsigned *counter, unsigned total) {
 
 using dev::bf16Dot8;
 using dev::mxfp4Dot8;
-using dev::prefetchL2Line;
 using dev::prefetchL2Warp;
 
 /// Prefetches the heads of rows `rows` of the NM matrices (k columns) into
-/// L2: the first kAheadBf16 bytes of a bf16 row (the loop then keeps that far
-/// ahead), the first kHeadMxfp4 bytes of an MXFP4 row (all of a K3 expert
-/// row) and its scales. So a warp has far more bytes in flight than its
-/// registers hold, with a bounded L2 footprint.
+/// L2: the first kHeadMxfp4 bytes of an MXFP4 row (all of a K3 expert row)
+/// and its scales (bf16 rows: nothing, see kHeadMxfp4). So a warp has more
+/// bytes in flight than its registers hold, with a bounded L2 footprint.
 template <int NM, int NR>
 __device__ __forceinline__ void
 prefetchHeads(const WeightRef (&w)[NM], const int64_t (&rows)[NR], int64_t k) {
@@ -366,8 +367,6 @@ prefetchHeads(const WeightRef (&w)[NM], const int64_t (&rows)[NR], int64_t k) {
         prefetchL2Warp(w[m].packed + rows[r] * (k / 2), min(k / 2, kHeadMxfp4));
         prefetchL2Warp(w[m].scale + rows[r] * (k / 32),
                        min(k / 32, kHeadMxfp4));
-      } else {
-        prefetchL2Warp(w[m].bf16 + rows[r] * k, min(2 * k, kAheadBf16));
       }
     }
 }
@@ -378,15 +377,18 @@ prefetchHeads(const WeightRef (&w)[NM], const int64_t (&rows)[NR], int64_t k) {
 /// MXFP4 (k % 32 == 0) with 8-byte aligned codes; anything else (odd widths,
 /// mixed formats) goes element by element. The loads of U pieces per stream
 /// are issued before their math (U chosen to fit 64 registers: blocks of up
-/// to 1024 threads); L2 prefetches (prefetchHeads, and kAheadBf16 ahead in
-/// bf16 rows) keep more bytes in flight than the registers could.
+/// to 1024 threads); MXFP4 rows are prefetched into L2 (prefetchHeads).
 template <int NM, int NR, class Act>
 __device__ __forceinline__ void rowDots(const WeightRef (&w)[NM],
                                         const int64_t (&rows)[NR], int64_t k,
                                         const Act &act, float (&out)[NM * NR]) {
   constexpr int NS = NM * NR;
   constexpr int UMx = NS >= 4 ? 1 : 4 / NS;
+#ifdef K3C_TUNE_MOE_UNROLL_BF16
+  constexpr int UBf = NS >= 4 ? K3C_TUNE_MOE_UNROLL_BF16 : 4 / NS;
+#else
   constexpr int UBf = NS >= 4 ? 1 : 4 / NS;
+#endif
   const int lane = threadIdx.x & 31;
   prefetchHeads(w, rows, k);
   float acc[NS];
@@ -472,8 +474,6 @@ __device__ __forceinline__ void rowDots(const WeightRef (&w)[NM],
 #pragma unroll
         for (int s = 0; s < NS; ++s) {
           q[u][s] = c < pieces ? ldStream16(wp[s] + c) : make_uint4(0, 0, 0, 0);
-          if (c + kAheadBf16 / 16 < pieces)
-            prefetchL2Line(wp[s] + c + kAheadBf16 / 16);
         }
       }
 #pragma unroll
@@ -604,24 +604,72 @@ __device__ __forceinline__ void scoreExpert(const RouterParams &p, int64_t e,
 /// The router's second half, by one block once every score is in `scores`
 /// (module scratch, written by other blocks: read through L2): the topK
 /// experts by s + bias and their weights into outIds / outWeights.
-/// `rankBits` is E words of shared memory (a stage no longer needed).
+/// `stage` is kStageCap words of 16-byte aligned shared memory (a stage no
+/// longer needed).
+///
+/// Keys are (rank word, index), unique. With topK < 32 each warp first
+/// drops the keys that topK or more keys of its own 32 beat (a shuffle per
+/// key, no shared memory): only each warp's top-k survive, and every key of the global top-k is among them, with every key
+/// above it; so a survivor's place is the number of survivors above it
+/// (exact for the top-k, >= topK for the rest). Kimi-Linear: 64 survivors
+/// of 256. Otherwise (topK >= 32, or more survivors than the stage holds)
+/// every key counts the keys above it over all E, stopping at topK.
 __device__ void rankTopK(const RouterParams &p, const float *scores,
-                         unsigned *rankBits) {
-  // The ranks' keys' high words, staged (the h stage is no longer needed),
-  // then every key's place by counting the keys above it (keys are unique:
-  // the low word is the index), stopping at topK: no block-wide rounds, and
-  // the keys outside the top-k, the vast majority, stop after a few reads.
+                         unsigned *stage) {
   __shared__ int32_t topIds[kRouterMaxTopK];
   __shared__ float topScores[kRouterMaxTopK];
   __shared__ float denomShared;
+  __shared__ unsigned survivors;
   const int64_t E = p.numExperts;
   const int32_t K = p.topK;
-  for (int32_t k = threadIdx.x; k < K; k += blockDim.x)
+  const int lane = threadIdx.x & 31;
+  unsigned *rankBits = stage; // [E]
+  // Survivors: rank word, index, score (after the E words).
+  const int64_t cap = (kStageCap - ((E + 3) & ~int64_t(3))) / 3;
+  unsigned *candWord = stage + ((E + 3) & ~int64_t(3));
+  unsigned *candIdx = candWord + cap;
+  float *candScore = reinterpret_cast<float *>(candIdx + cap);
+  for (int32_t k = threadIdx.x; k < K; k += blockDim.x) {
     topIds[k] = -1; // E < topK: the places no expert takes
+    topScores[k] = __int_as_float(0x7fc00000);
+  }
+  if (threadIdx.x == 0)
+    survivors = 0;
+  __syncthreads();
+  const bool prune = p.forceExpert < 0 && K < 32;
   if (p.forceExpert < 0) {
-    for (int64_t e = threadIdx.x; e < E; e += blockDim.x) {
-      const float r = __ldcg(&scores[e]) + (p.bias ? p.bias[e] : 0.0f);
-      rankBits[e] = static_cast<unsigned>(rankKey(r, e) >> 32);
+    // Whole warps per round (the shuffles): lanes past E hold the lowest
+    // word and the highest indices, so they beat no real key.
+    const int64_t rounds = (E + blockDim.x - 1) / blockDim.x;
+    for (int64_t round = 0; round < rounds; ++round) {
+      const int64_t e = round * blockDim.x + threadIdx.x;
+      const bool real = e < E;
+      const float score = real ? __ldcg(&scores[e]) : 0.0f;
+      const float r = score + (p.bias && real ? p.bias[e] : 0.0f);
+      const unsigned w =
+          real ? static_cast<unsigned>(rankKey(r, e) >> 32) : 0u;
+      if (real)
+        rankBits[e] = w;
+      if (!prune)
+        continue;
+      int32_t above = 0;
+#pragma unroll
+      for (int j = 0; j < 32; ++j) {
+        const unsigned wj = __shfl_sync(0xffffffffu, w, j);
+        above += (wj > w) | ((wj == w) & (j < lane));
+      }
+      const bool keep = real && above < K;
+      const unsigned mask = __ballot_sync(0xffffffffu, keep);
+      unsigned base = 0;
+      if (lane == 0 && mask)
+        base = atomicAdd(&survivors, static_cast<unsigned>(__popc(mask)));
+      base = __shfl_sync(0xffffffffu, base, 0);
+      const unsigned at = base + __popc(mask & ((1u << lane) - 1u));
+      if (keep && at < cap) {
+        candWord[at] = w;
+        candIdx[at] = static_cast<unsigned>(e);
+        candScore[at] = score;
+      }
     }
   }
   __syncthreads();
@@ -629,25 +677,61 @@ __device__ void rankTopK(const RouterParams &p, const float *scores,
     return (static_cast<unsigned long long>(rankBits[e]) << 32) |
            (0xffffffffu - static_cast<unsigned>(e));
   };
-  if (p.forceExpert < 0)
-    for (int64_t e = threadIdx.x; e < E; e += blockDim.x) {
-      const unsigned long long mine = keyOf(e);
+  if (prune && survivors <= cap) {
+    const unsigned n = survivors;
+    for (unsigned c = threadIdx.x; c < n; c += blockDim.x) {
+      const unsigned w = candWord[c], i = candIdx[c];
       int32_t above = 0;
-      for (int64_t j = 0; j < E && above < K; ++j)
-        above += keyOf(j) > mine;
-      if (above < K)
-        topIds[above] = static_cast<int32_t>(e);
+      for (unsigned d = 0; d < n; ++d) {
+        const unsigned wd = candWord[d];
+        above += (wd > w) | ((wd == w) & (candIdx[d] < i));
+      }
+      if (above < K) {
+        topIds[above] = static_cast<int32_t>(i);
+        topScores[above] = candScore[c];
+      }
     }
-  __syncthreads();
-  // Each place's score in parallel; then routerCpu's weights, operation for
-  // operation (the sum in rank order by one thread, from shared memory).
-  for (int32_t k = threadIdx.x; k < K; k += blockDim.x) {
-    const int32_t id = p.forceExpert >= 0 ? p.forceExpert : topIds[k];
-    topScores[k] = id >= 0 && id < E ? __ldcg(&scores[id])
-                                     : __int_as_float(0x7fc00000);
-    p.outIds[k] = id;
+  } else if (p.forceExpert < 0) {
+    for (int64_t e = threadIdx.x; e < E; e += blockDim.x) {
+      // keyOf(j) > keyOf(e) <=> a higher rank word, or the same one at a
+      // lower index; 32 words per stop test, read as 16-byte broadcasts.
+      const unsigned mine = rankBits[e];
+      const uint4 *words = reinterpret_cast<const uint4 *>(rankBits);
+      int32_t above = 0;
+      int64_t j = 0;
+      for (; j + 32 <= E && above < K; j += 32) {
+        uint4 w[8];
+#pragma unroll
+        for (int u = 0; u < 8; ++u)
+          w[u] = words[(j >> 2) + u];
+#pragma unroll
+        for (int u = 0; u < 8; ++u) {
+          const int64_t j0 = j + 4 * u;
+          above += (w[u].x > mine) | ((w[u].x == mine) & (j0 < e));
+          above += (w[u].y > mine) | ((w[u].y == mine) & (j0 + 1 < e));
+          above += (w[u].z > mine) | ((w[u].z == mine) & (j0 + 2 < e));
+          above += (w[u].w > mine) | ((w[u].w == mine) & (j0 + 3 < e));
+        }
+      }
+      for (; j < E && above < K; ++j)
+        above += keyOf(j) > keyOf(e);
+      if (above < K) {
+        topIds[above] = static_cast<int32_t>(e);
+        topScores[above] = __ldcg(&scores[e]);
+      }
+    }
+  } else {
+    for (int32_t k = threadIdx.x; k < K; k += blockDim.x) {
+      const int32_t id = p.forceExpert;
+      topIds[k] = id;
+      topScores[k] = id < E ? __ldcg(&scores[id]) : __int_as_float(0x7fc00000);
+    }
   }
   __syncthreads();
+  // routerCpu's weights, operation for operation (the sum in rank order by
+  // one thread, from shared memory).
+  for (int32_t k = threadIdx.x; k < K; k += blockDim.x)
+    p.outIds[k] = topIds[k];
   if (threadIdx.x == 0) {
     float sum = 0.0f;
     for (int32_t k = 0; k < K; ++k)
@@ -662,7 +746,6 @@ __device__ void rankTopK(const RouterParams &p, const float *scores,
     p.outWeights[k] = w * p.scaling;
   }
 }
-
 
 } // namespace
 
@@ -840,25 +923,37 @@ __device__ __forceinline__ unsigned guItems(const MoeShape &sh, unsigned j) {
   return sh.shared && j == 0 ? sh.guShared : sh.guRouted;
 }
 
-/// Tickets: G(0), G(1), D(0), G(2), D(1), ..., G(n-1), D(n-2), D(n-1), then
-/// the combine items: slot j's down items follow the next slot's gate/up
-/// items, by when slot j's gate/up items are (nearly always) done.
-__device__ MoeItem decodeItem(const MoeShape &sh, unsigned t) {
+/// Tickets: G(0) and, with a shared expert (slot 0), D(0), which need no
+/// routing; then every routed slot's gate/up items G(1) .. G(n-1), then their
+/// down items D(1) .. D(n-1) (without a shared expert: G(0) .. G(n-1), then
+/// D(0) .. D(n-1)), then the combine items. So all routed gate/up rows stream
+/// at once when the routing is known, and a slot's down items come after
+/// every gate/up item: they rarely wait. (The earlier order G(j+1), D(j)
+/// slot by slot left the last slot's gate/up, down and combine as a tail of
+/// dependent phases: 64.0 against 61.4 µs per Kimi-Linear moe_ffn, the step
+/// 3477 against 3387 µs on the H200, docs/PERF.md.)
+/// (Not inlined: inlined, its divisions made the item loops of moe_experts
+/// and moe_ffn spill under the 64-register bound; it runs once per item.)
+__device__ __noinline__ MoeItem decodeItem(const MoeShape &sh, unsigned t) {
   if (t >= sh.firstCombine)
     return {MoeItem::Combine, 0, t - sh.firstCombine};
-  unsigned base = 0;
-  for (unsigned j = 0; j < sh.slots; ++j) {
-    const unsigned g = guItems(sh, j);
-    if (t < base + g)
-      return {MoeItem::GateUp, j, t - base};
-    base += g;
-    if (j > 0) {
-      if (t < base + sh.down)
-        return {MoeItem::Down, j - 1, t - base};
-      base += sh.down;
-    }
+  const unsigned g0 = guItems(sh, 0);
+  if (t < g0)
+    return {MoeItem::GateUp, 0, t};
+  unsigned base = g0;
+  if (sh.shared) {
+    if (t < base + sh.down)
+      return {MoeItem::Down, 0, t - base};
+    base += sh.down;
   }
-  return {MoeItem::Down, sh.slots - 1, t - base};
+  const unsigned routedG = (sh.slots - 1) * sh.guRouted; // slots 1 ..
+  if (t < base + routedG)
+    return {MoeItem::GateUp, 1 + (t - base) / sh.guRouted,
+            (t - base) % sh.guRouted};
+  base += routedG;
+  const unsigned firstDown = sh.shared ? 1u : 0u;
+  return {MoeItem::Down, firstDown + (t - base) / sh.down,
+          (t - base) % sh.down};
 }
 
 /// Slot j's expert weights (false: an invalid routed id, the slot is NaN)
@@ -1025,12 +1120,14 @@ __device__ void moeRunItem(const MoeExpertsParams &p, MoeShape &sh,
                            bool &haveX, const unsigned *routed) {
   const MoeItem it = decodeItem(sh, ticket);
   if (it.kind == MoeItem::GateUp) {
-    if (routed && it.slot >= sh.shared)
-      awaitCount(routed, 1u);
+    // x̂ first: it does not depend on the routing, so a block that waits
+    // for the router has it staged by when the flag rises.
     if (!haveX) {
       moeStageInput(p, sh, xs, normParts);
       haveX = true;
     }
+    if (routed && it.slot >= sh.shared)
+      awaitCount(routed, 1u);
     moeGateUp(p, sh, it.slot, it.index, xs);
     finishItem(&gMoeSlotDone[it.slot]);
   } else if (it.kind == MoeItem::Down) {
@@ -1071,16 +1168,17 @@ __device__ void moeRunItem(const MoeExpertsParams &p, MoeShape &sh,
 // multiply and add, then r = R(r + s) with the shared expert's output s and
 // out = R(r + residual), each optional, as moeExpertsCpu. x̂ is x or its
 // RMSNorm (normWeight; each block stages it with its own factor).
-// Work queue (file comment), pipelined by slot (slot 0 the shared expert
-// when there is one, its rows prefetched into L2 before the router ends):
+// Work queue (file comment), in the order of decodeItem (slot 0 the shared
+// expert when there is one, its rows prefetched into L2 before the router
+// ends):
 //  * gate/up items G(j): item i of slot j covers intermediate rows
 //    2 · warps · i .. +2·warps; warp w computes W1 and W3 of two rows (4 rows
 //    at once, x̂ staged once per block) and stores a to module scratch
 //    (bf16), then counts the item in slot j's counter;
-//  * down items D(j), queued after G(j + 1): once slot j's gate/up items are
-//    counted, warp w computes 4 rows of R(W2 a_j) into module scratch y_j.
-//    So the down rows of early slots stream while later slots' gate/up rows
-//    do: no drain of the whole GPU between the two halves of an MLP;
+//  * down items D(j), after every routed slot's gate/up items: once slot
+//    j's gate/up items are counted, warp w computes 4 rows of R(W2 a_j) into
+//    module scratch y_j (the shared expert's D(0) right after its G(0), as
+//    neither waits for routing);
 //  * combine items (after every down item): a thread per output row adds
 //    weights[k] · y_k in slot order, rounds, adds the shared expert's row
 //    and the residual.
@@ -1139,6 +1237,43 @@ extern "C" __global__ void __launch_bounds__(1024)
 // normEps, dim), as k3.moe_ffn binds them. Otherwise the output is NaN.
 __device__ unsigned gFfnRouted;
 
+// A timeline of moe_ffn for kernel_bench --trace (a build of this family with
+// -DK3C_MOE_TRACE; never in the shipped PTX): per item, its kind, slot, the
+// block and the global timer when the block drew it and when it finished.
+#ifdef K3C_MOE_TRACE
+struct MoeTraceEvent {
+  /// 0 router, 1 gate/up, 2 down, 3 combine, 4 launch start; router item
+  /// phases (t1 - t0: since the draw): 5 staged, 6 scored, 7 last to
+  /// arrive, 8 ranked
+  unsigned kind;
+  unsigned slot; ///< gate/up and down: the slot (0 the shared expert)
+  unsigned block;
+  unsigned pad;
+  unsigned long long t0, t1; ///< ns (%globaltimer)
+};
+constexpr unsigned kMoeTraceCap = 1u << 16;
+__device__ MoeTraceEvent gMoeTrace[kMoeTraceCap];
+__device__ unsigned gMoeTraceCount;
+__device__ __forceinline__ unsigned long long traceNow() {
+  unsigned long long t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+__device__ __forceinline__ void traceItem(unsigned kind, unsigned slot,
+                                          unsigned long long t0) {
+  if (threadIdx.x != 0)
+    return;
+  const unsigned i = atomicAdd(&gMoeTraceCount, 1u);
+  if (i < kMoeTraceCap)
+    gMoeTrace[i] = {kind, slot, blockIdx.x, 0u, t0, traceNow()};
+}
+#define K3C_TRACE_T0() const unsigned long long traceT0 = traceNow()
+#define K3C_TRACE(kind, slot) traceItem(kind, slot, traceT0)
+#else
+#define K3C_TRACE_T0() (void)0
+#define K3C_TRACE(kind, slot) (void)0
+#endif
+
 extern "C" __global__ void __launch_bounds__(1024)
     k3_moe_ffn(const MoeFfnParams p) {
   __shared__ float4 xs[kStageCap / 4];
@@ -1175,7 +1310,12 @@ extern "C" __global__ void __launch_bounds__(1024)
     return;
   }
   bool haveX = false;
+  {
+    K3C_TRACE_T0();
+    K3C_TRACE(4u, 0u);
+  }
   for (;;) {
+    K3C_TRACE_T0();
     const unsigned ticket = nextItem(gMoeQueue, &sh.item);
     routerItems = routerItemsShared; // (re-read: fewer live registers)
     if (ticket >= routerItems + sh.items)
@@ -1183,6 +1323,13 @@ extern "C" __global__ void __launch_bounds__(1024)
     if (ticket >= routerItems) {
       moeRunItem(ep, sh, ticket - routerItems, xs, normParts, haveX,
                  &gFfnRouted);
+#ifdef K3C_MOE_TRACE
+      const MoeItem it = decodeItem(sh, ticket - routerItems);
+      K3C_TRACE(it.kind == MoeItem::GateUp ? 1u
+                : it.kind == MoeItem::Down ? 2u
+                                           : 3u,
+                it.slot);
+#endif
       continue;
     }
     // A router item: one expert row per warp.
@@ -1191,12 +1338,16 @@ extern "C" __global__ void __launch_bounds__(1024)
       moeStageInput(ep, sh, xs, normParts);
       haveX = true;
     }
+    K3C_TRACE(5u, 0u);
     if (e < rp.numExperts)
       scoreExpert(rp, e, sh.stageX, xs,
                   inputAct(ep.x, ep.normWeight, sh.normR));
+    K3C_TRACE(6u, 0u);
     // The last router item to finish sees every score.
     if (lastToArrive(&gRouterArrived, routerItems)) {
+      K3C_TRACE(7u, 0u);
       rankTopK(rp, gRouterScores, reinterpret_cast<unsigned *>(xs));
+      K3C_TRACE(8u, 0u);
       haveX = false; // the stage held the ranks
       __syncthreads();
       if (threadIdx.x == 0) {
@@ -1204,6 +1355,7 @@ extern "C" __global__ void __launch_bounds__(1024)
         addRelease(&gFfnRouted, 1u);
       }
     }
+    K3C_TRACE(0u, 0u);
   }
   if (leaveQueue(gMoeQueue, gMoeSlotDone, static_cast<int>(sh.slots)) &&
       threadIdx.x == 0)

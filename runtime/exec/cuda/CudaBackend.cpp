@@ -6,7 +6,12 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <mutex>
 
 namespace k3 {
@@ -47,18 +52,56 @@ Expected<cuda::CUmodule> moduleFor(cuda::Driver &driver, const std::string &ptx,
   return *mod;
 }
 
-/// `k3_<kernel>` from `ptx` when given (a plan's own PTX), else from the PTX
-/// built into this binary.
-Expected<cuda::CUfunction> kernelFunction(cuda::Driver &driver,
-                                          const std::string &kernel,
-                                          const std::string *ptx) {
-  if (ptx) {
-    Expected<cuda::CUmodule> mod =
-        moduleFor(driver, *ptx, "the plan's PTX for kernel '" + kernel + "'");
-    if (!mod)
-      return mod.status();
-    return driver.function(*mod, "k3_" + kernel);
+/// The developer override of the kernels' PTX: with K3C_PTX_DIR set, a
+/// kernel that some DIR/<family>.ptx defines is loaded from that file
+/// instead of the plan's or this binary's PTX (kernel variants measured
+/// without rebuilding the host code or the plans; stderr names each file
+/// once). Null when unset or no file there defines `kernel`.
+const std::string *overridePtx(const std::string &kernel) {
+  static std::mutex mutex;
+  static bool scanned = false;
+  static std::vector<std::pair<std::string, std::string>> files; // path, text
+  std::lock_guard<std::mutex> lock(mutex);
+  if (!scanned) {
+    scanned = true;
+    const char *dir = std::getenv("K3C_PTX_DIR");
+    if (dir && *dir) {
+      std::error_code ec;
+      for (const auto &e : std::filesystem::directory_iterator(dir, ec)) {
+        if (e.path().extension() != ".ptx")
+          continue;
+        std::ifstream in(e.path(), std::ios::binary);
+        std::string text((std::istreambuf_iterator<char>(in)),
+                         std::istreambuf_iterator<char>());
+        if (!text.empty()) {
+          std::fprintf(stderr,
+                       "k3c: K3C_PTX_DIR: kernels of %s replace the "
+                       "built-in ones\n",
+                       e.path().c_str());
+          files.emplace_back(e.path().string(), std::move(text));
+        }
+      }
+    }
   }
+  const std::string decl = ".entry k3_" + kernel + "(";
+  for (const auto &[path, text] : files)
+    if (text.find(decl) != std::string::npos)
+      return &text;
+  return nullptr;
+}
+
+/// The module that defines `k3_<kernel>`: from K3C_PTX_DIR (overridePtx),
+/// else from `ptx` when given (a plan's own PTX), else from the PTX built
+/// into this binary.
+Expected<cuda::CUmodule> kernelModule(cuda::Driver &driver,
+                                      const std::string &kernel,
+                                      const std::string *ptx) {
+  if (const std::string *dev = overridePtx(kernel))
+    return moduleFor(driver, *dev,
+                     "K3C_PTX_DIR's PTX for kernel '" + kernel + "'");
+  if (ptx)
+    return moduleFor(driver, *ptx,
+                     "the plan's PTX for kernel '" + kernel + "'");
   if (embeddedPtxModules().empty())
     return makeError("this build has no CUDA kernels (nvcc was not found "
                      "when it was configured) and the plan carries no PTX; "
@@ -67,9 +110,15 @@ Expected<cuda::CUfunction> kernelFunction(cuda::Driver &driver,
   if (!m)
     return makeError("kernel '", kernel,
                      "' has no CUDA implementation in this build");
-  Expected<cuda::CUmodule> mod =
-      moduleFor(driver, std::string(m->ptx, m->size),
-                std::string("PTX module '") + m->name + "'");
+  return moduleFor(driver, std::string(m->ptx, m->size),
+                   std::string("PTX module '") + m->name + "'");
+}
+
+/// `k3_<kernel>` of kernelModule.
+Expected<cuda::CUfunction> kernelFunction(cuda::Driver &driver,
+                                          const std::string &kernel,
+                                          const std::string *ptx) {
+  Expected<cuda::CUmodule> mod = kernelModule(driver, kernel, ptx);
   if (!mod)
     return mod.status();
   return driver.function(*mod, "k3_" + kernel);
@@ -82,6 +131,17 @@ Expected<cuda::CUfunction> findCudaKernel(const std::string &kernel) {
   if (!driver)
     return driver.status();
   return kernelFunction(**driver, kernel, nullptr);
+}
+
+Expected<std::pair<cuda::CUdeviceptr, size_t>>
+findCudaGlobal(const std::string &kernel, const std::string &variable) {
+  Expected<cuda::Driver *> driver = cuda::Driver::get();
+  if (!driver)
+    return driver.status();
+  Expected<cuda::CUmodule> mod = kernelModule(**driver, kernel, nullptr);
+  if (!mod)
+    return mod.status();
+  return (*driver)->global(*mod, variable);
 }
 
 CudaBackend::~CudaBackend() {
@@ -316,8 +376,8 @@ Expected<std::vector<GreedyChoice>> CudaBackend::chainGreedy(int64_t more) {
       return ring.status().withContext("the chained steps' ring");
     chainRing_ = ring.take();
   }
-  K3_RETURN_IF_ERROR(driver_->copyDeviceAsync(chainRing_.get(), step_.get(),
-                                              slot, stream_));
+  K3_RETURN_IF_ERROR(
+      driver_->copyDeviceAsync(chainRing_.get(), step_.get(), slot, stream_));
   for (int64_t i = 1; i <= more; ++i) {
     // The kernels read the token and position from the step block; the
     // graph's nodes (or the bound params) need no update.
@@ -332,8 +392,8 @@ Expected<std::vector<GreedyChoice>> CudaBackend::chainGreedy(int64_t more) {
         stream_));
   }
   std::vector<int64_t> ring(static_cast<size_t>(kStepWords * (more + 1)));
-  K3_RETURN_IF_ERROR(driver_->copyToHostAsync(ring.data(), chainRing_.get(),
-                                              need, stream_));
+  K3_RETURN_IF_ERROR(
+      driver_->copyToHostAsync(ring.data(), chainRing_.get(), need, stream_));
   if (Status st = driver_->synchronize(stream_); !st)
     return st.withContext("chained greedy steps from position " +
                           std::to_string(stepPos_));
@@ -377,9 +437,9 @@ Status CudaBackend::launchOne(size_t index, int64_t token, int64_t pos) {
   l.setInputs(token, pos);
   const Grid &g = grids_[index];
   // With a graph the node's params are replaced; it runs at the replay.
-  Status st = driver_->setKernelNodeParams(graphExec_, nodes_[index],
-                                           functions_[index], g.grid, g.block,
-                                           g.smem, l.params->data());
+  Status st =
+      driver_->setKernelNodeParams(graphExec_, nodes_[index], functions_[index],
+                                   g.grid, g.block, g.smem, l.params->data());
   if (!st)
     return st.withContext("launch " + std::to_string(index) + " (" +
                           l.kernel->name + ")");
@@ -543,7 +603,11 @@ Expected<double> CudaBackend::timeStep(int64_t token, int64_t pos,
   return *ms * 1000.0;
 }
 
-Expected<double> CudaBackend::measureCopyGBps(uint64_t bytes) {
+Expected<double> measureDeviceCopyGBps(uint64_t bytes) {
+  Expected<cuda::Driver *> d = cuda::Driver::get();
+  if (!d)
+    return d.status();
+  cuda::Driver &driver = **d;
   if (bytes == 0)
     bytes = kDefaultCopyBytes;
   Expected<cuda::DeviceBuffer> src = cuda::DeviceBuffer::create(bytes);
@@ -552,28 +616,48 @@ Expected<double> CudaBackend::measureCopyGBps(uint64_t bytes) {
   Expected<cuda::DeviceBuffer> dst = cuda::DeviceBuffer::create(bytes);
   if (!dst)
     return dst.status().withContext("the copy-bandwidth buffers");
-  // Never zeros; the memset runs on the legacy stream (see resetState).
-  K3_RETURN_IF_ERROR(driver_->memset8(src->get(), 0x5a, bytes));
-  K3_RETURN_IF_ERROR(driver_->memset8(dst->get(), 0x00, bytes));
-  K3_RETURN_IF_ERROR(driver_->synchronize(nullptr));
-  K3_RETURN_IF_ERROR(
-      driver_->copyDeviceAsync(dst->get(), src->get(), bytes, stream_));
-  std::vector<double> ms;
-  for (int r = 0; r < kCopyRuns; ++r) {
-    K3_RETURN_IF_ERROR(driver_->record(start_, stream_));
-    K3_RETURN_IF_ERROR(
-        driver_->copyDeviceAsync(dst->get(), src->get(), bytes, stream_));
-    K3_RETURN_IF_ERROR(driver_->record(end_, stream_));
-    Expected<float> t = driver_->elapsedMs(start_, end_);
-    if (!t)
-      return t.status();
-    ms.push_back(*t);
+  Expected<cuda::CUevent> start = driver.createEvent();
+  if (!start)
+    return start.status();
+  Expected<cuda::CUevent> end = driver.createEvent();
+  if (!end) {
+    driver.destroy(*start);
+    return end.status();
   }
-  // The buffers are freed on return: nothing may still use them.
+  // Never zeros; the memsets and copies run on the legacy stream.
+  auto run = [&]() -> Expected<double> {
+    K3_RETURN_IF_ERROR(driver.memset8(src->get(), 0x5a, bytes));
+    K3_RETURN_IF_ERROR(driver.memset8(dst->get(), 0x00, bytes));
+    K3_RETURN_IF_ERROR(driver.synchronize(nullptr));
+    K3_RETURN_IF_ERROR(
+        driver.copyDeviceAsync(dst->get(), src->get(), bytes, nullptr));
+    std::vector<double> ms;
+    for (int r = 0; r < kCopyRuns; ++r) {
+      K3_RETURN_IF_ERROR(driver.record(*start, nullptr));
+      K3_RETURN_IF_ERROR(
+          driver.copyDeviceAsync(dst->get(), src->get(), bytes, nullptr));
+      K3_RETURN_IF_ERROR(driver.record(*end, nullptr));
+      Expected<float> t = driver.elapsedMs(*start, *end);
+      if (!t)
+        return t.status();
+      ms.push_back(*t);
+    }
+    // The buffers are freed on return: nothing may still use them.
+    K3_RETURN_IF_ERROR(driver.synchronize(nullptr));
+    std::sort(ms.begin(), ms.end());
+    const double median = std::max(ms[ms.size() / 2], 1e-6);
+    return 2.0 * static_cast<double>(bytes) / (median * 1e6);
+  };
+  Expected<double> gbps = run();
+  driver.destroy(*start);
+  driver.destroy(*end);
+  return gbps;
+}
+
+Expected<double> CudaBackend::measureCopyGBps(uint64_t bytes) {
+  // The plan's stream may still run work that the copy must not overlap.
   K3_RETURN_IF_ERROR(driver_->synchronize(stream_));
-  std::sort(ms.begin(), ms.end());
-  const double median = std::max(ms[ms.size() / 2], 1e-6);
-  return 2.0 * static_cast<double>(bytes) / (median * 1e6);
+  return measureDeviceCopyGBps(bytes);
 }
 
 std::string CudaBackend::copyMethod(uint64_t bytes) const {

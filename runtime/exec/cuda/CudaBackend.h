@@ -14,10 +14,10 @@
 
 #include "kernels/common/StepInputs.h"
 #include "runtime/exec/Backend.h"
-#include "runtime/plan/Plan.h"
 #include "runtime/exec/PlanBinding.h"
-#include "runtime/io/Safetensors.h"
 #include "runtime/exec/cuda/CudaDriver.h"
+#include "runtime/io/Safetensors.h"
+#include "runtime/plan/Plan.h"
 
 #include <map>
 #include <memory>
@@ -29,7 +29,19 @@ namespace k3 {
 /// The CUDA entry point `k3_<kernel>` of the embedded PTX (modules load once
 /// per process). Errors: no GPU or driver, no CUDA kernels in this build, no
 /// such entry point.
+/// K3C_PTX_DIR (a developer override, see CudaBackend.cpp) comes first.
 Expected<cuda::CUfunction> findCudaKernel(const std::string &kernel);
+
+/// The device-to-device copy bandwidth in GB/s (read + write bytes, the
+/// median of a few copies of `bytes`, 0: 1 GiB), on the legacy stream: the
+/// yardstick every benchmark prints its fractions against.
+Expected<double> measureDeviceCopyGBps(uint64_t bytes = 0);
+
+/// The address and size of `variable`, a __device__ variable of the module
+/// that defines `k3_<kernel>` (e.g. a kernel's trace buffer in a traced
+/// build of its family).
+Expected<std::pair<cuda::CUdeviceptr, size_t>>
+findCudaGlobal(const std::string &kernel, const std::string &variable);
 
 class CudaBackend final : public Backend {
 public:

@@ -101,6 +101,7 @@ struct Driver::Api {
   CUresult (*moduleLoadDataEx)(CUmodule *, const void *, unsigned, int *,
                                void **);
   CUresult (*moduleGetFunction)(CUfunction *, CUmodule, const char *);
+  CUresult (*moduleGetGlobal)(CUdeviceptr *, size_t *, CUmodule, const char *);
   CUresult (*launchKernel)(CUfunction, unsigned, unsigned, unsigned, unsigned,
                            unsigned, unsigned, unsigned, CUstream, void **,
                            void **);
@@ -174,6 +175,7 @@ Expected<Driver *> Driver::get() {
         {(void **)&a.memcpyDtoDAsync, "cuMemcpyDtoDAsync_v2"},
         {(void **)&a.moduleLoadDataEx, "cuModuleLoadDataEx"},
         {(void **)&a.moduleGetFunction, "cuModuleGetFunction"},
+        {(void **)&a.moduleGetGlobal, "cuModuleGetGlobal_v2"},
         {(void **)&a.launchKernel, "cuLaunchKernel"},
         {(void **)&a.streamCreate, "cuStreamCreate"},
         {(void **)&a.streamSynchronize, "cuStreamSynchronize"},
@@ -252,8 +254,8 @@ Expected<Driver *> Driver::get() {
     // Dependent launch needs sm_90 (griddepcontrol) and both entry points;
     // K3C_PDL=0 turns it off (to measure what it buys).
     const char *pdl = std::getenv("K3C_PDL");
-    d->hasPdl_ = a.launchKernelEx && a.graphAddDependencies &&
-                 d->major_ >= 9 && !(pdl && std::string(pdl) == "0");
+    d->hasPdl_ = a.launchKernelEx && a.graphAddDependencies && d->major_ >= 9 &&
+                 !(pdl && std::string(pdl) == "0");
     driver = d.release();
   });
   if (!driver)
@@ -286,8 +288,8 @@ Status Driver::copyToHost(void *dst, CUdeviceptr src, size_t bytes) {
                : Status::ok();
 }
 
-Status Driver::copyToDeviceAsync(CUdeviceptr dst, const void *src,
-                                 size_t bytes, CUstream stream) {
+Status Driver::copyToDeviceAsync(CUdeviceptr dst, const void *src, size_t bytes,
+                                 CUstream stream) {
   return bytes ? check(api_->memcpyHtoDAsync(dst, src, bytes, stream),
                        "cuMemcpyHtoDAsync")
                : Status::ok();
@@ -322,6 +324,17 @@ Expected<CUmodule> Driver::loadModule(const std::string &ptx) {
     return check(r, "cuModuleLoadDataEx")
         .withContext(std::string("PTX JIT log: ") + log.data());
   return m;
+}
+
+Expected<std::pair<CUdeviceptr, size_t>>
+Driver::global(CUmodule module, const std::string &name) {
+  CUdeviceptr p = 0;
+  size_t bytes = 0;
+  K3_RETURN_IF_ERROR(
+      check(api_->moduleGetGlobal(&p, &bytes, module, name.c_str()),
+            "cuModuleGetGlobal")
+          .withContext("module variable '" + name + "'"));
+  return std::make_pair(p, bytes);
 }
 
 Expected<CUfunction> Driver::function(CUmodule module,
@@ -379,15 +392,15 @@ Expected<CUgraphNode> Driver::addKernelNode(CUgraph graph, CUgraphNode after,
   KernelNodeParams p = nodeParams(f, grid, block, smem, args);
   CUgraphNode node = nullptr;
   if (programmatic && hasPdl_ && after) {
-    K3_RETURN_IF_ERROR(check(api_->graphAddKernelNode(&node, graph, nullptr,
-                                                      0, &p),
-                             "cuGraphAddKernelNode"));
+    K3_RETURN_IF_ERROR(
+        check(api_->graphAddKernelNode(&node, graph, nullptr, 0, &p),
+              "cuGraphAddKernelNode"));
     GraphEdgeData edge{};
     edge.fromPort = kGraphKernelPortProgrammatic;
     edge.type = kGraphDependencyProgrammatic;
-    K3_RETURN_IF_ERROR(check(
-        api_->graphAddDependencies(graph, &after, &node, &edge, 1),
-        "cuGraphAddDependencies (programmatic edge)"));
+    K3_RETURN_IF_ERROR(
+        check(api_->graphAddDependencies(graph, &after, &node, &edge, 1),
+              "cuGraphAddDependencies (programmatic edge)"));
     return node;
   }
   K3_RETURN_IF_ERROR(

@@ -18,6 +18,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace k3 {
@@ -69,6 +70,9 @@ public:
   /// error carries the JIT log.
   Expected<CUmodule> loadModule(const std::string &ptx);
   Expected<CUfunction> function(CUmodule module, const std::string &name);
+  /// A module-scope __device__ variable: its address and size.
+  Expected<std::pair<CUdeviceptr, size_t>> global(CUmodule module,
+                                                  const std::string &name);
   /// Launches `f` with one argument: the params struct at `params`
   /// (`paramBytes` long), passed by value. `programmatic`: with programmatic
   /// stream serialization (Hopper's dependent launch: `f` may start while

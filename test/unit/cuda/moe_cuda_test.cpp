@@ -204,7 +204,7 @@ struct RouterCase {
   int64_t E = 0, D = 0;
   int32_t topK = 0;
   std::vector<uint16_t> h, gate;
-  std::vector<float> bias; ///< empty: no bias
+  std::vector<float> bias;     ///< empty: no bias
   std::vector<uint16_t> normW; ///< empty: h is scored as it is
   int32_t renormalize = 1;
   float scaling = 1.0f;
@@ -365,6 +365,23 @@ TEST(MoeCuda, RouterMatchesCpu) {
                           sizeof(float) * size_t(s.topK)),
               0)
         << s.name << ": grid 1 gave other bits";
+  }
+}
+
+/// The ranking's other paths: topK >= 32 and more warp survivors than the
+/// stage holds count every key over all E; topK = 31 prunes the most.
+TEST(MoeCuda, RouterRankPathsMatchCpu) {
+  K3_REQUIRE_GPU();
+  for (auto [E, D, topK] : {std::tuple<int64_t, int64_t, int32_t>{300, 128, 40},
+                            {2000, 64, 31},
+                            {8192, 32, 4},
+                            {33, 64, 32}}) {
+    RouterCase c = randomRouter(E, D, topK, true, uint64_t(E + topK));
+    const RouterOut want = c.cpu();
+    const std::string name = std::to_string(E) + " x " + std::to_string(D) +
+                             " top-" + std::to_string(topK);
+    expectRouterMatches(want, c.gpu((E + 7) / 8), name);
+    expectRouterMatches(want, c.gpu(3, 96), name + " grid 3 x 96");
   }
 }
 
@@ -821,8 +838,8 @@ TEST(MoeCuda, MoeExpertsFfnMatchCpu) {
 /// moe_ffn: the router and the experts in one launch, the ids and weights
 /// written and read inside it. Against routerCpu then moeExpertsCpu (CPU
 /// moeFfnCpu) at Kimi-Linear's router shape (256 experts top-8, shared
-/// expert, norm, residual) and small ones; ids exact (well-separated ranks), the
-/// output as moe_experts'; other grids and block sizes give the same bits.
+/// expert, norm, residual) and small ones; ids exact (well-separated ranks),
+/// the output as moe_experts'; other grids and block sizes give the same bits.
 TEST(MoeCuda, MoeFfnMatchesCpu) {
   K3_REQUIRE_GPU();
   struct Shape {
@@ -841,8 +858,8 @@ TEST(MoeCuda, MoeFfnMatchesCpu) {
   for (const Shape &s : shapes) {
     RouterCase r = randomRouter(s.E, s.D, s.topK, true, seed++, true);
     r.scaling = 2.446f;
-    ExpertsCase c = makeExperts(s.D, s.inter, s.E, s.topK, 'b',
-                                k3::kActSwiGLU, seed++);
+    ExpertsCase c =
+        makeExperts(s.D, s.inter, s.E, s.topK, 'b', k3::kActSwiGLU, seed++);
     addFfnParts(c, s.shared, seed++);
     // One input: the router's h and norm are the experts' x and norm.
     c.x = r.h;
