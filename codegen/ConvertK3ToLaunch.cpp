@@ -786,9 +786,10 @@ LogicalResult Lowering::lower(Operation *op) {
         // Greedy choice on the device: the id becomes the next step's token
         // in the step block (kernels/common/StepInputs.h), so greedy steps
         // follow each other without the host; a host that samples ignores
-        // it. One block scans the logits (the CUDA kernel's work split).
+        // it. 64 blocks scan the logits (163840 of them: 640 KiB, one SM
+        // alone took 27 µs), the last one to finish merges.
         launch("argmax", o, {{"logits", logits}}, {I("n", t.getDimSize(0))},
-               {{"step", "step"}}, 1);
+               {{"step", "step"}}, 64);
         return success();
       })
       .Default([&](Operation *o) -> LogicalResult {

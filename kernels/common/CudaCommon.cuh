@@ -299,6 +299,26 @@ __device__ __forceinline__ auto withVector(const VectorRef &v, F &&f) {
   return f(static_cast<const uint16_t *>(v.data));
 }
 
+/// After the block's work: whether it is the last of `total` blocks (or
+/// items) to arrive at `counter`, which the last one resets for the next
+/// launch; the others' stores before their arrival are visible to it.
+__device__ __forceinline__ bool lastToArrive(unsigned *counter,
+                                             unsigned total) {
+  __shared__ int last;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    __threadfence();
+    last = atomicAdd(counter, 1u) == total - 1;
+    if (last)
+      *counter = 0;
+  }
+  __syncthreads();
+  const bool isLast = last;
+  if (isLast)
+    __threadfence();
+  return isLast;
+}
+
 //===--- Programmatic dependent launch (Hopper) ---------------------------===//
 //
 // The runtime launches every kernel of a step with programmatic stream

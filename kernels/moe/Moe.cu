@@ -325,24 +325,7 @@ __device__ float prepareInput(float4 *xs, int64_t n, const uint16_t *x,
   return r;
 }
 
-/// After the block's work: whether it is the last of `total` blocks (or
-/// items) to arrive at `counter`, which the last one resets for the next
-/// launch; the others' stores before their arrival are visible to it.
-__device__ bool lastToArrive(unsigned *counter, unsigned total) {
-  __shared__ int last;
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    __threadfence();
-    last = atomicAdd(counter, 1u) == total - 1;
-    if (last)
-      *counter = 0;
-  }
-  __syncthreads();
-  const bool isLast = last;
-  if (isLast)
-    __threadfence();
-  return isLast;
-}
+using dev::lastToArrive;
 
 //===----------------------------------------------------------------------===//
 // Row dot products
