@@ -86,6 +86,18 @@ void *zerosDevice(size_t bytes) {
   return gKeep.back().as<void>();
 }
 
+/// A copy of `v` in device memory that lives until the end of the program
+/// (weight tables, fixed router outputs).
+template <typename T> const T *uploadDevice(const std::vector<T> &v) {
+  auto b = cuda::DeviceBuffer::upload(v.data(), v.size() * sizeof(T));
+  if (!b) {
+    std::fprintf(stderr, "kernel_bench: %s\n", b.message().c_str());
+    std::exit(1);
+  }
+  gKeep.push_back(b.take());
+  return gKeep.back().as<const T>();
+}
+
 struct Result {
   std::string name;
   double us = 0;
@@ -280,30 +292,18 @@ void benchMoe(std::vector<Result> &out) {
     w3.push_back(mx(I, Dm));
     w2.push_back(mx(Dm, I));
   }
-  auto table = [&](const std::vector<WeightRef> &t) {
-    auto b = cuda::DeviceBuffer::upload(t.data(), t.size() * sizeof(WeightRef));
-    gKeep.push_back(b.take());
-    return gKeep.back().as<const WeightRef>();
-  };
   std::vector<int32_t> ids(TopK);
-  std::vector<float> weights(TopK, 1.0f / TopK);
   for (int64_t k = 0; k < TopK; ++k)
     ids[k] = static_cast<int32_t>(k * 2);
-  auto dIds = cuda::DeviceBuffer::upload(ids.data(), ids.size() * 4);
-  auto dW = cuda::DeviceBuffer::upload(weights.data(), weights.size() * 4);
-  gKeep.push_back(dIds.take());
-  const int32_t *idsP = gKeep.back().as<const int32_t>();
-  gKeep.push_back(dW.take());
-  const float *wP = gKeep.back().as<const float>();
   MoeExpertsParams p;
   p.x = static_cast<uint16_t *>(randomDevice(Dm * 2));
-  p.ids = idsP;
-  p.weights = wP;
+  p.ids = uploadDevice(ids);
+  p.weights = uploadDevice(std::vector<float>(TopK, 1.0f / TopK));
   p.topK = TopK;
   p.numExperts = tableE;
-  p.w1 = table(w1);
-  p.w3 = table(w3);
-  p.w2 = table(w2);
+  p.w1 = uploadDevice(w1);
+  p.w3 = uploadDevice(w3);
+  p.w2 = uploadDevice(w2);
   p.dim = Dm;
   p.interDim = I;
   p.out = static_cast<uint16_t *>(zerosDevice(Dm * 2));
@@ -352,11 +352,6 @@ void benchMoeKimiLinear(std::vector<Result> &out) {
   }
   if (!gDriver->synchronize(nullptr).isOk())
     std::exit(1);
-  auto table = [&](const std::vector<WeightRef> &t) {
-    auto b = cuda::DeviceBuffer::upload(t.data(), t.size() * sizeof(WeightRef));
-    gKeep.push_back(b.take());
-    return gKeep.back().as<const WeightRef>();
-  };
   int32_t *ids = static_cast<int32_t *>(zerosDevice(Kk * 4));
   float *weights = static_cast<float *>(zerosDevice(Kk * 4));
   MoeFfnParams base;
@@ -375,9 +370,9 @@ void benchMoeKimiLinear(std::vector<Result> &out) {
   x.weights = weights;
   x.topK = Kk;
   x.numExperts = Ek;
-  x.w1 = table(w1);
-  x.w3 = table(w3);
-  x.w2 = table(w2);
+  x.w1 = uploadDevice(w1);
+  x.w3 = uploadDevice(w3);
+  x.w2 = uploadDevice(w2);
   x.dim = Dk;
   x.interDim = Ik;
   x.activation = kActSwiGLU;
@@ -423,10 +418,7 @@ void benchMoeKimiLinear(std::vector<Result> &out) {
                 "-DK3C_MOE_TRACE and point K3C_PTX_DIR at it)\n");
     return;
   }
-  struct Event {
-    unsigned kind, slot, block, pad;
-    unsigned long long t0, t1;
-  };
+  using Event = MoeTraceEvent;
   for (int run = 0; run < 3; ++run) {
     if (!gDriver->memset8(count->first, 0, 4).isOk())
       std::exit(1);
@@ -445,19 +437,21 @@ void benchMoeKimiLinear(std::vector<Result> &out) {
     if (!gDriver->copyToHost(ev.data(), events->first, n * sizeof(Event))
              .isOk())
       std::exit(1);
-    unsigned long long t0 = ~0ull, tEnd = 0;
+    uint64_t t0 = ~uint64_t(0), tEnd = 0;
     for (const Event &e : ev)
       t0 = std::min(t0, e.t0), tEnd = std::max(tEnd, e.t1);
-    auto rel = [&](unsigned long long t) { return (t - t0) / 1000.0; };
+    auto rel = [&](uint64_t t) { return (t - t0) / 1000.0; };
     std::printf("trace of moe_ffn run %d: %u events over %.2f us\n", run, n,
                 rel(tEnd));
-    const char *kinds[] = {"router",   "gate/up",   "down",
-                           "combine",  "start",     "r:staged",
-                           "r:scored", "r:arrived", "r:ranked"};
+    const char *kinds[kTraceKinds + 1] = {
+        "router",   "gate/up",  "down",      "combine",  "start",
+        "r:staged", "r:scored", "r:arrived", "r:ranked", "?"};
     // Per kind and slot: items, first draw, last finish, mean and max span.
     std::map<std::pair<unsigned, unsigned>, std::vector<const Event *>> groups;
     for (const Event &e : ev)
-      groups[{e.kind, e.kind == 1 || e.kind == 2 ? e.slot : 0}].push_back(&e);
+      groups[{e.kind,
+              e.kind == kTraceGateUp || e.kind == kTraceDown ? e.slot : 0}]
+          .push_back(&e);
     std::printf("  %-8s %4s %6s %9s %9s %9s %9s %9s\n", "kind", "slot", "items",
                 "first us", "last us", "mean us", "max us", "1st end");
     for (auto &[key, list] : groups) {
@@ -470,15 +464,15 @@ void benchMoeKimiLinear(std::vector<Result> &out) {
         sum += d, mx = std::max(mx, d);
       }
       std::printf("  %-8s %4u %6zu %9.2f %9.2f %9.2f %9.2f %9.2f\n",
-                  kinds[std::min(key.first, 8u)], key.second, list.size(),
-                  first, last, sum / list.size(), mx, firstEnd);
+                  kinds[std::min<uint32_t>(key.first, kTraceKinds)], key.second,
+                  list.size(), first, last, sum / list.size(), mx, firstEnd);
     }
     // How busy the grid is over time: blocks inside an item, per 2 us.
     std::printf("  blocks in an item (or spinning in one), per 2 us:");
     for (double t = 0; t < rel(tEnd); t += 2) {
       int busy = 0;
       for (const Event &e : ev)
-        if (e.kind < 4 && rel(e.t0) <= t + 1 && rel(e.t1) >= t + 1)
+        if (e.kind < kTraceStart && rel(e.t0) <= t + 1 && rel(e.t1) >= t + 1)
           ++busy;
       std::printf(" %d", busy);
     }

@@ -5,11 +5,14 @@
 
 namespace k3 {
 
-const PtxModule *ptxModuleFor(const std::string &kernel) {
+bool ptxDefines(std::string_view ptx, const std::string &kernel) {
   // An entry is declared ".entry k3_<kernel>(" in the PTX text.
-  const std::string decl = ".entry k3_" + kernel + "(";
+  return ptx.find(".entry k3_" + kernel + "(") != std::string_view::npos;
+}
+
+const PtxModule *ptxModuleFor(const std::string &kernel) {
   for (const PtxModule &m : embeddedPtxModules())
-    if (std::string_view(m.ptx, m.size).find(decl) != std::string_view::npos)
+    if (ptxDefines(std::string_view(m.ptx, m.size), kernel))
       return &m;
   return nullptr;
 }

@@ -10,6 +10,7 @@
 
 #include <cstddef>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace k3 {
@@ -23,6 +24,9 @@ struct PtxModule {
 
 /// The embedded modules (empty in a build without CUDA).
 const std::vector<PtxModule> &embeddedPtxModules();
+
+/// Whether PTX text `ptx` defines the entry point `k3_<kernel>`.
+bool ptxDefines(std::string_view ptx, const std::string &kernel);
 
 /// The embedded module that defines the entry point `k3_<kernel>`, or null.
 const PtxModule *ptxModuleFor(const std::string &kernel);

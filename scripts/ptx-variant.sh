@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 #===- scripts/ptx-variant.sh - A kernel family's PTX built with other knobs --===#
 #
-# Builds kernels/<family>/*.cu to PTX as the build does (sm_90, -O3,
-# -lineinfo), with extra nvcc flags (the K3C_TUNE_* knobs of a family, or
+# Builds kernels/<family>/*.cu to PTX as the build does (its nvcc flags, read
+# from build/ptx/nvcc-flags), with extra nvcc flags (the K3C_TUNE_* knobs of a family, or
 # -DK3C_MOE_TRACE), into DIR/<family>.ptx, and runs ptxas on it so register
 # spills show. On the GPU machine, K3C_PTX_DIR=DIR makes every k3 binary load
 # that family from DIR instead of its built-in (or the plan's) PTX:
@@ -30,8 +30,10 @@ nvcc=${nvcc:-nvcc}
 ptxas=$(dirname "$nvcc")/ptxas
 src=${SRC:-$(ls kernels/"$family"/*.cu)}
 mkdir -p "$dir"
-"$nvcc" -arch=sm_90 -ptx -O3 -lineinfo -std=c++17 -I. "$@" "$src" \
-  -o "$dir/$family.ptx"
+flags=build/ptx/nvcc-flags
+[ -f "$flags" ] || { echo "ptx-variant.sh: no $flags (configure and build with CUDA first)" >&2; exit 1; }
+# shellcheck disable=SC2046
+"$nvcc" $(cat "$flags") -I. "$@" "$src" -o "$dir/$family.ptx"
 "$ptxas" -arch=sm_90 -warn-spills -warn-lmem-usage "$dir/$family.ptx" \
   -o "$dir/$family.cubin"
 rm -f "$dir/$family.cubin"

@@ -84,7 +84,6 @@ struct StepShared {
   float v[kMaxSliceCols];                            ///< ṽ of the slice
   float colSum[kMaxSliceCols];                       ///< reduced column sums
   float scratch[32];                                 ///< blockSum
-  int last;                                          ///< kda_decode: finish
   /// The block's slice geometry, kept here rather than in registers: the
   /// state pass needs every register it can get (no spills at 64).
   SliceGeom geom;
@@ -642,19 +641,11 @@ extern "C" __global__ void __launch_bounds__(1024)
   auto finish = [&](int h) {
     const int64_t c0 = static_cast<int64_t>(h) * d;
     if (!whole) {
-      // Publish this slice's o and v conv state, then count the slice.
-      __threadfence();
-      __syncthreads();
-      if (threadIdx.x == 0) {
-        const unsigned prev = atomicAdd(&gDecodeArrivals[h], 1u);
-        sm.last = prev + 1 == static_cast<unsigned>(g.slices);
-        if (sm.last)
-          atomicExch(&gDecodeArrivals[h], 0u);
-      }
-      __syncthreads();
-      if (!sm.last)
+      // Publish this slice's o and v conv state and count the slice; the
+      // head's last slice finishes it.
+      if (!dev::lastToArrive(&gDecodeArrivals[h],
+                             static_cast<unsigned>(g.slices)))
         return;
-      __threadfence();
       // Every other block of the head has read the q/k conv state by now.
       for (int i = threadIdx.x; i < d; i += blockDim.x) {
         convShift(p.convStateQ + (c0 + i) * hist, p.uq[c0 + i], hist);

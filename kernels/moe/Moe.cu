@@ -1221,19 +1221,8 @@ extern "C" __global__ void __launch_bounds__(1024)
 __device__ unsigned gFfnRouted;
 
 // A timeline of moe_ffn for kernel_bench --trace (a build of this family with
-// -DK3C_MOE_TRACE; never in the shipped PTX): per item, its kind, slot, the
-// block and the global timer when the block drew it and when it finished.
+// -DK3C_MOE_TRACE; never in the shipped PTX): MoeTraceEvent (MoeParams.h).
 #ifdef K3C_MOE_TRACE
-struct MoeTraceEvent {
-  /// 0 router, 1 gate/up, 2 down, 3 combine, 4 launch start; router item
-  /// phases (t1 - t0: since the draw): 5 staged, 6 scored, 7 last to
-  /// arrive, 8 ranked
-  unsigned kind;
-  unsigned slot; ///< gate/up and down: the slot (0 the shared expert)
-  unsigned block;
-  unsigned pad;
-  unsigned long long t0, t1; ///< ns (%globaltimer)
-};
 constexpr unsigned kMoeTraceCap = 1u << 16;
 __device__ MoeTraceEvent gMoeTrace[kMoeTraceCap];
 __device__ unsigned gMoeTraceCount;
@@ -1248,7 +1237,8 @@ __device__ __forceinline__ void traceItem(unsigned kind, unsigned slot,
     return;
   const unsigned i = atomicAdd(&gMoeTraceCount, 1u);
   if (i < kMoeTraceCap)
-    gMoeTrace[i] = {kind, slot, blockIdx.x, 0u, t0, traceNow()};
+    gMoeTrace[i] = {kind, slot, blockIdx.x, 0u, t0,
+                    static_cast<uint64_t>(traceNow())};
 }
 #define K3C_TRACE_T0() const unsigned long long traceT0 = traceNow()
 #define K3C_TRACE(kind, slot) traceItem(kind, slot, traceT0)
@@ -1295,7 +1285,7 @@ extern "C" __global__ void __launch_bounds__(1024)
   bool haveX = false;
   {
     K3C_TRACE_T0();
-    K3C_TRACE(4u, 0u);
+    K3C_TRACE(kTraceStart, 0u);
   }
   for (;;) {
     K3C_TRACE_T0();
@@ -1308,9 +1298,9 @@ extern "C" __global__ void __launch_bounds__(1024)
                  &gFfnRouted);
 #ifdef K3C_MOE_TRACE
       const MoeItem it = decodeItem(sh, ticket - routerItems);
-      K3C_TRACE(it.kind == MoeItem::GateUp ? 1u
-                : it.kind == MoeItem::Down ? 2u
-                                           : 3u,
+      K3C_TRACE(it.kind == MoeItem::GateUp ? kTraceGateUp
+                : it.kind == MoeItem::Down ? kTraceDown
+                                           : kTraceCombine,
                 it.slot);
 #endif
       continue;
@@ -1321,16 +1311,16 @@ extern "C" __global__ void __launch_bounds__(1024)
       moeStageInput(ep, sh, xs, normParts);
       haveX = true;
     }
-    K3C_TRACE(5u, 0u);
+    K3C_TRACE(kTraceRouterStaged, 0u);
     if (e < rp.numExperts)
       scoreExpert(rp, e, sh.stageX, xs,
                   inputAct(ep.x, ep.normWeight, sh.normR));
-    K3C_TRACE(6u, 0u);
+    K3C_TRACE(kTraceRouterScored, 0u);
     // The last router item to finish sees every score.
     if (lastToArrive(&gRouterArrived, routerItems)) {
-      K3C_TRACE(7u, 0u);
+      K3C_TRACE(kTraceRouterArrived, 0u);
       rankTopK(rp, gRouterScores, reinterpret_cast<unsigned *>(xs));
-      K3C_TRACE(8u, 0u);
+      K3C_TRACE(kTraceRouterRanked, 0u);
       haveX = false; // the stage held the ranks
       __syncthreads();
       if (threadIdx.x == 0) {
@@ -1338,7 +1328,7 @@ extern "C" __global__ void __launch_bounds__(1024)
         addRelease(&gFfnRouted, 1u);
       }
     }
-    K3C_TRACE(0u, 0u);
+    K3C_TRACE(kTraceRouter, 0u);
   }
   if (leaveQueue(gMoeQueue, gMoeSlotDone, static_cast<int>(sh.slots)) &&
       threadIdx.x == 0)

@@ -115,6 +115,34 @@ struct MoeFfnParams {
   MoeExpertsParams experts;
 };
 
+/// What an event of a traced moe_ffn is (MoeTraceEvent::kind): a work
+/// item's kind (t0: its draw, t1: its end), the launch start (after the
+/// dependent-launch wait), or a phase of a router item (t1 - t0: since its
+/// draw).
+enum MoeTraceKind : uint32_t {
+  kTraceRouter = 0,
+  kTraceGateUp = 1,
+  kTraceDown = 2,
+  kTraceCombine = 3,
+  kTraceStart = 4,
+  kTraceRouterStaged = 5,
+  kTraceRouterScored = 6,
+  kTraceRouterArrived = 7, ///< the last router item to arrive only
+  kTraceRouterRanked = 8,
+  kTraceKinds = 9
+};
+
+/// One event of a moe_ffn launch built with -DK3C_MOE_TRACE (never in the
+/// shipped PTX): the module's `gMoeTrace` holds `gMoeTraceCount` of them,
+/// which `kernel_bench --only moe --trace` reads.
+struct MoeTraceEvent {
+  uint32_t kind;  ///< MoeTraceKind
+  uint32_t slot;  ///< gate/up and down: the slot (0 the shared expert)
+  uint32_t block; ///< blockIdx.x
+  uint32_t pad;
+  uint64_t t0, t1; ///< ns (%globaltimer)
+};
+
 } // namespace k3
 
 #endif // K3C_KERNELS_MOE_MOEPARAMS_H

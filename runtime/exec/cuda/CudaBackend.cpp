@@ -83,9 +83,8 @@ const std::string *overridePtx(const std::string &kernel) {
       }
     }
   }
-  const std::string decl = ".entry k3_" + kernel + "(";
   for (const auto &[path, text] : files)
-    if (text.find(decl) != std::string::npos)
+    if (ptxDefines(text, kernel))
       return &text;
   return nullptr;
 }
