@@ -657,6 +657,15 @@ LogicalResult Lowering::lower(Operation *op) {
             F("normEps", o.getEps().convertToDouble())};
         if (c.getLowerBound())
           sc.push_back(F("lowerBound", c.getLowerBound().getValueAsDouble()));
+        // The low-rank form: f / gt computed from R(f_a h) / R(g_a h) inside
+        // (the gate into a scratch the kernel's blocks share).
+        const bool lowF = static_cast<bool>(o.getFB()),
+                   lowG = static_cast<bool>(o.getGB());
+        if (lowF)
+          sc.push_back(I("fRank", len(o.getF())));
+        if (lowG)
+          sc.push_back(I("gRank", len(o.getGate())));
+        Value gateOut = lowG ? scratch(C, "bf16", "kda_gate") : Value();
         launch("kda_decode", o,
                {{"uq", ptr(o.getUq())},
                 {"uk", ptr(o.getUk())},
@@ -667,12 +676,17 @@ LogicalResult Lowering::lower(Operation *op) {
                 {"convStateQ", cs, 0},
                 {"convStateK", cs, slice},
                 {"convStateV", cs, 2 * slice},
-                {"f", ptr(o.getF())},
+                {"f", lowF ? Value() : ptr(o.getF())},
+                {"fA", lowF ? ptr(o.getF()) : Value()},
+                {"fB", opt(o.getFB())},
                 {"betaLogit", ptr(o.getBetaLogit())},
                 {"dtBias", ptr(o.getDtBias())},
                 {"aLog", ptr(o.getALog())},
                 {"state", ptr(o.getState())},
-                {"gate", ptr(o.getGate())},
+                {"gate", lowG ? Value() : ptr(o.getGate())},
+                {"gA", lowG ? ptr(o.getGate()) : Value()},
+                {"gB", opt(o.getGB())},
+                {"gateOut", gateOut},
                 {"normWeight", ptr(o.getONorm())},
                 {"out", out}},
                sc, {}, kdaStateGrid(H, d));

@@ -648,9 +648,7 @@ LogicalResult KdaDecodeOp::verify() {
   if (failed(expectShape(op, "uq", getUq(), {C})) ||
       failed(expectShape(op, "uk", getUk(), {C})) ||
       failed(expectShape(op, "uv", getUv(), {C})) ||
-      failed(expectShape(op, "f", getF(), {C})) ||
       failed(expectShape(op, "beta_logit", getBetaLogit(), {H})) ||
-      failed(expectShape(op, "gate", getGate(), {C})) ||
       failed(expectShape(op, "q_conv", getQConv(), {C, 1, W})) ||
       failed(expectShape(op, "k_conv", getKConv(), {C, 1, W})) ||
       failed(expectShape(op, "v_conv", getVConv(), {C, 1, W})) ||
@@ -658,6 +656,20 @@ LogicalResult KdaDecodeOp::verify() {
       failed(expectNumelAtLeast(op, "a_log", getALog(), H)) ||
       failed(expectShape(op, "o_norm", getONorm(), {d})) ||
       failed(expectShape(op, "result", getResult().getType(), {C})))
+    return failure();
+  // f and gt: C values, or the rank-r input of a folded second projection
+  // [C, r].
+  auto gateInput = [&](StringRef name, Value in, StringRef upName,
+                       Value up) -> LogicalResult {
+    if (!up)
+      return expectShape(op, name, in, {C});
+    FailureOr<int64_t> r = vectorLength(op, name, in);
+    if (failed(r))
+      return failure();
+    return expectShape(op, upName, up, {C, *r});
+  };
+  if (failed(gateInput("f", getF(), "f_b", getFB())) ||
+      failed(gateInput("gate", getGate(), "g_b", getGB())))
     return failure();
   // The one conv state holds q, k and v at channel offsets 0, C and 2C.
   ConvStateType cs = getConvState().getType();

@@ -587,7 +587,7 @@ def K3_SwigluOp : K3_Op<"swiglu", [Pure, SameOperandsAndResultType]> {
 // unfused graphs decode the same tokens; each maps to one kernel entry point.
 //===----------------------------------------------------------------------===//
 
-def K3_KdaDecodeOp : K3_Op<"kda_decode", [K3_StateEffects]> {
+def K3_KdaDecodeOp : K3_Op<"kda_decode", [AttrSizedOperandSegments, K3_StateEffects]> {
   let summary = "one KDA token step: short convs, l2norm, gate, β, recurrence, gated norm";
   let description = [{
     The KDA mixer between its projections (KdaDecodeParams), as built by
@@ -599,10 +599,20 @@ def K3_KdaDecodeOp : K3_Op<"kda_decode", [K3_StateEffects]> {
     q̃, k̃, ṽ and o are rounded to bf16 inside as in the chain; `eps` is the
     gated norm's. The conv state and the recurrent state are updated in
     place. `config.full_rank_gate` only records where `%gt` came from.
+
+    The low-rank form (`k3-fuse-kda` with `low-rank-gates`): with
+    `f_b(%w)` [C, r], `%f` is R(f_a h) [r] and the op computes
+    f = R(%w · %f) itself, exactly the `k3.linear` it replaced; with
+    `g_b(%w)` likewise for `%gt`. The two small projections then stop being
+    launches of their own.
     ```mlir
     %y = k3.kda_decode %uq, %uk, %uv, %f, %beta, %gt, %conv, %s
            weights(%qc, %kc, %vc, %dt, %alog, %onorm)
            {config = #k3.kda<heads = 2, head_dim = 4, conv = 4, full_rank_gate = true, lower_bound = -5.0>,
+            eps = 1.0e-05 : f64} : (...) -> tensor<8xbf16>
+    %y2 = k3.kda_decode %uq, %uk, %uv, %fa, %beta, %ga, %conv, %s
+           weights(%qc, %kc, %vc, %dt, %alog, %onorm) f_b(%fb) g_b(%gb)
+           {config = #k3.kda<heads = 2, head_dim = 4, conv = 4>,
             eps = 1.0e-05 : f64} : (...) -> tensor<8xbf16>
     ```
   }];
@@ -611,11 +621,14 @@ def K3_KdaDecodeOp : K3_Op<"kda_decode", [K3_StateEffects]> {
       K3_BF16Tensor:$gate, K3_ConvStateType:$conv_state,
       K3_KdaStateType:$state, K3_SmallWeight:$q_conv, K3_SmallWeight:$k_conv,
       K3_SmallWeight:$v_conv, K3_F32Tensor:$dt_bias, K3_F32Tensor:$a_log,
-      K3_SmallWeight:$o_norm, K3_KdaConfigAttr:$config, F64Attr:$eps);
+      K3_SmallWeight:$o_norm, Optional<RankedTensorOf<[BF16]>>:$f_b,
+      Optional<RankedTensorOf<[BF16]>>:$g_b, K3_KdaConfigAttr:$config,
+      F64Attr:$eps);
   let results = (outs K3_BF16Tensor:$result);
   let assemblyFormat = [{
     $uq `,` $uk `,` $uv `,` $f `,` $beta_logit `,` $gate `,` $conv_state `,` $state
     `weights` `(` $q_conv `,` $k_conv `,` $v_conv `,` $dt_bias `,` $a_log `,` $o_norm `)`
+    (`f_b` `(` $f_b^ `)`)? (`g_b` `(` $g_b^ `)`)?
     attr-dict `:` functional-type(operands, results)
   }];
   let hasVerifier = 1;

@@ -11,7 +11,8 @@
 // KdaDecodeParams computes exactly this with the same rounding points
 // (q̃, k̃, ṽ and o in bf16, everything else fp32) and fixed l2norm constants,
 // so the chain is only replaced when every link, every constant and every
-// single-use intermediate is as above.
+// single-use intermediate is as above. With low-rank-gates, the plain
+// linears making f and gt (Kimi's f_b, g_b) are folded into the op too.
 //
 //===----------------------------------------------------------------------===//
 #include "passes/Passes.h"
@@ -34,6 +35,10 @@ using namespace mlir;
 using namespace mlir::k3;
 
 namespace {
+
+/// Largest rank r of a low-rank gate folded into k3.kda_decode (Kimi-Linear
+/// and K3: 128); the kernel sums each folded row in one thread.
+constexpr int64_t kMaxFoldedRank = 256;
 
 /// The l2norm eps the KDA kernels hard-code (K3.md §2.3, kKdaL2NormEps).
 constexpr double kL2NormEps = 1e-6;
@@ -163,8 +168,8 @@ struct FuseKdaChain : OpRewritePattern<GatedRmsNormOp> {
         rw, norm.getLoc(), norm.getResult().getType(), qc.getU(), kc.getU(),
         vc.getU(), gate.getF(), beta.getX(), norm.getGate(), cs,
         step.getState(), qc.getWeight(), kc.getWeight(), vc.getWeight(),
-        gate.getDtBias(), gate.getALog(), norm.getWeight(), config,
-        norm.getEpsAttr());
+        gate.getDtBias(), gate.getALog(), norm.getWeight(), /*f_b=*/Value(),
+        /*g_b=*/Value(), config, norm.getEpsAttr());
     rw.replaceOp(norm, fused.getResult());
     // Users before producers; conv_step and kda_step have effects, so the
     // driver would not remove them as dead.
@@ -174,10 +179,61 @@ struct FuseKdaChain : OpRewritePattern<GatedRmsNormOp> {
   }
 };
 
+/// kda_decode's f (or gt) made by a plain bf16 `k3.linear` used only there
+/// becomes the op's low-rank form: the linear's input as the operand and its
+/// weight as f_b (g_b). KdaDecodeParams computes that row sum as linear does
+/// (bit for bit on the CPU), so nothing changes but the launch count.
+struct FoldLowRankGates : OpRewritePattern<KdaDecodeOp> {
+  using OpRewritePattern::OpRewritePattern;
+
+  /// The single-use linear defining `v` that can be folded, or null: the
+  /// second half of a low-rank pair (its input is itself a projection, of
+  /// at most kMaxFoldedRank values). A full-rank gate (K3's g_proj) is no
+  /// such linear: summed inside the KDA kernel it would be far slower.
+  static LinearOp foldable(Value v, Operation *user) {
+    auto lin = v.getDefiningOp<LinearOp>();
+    if (!lin || !v.hasOneUse() || lin->getBlock() != user->getBlock() ||
+        lin.getNorm() || lin.getResidual())
+      return nullptr;
+    auto w = dyn_cast<RankedTensorType>(lin.getWeight().getType());
+    if (!w || !w.getElementType().isBF16() || w.getRank() != 2 ||
+        w.getShape()[1] > kMaxFoldedRank)
+      return nullptr;
+    Operation *in = lin.getX().getDefiningOp();
+    if (!in || !isa<LinearOp, LinearGroupOp>(in))
+      return nullptr;
+    return lin;
+  }
+
+  LogicalResult matchAndRewrite(KdaDecodeOp op,
+                                PatternRewriter &rw) const override {
+    LinearOp fb = op.getFB() ? nullptr : foldable(op.getF(), op);
+    LinearOp gb = op.getGB() ? nullptr : foldable(op.getGate(), op);
+    if (!fb && !gb)
+      return rw.notifyMatchFailure(op, "no foldable f_b / g_b linear");
+    rw.modifyOpInPlace(op, [&] {
+      if (fb) {
+        op.getFMutable().assign(fb.getX());
+        op.getFBMutable().assign(fb.getWeight());
+      }
+      if (gb) {
+        op.getGateMutable().assign(gb.getX());
+        op.getGBMutable().assign(gb.getWeight());
+      }
+    });
+    for (LinearOp lin : {fb, gb})
+      if (lin)
+        rw.eraseOp(lin);
+    return success();
+  }
+};
+
 struct K3FuseKdaPass : mlir::k3::impl::K3FuseKdaBase<K3FuseKdaPass> {
+  using K3FuseKdaBase::K3FuseKdaBase;
+
   void runOnOperation() override {
     RewritePatternSet patterns(&getContext());
-    populateFuseKdaPatterns(patterns);
+    populateFuseKdaPatterns(patterns, lowRankGates);
     if (failed(applyPatternsGreedily(getOperation(), std::move(patterns))))
       return signalPassFailure();
   }
@@ -185,6 +241,9 @@ struct K3FuseKdaPass : mlir::k3::impl::K3FuseKdaBase<K3FuseKdaPass> {
 
 } // namespace
 
-void mlir::k3::populateFuseKdaPatterns(RewritePatternSet &patterns) {
+void mlir::k3::populateFuseKdaPatterns(RewritePatternSet &patterns,
+                                       bool lowRankGates) {
   patterns.add<FuseKdaChain>(patterns.getContext());
+  if (lowRankGates)
+    patterns.add<FoldLowRankGates>(patterns.getContext());
 }

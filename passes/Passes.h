@@ -46,7 +46,8 @@ void registerK3Pipelines();
 /// Fusion patterns, one set per k3-fuse-* pass (see Passes.td); each rewrite
 /// keeps every rounding point of the chain it replaces.
 void populateFuseNormsPatterns(RewritePatternSet &patterns);
-void populateFuseKdaPatterns(RewritePatternSet &patterns);
+void populateFuseKdaPatterns(RewritePatternSet &patterns,
+                             bool lowRankGates = true);
 void populateFuseMlaPatterns(RewritePatternSet &patterns);
 void populateFuseMoePatterns(RewritePatternSet &patterns);
 void populateFuseMoeFfnPatterns(RewritePatternSet &patterns);

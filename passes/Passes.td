@@ -58,7 +58,15 @@ def K3FuseKda : Pass<"k3-fuse-kda", "::mlir::func::FuncOp"> {
   let description = [{
     Matches conv_step ×3 → l2norm ×2 → kda_gate, sigmoid → kda_step →
     gated_rms_norm and replaces the chain by `k3.kda_decode`, one kernel.
+    With `low-rank-gates` it also folds a plain `k3.linear` (bf16, no norm,
+    no residual, used only there) that makes the op's `f` or `gt` into it
+    (`f_b(...)` / `g_b(...)`): the k = r second projections of Kimi's
+    low-rank gates then run inside the KDA kernel instead of as launches.
   }];
+  let options = [
+    Option<"lowRankGates", "low-rank-gates", "bool", /*default=*/"true",
+           "Fold the f_b / g_b projections into k3.kda_decode">
+  ];
 }
 
 def K3FuseMla : Pass<"k3-fuse-mla", "::mlir::func::FuncOp"> {

@@ -41,6 +41,35 @@ constexpr int kUnrollBf16 = K3C_TUNE_GEMV_UNROLL_BF16;
 constexpr int kUnrollBf16 = 6;
 #endif
 constexpr int kUnrollMxfp4 = 4;
+/// 16-byte loads per lane and batch of the streamed bf16 path (streamRows):
+/// two batches are in flight while one is summed, so a warp keeps 2 · 1.5 KiB
+/// outstanding across its rows.
+#ifdef K3C_TUNE_GEMV_STREAM_UNROLL
+constexpr int kStreamUnroll = K3C_TUNE_GEMV_STREAM_UNROLL;
+#else
+constexpr int kStreamUnroll = 3;
+#endif
+/// Whether the streamed path issues each warp's first weight loads before
+/// the PDL wait (the weights depend on no earlier kernel).
+#ifdef K3C_TUNE_GEMV_PREWAIT
+constexpr bool kStreamPrewait = K3C_TUNE_GEMV_PREWAIT != 0;
+#else
+constexpr bool kStreamPrewait = true;
+#endif
+/// Whether the streamed path is used at all (0: every launch takes the
+/// general path, to measure one against the other).
+#ifdef K3C_TUNE_GEMV_STREAM
+constexpr bool kStream = K3C_TUNE_GEMV_STREAM != 0;
+#else
+constexpr bool kStream = true;
+#endif
+/// The largest block the entry points launch with (their register budget:
+/// 64 per thread at 1024).
+#ifdef K3C_TUNE_GEMV_MAX_THREADS
+constexpr int kMaxThreads = K3C_TUNE_GEMV_MAX_THREADS;
+#else
+constexpr int kMaxThreads = 1024;
+#endif
 static_assert(kChunk % 32 == 0, "a chunk holds whole MXFP4 blocks");
 
 //===----------------------------------------------------------------------===//
@@ -283,6 +312,10 @@ struct LinearRows {
     t.residual = p.residual;
     return t;
   }
+  /// Whether every row can take the streamed bf16 path.
+  __device__ bool streamable(int64_t k) const {
+    return p.w.format != kWeightMxfp4 && k % 8 == 0 && aligned16(p.w.bf16);
+  }
 };
 
 /// Rows of a `linear_multi`: the entries' rows one after the other.
@@ -315,7 +348,129 @@ struct MultiRows {
     }
     return t;
   }
+  /// Whether every entry's rows can take the streamed bf16 path.
+  __device__ bool streamable(int64_t k) const {
+    bool ok = k % 8 == 0;
+#pragma unroll
+    for (int e = 0; e < kLinearMultiMax; ++e)
+      if (e < p.count)
+        ok = ok && p.entries[e].w.format != kWeightMxfp4 &&
+             aligned16(p.entries[e].w.bf16);
+    return ok;
+  }
 };
+
+//===----------------------------------------------------------------------===//
+// The streamed bf16 path: a warp's rows as one stream of load batches
+//===----------------------------------------------------------------------===//
+
+/// 16-byte chunks [c, c + 32·kStreamUnroll) of a bf16 row of `chunks`
+/// chunks, lane l taking c + l, c + 32 + l, ... (zero past the end).
+/// Volatile (an asm the compiler keeps in program order) so the batch
+/// issued before the PDL wait stays before it.
+__device__ __forceinline__ void loadBatch(uint4 (&w)[kStreamUnroll],
+                                          const uint16_t *wrow, int c,
+                                          int chunks, int lane) {
+  const uint4 *wv = reinterpret_cast<const uint4 *>(wrow) + c + lane;
+  const int rest = chunks - c - lane;
+#pragma unroll
+  for (int u = 0; u < kStreamUnroll; ++u) {
+    if (32 * u < rest)
+      asm volatile(
+          "ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0, %1, %2, %3}, "
+          "[%4];"
+          : "=r"(w[u].x), "=r"(w[u].y), "=r"(w[u].z), "=r"(w[u].w)
+          : "l"(wv + 32 * u));
+    else
+      w[u] = make_uint4(0, 0, 0, 0);
+  }
+}
+
+/// acc += the batch at chunk c times the staged x̂ (as dotBf16).
+__device__ __forceinline__ void sumBatch(const uint4 (&w)[kStreamUnroll],
+                                         const uint4 *xs, int c, int chunks,
+                                         int lane, float *acc) {
+  const int rest = chunks - c - lane;
+  const uint4 *xv = xs + swz(c + lane);
+#pragma unroll
+  for (int u = 0; u < kStreamUnroll; ++u) {
+    if (32 * u < rest) {
+      const uint4 x = xv[32 * u];
+      acc[0] = fmaf(loF(w[u].x), loF(x.x), acc[0]);
+      acc[1] = fmaf(hiF(w[u].x), hiF(x.x), acc[1]);
+      acc[2] = fmaf(loF(w[u].y), loF(x.y), acc[2]);
+      acc[3] = fmaf(hiF(w[u].y), hiF(x.y), acc[3]);
+      acc[0] = fmaf(loF(w[u].z), loF(x.z), acc[0]);
+      acc[1] = fmaf(hiF(w[u].z), hiF(x.z), acc[1]);
+      acc[2] = fmaf(loF(w[u].w), loF(x.w), acc[2]);
+      acc[3] = fmaf(hiF(w[u].w), hiF(x.w), acc[3]);
+    }
+  }
+}
+
+/// y = W x̂ for the rows row, row + rowStep, ... of `rows` (one warp each,
+/// every row bf16, 16-byte aligned, k % 8 == 0 and k <= kChunk, so x̂ is
+/// staged once). The general path reads a row in batches of kUnrollBf16
+/// loads and waits for each batch before it sums it, so a warp pays the
+/// memory latency once per batch and again for the next row; here the warp
+/// loads batch i + 1 (of this row or of its next) before it sums batch i,
+/// and its first batch before it stages x̂ — before the PDL wait too
+/// (kStreamPrewait): the weights depend on no earlier kernel. The sums are
+/// those of dotBf16 (same lanes, same order), so both paths agree bit for
+/// bit.
+template <typename Rows>
+__device__ void streamRows(const Rows &rows, const uint16_t *x, int64_t k,
+                           const uint16_t *normW, float eps, int64_t row,
+                           int64_t rowStep, uint4 *xs, float *scratch) {
+  const int lane = threadIdx.x & 31;
+  const int64_t total = rows.count();
+  const int chunks = static_cast<int>(k >> 3);
+  const bool active = row < total;
+  // Only row indices live across the loop; the row's pointers are looked up
+  // where they are used (params in the constant bank, no register copies).
+  auto rowPtr = [&](int64_t r) {
+    const RowTarget t = rows.at(r);
+    return t.w.bf16 + t.row * k;
+  };
+  uint4 cur[kStreamUnroll], nxt[kStreamUnroll];
+  if (active && kStreamPrewait)
+    loadBatch(cur, rowPtr(row), 0, chunks, lane);
+  dev::waitForPriorGrids();
+  if (active && !kStreamPrewait)
+    loadBatch(cur, rowPtr(row), 0, chunks, lane);
+  const float r = normW ? rmsFactor(x, k, eps, scratch) : 0.0f;
+  stageInput(x, normW, r, 0, static_cast<int>(k), xs);
+  __syncthreads();
+  if (!active)
+    return;
+  float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+  for (int c = 0;;) {
+    // The next batch: the rest of this row, else the start of the next.
+    int cn = c + 32 * kStreamUnroll;
+    int64_t rn = row;
+    if (cn >= chunks) {
+      cn = 0;
+      rn = row + rowStep;
+    }
+    const bool more = rn < total;
+    if (more)
+      loadBatch(nxt, rowPtr(rn), cn, chunks, lane);
+    sumBatch(cur, xs, c, chunks, lane, acc);
+    if (cn == 0) {
+      const float y = dev::warpSum((acc[0] + acc[1]) + (acc[2] + acc[3]));
+      if (lane == 0)
+        storeRow(rows.at(row), y);
+      acc[0] = acc[1] = acc[2] = acc[3] = 0.0f;
+    }
+    if (!more)
+      return;
+    c = cn;
+    row = rn;
+#pragma unroll
+    for (int u = 0; u < kStreamUnroll; ++u)
+      cur[u] = nxt[u];
+  }
+}
 
 /// y = W x̂ for every row of `rows`.
 ///
@@ -348,6 +503,11 @@ __device__ void gemvBody(const Rows &rows, const uint16_t *x, int64_t k,
   dev::allowDependentLaunch();
   if (first >= total)
     return; // the whole block: no row for it
+  if (kStream && slices == 1 && k <= kChunk && rows.streamable(k)) {
+    streamRows(rows, x, k, normW, eps, first + slot,
+               static_cast<int64_t>(gridDim.x) * perBlock, xs, scratch);
+    return;
+  }
 
   // No L2 prefetch of the weights before the wait: asking for each warp's
   // first 4 KiB there made the Kimi-Linear-48B step slower (3410 -> 3477 µs
@@ -403,7 +563,7 @@ __device__ void gemvBody(const Rows &rows, const uint16_t *x, int64_t k,
 /// (each element is read before it is written, by the same lane); `out`
 /// must not alias `x`. Fast paths need 16-byte aligned x / weights and
 /// k % 8 == 0 (bf16); anything else takes an element-wise path.
-extern "C" __global__ void __launch_bounds__(1024)
+extern "C" __global__ void __launch_bounds__(kMaxThreads)
     k3_linear(const LinearParams p) {
   gemvBody(LinearRows{p}, p.x, p.k, p.normWeight, p.normEps);
 }
@@ -412,7 +572,7 @@ extern "C" __global__ void __launch_bounds__(1024)
 /// Grid: any; the rows of all entries form one index space of Σ n_i rows, so
 /// ceil(Σ n_i / 8) blocks of 256 threads give one warp per row. Limits as
 /// k3_linear; the outputs must not alias x.
-extern "C" __global__ void __launch_bounds__(1024)
+extern "C" __global__ void __launch_bounds__(kMaxThreads)
     k3_linear_multi(const LinearMultiParams p) {
   gemvBody(MultiRows{p}, p.x, p.k, p.normWeight, p.normEps);
 }

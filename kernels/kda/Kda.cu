@@ -17,10 +17,12 @@
 // grid of H · 4 blocks streams the whole state at once; a smaller grid loops
 // over the slices and prefetches the next slice's state while it works.
 // Per-head inputs (q, k, exp(g)) are cheap and recomputed by every block of a
-// head. The two state kernels are bounded to 64 registers
-// (__launch_bounds__(1024), no spills): any block size up to 1024 launches
-// (1024 threads hold a whole 128-wide head in one block), and 4 blocks of 256
-// fit an SM, so the H · 4 blocks of K3 are all resident at once.
+// head. kda_step is bounded to 64 registers (__launch_bounds__(1024), no
+// spills): any block size up to 1024 launches (1024 threads hold a whole
+// 128-wide head in one block); kda_decode, which also sums the folded
+// low-rank gate rows, to 128 (512 threads; no spills at 64 with them). 4
+// blocks of 256 fit an SM either way, so the H · 4 blocks of K3 are all
+// resident at once.
 //
 // The conv filters and o_norm are VectorRefs (bf16 or fp32 as the checkpoint
 // stores them), read through dev::vectorAt / dev::withVector + dev::elemF
@@ -79,6 +81,7 @@ struct StepShared {
   float q[kMaxHeadDim];     ///< normalised, scaled q of the head
   float k[kMaxHeadDim];     ///< normalised k
   float decay[kMaxHeadDim]; ///< exp(g) of every key row
+  uint16_t f[kMaxHeadDim];  ///< f of every key row, when computed here
   __align__(16) float red[kMaxWarps][kMaxSliceCols]; ///< per-warp col sums
   __align__(16) float u[kMaxSliceCols];              ///< β(v − Sᵀk)
   float v[kMaxSliceCols];                            ///< ṽ of the slice
@@ -374,6 +377,49 @@ __device__ __forceinline__ float gateF(uint16_t f, float dtBias, float a,
                        : -a * dev::softplusF(z);
 }
 
+/// R(Σ_j w[j] · a[j]) over j < r: one row of a folded low-rank gate
+/// projection (f_b or g_b; r = 128 in Kimi-Linear), summed by one thread in
+/// linearCpu's order (cpu::dotBf16: eight lane sums over j ≡ l mod 8 in
+/// ascending j, then a fixed tree). A product of two bf16 values is exact in
+/// fp32, so fmaf adds exactly what the CPU adds: the row is the CPU's, bit
+/// for bit, and so is the folded form against the unfolded one there.
+__device__ __forceinline__ uint16_t lowRankRow(const uint16_t *w,
+                                               const uint16_t *a, int64_t r) {
+  float acc[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
+  int64_t j = 0;
+  if (dev::aligned16(w) && dev::aligned16(a)) {
+    const uint4 *wv = reinterpret_cast<const uint4 *>(w);
+    const uint4 *av = reinterpret_cast<const uint4 *>(a);
+#pragma unroll 4
+    for (int64_t c = 0; c < r / 8; ++c) {
+      const uint4 x = __ldg(wv + c), y = __ldg(av + c);
+      acc[0] = fmaf(dev::loF(x.x), dev::loF(y.x), acc[0]);
+      acc[1] = fmaf(dev::hiF(x.x), dev::hiF(y.x), acc[1]);
+      acc[2] = fmaf(dev::loF(x.y), dev::loF(y.y), acc[2]);
+      acc[3] = fmaf(dev::hiF(x.y), dev::hiF(y.y), acc[3]);
+      acc[4] = fmaf(dev::loF(x.z), dev::loF(y.z), acc[4]);
+      acc[5] = fmaf(dev::hiF(x.z), dev::hiF(y.z), acc[5]);
+      acc[6] = fmaf(dev::loF(x.w), dev::loF(y.w), acc[6]);
+      acc[7] = fmaf(dev::hiF(x.w), dev::hiF(y.w), acc[7]);
+    }
+    j = r / 8 * 8;
+  }
+  for (; j < r; ++j)
+    acc[j % 8] = fmaf(dev::bf16ToF(__ldg(w + j)), dev::bf16ToF(__ldg(a + j)),
+                      acc[j % 8]);
+  return dev::fToBf16(((acc[0] + acc[1]) + (acc[2] + acc[3])) +
+                      ((acc[4] + acc[5]) + (acc[6] + acc[7])));
+}
+
+/// out[i] = lowRankRow(row i) for the rows i < n of w [n, r], a thread per
+/// row. `out` is shared or global memory.
+__device__ __forceinline__ void lowRankRows(const uint16_t *w,
+                                            const uint16_t *a, int64_t r,
+                                            int n, uint16_t *out) {
+  for (int i = threadIdx.x; i < n; i += blockDim.x)
+    out[i] = lowRankRow(w + i * r, a, r);
+}
+
 /// 1 / sqrt(Σ x² + eps) from each thread's partial sum (its elements
 /// tid, tid + blockDim, ... in order). Synchronises the block.
 __device__ __forceinline__ float invNorm(float partial, float eps,
@@ -387,8 +433,8 @@ __device__ __forceinline__ float scaled(float x, float scale) {
 }
 
 /// One head of the gated RMSNorm: y = R(o · r · w · sigmoid(gt)) with
-/// r = 1/sqrt(mean(o²) + eps). o is read through L2 (in kda_decode other
-/// blocks wrote it); `out` may alias `o`: every read of the sum is done
+/// r = 1/sqrt(mean(o²) + eps). o and gt are read through L2 (in kda_decode
+/// other blocks may have written them); `out` may alias `o`: every read of the sum is done
 /// before the first write, and a thread rewrites only what it read.
 __device__ void gatedNormHead(const uint16_t *o, const uint16_t *gate,
                               const VectorRef &weight, uint16_t *out, int64_t d,
@@ -402,8 +448,8 @@ __device__ void gatedNormHead(const uint16_t *o, const uint16_t *gate,
   const float r = 1.0f / sqrtf(ss / static_cast<float>(d) + eps);
   for (int64_t i = threadIdx.x; i < d; i += blockDim.x) {
     const float x = dev::bf16ToF(__ldcg(o + i));
-    const float y =
-        x * r * dev::vectorAt(weight, i) * dev::sigmoidF(dev::bf16ToF(gate[i]));
+    const float y = x * r * dev::vectorAt(weight, i) *
+                    dev::sigmoidF(dev::bf16ToF(__ldcg(gate + i)));
     out[i] = dev::fToBf16(y);
   }
 }
@@ -587,10 +633,14 @@ extern "C" __global__ void k3_kda_gated_norm(const KdaGatedNormParams p) {
 // then norms the head; with several, the block that completes a head's last
 // slice (counted in gDecodeArrivals) shifts the head's q/k conv state, reads
 // the head's o back from out and norms it in place.
+// With fB (gB) the low-rank f_b (g_b) rows are summed here: every block of
+// a head computes f for all d key rows (the decay needs them), and each
+// slice the output gate of its own channels into gateOut, read back by the
+// block that finishes the head.
 // Limits: as kda_step; with several slices per head, numHeads <=
 // kMaxCountedHeads and no concurrent kda_decode in the context.
 //===----------------------------------------------------------------------===//
-extern "C" __global__ void __launch_bounds__(1024)
+extern "C" __global__ void __launch_bounds__(512)
     k3_kda_decode(const KdaDecodeParams p) {
   dev::enterStep();
   __shared__ StepShared sm;
@@ -621,8 +671,9 @@ extern "C" __global__ void __launch_bounds__(1024)
       sm.k[i] = ki;
       sq = fmaf(qi, qi, sq);
       sk = fmaf(ki, ki, sk);
-      sm.decay[i] =
-          expf(gateF(p.f[c], p.dtBias[c], a, p.hasLowerBound, p.lowerBound));
+      if (!p.fB)
+        sm.decay[i] = expf(
+            gateF(p.f[c], p.dtBias[c], a, p.hasLowerBound, p.lowerBound));
     }
     for (int t = threadIdx.x; t < g.cols; t += blockDim.x) {
       float vt = 0.0f;
@@ -633,6 +684,18 @@ extern "C" __global__ void __launch_bounds__(1024)
         convShift(sV, p.uv[c], hist);
       }
       sm.v[t] = vt;
+    }
+    // The folded low-rank projections: f of every key row (the decay),
+    // and this slice's channels of the output gate for the head's finish.
+    if (p.gB)
+      lowRankRows(p.gB + (c0 + j0) * p.gRank, p.gA, p.gRank,
+                  min(g.cols, d - j0), p.gateOut + c0 + j0);
+    if (p.fB) {
+      lowRankRows(p.fB + c0 * p.fRank, p.fA, p.fRank, d, sm.f);
+      __syncthreads();
+      for (int i = threadIdx.x; i < d; i += blockDim.x)
+        sm.decay[i] = expf(gateF(sm.f[i], p.dtBias[c0 + i], a,
+                                 p.hasLowerBound, p.lowerBound));
     }
     normaliseQK(d, sq, sk, sm);
     __syncthreads();
@@ -652,8 +715,8 @@ extern "C" __global__ void __launch_bounds__(1024)
         convShift(p.convStateK + (c0 + i) * hist, p.uk[c0 + i], hist);
       }
     }
-    gatedNormHead(p.out + c0, p.gate + c0, p.normWeight, p.out + c0, d,
-                  p.normEps, sm.scratch);
+    gatedNormHead(p.out + c0, (p.gB ? p.gateOut : p.gate) + c0,
+                  p.normWeight, p.out + c0, d, p.normEps, sm.scratch);
   };
   if (vecState(p.state, d))
     forEachSlice<true>(p.state, p.out, H, d, g, sm, stage, finish);

@@ -18,7 +18,9 @@
 //    launches above use (l2NormHead, gateHead, stepHead), so kda_decode is
 //    the `--fusion=none` chain by construction (fp32 intermediates are kept
 //    unrounded, and exp(g) is taken inside the step in both; the CUDA kernel
-//    keeps the same rounding points).
+//    keeps the same rounding points); with the low-rank gate projections
+//    folded in (fB / gB), f and gt come from linearCpu first, so the folded
+//    form is the unfolded one bit for bit;
 // Limits: any H, d, W >= 1; kda_l2norm needs n a multiple of headDim (a
 // trailing partial head is left unwritten). kda_decode allocates 4·C bf16 and
 // 8·d fp32 of scratch, kda_step 5·d fp32.
@@ -27,6 +29,7 @@
 #include "kernels/kda/KdaCpu.h"
 #include "kernels/common/CpuMath.h"
 #include "kernels/common/VectorRef.h"
+#include "kernels/gemv/GemvCpu.h"
 
 #include <cmath>
 #include <vector>
@@ -197,9 +200,31 @@ void kdaGatedNormCpu(const KdaGatedNormParams &p) {
   }
 }
 
-void kdaDecodeCpu(const KdaDecodeParams &p) {
+void kdaDecodeCpu(const KdaDecodeParams &params) {
+  KdaDecodeParams p = params;
   const int64_t C = p.numHeads * p.headDim;
-  std::vector<uint16_t> q(C), k(C), v(C), o(C);
+  std::vector<uint16_t> q(C), k(C), v(C), o(C), f;
+
+  // The folded low-rank gate projections: the very `linear` they replace.
+  auto lowRank = [C](const uint16_t *a, const uint16_t *b, int64_t rank,
+                     uint16_t *out) {
+    LinearParams l;
+    l.x = a;
+    l.w.bf16 = b;
+    l.n = C;
+    l.k = rank;
+    l.out = out;
+    linearCpu(l);
+  };
+  if (p.fB) {
+    f.resize(C);
+    lowRank(p.fA, p.fB, p.fRank, f.data());
+    p.f = f.data();
+  }
+  if (p.gB) {
+    lowRank(p.gA, p.gB, p.gRank, p.gateOut);
+    p.gate = p.gateOut;
+  }
 
   KdaConvParams conv;
   conv.channels = C;

@@ -124,6 +124,14 @@ struct KdaGatedNormParams {
 /// (kda_l2norm ×2, kda_gate, sigmoid, kda_step) and kda_gated_norm in one
 /// call, rounding at the same points as that chain (q̃, k̃, ṽ and o are
 /// rounded to bf16 in between), so the result is bit-identical to it. Output y = the gated-norm output (o_proj's input).
+///
+/// The gate's low-rank second projections may be folded in (k3-fuse-kda's
+/// low-rank form): with `fB`, f is not read but computed as R(fB · fA), the
+/// `linear` f_b_proj would give, bit for bit on the CPU; with `gB`, the output
+/// gate gt = R(gB · gA) is computed and written to `gateOut` (the kernel's
+/// blocks read back one another's channels there) instead of read from
+/// `gate`. That takes the two k = r launches between the input projections
+/// and this one off the step.
 struct KdaDecodeParams {
   const uint16_t *uq = nullptr;         ///< [C] bf16, R(q_proj h)
   const uint16_t *uk = nullptr;         ///< [C] bf16
@@ -148,6 +156,14 @@ struct KdaDecodeParams {
   int32_t hasLowerBound = 0;
   float lowerBound = -5.0f;
   float normEps = 1e-5f; ///< o_norm eps (rms_norm_eps)
+  // The folded low-rank gate projections (all null / 0 when not folded).
+  const uint16_t *fA = nullptr; ///< [fRank] bf16, R(f_a_proj h)
+  const uint16_t *fB = nullptr; ///< [C, fRank] bf16, f_b_proj; f unread
+  int64_t fRank = 0;            ///< r of f_a / f_b, with fB
+  const uint16_t *gA = nullptr; ///< [gRank] bf16, R(g_a_proj h)
+  const uint16_t *gB = nullptr; ///< [C, gRank] bf16, g_b_proj; gate unread
+  uint16_t *gateOut = nullptr;  ///< [C] bf16, gt = R(gB · gA), with gB
+  int64_t gRank = 0;            ///< r of g_a / g_b, with gB
 };
 
 } // namespace k3

@@ -105,6 +105,9 @@ const ToleranceRow kTable[] = {
     {"kda_decode", "state", false, kF32Sum,
      "fp32 delta-rule state update (d-term sums in another order)"},
     {"kda_decode", "out", false, kBf16, "bf16 of the gated, normed readout"},
+    {"kda_decode", "gateOut", true, 0,
+     "the folded g_b rows, summed in linearCpu's order (bf16 products are "
+     "exact in fp32)"},
     {"mla_cache_append", "cache", false, kBf16,
      "bf16 of the normed latent row (earlier rows are the candidate's own)"},
     {"mla_attend", "out", false, kBf16,

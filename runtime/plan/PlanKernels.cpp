@@ -287,8 +287,27 @@ Status checkKdaDecode(const KdaDecodeParams &p, ExtentChecker &x) {
                          conv));
   K3_RETURN_IF_ERROR(mul("kda_decode", "numHeads * headDim * (convWidth - 1)",
                          C, W - 1, convState));
-  for (const char *f : {"uq", "uk", "uv", "f", "dtBias", "gate", "out"})
+  for (const char *f : {"uq", "uk", "uv", "dtBias", "out"})
     K3_RETURN_IF_ERROR(x.need(f, C));
+  // f and gt, or the low-rank inputs and second projections they come from.
+  auto gateInput = [&](const char *full, const char *a, const char *b,
+                       const char *rankName, const void *up,
+                       int64_t rank) -> Status {
+    if (!up)
+      return x.need(full, C);
+    K3_RETURN_IF_ERROR(positive("kda_decode", rankName, rank));
+    int64_t w = 0;
+    K3_RETURN_IF_ERROR(
+        mul("kda_decode", (std::string("numHeads * headDim * ") + rankName)
+                              .c_str(),
+            C, rank, w));
+    K3_RETURN_IF_ERROR(x.need(a, rank));
+    return x.need(b, w);
+  };
+  K3_RETURN_IF_ERROR(gateInput("f", "fA", "fB", "fRank", p.fB, p.fRank));
+  K3_RETURN_IF_ERROR(gateInput("gate", "gA", "gB", "gRank", p.gB, p.gRank));
+  if (p.gB)
+    K3_RETURN_IF_ERROR(x.need("gateOut", C));
   for (const char *f : {"convQ", "convK", "convV"})
     K3_RETURN_IF_ERROR(x.need(f, conv));
   if (W > 1)
@@ -590,6 +609,9 @@ const ScalarCondition kScalarConditions[] = {
     {"kda_gate", "lowerBound", KernelField::Need::IfValue, "hasLowerBound", 1},
     {"kda_decode", "lowerBound", KernelField::Need::IfValue, "hasLowerBound",
      1},
+    // The folded low-rank gate projections' ranks, with their weights.
+    {"kda_decode", "fRank", KernelField::Need::IfGiven, "fB"},
+    {"kda_decode", "gRank", KernelField::Need::IfGiven, "gB"},
     // A test lever (k3-inject-mutant), never part of a real plan.
     {"router", "forceExpert", KernelField::Need::Never},
 };
@@ -748,7 +770,14 @@ std::vector<KernelInfo> buildTable() {
                                           K3_FIELD(P, convWidth),
                                           K3_FIELD(P, hasLowerBound),
                                           K3_FIELD(P, lowerBound),
-                                          K3_FIELD(P, normEps)},
+                                          K3_FIELD(P, normEps),
+                                          K3_FIELD(P, fA),
+                                          K3_FIELD(P, fB),
+                                          K3_FIELD(P, fRank),
+                                          K3_FIELD(P, gA),
+                                          K3_FIELD(P, gB),
+                                          K3_FIELD(P, gateOut),
+                                          K3_FIELD(P, gRank)},
         K3_HOLDER(P), K3_CHECK(P, checkKdaDecode));
   }
   {

@@ -547,6 +547,33 @@ func.func @f(%x: tensor<8xbf16>, %cw: tensor<8x1x4xbf16>,
 }
 
 // -----
+func.func @f(%x: tensor<8xbf16>, %r4: tensor<4xbf16>, %fb: tensor<8x3xbf16>, %b2: tensor<2xbf16>, %cw: tensor<8x1x4xbf16>,
+             %conv: !k3.conv_state<channels = 24, window = 3>, %s: !k3.kda_state<heads = 2, key_dim = 4, value_dim = 4>,
+             %f8: tensor<8xf32>, %alog: tensor<2xf32>, %w4: tensor<4xbf16>) {
+  // expected-error @+1 {{'k3.kda_decode' op expects f_b of shape [8, 4] but got [8, 3]}}
+  %y = k3.kda_decode %x, %x, %x, %r4, %b2, %x, %conv, %s weights(%cw, %cw, %cw, %f8, %alog, %w4) f_b(%fb)
+         {config = #k3.kda<heads = 2, head_dim = 4, conv = 4>, eps = 1.0e-05 : f64}
+         : (tensor<8xbf16>, tensor<8xbf16>, tensor<8xbf16>, tensor<4xbf16>, tensor<2xbf16>, tensor<8xbf16>,
+            !k3.conv_state<channels = 24, window = 3>, !k3.kda_state<heads = 2, key_dim = 4, value_dim = 4>,
+            tensor<8x1x4xbf16>, tensor<8x1x4xbf16>, tensor<8x1x4xbf16>, tensor<8xf32>, tensor<2xf32>, tensor<4xbf16>,
+            tensor<8x3xbf16>) -> tensor<8xbf16>
+  return
+}
+
+// -----
+func.func @f(%x: tensor<8xbf16>, %r4: tensor<4xbf16>, %b2: tensor<2xbf16>, %cw: tensor<8x1x4xbf16>,
+             %conv: !k3.conv_state<channels = 24, window = 3>, %s: !k3.kda_state<heads = 2, key_dim = 4, value_dim = 4>,
+             %f8: tensor<8xf32>, %alog: tensor<2xf32>, %w4: tensor<4xbf16>) {
+  // expected-error @+1 {{'k3.kda_decode' op expects gate of shape [8] but got [4]}}
+  %y = k3.kda_decode %x, %x, %x, %x, %b2, %r4, %conv, %s weights(%cw, %cw, %cw, %f8, %alog, %w4)
+         {config = #k3.kda<heads = 2, head_dim = 4, conv = 4>, eps = 1.0e-05 : f64}
+         : (tensor<8xbf16>, tensor<8xbf16>, tensor<8xbf16>, tensor<8xbf16>, tensor<2xbf16>, tensor<4xbf16>,
+            !k3.conv_state<channels = 24, window = 3>, !k3.kda_state<heads = 2, key_dim = 4, value_dim = 4>,
+            tensor<8x1x4xbf16>, tensor<8x1x4xbf16>, tensor<8x1x4xbf16>, tensor<8xf32>, tensor<2xf32>, tensor<4xbf16>) -> tensor<8xbf16>
+  return
+}
+
+// -----
 func.func @f(%x: tensor<8xbf16>, %q: tensor<16xbf16>, %kva: tensor<12x8xbf16>, %kvb: tensor<16x8xbf16>,
              %cache: !k3.mla_cache<max_seq = 64, width = 12>, %pos: index) {
   // expected-error @+1 {{'k3.mla_decode' op expects a gate operand because config has output_gate = true}}

@@ -175,7 +175,8 @@ func.func @fused(%x: tensor<8xbf16>, %b2: tensor<2xbf16>, %cw: tensor<8x1x4xbf16
                  %z: tensor<32xbf16>, %gate: tensor<4x8xbf16>, %bias: tensor<4xf32>,
                  %x1: !k3.mxfp4<4x32x32>, %w32: tensor<32xbf16>,
                  %w1: tensor<32x8xbf16>, %w2: tensor<8x32xbf16>,
-                 %e13: tensor<4x16x8xbf16>, %e2: tensor<4x8x16xbf16>) {
+                 %e13: tensor<4x16x8xbf16>, %e2: tensor<4x8x16xbf16>,
+                 %r4: tensor<4xbf16>, %lr: tensor<8x4xbf16>) {
   // CHECK: k3.kda_decode %{{.*}} weights(
   // CHECK-SAME: #k3.kda<heads = 2, head_dim = 4, conv = 4, full_rank_gate = true, lower_bound = -5.000000e+00 : f64>
   %y = k3.kda_decode %x, %x, %x, %x, %b2, %x, %conv, %s weights(%cw, %cw, %cw, %f8, %alog, %w4)
@@ -183,6 +184,13 @@ func.func @fused(%x: tensor<8xbf16>, %b2: tensor<2xbf16>, %cw: tensor<8x1x4xbf16
          : (tensor<8xbf16>, tensor<8xbf16>, tensor<8xbf16>, tensor<8xbf16>, tensor<2xbf16>, tensor<8xbf16>,
             !k3.conv_state<channels = 24, window = 3>, !k3.kda_state<heads = 2, key_dim = 4, value_dim = 4>,
             tensor<8x1x4xbf16>, tensor<8x1x4xbf16>, tensor<8x1x4xbf16>, tensor<8xf32>, tensor<2xf32>, tensor<4xbf16>) -> tensor<8xbf16>
+  // CHECK: k3.kda_decode %{{.*}} weights({{.*}}) f_b(%{{.*}}) g_b(%{{.*}}) {config
+  %y2 = k3.kda_decode %x, %x, %x, %r4, %b2, %r4, %conv, %s weights(%cw, %cw, %cw, %f8, %alog, %w4) f_b(%lr) g_b(%lr)
+         {config = #k3.kda<heads = 2, head_dim = 4, conv = 4>, eps = 1.0e-05 : f64}
+         : (tensor<8xbf16>, tensor<8xbf16>, tensor<8xbf16>, tensor<4xbf16>, tensor<2xbf16>, tensor<4xbf16>,
+            !k3.conv_state<channels = 24, window = 3>, !k3.kda_state<heads = 2, key_dim = 4, value_dim = 4>,
+            tensor<8x1x4xbf16>, tensor<8x1x4xbf16>, tensor<8x1x4xbf16>, tensor<8xf32>, tensor<2xf32>, tensor<4xbf16>,
+            tensor<8x4xbf16>, tensor<8x4xbf16>) -> tensor<8xbf16>
   // CHECK: k3.mla_decode %{{.*}} weights({{.*}}) cache({{.*}}) gate(
   %o = k3.mla_decode %x, %q weights(%kva, %x, %kvb) cache(%cache, %pos) gate(%x)
          {config = #k3.mla<heads = 2, q_lora = 0, kv_lora = 8, nope = 4, rope = 4, v_dim = 4, output_gate = true>, eps = 1.0e-06 : f64}

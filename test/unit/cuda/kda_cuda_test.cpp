@@ -6,7 +6,8 @@
 // gate; Kimi-Linear: 32 × 128, softplus gate; the tiny models' 4 × 64) and at
 // odd ones (head dims that are not multiples of 4, heads larger than a
 // block's registers hold), with the plans' grid, a grid of 1 and a grid of
-// H · 4 (one block per state slice), and with blocks of 32 to 1024 threads.
+// H · 4 (one block per state slice), and with blocks of 32 to 1024 threads
+// (kda_decode: 512).
 // The recurrent kernels run 4 consecutive tokens on a random non-zero state,
 // and the state is compared after every token. The kernels that read the
 // conv filters and o_norm (kda_conv, kda_gated_norm, kda_decode) run with
@@ -563,9 +564,23 @@ struct DecodeLayer {
 
 struct DecodeToken {
   std::vector<uint16_t> uq, uk, uv, f, betaLogit, gate;
-  DecodeToken(Rand &r, const DecodeLayer &l)
+  /// The low-rank gate inputs R(f_a h), R(g_a h) (rank r; empty at 0).
+  std::vector<uint16_t> fA, gA;
+  DecodeToken(Rand &r, const DecodeLayer &l, int64_t rank = 0)
       : uq(r.bf16(l.C)), uk(r.bf16(l.C)), uv(r.bf16(l.C)), f(r.bf16(l.C, 2.0f)),
-        betaLogit(r.bf16(l.H)), gate(r.bf16(l.C, 1.5f)) {}
+        betaLogit(r.bf16(l.H)), gate(r.bf16(l.C, 1.5f)), fA(r.bf16(rank)),
+        gA(r.bf16(rank)) {}
+};
+
+/// The folded low-rank second projections f_b, g_b [C, r] (r = 0: none),
+/// scaled so f and gt keep the magnitudes of DecodeToken's.
+struct LowRankWeights {
+  int64_t rank = 0;
+  std::vector<uint16_t> fB, gB;
+  LowRankWeights(Rand &r, int64_t C, int64_t rank)
+      : rank(rank),
+        fB(r.bf16(C * rank, rank ? 2.0f / std::sqrt(float(rank)) : 0.0f)),
+        gB(r.bf16(C * rank, rank ? 1.5f / std::sqrt(float(rank)) : 0.0f)) {}
 };
 
 /// The device copies of one layer's weights and states.
@@ -594,12 +609,20 @@ k3::KdaDecodeParams decodeParams(const DecodeLayer &l, int32_t hasLowerBound) {
 }
 
 /// kda_decode on the GPU for one token; returns y.
+/// With lr.rank > 0, f and the gate come from the folded low-rank form (f
+/// and gate unbound) and *gateOut receives the computed gate.
 std::vector<uint16_t> runDecodeGpu(const DecodeLayer &l, const DecodeToken &t,
                                    DecodeDev &dv, int32_t hasLowerBound,
-                                   int64_t grid, int64_t block) {
+                                   int64_t grid, int64_t block,
+                                   const LowRankWeights *lr = nullptr,
+                                   std::vector<uint16_t> *gateOut = nullptr) {
   Dev uq = Dev::of(t.uq), uk = Dev::of(t.uk), uv = Dev::of(t.uv),
       f = Dev::of(t.f), bl = Dev::of(t.betaLogit), gate = Dev::of(t.gate),
       out = Dev::poisoned<uint16_t>(l.C);
+  const bool low = lr && lr->rank > 0;
+  Dev fA = Dev::of(low ? t.fA : t.f), gA = Dev::of(low ? t.gA : t.f),
+      fB = Dev::of(low ? lr->fB : t.f), gB = Dev::of(low ? lr->gB : t.f),
+      gOut = Dev::poisoned<uint16_t>(l.C);
   k3::KdaDecodeParams p = decodeParams(l, hasLowerBound);
   p.uq = uq.get<uint16_t>();
   p.uk = uk.get<uint16_t>();
@@ -618,8 +641,21 @@ std::vector<uint16_t> runDecodeGpu(const DecodeLayer &l, const DecodeToken &t,
   p.gate = gate.get<uint16_t>();
   p.normWeight = l.normWeight.on(dv.normWeight);
   p.out = out.get<uint16_t>();
+  if (low) {
+    p.f = nullptr;
+    p.gate = nullptr;
+    p.fA = fA.get<uint16_t>();
+    p.fB = fB.get<uint16_t>();
+    p.fRank = lr->rank;
+    p.gA = gA.get<uint16_t>();
+    p.gB = gB.get<uint16_t>();
+    p.gRank = lr->rank;
+    p.gateOut = gOut.get<uint16_t>();
+  }
   k3::Status s = launch("kda_decode", p, grid, block);
   EXPECT_TRUE(s.isOk()) << (s.isOk() ? "" : s.message());
+  if (low && gateOut)
+    *gateOut = gOut.download<uint16_t>(l.C);
   return out.download<uint16_t>(l.C);
 }
 
@@ -627,28 +663,42 @@ struct DecodeCase {
   int64_t heads, headDim;
   int32_t width, hasLowerBound;
   int64_t grid, block;
+  int64_t rank = 0; ///< > 0: f_b / g_b of this rank folded in
   std::string name() const {
     return std::to_string(heads) + "x" + std::to_string(headDim) + " W " +
            std::to_string(width) + (hasLowerBound ? " lb" : " softplus") +
-           " grid " + std::to_string(grid) + " block " + std::to_string(block);
+           " grid " + std::to_string(grid) + " block " +
+           std::to_string(block) +
+           (rank ? " low-rank " + std::to_string(rank) : "");
   }
 };
 
 void decodeMatchesCpu(bool f32) {
   // K3 with the plans' grid, one block per slice (the head finished by the
-  // last of its 4 blocks), one block, one block per head (1024 threads);
+  // last of its 4 blocks), one block, one block per head (512 threads);
   // Kimi-Linear; tiny; odd heads (scalar state path, W = 3 and 1); a head of
   // 130 split into 9 slices across 7 blocks; a head of 200 on 32 threads
-  // (50 slices, rows past the registers written back and re-read).
+  // (50 slices, rows past the registers written back and re-read). Then the
+  // folded low-rank gates (Kimi-Linear's r = 128 at the plans' grid, whole
+  // heads and a looping grid; r = 64 on tiny; r = 40, a partial lane group;
+  // r = 12, the element-wise path; a head of 130 over 7 blocks).
   for (const DecodeCase &c :
        {DecodeCase{96, 128, 4, 1, 96, 256}, DecodeCase{96, 128, 4, 1, 384, 256},
-        DecodeCase{96, 128, 4, 1, 1, 256}, DecodeCase{96, 128, 4, 1, 96, 1024},
+        DecodeCase{96, 128, 4, 1, 1, 256}, DecodeCase{96, 128, 4, 1, 96, 512},
         DecodeCase{32, 128, 4, 0, 32, 256}, DecodeCase{4, 64, 4, 0, 4, 256},
         DecodeCase{3, 6, 3, 1, 3, 256}, DecodeCase{5, 9, 1, 0, 40, 64},
-        DecodeCase{2, 130, 4, 0, 7, 256}, DecodeCase{2, 200, 4, 1, 3, 32}}) {
+        DecodeCase{2, 130, 4, 0, 7, 256}, DecodeCase{2, 200, 4, 1, 3, 32},
+        DecodeCase{32, 128, 4, 0, 128, 256, 128},
+        DecodeCase{32, 128, 4, 1, 32, 512, 128},
+        DecodeCase{32, 128, 4, 0, 5, 256, 128},
+        DecodeCase{4, 64, 4, 0, 8, 256, 64},
+        DecodeCase{4, 64, 4, 1, 4, 128, 40},
+        DecodeCase{3, 6, 3, 1, 3, 256, 12},
+        DecodeCase{2, 130, 4, 0, 7, 256, 24}}) {
     const int64_t H = c.heads, d = c.headDim;
-    Rand r(static_cast<uint64_t>(H * 4000 + d + c.grid + c.block));
+    Rand r(static_cast<uint64_t>(H * 4000 + d + c.grid + c.block + c.rank));
     DecodeLayer l(r, H, d, c.width, f32);
+    const LowRankWeights lr(r, l.C, c.rank);
     const int64_t hist = c.width - 1, C = l.C;
     std::vector<float> sQ = bf16Valued(r, C * hist, 1.0f),
                        sK = bf16Valued(r, C * hist, 1.0f),
@@ -661,7 +711,7 @@ void decodeMatchesCpu(bool f32) {
     for (int step = 0; step < 4; ++step) {
       const std::string name =
           c.name() + dtypeName(f32) + " token " + std::to_string(step);
-      DecodeToken t(r, l);
+      DecodeToken t(r, l, c.rank);
       k3::KdaDecodeParams p = decodeParams(l, c.hasLowerBound);
       p.uq = t.uq.data();
       p.uk = t.uk.data();
@@ -679,13 +729,25 @@ void decodeMatchesCpu(bool f32) {
       p.state = state.data();
       p.gate = t.gate.data();
       p.normWeight = l.normWeight.host();
-      std::vector<uint16_t> want(C, 0xFFFF);
+      std::vector<uint16_t> want(C, 0xFFFF), wantGate(C, 0xFFFF), gotGate;
       p.out = want.data();
+      if (c.rank) {
+        p.f = p.gate = nullptr;
+        p.fA = t.fA.data();
+        p.fB = lr.fB.data();
+        p.fRank = c.rank;
+        p.gA = t.gA.data();
+        p.gB = lr.gB.data();
+        p.gRank = c.rank;
+        p.gateOut = wantGate.data();
+      }
       k3::kdaDecodeCpu(p);
 
-      std::vector<uint16_t> got =
-          runDecodeGpu(l, t, dv, c.hasLowerBound, c.grid, c.block);
+      std::vector<uint16_t> got = runDecodeGpu(
+          l, t, dv, c.hasLowerBound, c.grid, c.block, &lr, &gotGate);
       expectBf16Near(want, got, name + " y");
+      if (c.rank)
+        expectSameBits(wantGate, gotGate, name + " gate");
       expectF32Near(state, dv.state.download<float>(H * d * d),
                     f32 ? kF32FlipStateTol : kF32Tol, name + " state");
       expectSameBits(sQ, dv.sQ.download<float>(C * hist), name + " conv q");

@@ -166,17 +166,30 @@ TEST(LaunchBytes, RecurrentStatesAreReadAndWritten) {
   const PlanLaunch &k = fused.launches[firstLaunch(fused, "kda_decode")];
   const uint64_t state = argBytes(fused, *k.find("state"));
   const uint64_t conv = argBytes(fused, *k.find("convStateQ")) / 3;
+  // tiny's f comes from its low-rank f_a / f_b, folded into the launch
+  // (k3-fuse-kda low-rank-gates): R(f_a h) and f_b are read instead of f.
+  ASSERT_NE(k.find("fB"), nullptr);
   uint64_t in = 0;
-  for (const char *f : {"uq", "uk", "uv", "f", "betaLogit", "gate"})
-    in += argBytes(fused, *k.find(f));
+  for (const char *f : {"uq", "uk", "uv", "f", "fA", "betaLogit", "gate", "gA"})
+    if (const auto *a = k.find(f))
+      in += argBytes(fused, *a);
   // Weights: three conv filters [C, 1, W], dt_bias [C] and A_log [H] f32,
   // o_norm [d].
   const int64_t C = c.kdaChannels(), W = c.kda.convSize;
+  // + f_b [C, r] bf16 (and g_b when the output gate is low-rank too).
+  auto rank = [&](const char *f) {
+    const auto *a = k.find(f);
+    return a ? a->intValue : 0;
+  };
   const uint64_t weights = static_cast<uint64_t>(
-      3 * C * W * 2 + C * 4 + c.kda.numHeads * 4 + c.kda.headDim * 2);
+      3 * C * W * 2 + C * 4 + c.kda.numHeads * 4 + c.kda.headDim * 2 +
+      C * (rank("fRank") + rank("gRank")) * 2);
   const LaunchBytes b = launchBytes(fused, firstLaunch(fused, "kda_decode"));
   EXPECT_EQ(b.read, in + weights + state + 3 * conv);
-  EXPECT_EQ(b.written, argBytes(fused, *k.find("out")) + state + 3 * conv);
+  const uint64_t gateOut =
+      k.find("gateOut") ? argBytes(fused, *k.find("gateOut")) : 0;
+  EXPECT_EQ(b.written,
+            argBytes(fused, *k.find("out")) + gateOut + state + 3 * conv);
 
   // AttnRes: a commit writes one row; attn_res reads numBlocks rows.
   const uint64_t row = static_cast<uint64_t>(c.hiddenSize) * 2;
