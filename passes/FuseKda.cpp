@@ -36,10 +36,6 @@ using namespace mlir::k3;
 
 namespace {
 
-/// Largest rank r of a low-rank gate folded into k3.kda_decode (Kimi-Linear
-/// and K3: 128); the kernel sums each folded row in one thread.
-constexpr int64_t kMaxFoldedRank = 256;
-
 /// The l2norm eps the KDA kernels hard-code (K3.md §2.3, kKdaL2NormEps).
 constexpr double kL2NormEps = 1e-6;
 
@@ -188,7 +184,7 @@ struct FoldLowRankGates : OpRewritePattern<KdaDecodeOp> {
 
   /// The single-use linear defining `v` that can be folded, or null: the
   /// second half of a low-rank pair (its input is itself a projection, of
-  /// at most kMaxFoldedRank values). A full-rank gate (K3's g_proj) is no
+  /// at most kKdaMaxFoldedRank values). A full-rank gate (K3's g_proj) is no
   /// such linear: summed inside the KDA kernel it would be far slower.
   static LinearOp foldable(Value v, Operation *user) {
     auto lin = v.getDefiningOp<LinearOp>();
@@ -197,7 +193,7 @@ struct FoldLowRankGates : OpRewritePattern<KdaDecodeOp> {
       return nullptr;
     auto w = dyn_cast<RankedTensorType>(lin.getWeight().getType());
     if (!w || !w.getElementType().isBF16() || w.getRank() != 2 ||
-        w.getShape()[1] > kMaxFoldedRank)
+        w.getShape()[1] > ::k3::kKdaMaxFoldedRank)
       return nullptr;
     Operation *in = lin.getX().getDefiningOp();
     if (!in || !isa<LinearOp, LinearGroupOp>(in))

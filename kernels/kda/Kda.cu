@@ -81,7 +81,6 @@ struct StepShared {
   float q[kMaxHeadDim];     ///< normalised, scaled q of the head
   float k[kMaxHeadDim];     ///< normalised k
   float decay[kMaxHeadDim]; ///< exp(g) of every key row
-  uint16_t f[kMaxHeadDim];  ///< f of every key row, when computed here
   __align__(16) float red[kMaxWarps][kMaxSliceCols]; ///< per-warp col sums
   __align__(16) float u[kMaxSliceCols];              ///< β(v − Sᵀk)
   float v[kMaxSliceCols];                            ///< ṽ of the slice
@@ -382,7 +381,8 @@ __device__ __forceinline__ float gateF(uint16_t f, float dtBias, float a,
 /// linearCpu's order (cpu::dotBf16: eight lane sums over j ≡ l mod 8 in
 /// ascending j, then a fixed tree). A product of two bf16 values is exact in
 /// fp32, so fmaf adds exactly what the CPU adds: the row is the CPU's, bit
-/// for bit, and so is the folded form against the unfolded one there.
+/// for bit, and so is the folded form against the unfolded one there. The
+/// input a is read through L1 (every thread of the block reads it).
 __device__ __forceinline__ uint16_t lowRankRow(const uint16_t *w,
                                                const uint16_t *a, int64_t r) {
   float acc[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
@@ -390,7 +390,7 @@ __device__ __forceinline__ uint16_t lowRankRow(const uint16_t *w,
   if (dev::aligned16(w) && dev::aligned16(a)) {
     const uint4 *wv = reinterpret_cast<const uint4 *>(w);
     const uint4 *av = reinterpret_cast<const uint4 *>(a);
-#pragma unroll 4
+#pragma unroll 8
     for (int64_t c = 0; c < r / 8; ++c) {
       const uint4 x = __ldg(wv + c), y = __ldg(av + c);
       acc[0] = fmaf(dev::loF(x.x), dev::loF(y.x), acc[0]);
@@ -409,15 +409,6 @@ __device__ __forceinline__ uint16_t lowRankRow(const uint16_t *w,
                       acc[j % 8]);
   return dev::fToBf16(((acc[0] + acc[1]) + (acc[2] + acc[3])) +
                       ((acc[4] + acc[5]) + (acc[6] + acc[7])));
-}
-
-/// out[i] = lowRankRow(row i) for the rows i < n of w [n, r], a thread per
-/// row. `out` is shared or global memory.
-__device__ __forceinline__ void lowRankRows(const uint16_t *w,
-                                            const uint16_t *a, int64_t r,
-                                            int n, uint16_t *out) {
-  for (int i = threadIdx.x; i < n; i += blockDim.x)
-    out[i] = lowRankRow(w + i * r, a, r);
 }
 
 /// 1 / sqrt(Σ x² + eps) from each thread's partial sum (its elements
@@ -637,19 +628,42 @@ extern "C" __global__ void k3_kda_gated_norm(const KdaGatedNormParams p) {
 // a head computes f for all d key rows (the decay needs them), and each
 // slice the output gate of its own channels into gateOut, read back by the
 // block that finishes the head.
-// Limits: as kda_step; with several slices per head, numHeads <=
-// kMaxCountedHeads and no concurrent kda_decode in the context.
+// Limits: as kda_step; fRank, gRank <= kKdaMaxFoldedRank (else NaN out);
+// with several slices per head, numHeads <= kMaxCountedHeads and no
+// concurrent kda_decode in the context.
 //===----------------------------------------------------------------------===//
 extern "C" __global__ void __launch_bounds__(512)
     k3_kda_decode(const KdaDecodeParams p) {
-  dev::enterStep();
+  dev::allowDependentLaunch();
+  // The folded low-rank rows of the block's first item are weights (no
+  // earlier kernel writes them): ask L2 for them before the wait.
+  if ((p.fB || p.gB) && p.headDim > 0 && p.headDim <= kMaxHeadDim &&
+      p.numHeads > 0) {
+    const int d = static_cast<int>(p.headDim);
+    const SliceGeom g = sliceGeom(d, static_cast<int>(p.numHeads));
+    const int h = blockIdx.x / g.slices;
+    const int j0 = (blockIdx.x - h * g.slices) * g.cols;
+    if (h < p.numHeads) {
+      const int64_t c0 = static_cast<int64_t>(h) * d;
+      if (p.fB)
+        dev::prefetchL2Block(p.fB + c0 * p.fRank, d * p.fRank * 2);
+      if (p.gB && j0 < d)
+        dev::prefetchL2Block(p.gB + (c0 + j0) * p.gRank,
+                             min(g.cols, d - j0) * p.gRank * 2);
+    }
+  }
+  dev::waitForPriorGrids();
   __shared__ StepShared sm;
   if (!enterStateKernel(p.numHeads, p.headDim, p.out, sm))
     return;
   const int H = static_cast<int>(p.numHeads), d = static_cast<int>(p.headDim);
   const SliceGeom &g = sm.geom;
   const bool whole = g.slices == 1;
-  if (!whole && H > kMaxCountedHeads) {
+  auto badRank = [](const uint16_t *b, int64_t r) {
+    return b && (r <= 0 || r > kKdaMaxFoldedRank);
+  };
+  if ((!whole && H > kMaxCountedHeads) || badRank(p.fB, p.fRank) ||
+      badRank(p.gB, p.gRank)) {
     fillNaN(p.out, p.numHeads * p.headDim);
     return;
   }
@@ -657,6 +671,35 @@ extern "C" __global__ void __launch_bounds__(512)
   auto stage = [&](int h, int j0) {
     const int64_t c0 = static_cast<int64_t>(h) * d;
     const float a = expf(p.aLog[h]);
+    // The folded low-rank projections (their rows were asked of L2 before
+    // the PDL wait): f of every key row of the head, whose decay goes to
+    // sm.decay, then this slice's channels of the output gate into gateOut
+    // for the head's finish. The threads past the head's d (128 of 256 for
+    // d = 128) sum them while the others run the convs, so their latency
+    // overlaps; a block of at most d threads sums them first. Both are read
+    // after the stage's closing barrier.
+    const int nf = p.fB ? d : 0, ng = p.gB ? min(g.cols, d - j0) : 0;
+    auto lowRankItem = [&](int i) {
+      if (i < nf) {
+        const uint16_t f = lowRankRow(p.fB + (c0 + i) * p.fRank, p.fA, p.fRank);
+        sm.decay[i] = expf(
+            gateF(f, p.dtBias[c0 + i], a, p.hasLowerBound, p.lowerBound));
+      } else {
+        const int64_t c = c0 + j0 + (i - nf);
+        p.gateOut[c] = lowRankRow(p.gB + c * p.gRank, p.gA, p.gRank);
+      }
+    };
+    const int helpers = static_cast<int>(blockDim.x) - d;
+    if (nf + ng > 0) {
+      if (helpers > 0) {
+        for (int i = static_cast<int>(threadIdx.x) - d; i >= 0 && i < nf + ng;
+             i += helpers)
+          lowRankItem(i);
+      } else {
+        for (int i = threadIdx.x; i < nf + ng; i += blockDim.x)
+          lowRankItem(i);
+      }
+    }
     float sq = 0.0f, sk = 0.0f;
     for (int i = threadIdx.x; i < d; i += blockDim.x) {
       const int64_t c = c0 + i;
@@ -684,18 +727,6 @@ extern "C" __global__ void __launch_bounds__(512)
         convShift(sV, p.uv[c], hist);
       }
       sm.v[t] = vt;
-    }
-    // The folded low-rank projections: f of every key row (the decay),
-    // and this slice's channels of the output gate for the head's finish.
-    if (p.gB)
-      lowRankRows(p.gB + (c0 + j0) * p.gRank, p.gA, p.gRank,
-                  min(g.cols, d - j0), p.gateOut + c0 + j0);
-    if (p.fB) {
-      lowRankRows(p.fB + c0 * p.fRank, p.fA, p.fRank, d, sm.f);
-      __syncthreads();
-      for (int i = threadIdx.x; i < d; i += blockDim.x)
-        sm.decay[i] = expf(gateF(sm.f[i], p.dtBias[c0 + i], a,
-                                 p.hasLowerBound, p.lowerBound));
     }
     normaliseQK(d, sq, sk, sm);
     __syncthreads();

@@ -25,6 +25,11 @@
 
 namespace k3 {
 
+/// Largest rank r of a low-rank gate folded into `kda_decode` (fRank,
+/// gRank; Kimi-Linear and K3: 128): the kernel stages the rank-r input in
+/// shared memory and sums each row in one thread.
+constexpr int64_t kKdaMaxFoldedRank = 256;
+
 /// The epsilon inside the root of KDA's q/k l2norm (K3.md §2.3).
 constexpr float kKdaL2NormEps = 1e-6f;
 

@@ -296,6 +296,9 @@ Status checkKdaDecode(const KdaDecodeParams &p, ExtentChecker &x) {
     if (!up)
       return x.need(full, C);
     K3_RETURN_IF_ERROR(positive("kda_decode", rankName, rank));
+    if (rank > kKdaMaxFoldedRank)
+      return makeError("kda_decode: ", rankName, " must be at most ",
+                       kKdaMaxFoldedRank, ", got ", rank);
     int64_t w = 0;
     K3_RETURN_IF_ERROR(
         mul("kda_decode", (std::string("numHeads * headDim * ") + rankName)
