@@ -693,17 +693,12 @@ LogicalResult Lowering::lower(Operation *op) {
         return success();
       })
       .Case<MlaDecodeOp>([&](MlaDecodeOp o) {
-        // Three launches until one kernel does all: the latent projection,
-        // the cache append, the attend with its output gate.
+        // Two launches until one kernel does both: the cache append, the
+        // attend with its output gate.
         MlaConfigAttr c = o.getConfig();
         int64_t L = c.getKvLora(), R = c.getRope();
-        int64_t D = len(o.getH());
-        Value kv = scratch(L + R, "bf16", "mla_kv");
-        launch("linear", o,
-               {{"x", ptr(o.getH())}, {"w", ptr(o.getKvAProj())}, {"out", kv}},
-               {I("n", L + R), I("k", D)}, {}, gemvGrid(L + R, false));
         launch("mla_cache_append", o,
-               {{"kv", kv},
+               {{"kv", ptr(o.getKv())},
                 {"normWeight", ptr(o.getKvANorm())},
                 {"cache", ptr(o.getCache())}},
                {F("eps", o.getEps().convertToDouble()), I("kvLoraRank", L),

@@ -689,13 +689,10 @@ LogicalResult KdaDecodeOp::verify() {
 
 LogicalResult MlaDecodeOp::verify() {
   MlaConfigAttr c = getConfig();
-  FailureOr<int64_t> dOr = vectorLength(*this, "h", getH());
-  if (failed(dOr))
-    return failure();
-  int64_t D = *dOr, L = c.getKvLora(), R = c.getRope();
+  int64_t L = c.getKvLora(), R = c.getRope();
   Operation *op = *this;
-  if (failed(expectShape(op, "q", getQ(), {c.getQWidth()})) ||
-      failed(expectShape(op, "kv_a_proj", getKvAProj(), {L + R, D})) ||
+  if (failed(expectShape(op, "kv", getKv(), {L + R})) ||
+      failed(expectShape(op, "q", getQ(), {c.getQWidth()})) ||
       failed(expectShape(op, "kv_a_norm", getKvANorm(), {L})) ||
       failed(
           expectShape(op, "kv_b_proj", getKvBProj(), {c.getKvBWidth(), L})) ||

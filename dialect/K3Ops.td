@@ -635,29 +635,31 @@ def K3_KdaDecodeOp : K3_Op<"kda_decode", [AttrSizedOperandSegments, K3_StateEffe
 }
 
 def K3_MlaDecodeOp : K3_Op<"mla_decode", [K3_StateEffects]> {
-  let summary = "MLA latent projection, cache append, absorbed attend and output gate";
+  let summary = "MLA cache append, absorbed attend and output gate";
   let description = [{
-    `kv = R(kv_a h)`; the cache row at `%pos` becomes `[RMSNorm(kv[:L],
-    kv_a_norm, eps) | kv[L:]]`; then absorbed attention of `%q` over rows
-    0..pos (the append happens first); with `gate(%g)` the output is
-    `R(R(o) · sigmoid(g))`. Built by `k3-fuse-mla` from `linear(h, kv_a)` →
-    `mla_cache_append` → `mla_attend` (→ `mul_sigmoid`). `%h` is the
-    normalised layer input, `%q` the query projection [N(P+R)]; the result
-    is o [N·V], o_proj's input. `config.output_gate` says whether the op
-    has the gate operand.
+    The cache row at `%pos` becomes `[RMSNorm(kv[:L], kv_a_norm, eps) |
+    kv[L:]]`; then absorbed attention of `%q` over rows 0..pos (the append
+    happens first); with `gate(%g)` the output is `R(R(o) · sigmoid(g))`.
+    Built by `k3-fuse-mla` from `mla_cache_append` → `mla_attend` (→
+    `mul_sigmoid`). `%kv` is the latent projection R(kv_a h) [L+R] and `%q`
+    the query projection [N(P+R)]: both stay projections of their own, so
+    the norm and projection fusions can treat them as one (the MLA's
+    q/q_a and kv_a read the same normed input). The result is o [N·V],
+    o_proj's input. `config.output_gate` says whether the op has the gate
+    operand.
     ```mlir
-    %o = k3.mla_decode %h, %q weights(%kva, %kvan, %kvb) cache(%cache, %pos) gate(%g)
+    %o = k3.mla_decode %kv, %q weights(%kvan, %kvb) cache(%cache, %pos) gate(%g)
            {config = #k3.mla<heads = 2, q_lora = 0, kv_lora = 8, nope = 4, rope = 4, v_dim = 4, output_gate = true>,
             eps = 1.0e-06 : f64} : (...) -> tensor<8xbf16>
     ```
   }];
-  let arguments = (ins K3_BF16Tensor:$h, K3_BF16Tensor:$q,
-      K3_MatrixType:$kv_a_proj, K3_BF16Tensor:$kv_a_norm,
-      K3_MatrixType:$kv_b_proj, K3_MlaCacheType:$cache, Index:$pos,
-      Optional<K3_BF16Tensor>:$gate, K3_MlaConfigAttr:$config, F64Attr:$eps);
+  let arguments = (ins K3_BF16Tensor:$kv, K3_BF16Tensor:$q,
+      K3_BF16Tensor:$kv_a_norm, K3_MatrixType:$kv_b_proj,
+      K3_MlaCacheType:$cache, Index:$pos, Optional<K3_BF16Tensor>:$gate,
+      K3_MlaConfigAttr:$config, F64Attr:$eps);
   let results = (outs K3_BF16Tensor:$result);
   let assemblyFormat = [{
-    $h `,` $q `weights` `(` $kv_a_proj `,` $kv_a_norm `,` $kv_b_proj `)`
+    $kv `,` $q `weights` `(` $kv_a_norm `,` $kv_b_proj `)`
     `cache` `(` $cache `,` $pos `)` (`gate` `(` $gate^ `)`)?
     attr-dict `:` functional-type(operands, results)
   }];

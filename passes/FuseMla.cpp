@@ -2,14 +2,17 @@
 //
 // After k3-decompose-layers an MLA mixer is, between its projections:
 //
-//   kv = linear(h, kv_a)
+//   kv = linear(h, kv_a)                         (stays: see below)
 //   mla_cache_append(kv, kv_a_norm, cache, pos)
 //   o  = mla_attend(q, kv_b, cache, pos)
 //   o' = mul_sigmoid(o, gt)                      (gated layers)
 //
-// `k3.mla_decode` does the same with the same rounding (kv, the cache row
-// and o in bf16; the gated output R(R(o)·sigmoid(gt)), as mla_attend's own
-// gate). The append must precede the attend (the new row is attended); the
+// `k3.mla_decode` does the append, attend and gate with the same rounding
+// (the cache row and o in bf16; the gated output R(R(o)·sigmoid(gt)), as
+// mla_attend's own gate). The kv_a projection is left a `k3.linear`: it reads
+// the same normed input as the query projection, so k3-fuse-norms folds the
+// layer's input norm into both and k3-fuse-projections makes them one
+// launch. The append must precede the attend (the new row is attended); the
 // fused op keeps that order internally, and the rewrite checks that no other
 // op touches the cache between the append and the point where the fused op
 // is placed.
@@ -55,13 +58,6 @@ struct FuseMlaChain : OpRewritePattern<MlaAttendOp> {
       return rw.notifyMatchFailure(
           attend, "no k3.mla_cache_append at the same pos before the attend");
 
-    auto kv = append.getKv().getDefiningOp<LinearOp>();
-    if (!kv || !kv.getResult().hasOneUse())
-      return rw.notifyMatchFailure(
-          attend, "the appended kv is not a single-use k3.linear result");
-    if (kv.getNorm() || kv.getResidual())
-      return rw.notifyMatchFailure(
-          attend, "the kv_a projection already has a norm or a residual");
     MlaConfigAttr c = attend.getConfig();
     if (cast<RankedTensorType>(append.getNorm().getType()).getShape()[0] !=
         c.getKvLora())
@@ -98,14 +94,13 @@ struct FuseMlaChain : OpRewritePattern<MlaAttendOp> {
         c.getRope(), c.getVDim(), static_cast<bool>(gate));
     rw.setInsertionPoint(root);
     auto fused = MlaDecodeOp::create(
-        rw, attend.getLoc(), root->getResult(0).getType(), kv.getX(),
-        attend.getQ(), kv.getWeight(), append.getNorm(), attend.getKvBProj(),
-        cache, attend.getPos(), gate, config, append.getEpsAttr());
+        rw, attend.getLoc(), root->getResult(0).getType(), append.getKv(),
+        attend.getQ(), append.getNorm(), attend.getKvBProj(), cache,
+        attend.getPos(), gate, config, append.getEpsAttr());
     rw.replaceOp(root, fused.getResult());
     if (root != attend)
       rw.eraseOp(attend);
     rw.eraseOp(append);
-    rw.eraseOp(kv);
     return success();
   }
 };

@@ -222,10 +222,8 @@ func.func @kda_fine(%tok: i32, %pos: index) -> tensor<16xf32> {
 // CHECK: k3l.launch "kda_decode"
 // CHECK-SAME: scalars = {convWidth = 3 : i64, hasLowerBound = 0 : i64, headDim = 4 : i64, normEps = 1.000000e-05 : f64, numHeads = 2 : i64}
 // CHECK: %[[KVA:.*]] = k3l.weight "kv_a.weight"
-// CHECK: %[[KV:.*]] = k3l.alloc {bytes = 24 : i64, dtype = "bf16", elems = 12 : i64, name = "mla_kv"}
-// CHECK: k3l.launch "linear"(%{{.*}}, %[[KVA]], %[[KV]])
-// CHECK-SAME: op = "k3.mla_decode", scalars = {k = 8 : i64, n = 12 : i64}
-// CHECK-NEXT: k3l.launch "mla_cache_append"(%[[KV]],
+// CHECK: k3l.launch "linear"(%{{.*}}, %[[KVA]], %[[KV:.*]]) {{.*}} op = "k3.linear"
+// CHECK: k3l.launch "mla_cache_append"(%[[KV]],
 // CHECK-SAME: op = "k3.mla_decode", scalars = {eps = 9.9999999999999995E-7 : f64, kvLoraRank = 8 : i64, ropeDim = 4 : i64}
 // CHECK: k3l.launch "mla_attend"
 // CHECK-SAME: arg_names = ["q", "kvB", "cache", "gate", "out"]
@@ -273,9 +271,10 @@ func.func @fused(%tok: i32, %pos: index) -> tensor<16xf32> {
   %kvb = k3.weight "kv_b.weight" : tensor<28x8xbf16>
   %wg = k3.weight "g_proj.weight" : tensor<12x8xbf16>
   %gt = k3.linear %k2, %wg : (tensor<8xbf16>, tensor<12x8xbf16>) -> tensor<12xbf16>
-  %m = k3.mla_decode %k2, %q weights(%kva, %kvn, %kvb) cache(%cache, %pos) gate(%gt)
+  %kv = k3.linear %k2, %kva : (tensor<8xbf16>, tensor<12x8xbf16>) -> tensor<12xbf16>
+  %m = k3.mla_decode %kv, %q weights(%kvn, %kvb) cache(%cache, %pos) gate(%gt)
          {config = #k3.mla<heads = 2, q_lora = 0, kv_lora = 8, nope = 8, rope = 4, v_dim = 6, output_gate = true>, eps = 1.0e-06 : f64}
-         : (tensor<8xbf16>, tensor<24xbf16>, tensor<12x8xbf16>, tensor<8xbf16>, tensor<28x8xbf16>,
+         : (tensor<12xbf16>, tensor<24xbf16>, tensor<8xbf16>, tensor<28x8xbf16>,
             !k3.mla_cache<max_seq = 64, width = 12>, index, tensor<12xbf16>) -> tensor<12xbf16>
   %wo = k3.weight "o_proj.weight" : tensor<8x12xbf16>
   %h = k3.linear %m, %wo : (tensor<12xbf16>, tensor<8x12xbf16>) -> tensor<8xbf16>

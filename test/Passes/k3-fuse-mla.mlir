@@ -1,16 +1,17 @@
 // RUN: k3-opt %s -split-input-file -k3-fuse-mla | FileCheck %s
 
-// kv_a projection, cache append, attend and output gate become one
-// k3.mla_decode; the q and gate projections stay outside.
+// Cache append, attend and output gate become one k3.mla_decode; the kv_a,
+// q and gate projections stay outside (kv_a and q read the same input, so
+// the norm and projection fusions can make them one launch).
 // CHECK-LABEL: func.func @mla_gated
 // CHECK-SAME: (%[[H:[^:]*]]: tensor<8xbf16>, %[[Q:[^:]*]]: tensor<16xbf16>, %[[KVA:[^:]*]]: tensor<12x8xbf16>,
 // CHECK-SAME: %[[KVN:[^:]*]]: tensor<8xbf16>, %[[KVB:[^:]*]]: tensor<16x8xbf16>, %[[C:[^:]*]]: !k3.mla_cache<{{.*}}>,
 // CHECK-SAME: %[[POS:[^:]*]]: index, %[[WG:[^:]*]]: tensor<8x8xbf16>)
-// CHECK-NOT: k3.linear %[[H]], %[[KVA]]
+// CHECK: %[[KV:.*]] = k3.linear %[[H]], %[[KVA]]
 // CHECK-NOT: k3.mla_cache_append
 // CHECK-NOT: k3.mla_attend
 // CHECK: %[[GT:.*]] = k3.linear %[[H]], %[[WG]]
-// CHECK-NEXT: %[[O:.*]] = k3.mla_decode %[[H]], %[[Q]] weights(%[[KVA]], %[[KVN]], %[[KVB]]) cache(%[[C]], %[[POS]]) gate(%[[GT]])
+// CHECK-NEXT: %[[O:.*]] = k3.mla_decode %[[KV]], %[[Q]] weights(%[[KVN]], %[[KVB]]) cache(%[[C]], %[[POS]]) gate(%[[GT]])
 // CHECK-SAME: {config = #k3.mla<heads = 2, q_lora = 0, kv_lora = 8, nope = 4, rope = 4, v_dim = 4, output_gate = true>,
 // CHECK-SAME: eps = 9.9999999999999995E-7 : f64}
 // CHECK-NOT: k3.mla_cache_append
@@ -38,9 +39,9 @@ func.func @mla_gated(%h: tensor<8xbf16>, %q: tensor<16xbf16>, %kva: tensor<12x8x
 // every dimension of the attend's (here q_lora 3, nope 5, rope 3).
 // CHECK-LABEL: func.func @mla_ungated
 // CHECK-SAME: (%[[H:[^:]*]]: tensor<8xbf16>, %[[Q:[^:]*]]: tensor<16xbf16>, %[[KVA:[^:]*]]: tensor<11x8xbf16>,
-// CHECK-NOT: k3.linear
+// CHECK: %[[KV:.*]] = k3.linear %[[H]], %[[KVA]]
 // CHECK-NOT: k3.mla_cache_append
-// CHECK: %[[O:.*]] = k3.mla_decode %[[H]], %[[Q]] weights(%[[KVA]],
+// CHECK: %[[O:.*]] = k3.mla_decode %[[KV]], %[[Q]] weights(
 // CHECK-NOT: gate(
 // CHECK-SAME: {config = #k3.mla<heads = 2, q_lora = 3, kv_lora = 8, nope = 5, rope = 3, v_dim = 4>, eps = 2.000000e-06 : f64}
 // CHECK-NOT: k3.mla_attend
@@ -106,10 +107,13 @@ func.func @mla_cache_touched_between(%h: tensor<8xbf16>, %q: tensor<16xbf16>, %k
 
 // -----
 
-// Not fused: the latent kv is also used elsewhere, so the projection stays.
+// The latent kv may have other uses: its projection is no part of the fused
+// op.
 // CHECK-LABEL: func.func @mla_kv_escapes
-// CHECK-NOT: k3.mla_decode
-// CHECK: k3.mla_attend
+// CHECK: %[[KV:.*]] = k3.linear
+// CHECK-NEXT: %[[O:.*]] = k3.mla_decode %[[KV]],
+// CHECK-NOT: k3.mla_attend
+// CHECK: return %[[O]], %[[KV]]
 func.func @mla_kv_escapes(%h: tensor<8xbf16>, %q: tensor<16xbf16>, %kva: tensor<12x8xbf16>, %kvn: tensor<8xbf16>,
                           %kvb: tensor<16x8xbf16>, %cache: !k3.mla_cache<max_seq = 64, width = 12>,
                           %pos: index) -> (tensor<8xbf16>, tensor<12xbf16>) {

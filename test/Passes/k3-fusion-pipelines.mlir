@@ -34,7 +34,8 @@
 
 // default and max group the projections of one input that the other
 // fusions leave (k3-fuse-projections, last): KDA's q/k/v/g (one weight
-// here, merged by CSE), f_a and b with the input norm; MLA's q and gate.
+// here, merged by CSE), f_a and b with the input norm (f_b folds into
+// kda_decode); MLA's q, kv_a and gate with the input norm.
 // default also groups the dense MLP's w1/w3 (with their norm) and the latent
 // MoE's down projection with the shared experts' w1/w3, which max fuses
 // into gated_mlp instead. Residual and fp32 projections stay single.
@@ -43,8 +44,8 @@
 // DEFGROUP: k3.kda_decode %[[KDA]]#0, %[[KDA]]#0, %[[KDA]]#0, %{{.*}}, %[[KDA]]#2, %[[KDA]]#0,
 // DEFGROUP: %[[MLP:.*]]:2 = k3.linear_group %{{.*}} norm(%{{.*}}) {eps = 1.000000e-05 : f64}
 // DEFGROUP-NEXT: k3.situ %[[MLP]]#0, %[[MLP]]#1
-// DEFGROUP: %[[MLA:.*]]:2 = k3.linear_group %{{[^,]*}}, %{{[^,]*}}, %{{[^,]*}} :
-// DEFGROUP-NEXT: k3.mla_decode %{{.*}}, %[[MLA]]#0 weights({{.*}}) gate(%[[MLA]]#1)
+// DEFGROUP: %[[MLA:.*]]:3 = k3.linear_group %{{[^,]*}}, %{{[^,]*}}, %{{[^,]*}}, %{{[^,]*}} norm(%{{.*}}) {eps = 1.000000e-05 : f64}
+// DEFGROUP-NEXT: k3.mla_decode %[[MLA]]#1, %[[MLA]]#0 weights({{.*}}) gate(%[[MLA]]#2)
 // DEFGROUP: %[[MOE:.*]]:3 = k3.linear_group %{{[^,]*}}, %{{[^,]*}}, %{{[^,]*}}, %{{[^,]*}} :
 // DEFGROUP-NEXT: k3.routed_experts %{{.*}}, %[[MOE]]#0 router(
 // DEFGROUP: k3.situ %[[MOE]]#1, %[[MOE]]#2
@@ -55,8 +56,8 @@
 // MAXGROUP: k3.kda_decode %[[KDA]]#0,
 // MAXGROUP-NOT: k3.linear_group
 // MAXGROUP: k3.gated_mlp
-// MAXGROUP: %[[MLA:.*]]:2 = k3.linear_group
-// MAXGROUP-NEXT: k3.mla_decode %{{.*}}, %[[MLA]]#0 weights({{.*}}) gate(%[[MLA]]#1)
+// MAXGROUP: %[[MLA:.*]]:3 = k3.linear_group {{.*}} norm(
+// MAXGROUP-NEXT: k3.mla_decode %[[MLA]]#1, %[[MLA]]#0 weights({{.*}}) gate(%[[MLA]]#2)
 // MAXGROUP-NOT: k3.linear_group
 // MAXGROUP: return
 

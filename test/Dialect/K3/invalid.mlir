@@ -574,45 +574,45 @@ func.func @f(%x: tensor<8xbf16>, %r4: tensor<4xbf16>, %b2: tensor<2xbf16>, %cw: 
 }
 
 // -----
-func.func @f(%x: tensor<8xbf16>, %q: tensor<16xbf16>, %kva: tensor<12x8xbf16>, %kvb: tensor<16x8xbf16>,
+func.func @f(%x: tensor<8xbf16>, %kv: tensor<12xbf16>, %q: tensor<16xbf16>, %kvb: tensor<16x8xbf16>,
              %cache: !k3.mla_cache<max_seq = 64, width = 12>, %pos: index) {
   // expected-error @+1 {{'k3.mla_decode' op expects a gate operand because config has output_gate = true}}
-  %o = k3.mla_decode %x, %q weights(%kva, %x, %kvb) cache(%cache, %pos)
+  %o = k3.mla_decode %kv, %q weights(%x, %kvb) cache(%cache, %pos)
          {config = #k3.mla<heads = 2, q_lora = 0, kv_lora = 8, nope = 4, rope = 4, v_dim = 4, output_gate = true>, eps = 1.0e-06 : f64}
-         : (tensor<8xbf16>, tensor<16xbf16>, tensor<12x8xbf16>, tensor<8xbf16>, tensor<16x8xbf16>,
+         : (tensor<12xbf16>, tensor<16xbf16>, tensor<8xbf16>, tensor<16x8xbf16>,
             !k3.mla_cache<max_seq = 64, width = 12>, index) -> tensor<8xbf16>
   return
 }
 
 // -----
-func.func @f(%x: tensor<8xbf16>, %q: tensor<16xbf16>, %kva: tensor<12x8xbf16>, %kvb: tensor<16x8xbf16>,
+func.func @f(%x: tensor<8xbf16>, %kv: tensor<12xbf16>, %q: tensor<16xbf16>, %kvb: tensor<16x8xbf16>,
              %cache: !k3.mla_cache<max_seq = 64, width = 12>, %pos: index) {
   // expected-error @+1 {{'k3.mla_decode' op expects no gate operand because config has output_gate = false}}
-  %o = k3.mla_decode %x, %q weights(%kva, %x, %kvb) cache(%cache, %pos) gate(%x)
+  %o = k3.mla_decode %kv, %q weights(%x, %kvb) cache(%cache, %pos) gate(%x)
          {config = #k3.mla<heads = 2, q_lora = 0, kv_lora = 8, nope = 4, rope = 4, v_dim = 4>, eps = 1.0e-06 : f64}
-         : (tensor<8xbf16>, tensor<16xbf16>, tensor<12x8xbf16>, tensor<8xbf16>, tensor<16x8xbf16>,
+         : (tensor<12xbf16>, tensor<16xbf16>, tensor<8xbf16>, tensor<16x8xbf16>,
             !k3.mla_cache<max_seq = 64, width = 12>, index, tensor<8xbf16>) -> tensor<8xbf16>
   return
 }
 
 // -----
-func.func @f(%x: tensor<8xbf16>, %q: tensor<16xbf16>, %kva: tensor<12x8xbf16>, %kvb: tensor<16x8xbf16>,
+func.func @f(%x: tensor<8xbf16>, %kv: tensor<12xbf16>, %q: tensor<16xbf16>, %kvb: tensor<16x8xbf16>,
              %cache: !k3.mla_cache<max_seq = 64, width = 16>, %pos: index) {
   // expected-error @+1 {{'k3.mla_decode' op expects cache width kv_lora + rope = 12 but got 16}}
-  %o = k3.mla_decode %x, %q weights(%kva, %x, %kvb) cache(%cache, %pos)
+  %o = k3.mla_decode %kv, %q weights(%x, %kvb) cache(%cache, %pos)
          {config = #k3.mla<heads = 2, q_lora = 0, kv_lora = 8, nope = 4, rope = 4, v_dim = 4>, eps = 1.0e-06 : f64}
-         : (tensor<8xbf16>, tensor<16xbf16>, tensor<12x8xbf16>, tensor<8xbf16>, tensor<16x8xbf16>,
+         : (tensor<12xbf16>, tensor<16xbf16>, tensor<8xbf16>, tensor<16x8xbf16>,
             !k3.mla_cache<max_seq = 64, width = 16>, index) -> tensor<8xbf16>
   return
 }
 
 // -----
-func.func @f(%x: tensor<8xbf16>, %q: tensor<16xbf16>, %kva: tensor<8x8xbf16>, %kvb: tensor<16x8xbf16>,
+func.func @f(%x: tensor<8xbf16>, %q: tensor<16xbf16>, %kvb: tensor<16x8xbf16>,
              %cache: !k3.mla_cache<max_seq = 64, width = 12>, %pos: index) {
-  // expected-error @+1 {{'k3.mla_decode' op expects kv_a_proj of shape [12, 8] but got [8, 8]}}
-  %o = k3.mla_decode %x, %q weights(%kva, %x, %kvb) cache(%cache, %pos)
+  // expected-error @+1 {{'k3.mla_decode' op expects kv of shape [12] but got [8]}}
+  %o = k3.mla_decode %x, %q weights(%x, %kvb) cache(%cache, %pos)
          {config = #k3.mla<heads = 2, q_lora = 0, kv_lora = 8, nope = 4, rope = 4, v_dim = 4>, eps = 1.0e-06 : f64}
-         : (tensor<8xbf16>, tensor<16xbf16>, tensor<8x8xbf16>, tensor<8xbf16>, tensor<16x8xbf16>,
+         : (tensor<8xbf16>, tensor<16xbf16>, tensor<8xbf16>, tensor<16x8xbf16>,
             !k3.mla_cache<max_seq = 64, width = 12>, index) -> tensor<8xbf16>
   return
 }

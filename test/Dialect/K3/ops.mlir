@@ -176,7 +176,7 @@ func.func @fused(%x: tensor<8xbf16>, %b2: tensor<2xbf16>, %cw: tensor<8x1x4xbf16
                  %x1: !k3.mxfp4<4x32x32>, %w32: tensor<32xbf16>,
                  %w1: tensor<32x8xbf16>, %w2: tensor<8x32xbf16>,
                  %e13: tensor<4x16x8xbf16>, %e2: tensor<4x8x16xbf16>,
-                 %r4: tensor<4xbf16>, %lr: tensor<8x4xbf16>) {
+                 %r4: tensor<4xbf16>, %lr: tensor<8x4xbf16>, %kv12: tensor<12xbf16>) {
   // CHECK: k3.kda_decode %{{.*}} weights(
   // CHECK-SAME: #k3.kda<heads = 2, head_dim = 4, conv = 4, full_rank_gate = true, lower_bound = -5.000000e+00 : f64>
   %y = k3.kda_decode %x, %x, %x, %x, %b2, %x, %conv, %s weights(%cw, %cw, %cw, %f8, %alog, %w4)
@@ -192,14 +192,14 @@ func.func @fused(%x: tensor<8xbf16>, %b2: tensor<2xbf16>, %cw: tensor<8x1x4xbf16
             tensor<8x1x4xbf16>, tensor<8x1x4xbf16>, tensor<8x1x4xbf16>, tensor<8xf32>, tensor<2xf32>, tensor<4xbf16>,
             tensor<8x4xbf16>, tensor<8x4xbf16>) -> tensor<8xbf16>
   // CHECK: k3.mla_decode %{{.*}} weights({{.*}}) cache({{.*}}) gate(
-  %o = k3.mla_decode %x, %q weights(%kva, %x, %kvb) cache(%cache, %pos) gate(%x)
+  %o = k3.mla_decode %kv12, %q weights(%x, %kvb) cache(%cache, %pos) gate(%x)
          {config = #k3.mla<heads = 2, q_lora = 0, kv_lora = 8, nope = 4, rope = 4, v_dim = 4, output_gate = true>, eps = 1.0e-06 : f64}
-         : (tensor<8xbf16>, tensor<16xbf16>, tensor<12x8xbf16>, tensor<8xbf16>, tensor<16x8xbf16>,
+         : (tensor<12xbf16>, tensor<16xbf16>, tensor<8xbf16>, tensor<16x8xbf16>,
             !k3.mla_cache<max_seq = 64, width = 12>, index, tensor<8xbf16>) -> tensor<8xbf16>
   // CHECK: k3.mla_decode %{{.*}} cache({{.*}}) {config
-  %o2 = k3.mla_decode %x, %q weights(%kva, %x, %kvb) cache(%cache, %pos)
+  %o2 = k3.mla_decode %kv12, %q weights(%x, %kvb) cache(%cache, %pos)
          {config = #k3.mla<heads = 2, q_lora = 0, kv_lora = 8, nope = 4, rope = 4, v_dim = 4>, eps = 1.0e-06 : f64}
-         : (tensor<8xbf16>, tensor<16xbf16>, tensor<12x8xbf16>, tensor<8xbf16>, tensor<16x8xbf16>,
+         : (tensor<12xbf16>, tensor<16xbf16>, tensor<8xbf16>, tensor<16x8xbf16>,
             !k3.mla_cache<max_seq = 64, width = 12>, index) -> tensor<8xbf16>
   // CHECK: k3.routed_experts %{{.*}} router({{.*}}) experts({{.*}}) norm(
   %r = k3.routed_experts %x, %z router(%gate, %bias) experts(%x1, %x1, %x1) norm(%w32)
