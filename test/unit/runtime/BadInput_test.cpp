@@ -317,6 +317,24 @@ TEST(BadPlan, FieldsThatSizeAKernelVectorAreCheckedFirst) {
   EXPECT_ERROR_CONTAINS(loadAndBind(p), "'w1' is used as [549755813888, ");
 }
 
+/// The folded low-rank gate of kda_decode (tiny's f_b, rank 64): a rank the
+/// kernel cannot stage, one its weight does not cover, or none at all.
+TEST(BadPlan, FoldedLowRankGateRanks) {
+  K3C_SKIP_WITHOUT_COMPILER();
+  PlanDoc p = tinyPlan("default");
+  ASSERT_NE(launchOf(p, "kda_decode").find("fB"), nullptr);
+  EXPECT_TRUE(loadAndBind(p).isOk());
+  launchOf(p, "kda_decode").arg("fRank", PlanArg::integer(257));
+  EXPECT_ERROR_CONTAINS(loadAndBind(p),
+                        "kda_decode: fRank must be at most 256, got 257");
+  p = tinyPlan("default");
+  launchOf(p, "kda_decode").arg("fRank", PlanArg::integer(128));
+  EXPECT_ERROR_CONTAINS(loadAndBind(p), "'fA' needs 128 bf16 elements");
+  p = tinyPlan("default");
+  launchOf(p, "kda_decode").arg("fRank", PlanArg::integer(0));
+  EXPECT_ERROR_CONTAINS(loadAndBind(p), "kda_decode: fRank must be positive");
+}
+
 TEST(BadPlan, InputsAreCheckedAtTheirSmallestValue) {
   K3C_SKIP_WITHOUT_COMPILER();
   // headDim = pos is 0 at step 0: a division by zero (and an endless loop
