@@ -166,6 +166,22 @@ struct RowTarget {
   const uint16_t *residual = nullptr;
 };
 
+/// acc[0..3] += the products of one 16-byte chunk of 8 bf16 weights and its
+/// 8 staged inputs, element 2i + h into acc[2(i % 2) + h]: the summation
+/// order both bf16 paths (dotBf16, sumBatch) share, so they agree bit for
+/// bit.
+__device__ __forceinline__ void dot8(const uint4 &w, const uint4 &x,
+                                     float *acc) {
+  acc[0] = fmaf(loF(w.x), loF(x.x), acc[0]);
+  acc[1] = fmaf(hiF(w.x), hiF(x.x), acc[1]);
+  acc[2] = fmaf(loF(w.y), loF(x.y), acc[2]);
+  acc[3] = fmaf(hiF(w.y), hiF(x.y), acc[3]);
+  acc[0] = fmaf(loF(w.z), loF(x.z), acc[0]);
+  acc[1] = fmaf(hiF(w.z), hiF(x.z), acc[1]);
+  acc[2] = fmaf(loF(w.w), loF(x.w), acc[2]);
+  acc[3] = fmaf(hiF(w.w), hiF(x.w), acc[3]);
+}
+
 /// acc[0..3] += Σ_j W[j] · x̂[j] over the 16-byte chunks [cBeg, cEnd) of a
 /// 16-byte aligned bf16 row (cBeg % 32 == 0): lane l reads chunks
 /// cBeg + l, cBeg + 32 + l, ..., kUnrollBf16 loads in flight.
@@ -187,14 +203,7 @@ __device__ __forceinline__ void dotBf16(const uint16_t *wrow, int cBeg,
     for (int u = 0; u < kUnrollBf16; ++u) {
       if (32 * u < rest) {
         const uint4 x = xv[32 * u];
-        acc[0] = fmaf(loF(w[u].x), loF(x.x), acc[0]);
-        acc[1] = fmaf(hiF(w[u].x), hiF(x.x), acc[1]);
-        acc[2] = fmaf(loF(w[u].y), loF(x.y), acc[2]);
-        acc[3] = fmaf(hiF(w[u].y), hiF(x.y), acc[3]);
-        acc[0] = fmaf(loF(w[u].z), loF(x.z), acc[0]);
-        acc[1] = fmaf(hiF(w[u].z), hiF(x.z), acc[1]);
-        acc[2] = fmaf(loF(w[u].w), loF(x.w), acc[2]);
-        acc[3] = fmaf(hiF(w[u].w), hiF(x.w), acc[3]);
+        dot8(w[u], x, acc);
       }
     }
   }
@@ -396,14 +405,7 @@ __device__ __forceinline__ void sumBatch(const uint4 (&w)[kStreamUnroll],
   for (int u = 0; u < kStreamUnroll; ++u) {
     if (32 * u < rest) {
       const uint4 x = xv[32 * u];
-      acc[0] = fmaf(loF(w[u].x), loF(x.x), acc[0]);
-      acc[1] = fmaf(hiF(w[u].x), hiF(x.x), acc[1]);
-      acc[2] = fmaf(loF(w[u].y), loF(x.y), acc[2]);
-      acc[3] = fmaf(hiF(w[u].y), hiF(x.y), acc[3]);
-      acc[0] = fmaf(loF(w[u].z), loF(x.z), acc[0]);
-      acc[1] = fmaf(hiF(w[u].z), hiF(x.z), acc[1]);
-      acc[2] = fmaf(loF(w[u].w), loF(x.w), acc[2]);
-      acc[3] = fmaf(hiF(w[u].w), hiF(x.w), acc[3]);
+      dot8(w[u], x, acc);
     }
   }
 }
