@@ -93,7 +93,14 @@ template <typename E> struct FieldTraits<E *> {
 
 template <typename T> KernelField makeField(const char *name, size_t offset) {
   using Traits = FieldTraits<std::remove_cv_t<T>>;
-  return KernelField{name, Traits::kind, Traits::elem, offset};
+  // Member by member: the conditions (need, other, ...) keep their defaults
+  // without an aggregate's missing-initializer warnings.
+  KernelField f;
+  f.name = name;
+  f.kind = Traits::kind;
+  f.elem = Traits::elem;
+  f.offset = offset;
+  return f;
 }
 
 } // namespace
