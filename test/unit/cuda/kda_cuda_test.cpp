@@ -680,8 +680,9 @@ void decodeMatchesCpu(bool f32) {
   // 130 split into 9 slices across 7 blocks; a head of 200 on 32 threads
   // (50 slices, rows past the registers written back and re-read). Then the
   // folded low-rank gates (Kimi-Linear's r = 128 at the plans' grid, whole
-  // heads and a looping grid; r = 64 on tiny; r = 40, a partial lane group;
-  // r = 12, the element-wise path; a head of 130 over 7 blocks).
+  // heads and a looping grid, a block of d threads (no threads past d: the
+  // rows before the convs); r = 64 on tiny; r = 40; r = 12, the element-wise
+  // path; a head of 130 over 7 blocks).
   for (const DecodeCase &c :
        {DecodeCase{96, 128, 4, 1, 96, 256}, DecodeCase{96, 128, 4, 1, 384, 256},
         DecodeCase{96, 128, 4, 1, 1, 256}, DecodeCase{96, 128, 4, 1, 96, 512},
@@ -691,6 +692,7 @@ void decodeMatchesCpu(bool f32) {
         DecodeCase{32, 128, 4, 0, 128, 256, 128},
         DecodeCase{32, 128, 4, 1, 32, 512, 128},
         DecodeCase{32, 128, 4, 0, 5, 256, 128},
+        DecodeCase{32, 128, 4, 1, 128, 128, 128},
         DecodeCase{4, 64, 4, 0, 8, 256, 64},
         DecodeCase{4, 64, 4, 1, 4, 128, 40},
         DecodeCase{3, 6, 3, 1, 3, 256, 12},
