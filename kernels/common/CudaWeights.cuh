@@ -43,6 +43,17 @@ __device__ __forceinline__ uint4 ldStream16(const void *p) {
         : "l"(p));
   return v;
 }
+/// ldStream16<true> kept in program order (a volatile asm, which the
+/// compiler neither moves across other volatile asm nor sinks to its first
+/// use): for weight loads that must be issued before a griddepcontrol.wait.
+__device__ __forceinline__ uint4 ldStream16Ordered(const void *p) {
+  uint4 v;
+  asm volatile(
+      "ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];"
+      : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+      : "l"(p));
+  return v;
+}
 /// 8-byte streaming load.
 __device__ __forceinline__ uint2 ldStream8(const void *p) {
   uint2 v;

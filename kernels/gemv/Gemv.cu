@@ -374,9 +374,8 @@ struct MultiRows {
 //===----------------------------------------------------------------------===//
 
 /// 16-byte chunks [c, c + 32·kStreamUnroll) of a bf16 row of `chunks`
-/// chunks, lane l taking c + l, c + 32 + l, ... (zero past the end).
-/// Volatile (an asm the compiler keeps in program order) so the batch
-/// issued before the PDL wait stays before it.
+/// chunks, lane l taking c + l, c + 32 + l, ... (zero past the end). Ordered
+/// loads, so the batch issued before the PDL wait stays before it.
 __device__ __forceinline__ void loadBatch(uint4 (&w)[kStreamUnroll],
                                           const uint16_t *wrow, int c,
                                           int chunks, int lane) {
@@ -385,11 +384,7 @@ __device__ __forceinline__ void loadBatch(uint4 (&w)[kStreamUnroll],
 #pragma unroll
   for (int u = 0; u < kStreamUnroll; ++u) {
     if (32 * u < rest)
-      asm volatile(
-          "ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0, %1, %2, %3}, "
-          "[%4];"
-          : "=r"(w[u].x), "=r"(w[u].y), "=r"(w[u].z), "=r"(w[u].w)
-          : "l"(wv + 32 * u));
+      w[u] = dev::ldStream16Ordered(wv + 32 * u);
     else
       w[u] = make_uint4(0, 0, 0, 0);
   }

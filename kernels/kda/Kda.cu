@@ -425,8 +425,9 @@ __device__ __forceinline__ float scaled(float x, float scale) {
 
 /// One head of the gated RMSNorm: y = R(o · r · w · sigmoid(gt)) with
 /// r = 1/sqrt(mean(o²) + eps). o and gt are read through L2 (in kda_decode
-/// other blocks may have written them); `out` may alias `o`: every read of the sum is done
-/// before the first write, and a thread rewrites only what it read.
+/// other blocks may have written them); `out` may alias `o`: every read of
+/// the sum is done before the first write, and a thread rewrites only what
+/// it read.
 __device__ void gatedNormHead(const uint16_t *o, const uint16_t *gate,
                               const VectorRef &weight, uint16_t *out, int64_t d,
                               float eps, float *scratch) {

@@ -22,8 +22,8 @@
 //    folded in (fB / gB), f and gt come from linearCpu first, so the folded
 //    form is the unfolded one bit for bit;
 // Limits: any H, d, W >= 1; kda_l2norm needs n a multiple of headDim (a
-// trailing partial head is left unwritten). kda_decode allocates 4·C bf16 and
-// 8·d fp32 of scratch, kda_step 5·d fp32.
+// trailing partial head is left unwritten). kda_decode allocates 4·C bf16 (5·C
+// with a folded f_b) and 8·d fp32 of scratch, kda_step 5·d fp32.
 //
 //===----------------------------------------------------------------------===//
 #include "kernels/kda/KdaCpu.h"

@@ -298,8 +298,8 @@ Status checkKdaDecode(const KdaDecodeParams &p, ExtentChecker &x) {
     K3_RETURN_IF_ERROR(x.need(f, C));
   // f and gt, or the low-rank inputs and second projections they come from.
   auto gateInput = [&](const char *full, const char *a, const char *b,
-                       const char *rankName, const void *up,
-                       int64_t rank) -> Status {
+                       const char *rankName, const char *product,
+                       const void *up, int64_t rank) -> Status {
     if (!up)
       return x.need(full, C);
     K3_RETURN_IF_ERROR(positive("kda_decode", rankName, rank));
@@ -307,15 +307,14 @@ Status checkKdaDecode(const KdaDecodeParams &p, ExtentChecker &x) {
       return makeError("kda_decode: ", rankName, " must be at most ",
                        kKdaMaxFoldedRank, ", got ", rank);
     int64_t w = 0;
-    K3_RETURN_IF_ERROR(
-        mul("kda_decode", (std::string("numHeads * headDim * ") + rankName)
-                              .c_str(),
-            C, rank, w));
+    K3_RETURN_IF_ERROR(mul("kda_decode", product, C, rank, w));
     K3_RETURN_IF_ERROR(x.need(a, rank));
     return x.need(b, w);
   };
-  K3_RETURN_IF_ERROR(gateInput("f", "fA", "fB", "fRank", p.fB, p.fRank));
-  K3_RETURN_IF_ERROR(gateInput("gate", "gA", "gB", "gRank", p.gB, p.gRank));
+  K3_RETURN_IF_ERROR(gateInput("f", "fA", "fB", "fRank",
+                               "numHeads * headDim * fRank", p.fB, p.fRank));
+  K3_RETURN_IF_ERROR(gateInput("gate", "gA", "gB", "gRank",
+                               "numHeads * headDim * gRank", p.gB, p.gRank));
   if (p.gB)
     K3_RETURN_IF_ERROR(x.need("gateOut", C));
   for (const char *f : {"convQ", "convK", "convV"})

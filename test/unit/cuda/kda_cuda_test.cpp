@@ -620,9 +620,14 @@ std::vector<uint16_t> runDecodeGpu(const DecodeLayer &l, const DecodeToken &t,
       f = Dev::of(t.f), bl = Dev::of(t.betaLogit), gate = Dev::of(t.gate),
       out = Dev::poisoned<uint16_t>(l.C);
   const bool low = lr && lr->rank > 0;
-  Dev fA = Dev::of(low ? t.fA : t.f), gA = Dev::of(low ? t.gA : t.f),
-      fB = Dev::of(low ? lr->fB : t.f), gB = Dev::of(low ? lr->gB : t.f),
-      gOut = Dev::poisoned<uint16_t>(l.C);
+  Dev fA, gA, fB, gB, gOut;
+  if (low) {
+    fA = Dev::of(t.fA);
+    gA = Dev::of(t.gA);
+    fB = Dev::of(lr->fB);
+    gB = Dev::of(lr->gB);
+    gOut = Dev::poisoned<uint16_t>(l.C);
+  }
   k3::KdaDecodeParams p = decodeParams(l, hasLowerBound);
   p.uq = uq.get<uint16_t>();
   p.uk = uk.get<uint16_t>();
