@@ -39,6 +39,8 @@ LogicalResult mlir::k3::emitPlan(ModuleOp module, llvm::StringRef fusion,
   ::k3::PlanDoc doc;
   doc.fusion = fusion.str();
   doc.maxSeq = maxSeq.getInt();
+  if (auto batch = module->getAttrOfType<IntegerAttr>(kMaxBatchAttrName))
+    doc.maxBatch = batch.getInt();
   doc.config = *config;
   doc.arenaBytes = arena.getInt();
 

@@ -36,6 +36,10 @@ namespace mlir::k3 {
 inline constexpr llvm::StringLiteral kConfigAttrName = "k3.config";
 /// Module attribute holding the planned maximum context.
 inline constexpr llvm::StringLiteral kMaxSeqAttrName = "k3.max_seq";
+/// Optional module attribute: the sequences the plan decodes together (absent:
+/// one). @decode_step stays one sequence's step; the runtime holds this many
+/// slots, each with its own arena and state (docs/PLAN.md "max_batch").
+inline constexpr llvm::StringLiteral kMaxBatchAttrName = "k3.max_batch";
 /// Name of the decode-step function.
 inline constexpr llvm::StringLiteral kDecodeStepName = "decode_step";
 

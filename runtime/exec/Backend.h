@@ -26,6 +26,14 @@ struct GreedyChoice {
   bool nonFinite = false; ///< a logit of that step was NaN or ±Inf
 };
 
+/// One sequence's row of a batched step (Backend::stepSlots): the slot that
+/// holds its state, and the token it feeds at position `pos`.
+struct SlotStep {
+  int64_t slot = 0;
+  int64_t token = 0;
+  int64_t pos = 0;
+};
+
 class Backend {
 public:
   virtual ~Backend() = default;
@@ -54,6 +62,52 @@ public:
   /// restoring a prefix snapshot.
   virtual Status writeState(size_t state,
                             const std::vector<uint8_t> &bytes) = 0;
+
+  /// Batched decode (docs/PLAN.md "max_batch"): the backend holds
+  /// maxBatch() slots, each a whole arena and a copy of every state, so
+  /// sequences in different slots never share memory. step(), logits(),
+  /// readState() and writeState() are slot 0's. The defaults serve a
+  /// backend of one slot.
+  virtual int64_t maxBatch() const { return 1; }
+  /// Zeroes slot `slot`'s states (a sequence joins it). Errors: no such slot.
+  virtual Status resetSlot(int64_t slot) {
+    if (slot != 0)
+      return makeError(name(), " has one slot; slot ", slot,
+                       " is out of range");
+    return resetState();
+  }
+  /// One step for several sequences: each row's slot runs the launches with
+  /// its token at its position. Errors, before anything runs: no rows, a
+  /// slot out of range or given twice, a row's step() input errors (named
+  /// with the slot).
+  virtual Status stepSlots(const std::vector<SlotStep> &rows) {
+    if (rows.size() != 1 || rows[0].slot != 0)
+      return makeError(name(), " has one slot; a step of ", rows.size(),
+                       " rows (first slot ",
+                       rows.empty() ? int64_t(-1) : rows[0].slot,
+                       ") is out of range");
+    return step(rows[0].token, rows[0].pos);
+  }
+  /// Slot `slot`'s logits after the last stepSlots() that ran it: fp32
+  /// [vocab]; null for a slot out of range.
+  virtual const float *slotLogits(int64_t slot) const {
+    return slot == 0 ? logits() : nullptr;
+  }
+  /// readState / writeState of slot `slot`.
+  virtual Status readSlotState(int64_t slot, size_t state,
+                               std::vector<uint8_t> &out) {
+    if (slot != 0)
+      return makeError(name(), " has one slot; slot ", slot,
+                       " is out of range");
+    return readState(state, out);
+  }
+  virtual Status writeSlotState(int64_t slot, size_t state,
+                                const std::vector<uint8_t> &bytes) {
+    if (slot != 0)
+      return makeError(name(), " has one slot; slot ", slot,
+                       " is out of range");
+    return writeState(state, bytes);
+  }
 
   /// Greedy decode without the host in the loop, for plans whose argmax
   /// writes the step block: whether this backend and plan can.

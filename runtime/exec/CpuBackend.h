@@ -1,7 +1,9 @@
 //===- CpuBackend.h - Runs a plan with the CPU kernels ----------*- C++ -*-===//
 //
 // Binds a validated plan to memory once: one 64-byte aligned arena for the
-// scratch buffers, one zeroed allocation per resident state, and views into
+// scratch buffers, one zeroed allocation per resident state (each holding
+// the plan's max_batch slots: slot s's arena and states at s times their
+// rounded size, its launches bound to them), and views into
 // the memory-mapped checkpoint for the weights (stacked `{e}` experts become
 // per-expert WeightRef tables, f32 vectors stored as bf16 are widened once).
 // Every launch's params struct is filled at bind time; a step only writes the
@@ -55,7 +57,7 @@ public:
   Status step(int64_t token, int64_t pos) override;
 
   /// The step's logits: fp32 [vocab], valid after step() until the next.
-  const float *logits() const override { return logits_; }
+  const float *logits() const override { return logits_[0]; }
   int64_t vocab() const override { return vocab_; }
   int64_t maxSeq() const override { return maxSeq_; }
   std::string name() const override { return "cpu"; }
@@ -63,6 +65,19 @@ public:
   Status readArena(std::vector<uint8_t> &out) override;
   Status readState(size_t state, std::vector<uint8_t> &out) override;
   Status writeState(size_t state, const std::vector<uint8_t> &bytes) override;
+
+  /// Batched decode: every slot's launches were bound at bind time; a step
+  /// runs the launches in plan order, each for every row (launch-major, as
+  /// a GPU would), so a row computes exactly what it computes alone.
+  int64_t maxBatch() const override { return slots_; }
+  Status resetSlot(int64_t slot) override;
+  Status stepSlots(const std::vector<SlotStep> &rows) override;
+  const float *slotLogits(int64_t slot) const override;
+  Status readSlotState(int64_t slot, size_t state,
+                       std::vector<uint8_t> &out) override;
+  Status writeSlotState(int64_t slot, size_t state,
+                        const std::vector<uint8_t> &bytes) override;
+
   bool chainsGreedy() const override { return chains_; }
   Expected<std::vector<GreedyChoice>> chainGreedy(int64_t more) override;
 
@@ -77,25 +92,37 @@ public:
 
 private:
   CpuBackend() = default;
-  /// Writes a host-driven step's inputs into the step block.
-  void setStep(int64_t token, int64_t pos);
+  /// Writes a host-driven step's inputs into slot `slot`'s step block.
+  void setStep(int64_t token, int64_t pos, int64_t slot = 0);
+  /// Slot `slot`'s copy of state `state`; the slot must be in range.
+  uint8_t *slotState(int64_t slot, size_t state) const {
+    return states_[state].get() + static_cast<uint64_t>(slot) * stateStride_[state];
+  }
+  int64_t *stepBlock(int64_t slot) { return steps_.data() + slot * kStepWords; }
+  /// An error naming `slot` when it is not one of the plan's.
+  Status checkSlot(int64_t slot) const;
 
   struct Aligned {
     void operator()(uint8_t *p) const;
   };
   using Block = std::unique_ptr<uint8_t, Aligned>;
 
-  int64_t vocab_ = 0, maxSeq_ = 0;
+  int64_t vocab_ = 0, maxSeq_ = 0, slots_ = 1;
+  /// Every slot's arena, slot s at s * arenaStride_ (arenaBytes_ rounded up
+  /// to the alignment).
   Block arena_;
-  uint64_t arenaBytes_ = 0;
+  uint64_t arenaBytes_ = 0, arenaStride_ = 0;
+  /// Per plan state, every slot's copy, slot s at s * stateStride_[i].
   std::vector<Block> states_;
-  std::vector<uint64_t> stateBytes_;
+  std::vector<uint64_t> stateBytes_, stateStride_;
   std::vector<ResolvedWeight> weights_;
-  std::vector<BoundLaunch> launches_;
-  const float *logits_ = nullptr;
-  /// The step block (kernels/common/StepInputs.h) and whether the plan's
-  /// argmax writes it.
-  int64_t step_[kStepWords] = {};
+  /// Per slot, the plan's launches bound to that slot's memory.
+  std::vector<std::vector<BoundLaunch>> launches_;
+  /// Per slot, its logits in its arena.
+  std::vector<const float *> logits_;
+  /// Per slot, the step block (kernels/common/StepInputs.h), kStepWords
+  /// each; and whether the plan's argmax writes it.
+  std::vector<int64_t> steps_;
   bool chains_ = false;
 };
 

@@ -19,6 +19,7 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <optional>
 
 namespace k3 {
 
@@ -215,25 +216,26 @@ Session::teacherForce(const std::vector<int64_t> &tokens) {
   return out;
 }
 
-Status Session::restore(const PrefixSnapshot &snap) {
+Status Session::restore(const PrefixSnapshot &snap, int64_t slot) {
   if (snap.states.size() != plan_.states.size() ||
       snap.logits.size() != static_cast<size_t>(backend_->vocab()))
     return makeError("the prefix snapshot was not made with this plan (",
                      snap.states.size(), " states, ", plan_.states.size(),
                      " expected)");
-  std::vector<size_t> slot(snap.states.size());
-  for (size_t i = 0; i < slot.size(); ++i)
-    slot[i] = i;
+  const int64_t toSlot = slot;
+  std::vector<size_t> order(snap.states.size());
+  for (size_t i = 0; i < order.size(); ++i)
+    order[i] = i;
   if (snap.mutantSwapKdaSlots) {
     std::vector<size_t> kda;
     for (size_t i = 0; i < plan_.states.size(); ++i)
       if (plan_.states[i].is(StateKind::KdaState))
         kda.push_back(i);
     if (kda.size() >= 2)
-      std::swap(slot[kda[0]], slot[kda[1]]);
+      std::swap(order[kda[0]], order[kda[1]]);
   }
-  for (size_t i = 0; i < slot.size(); ++i)
-    K3_RETURN_IF_ERROR(backend_->writeState(slot[i], snap.states[i])
+  for (size_t i = 0; i < order.size(); ++i)
+    K3_RETURN_IF_ERROR(backend_->writeSlotState(toSlot, order[i], snap.states[i])
                            .withContext("restoring the prefix snapshot"));
   return Status::ok();
 }
@@ -273,19 +275,26 @@ Expected<GenerateResult> Session::generate(const std::vector<int64_t> &prompt,
   return generate(prompt, options);
 }
 
-Expected<GenerateResult> Session::generate(const std::vector<int64_t> &prompt,
-                                           const GenerateOptions &options) {
-  const int64_t vocab = backend_->vocab();
-  const int64_t maxNew = options.maxNew;
-  const PrefixSnapshot *prefix = options.prefix;
-  K3_RETURN_IF_ERROR(checkPrompt(prompt, maxNew));
+Status Session::checkRequest(const std::vector<int64_t> &prompt,
+                             const GenerateOptions &options) const {
+  K3_RETURN_IF_ERROR(checkPrompt(prompt, options.maxNew));
   K3_RETURN_IF_ERROR(checkSamplingParams(options.sampling));
-  const int64_t n = static_cast<int64_t>(prompt.size());
+  const PrefixSnapshot *prefix = options.prefix;
   if (prefix && (prefix->tokens.size() > prompt.size() ||
                  !std::equal(prefix->tokens.begin(), prefix->tokens.end(),
                              prompt.begin())))
     return makeError("the prefix snapshot (", prefix->tokens.size(),
                      " tokens) is not a prefix of the prompt");
+  return Status::ok();
+}
+
+Expected<GenerateResult> Session::generate(const std::vector<int64_t> &prompt,
+                                           const GenerateOptions &options) {
+  const int64_t vocab = backend_->vocab();
+  const int64_t maxNew = options.maxNew;
+  const PrefixSnapshot *prefix = options.prefix;
+  K3_RETURN_IF_ERROR(checkRequest(prompt, options));
+  const int64_t n = static_cast<int64_t>(prompt.size());
 
   GenerateResult r;
   r.vocab = vocab;
@@ -375,6 +384,186 @@ Expected<GenerateResult> Session::generate(const std::vector<int64_t> &prompt,
   }
   r.decodeSeconds = secondsSince(t0);
   return r;
+}
+
+
+//===----------------------------------------------------------------------===//
+// Batched decode
+//===----------------------------------------------------------------------===//
+
+namespace {
+
+/// A sequence in a slot.
+struct LiveSequence {
+  size_t request = 0;
+  int64_t slot = 0;
+  int64_t fed = 0;       ///< tokens fed so far (prompt, then chosen ones)
+  int64_t base = 0;      ///< the position of the first token (0)
+  int64_t lastToken = 0; ///< the last chosen token (fed once the prompt is)
+  int64_t pos() const { return base + fed; }
+  GenerateResult result;
+  std::unique_ptr<Sampler> sampler;
+};
+
+} // namespace
+
+Expected<BatchResult>
+Session::generateBatch(const std::vector<SequenceRequest> &reqs,
+                       const BatchOptions &options) {
+  const int64_t slots = backend_->maxBatch();
+  const int64_t batch = options.batch == 0 ? slots : options.batch;
+  if (batch < 1 || batch > slots)
+    return makeError("a batch of ", batch, " sequences is more than the ",
+                     slots, " the plan holds (max_batch ", slots,
+                     "; compile with k3c --max-batch ", batch, ")");
+  const int64_t vocab = backend_->vocab();
+  BatchResult out;
+  std::vector<std::optional<Expected<GenerateResult>>> done(reqs.size());
+  auto finish = [&](size_t request, Expected<GenerateResult> r) {
+    if (options.onFinish)
+      options.onFinish(request, r);
+    done[request] = std::move(r);
+  };
+
+  std::vector<LiveSequence> live;
+  std::vector<bool> busy(static_cast<size_t>(batch), false);
+  /// The last position a slot's previous sequence fed (the stale-position
+  /// mutant's lever).
+  std::vector<int64_t> lastPos(static_cast<size_t>(batch), 0);
+  size_t next = 0; // the first request not started
+
+  // Chooses sequence `q`'s next token from `logits`; false when it ended
+  // (done, stopped, or failed: `finish` was called and its slot cleared).
+  auto choose = [&](LiveSequence &q, const float *logits) -> bool {
+    const SequenceRequest &req = reqs[q.request];
+    GenerateResult &r = q.result;
+    const int64_t s = static_cast<int64_t>(r.tokens.size());
+    Status finite = checkFiniteLogits(logits, vocab, s, q.pos() - 1, store_);
+    if (finite && req.options.keepLogits)
+      r.logits.insert(r.logits.end(), logits, logits + vocab);
+    if (finite) {
+      const int64_t id = q.sampler->next(logits, vocab);
+      r.tokens.push_back(id);
+      if (req.options.onToken)
+        req.options.onToken(s, id);
+      r.stopped = std::find(req.options.stopIds.begin(),
+                            req.options.stopIds.end(),
+                            id) != req.options.stopIds.end();
+      q.lastToken = id;
+      if (!r.stopped && static_cast<int64_t>(r.tokens.size()) < req.options.maxNew)
+        return true;
+    }
+    r.decodeSteps = std::max<int64_t>(static_cast<int64_t>(r.tokens.size()) - 1, 0);
+    lastPos[static_cast<size_t>(q.slot)] = q.pos();
+    busy[static_cast<size_t>(q.slot)] = false;
+    Status cleared = backend_->resetSlot(q.slot);
+    if (!finite)
+      finish(q.request, finite);
+    else if (!cleared)
+      finish(q.request, cleared.withContext("clearing slot " +
+                                           std::to_string(q.slot)));
+    else
+      finish(q.request, std::move(r));
+    return false;
+  };
+
+  // Starts request `i` in a free slot; false when it ended at once (a
+  // failed check, or a snapshot covering the prompt whose first choice
+  // ended it).
+  auto join = [&](size_t i, int64_t slot) -> bool {
+    const SequenceRequest &req = reqs[i];
+    if (Status st = checkRequest(req.prompt, req.options); !st) {
+      finish(i, st);
+      return false;
+    }
+    LiveSequence q;
+    q.request = i;
+    q.slot = slot;
+    q.sampler = std::make_unique<Sampler>(req.options.sampling);
+    q.result.vocab = vocab;
+    q.result.promptTokens = static_cast<int64_t>(req.prompt.size());
+    const PrefixSnapshot *prefix = req.options.prefix;
+    Status st = Status::ok();
+    if (prefix) {
+      const int64_t into =
+          options.mutantSnapshotWrongSlot ? (slot + 1) % slots : slot;
+      st = backend_->resetSlot(slot);
+      if (st)
+        st = restore(*prefix, into);
+      q.fed = static_cast<int64_t>(prefix->tokens.size());
+    } else {
+      st = backend_->resetSlot(slot);
+      q.base = options.mutantStalePosition ? lastPos[static_cast<size_t>(slot)]
+                                           : 0;
+    }
+    if (!st) {
+      finish(i, st.withContext("slot " + std::to_string(slot)));
+      return false;
+    }
+    q.result.restoredTokens = q.fed;
+    busy[static_cast<size_t>(slot)] = true;
+    if (prefix && q.fed == q.result.promptTokens) {
+      // The whole prompt was the prefix: its logits choose the first token.
+      if (!choose(q, prefix->logits.data()))
+        return false;
+    }
+    live.push_back(std::move(q));
+    return true;
+  };
+
+  while (next < reqs.size() || !live.empty()) {
+    for (int64_t slot = 0; slot < batch && next < reqs.size(); ++slot)
+      if (!busy[static_cast<size_t>(slot)])
+        join(next++, slot);
+    if (live.empty())
+      continue;
+
+    std::vector<SlotStep> rows;
+    for (const LiveSequence &q : live) {
+      const std::vector<int64_t> &prompt = reqs[q.request].prompt;
+      const bool inPrompt = q.fed < static_cast<int64_t>(prompt.size());
+      rows.push_back({q.slot,
+                      inPrompt ? prompt[static_cast<size_t>(q.fed)]
+                               : q.lastToken,
+                      q.pos()});
+    }
+    const auto t0 = std::chrono::steady_clock::now();
+    Status st = backend_->stepSlots(rows);
+    const double share = secondsSince(t0) / static_cast<double>(rows.size());
+    if (!st)
+      return st.withContext("batched step " + std::to_string(out.steps));
+    ++out.steps;
+    out.maxActive = std::max<int64_t>(out.maxActive,
+                                      static_cast<int64_t>(rows.size()));
+
+    std::vector<LiveSequence> still;
+    for (LiveSequence &q : live) {
+      const int64_t n = q.result.promptTokens;
+      const bool wasPrompt = q.fed < n;
+      (wasPrompt ? q.result.promptSeconds : q.result.decodeSeconds) += share;
+      ++q.fed;
+      if (q.fed < n) { // more prompt to feed
+        still.push_back(std::move(q));
+        continue;
+      }
+      if (choose(q, backend_->slotLogits(q.slot)))
+        still.push_back(std::move(q));
+    }
+    live = std::move(still);
+
+    if (out.steps == options.mutantSwapStatesAfter && live.size() >= 2) {
+      std::vector<uint8_t> a, b;
+      for (size_t i = 0; i < plan_.states.size(); ++i) {
+        K3_RETURN_IF_ERROR(backend_->readSlotState(live[0].slot, i, a));
+        K3_RETURN_IF_ERROR(backend_->readSlotState(live[1].slot, i, b));
+        K3_RETURN_IF_ERROR(backend_->writeSlotState(live[0].slot, i, b));
+        K3_RETURN_IF_ERROR(backend_->writeSlotState(live[1].slot, i, a));
+      }
+    }
+  }
+  for (std::optional<Expected<GenerateResult>> &r : done)
+    out.sequences.push_back(std::move(*r));
+  return out;
 }
 
 } // namespace k3

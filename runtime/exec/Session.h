@@ -112,6 +112,43 @@ struct GenerateOptions {
 /// callback): a stop id wastes at most this many steps.
 constexpr int64_t kChainSteps = 16;
 
+/// One sequence of a batched decode (Session::generateBatch).
+struct SequenceRequest {
+  std::vector<int64_t> prompt;
+  /// As for generate(); deviceGreedy is ignored (the host chooses).
+  GenerateOptions options;
+};
+
+/// How generateBatch() schedules its sequences.
+struct BatchOptions {
+  /// The most sequences decoded together: 0 = the plan's max_batch; more
+  /// than max_batch is an error. Requests beyond it wait for a free slot.
+  int64_t batch = 0;
+  /// Called once per request when it ends (finished, stopped or failed),
+  /// in the order they end; may be empty.
+  std::function<void(size_t request, const Expected<GenerateResult> &)>
+      onFinish;
+  /// Test levers (mutants of the scheduler; never set outside tests), each
+  /// a bug a slot-keyed batch can have:
+  /// restore a prefix snapshot into the next slot instead of the sequence's;
+  bool mutantSnapshotWrongSlot = false;
+  /// a sequence joining a slot used before starts at its predecessor's last
+  /// position (a stale MLA length) instead of its own;
+  bool mutantStalePosition = false;
+  /// after this many batched steps, the first two sequences' states are
+  /// swapped (-1: never).
+  int64_t mutantSwapStatesAfter = -1;
+};
+
+/// What one generateBatch() call produced.
+struct BatchResult {
+  /// Per request, in request order: its result, or the error that ended it
+  /// alone (the others went on).
+  std::vector<Expected<GenerateResult>> sequences;
+  int64_t steps = 0;     ///< batched steps run
+  int64_t maxActive = 0; ///< the most sequences one step ran
+};
+
 /// What a teacher-forced step computed: every plan probe's values (plan
 /// order, as fp32) and the step's logits.
 struct ProbedStep {
@@ -143,6 +180,20 @@ public:
                                     const TokenCallback &onToken = {},
                                     const PrefixSnapshot *prefix = nullptr);
 
+  /// Decodes several sequences together, each in its own slot of the plan
+  /// (docs/PLAN.md "max_batch"): a step feeds every live sequence its next
+  /// prompt token or its last chosen one, at its own position. Sequences
+  /// join as slots free up (request order) and leave when done; a slot is
+  /// cleared when its sequence leaves. A sequence's tokens do not depend on
+  /// the others or on its slot: on the CPU they are bit-identical to
+  /// generate()'s. A request that fails its checks (checkPrompt, the
+  /// sampling parameters, a prefix that does not start it) or meets
+  /// non-finite logits ends alone with its error. The time of each step is
+  /// shared among its rows: prompt rows count as the sequence's prefill,
+  /// the others as its decode. Errors (the whole call): batch out of range.
+  Expected<BatchResult> generateBatch(const std::vector<SequenceRequest> &reqs,
+                                      const BatchOptions &options = {});
+
   /// The request checks of generate(), for callers that check a batch of
   /// requests before decoding any: empty prompt, a token outside
   /// [0, vocab), maxNew < 1, or prompt + maxNew above the plan's max_seq.
@@ -170,8 +221,11 @@ public:
 
 private:
   Session() = default;
-  /// Writes a snapshot's states back (the mutant lever applied).
-  Status restore(const PrefixSnapshot &snap);
+  /// Writes a snapshot's states back into `slot` (the mutant lever applied).
+  Status restore(const PrefixSnapshot &snap, int64_t slot = 0);
+  /// The checks of generate() before anything runs.
+  Status checkRequest(const std::vector<int64_t> &prompt,
+                      const GenerateOptions &options) const;
   PlanDoc plan_;
   TensorStore store_;
   std::unique_ptr<Backend> backend_;

@@ -251,7 +251,8 @@ bool operator==(const PlanDoc &a, const PlanDoc &b) {
            x.block == y.block && x.smem == y.smem && x.args == y.args;
   };
   return a.version == b.version && a.fusion == b.fusion &&
-         a.maxSeq == b.maxSeq && a.config == b.config &&
+         a.maxSeq == b.maxSeq && a.maxBatch == b.maxBatch &&
+         a.config == b.config &&
          a.arenaBytes == b.arenaBytes && a.logitsBuffer == b.logitsBuffer &&
          std::equal(a.probes.begin(), a.probes.end(), b.probes.begin(),
                     b.probes.end(),
@@ -550,6 +551,9 @@ Status validatePlan(const PlanDoc &plan) {
   if (plan.maxSeq < 1 || plan.maxSeq > kMaxPlanSeq)
     return makeError("max_seq ", plan.maxSeq, " is out of range [1, ",
                      kMaxPlanSeq, "]");
+  if (plan.maxBatch < 1 || plan.maxBatch > kMaxPlanBatch)
+    return makeError("max_batch ", plan.maxBatch, " is out of range [1, ",
+                     kMaxPlanBatch, "]");
   K3_RETURN_IF_ERROR(plan.config.validate().withContext("plan config"));
   if (plan.arenaBytes > kMaxPlanBytes)
     return makeError("arena_bytes ", plan.arenaBytes, " is too large");
@@ -595,15 +599,21 @@ Status validatePlan(const PlanDoc &plan) {
                        n, " bytes)");
   }
   // Everything a backend allocates before binding (the arena and every
-  // state) together.
+  // state, once per slot) together.
   uint64_t resident = plan.arenaBytes;
   for (const PlanState &s : plan.states)
     if (__builtin_add_overflow(resident, s.bytes, &resident))
       resident = UINT64_MAX;
+  if (__builtin_mul_overflow(resident, static_cast<uint64_t>(plan.maxBatch),
+                             &resident))
+    resident = UINT64_MAX;
   if (resident > kMaxResidentBytes)
     return makeError("the arena and the states need ", resident,
                      " bytes together, more than the ", kMaxResidentBytes,
-                     " (256 GiB) any GPU could hold");
+                     " (256 GiB) any GPU could hold",
+                     plan.maxBatch > 1
+                         ? " (" + std::to_string(plan.maxBatch) + " slots)"
+                         : std::string());
 
   for (size_t i = 0; i < plan.weights.size(); ++i) {
     const PlanWeight &w = plan.weights[i];
@@ -786,6 +796,7 @@ std::string serializePlanBody(const PlanDoc &plan) {
   j["version"] = plan.version;
   j["fusion"] = plan.fusion;
   j["max_seq"] = plan.maxSeq;
+  j["max_batch"] = plan.maxBatch;
   j["config"] = ojson::parse(writeConfigJson(plan.config));
   j["arena_bytes"] = plan.arenaBytes;
   ojson buffers = ojson::array();
@@ -1028,6 +1039,10 @@ bool parseBody(Reader &r, const ojson &j, PlanDoc &plan, Status &status) {
     if (!r.getString(*v, "fusion", plan.fusion))
       return false;
   if (!r.intMember(j, "", "max_seq", [&](int64_t v) { plan.maxSeq = v; }))
+    return false;
+  // Optional within version 1: plans written before it decode one sequence.
+  if (j.contains("max_batch") &&
+      !r.intMember(j, "", "max_batch", [&](int64_t v) { plan.maxBatch = v; }))
     return false;
   const ojson *config = r.member(j, "", "config");
   if (!config)

@@ -35,6 +35,8 @@ namespace k3 {
 constexpr int64_t kPlanVersion = 1;
 /// Arena buffer offsets are multiples of this (PLAN.md "buffers").
 constexpr uint64_t kPlanBufferAlign = 256;
+/// The most sequences one plan may decode together (PLAN.md "max_batch").
+constexpr int64_t kMaxPlanBatch = 1024;
 
 /// A per-step value the runtime supplies at each decode step.
 enum class PlanInput {
@@ -108,7 +110,8 @@ bool parseStateKind(const std::string &name, StateKind &out);
 /// The element type of a state of `kind`: F32 or BF16.
 ElemType stateKindElem(StateKind kind);
 
-/// Resident per-sequence state, zeroed at the start of each sequence.
+/// Resident per-sequence state, zeroed at the start of each sequence. Its
+/// shape and bytes are one slot's; a plan of max_batch B holds B slots.
 struct PlanState {
   std::string name;
   /// stateKindName of its StateKind.
@@ -157,6 +160,9 @@ struct PlanDoc {
   int64_t version = kPlanVersion;
   std::string fusion = "default";
   int64_t maxSeq = 0;
+  /// The sequences decoded together (PLAN.md "max_batch"): the runtime holds
+  /// this many slots, each a copy of the arena and of every state.
+  int64_t maxBatch = 1;
   ModelConfig config;
   uint64_t arenaBytes = 0;
   std::vector<PlanBuffer> buffers;

@@ -42,19 +42,20 @@ inline bool haveCompiler() {
 #endif
 }
 
-/// k3c's plan for `config` with `fusion` (none | default | max) and
-/// `maxSeq`; an error naming what failed (no compiler, k3c's stderr, the
-/// parser's message).
+/// k3c's plan for `config` with `fusion` (none | default | max),
+/// `maxSeq` and `maxBatch` (k3c --max-batch); an error naming what failed
+/// (no compiler, k3c's stderr, the parser's message).
 inline Expected<PlanDoc> compiledPlan(const ModelConfig &config,
                                       const std::string &fusion,
-                                      int64_t maxSeq) {
+                                      int64_t maxSeq, int64_t maxBatch = 1) {
 #ifndef K3C_TEST_K3C
-  (void)config, (void)fusion, (void)maxSeq;
+  (void)config, (void)fusion, (void)maxSeq, (void)maxBatch;
   return Status::error("this build has no k3c (K3C_ENABLE_COMPILER=OFF)");
 #else
   const std::string json = writeConfigJson(config);
   static std::map<std::string, PlanDoc> cache;
-  const std::string key = fusion + " " + std::to_string(maxSeq) + " " + json;
+  const std::string key = fusion + " " + std::to_string(maxSeq) + " " +
+                          std::to_string(maxBatch) + " " + json;
   auto it = cache.find(key);
   if (it != cache.end())
     return it->second;
@@ -64,7 +65,8 @@ inline Expected<PlanDoc> compiledPlan(const ModelConfig &config,
   RunResult r = runCommand(std::string(K3C_TEST_K3C) + " " +
                                dir.file("config.json") + " -o " + out +
                                " --fusion=" + fusion +
-                               " --max-seq=" + std::to_string(maxSeq),
+                               " --max-seq=" + std::to_string(maxSeq) +
+                               " --max-batch=" + std::to_string(maxBatch),
                            dir);
   if (r.exitCode != 0)
     return Status::error("k3c --fusion=" + fusion + " failed (exit " +

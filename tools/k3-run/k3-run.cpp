@@ -74,7 +74,7 @@ int runtimeError(const std::string &message) {
 /// messages of our own).
 struct Args {
   std::string plan, weights, promptIds, prompts, maxNew, stopIds, temperature,
-      topP, seed, snapshotOut, snapshotIn, prefixLen,
+      topP, seed, snapshotOut, snapshotIn, prefixLen, batch,
       backend = "cpu", checkAgainst, logitsOut, profileSteps;
   bool ignoreEos = false, noCudaGraph = false, profile = false, quiet = false,
        hostGreedy = false;
@@ -129,9 +129,13 @@ std::string footer(bool embedded) {
          "  one at a time: the argmax of the logits (ties to the lowest id),\n"
          "  or a sample with --temperature. A sequence ends after --max-new\n"
          "  tokens or at a stop id (printed as its last id). Prompts are\n"
-         "  decoded one after another. The ids of each go to stdout on one\n"
-         "  line (\"LINE: ids\" when a --prompts file has several); a timing\n"
-         "  summary with prefill and decode tokens/s goes to stderr.\n"
+         "  decoded one after another, or up to --batch of them together\n"
+         "  with a plan compiled by k3c --max-batch B (each in its own slot;\n"
+         "  a sequence's tokens do not depend on the others). The ids of each\n"
+         "  go to stdout on one line (\"LINE: ids\" when a --prompts file has\n"
+         "  several; a batch prints each line when it and those before it are\n"
+         "  done); a timing summary with prefill and decode tokens/s goes to\n"
+         "  stderr.\n"
          "\n"
          "Examples:\n" +
          examples +
@@ -174,6 +178,12 @@ void declareOptions(CLI::App &app, Args &a, bool embedded) {
                  "(blank lines and # comments are skipped;\n"
                  "errors name the file and line)")
       ->type_name("FILE")
+      ->group(model);
+  app.add_option("--batch", a.batch,
+                 "decode up to N prompts together, each in its\n"
+                 "own slot (N <= the plan's max_batch, set by\n"
+                 "k3c --max-batch; default: max_batch)")
+      ->type_name("N")
       ->group(model);
   app.add_option("--max-new", a.maxNew,
                  "the most tokens to generate per prompt (>= 1);\n"
@@ -328,6 +338,7 @@ struct Request {
   bool embedded = false;
   std::vector<k3::Prompt> prompts; ///< from --prompt-ids when given
   int64_t maxNew = 0, profileSteps = 20, prefixLen = 0; ///< 0: whole prompt
+  int64_t batch = 0; ///< --batch; 0: the plan's max_batch
   std::vector<int64_t> stopIds;
   k3::SamplingParams sampling;
   k3::BackendKind kind = k3::BackendKind::Cpu;
@@ -355,6 +366,8 @@ std::string checkArgs(const Args &a, Request &r) {
     return "--max-new is required";
   if (!parseInt(a.maxNew, r.maxNew) || r.maxNew < 1)
     return "--max-new needs an integer >= 1";
+  if (!a.batch.empty() && (!parseInt(a.batch, r.batch) || r.batch < 1))
+    return "--batch needs an integer >= 1, got '" + a.batch + "'";
   if (!a.promptIds.empty()) {
     k3::Prompt p;
     if (k3::Status s = k3::parseIdList(a.promptIds, p.ids); !s)
@@ -408,6 +421,8 @@ std::string checkArgs(const Args &a, Request &r) {
     return "--profile-steps needs an integer >= 1";
   if ((a.profile || !a.profileSteps.empty()) && !a.checkAgainst.empty())
     return "--profile and --check-against are separate runs";
+  if (!a.batch.empty() && !a.checkAgainst.empty())
+    return "--check-against decodes one prompt at a time; drop --batch";
   return "";
 }
 
@@ -541,6 +556,8 @@ int runCheck(const Args &a, const Request &r, const k3::PlanDoc &plan,
 struct Totals {
   int64_t prompts = 0, tokens = 0, fed = 0, restored = 0, decodeSteps = 0,
           stopped = 0, lastStop = -1;
+  /// A batched decode: its steps and the most sequences one step ran.
+  int64_t batchSteps = 0, maxActive = 0;
   double prefillSeconds = 0, decodeSeconds = 0;
   void add(const k3::GenerateResult &g) {
     ++prompts;
@@ -592,6 +609,9 @@ std::string summary(const Totals &t, const std::string &backend) {
        rate(t.fed, t.prefillSeconds) + " tokens/s); decode " +
        count(t.decodeSteps, "step") + " in " + seconds(t.decodeSeconds) +
        " s (" + rate(t.decodeSteps, t.decodeSeconds) + " tokens/s)";
+  if (t.batchSteps > 0)
+    s += "; batched: " + count(t.batchSteps, "step") + ", up to " +
+         std::to_string(t.maxActive) + " sequences per step";
   return s;
 }
 
@@ -775,17 +795,77 @@ int run(int argc, char **argv) {
   Totals totals;
   std::vector<float> logits;
   k3::GenerateResult last;
-  for (const k3::Prompt &p : req.prompts) {
-    IdPrinter print(p, numbered, stopIds);
+  auto optionsFor = [&](const k3::Prompt &p) {
     k3::GenerateOptions opt;
     opt.maxNew = req.maxNew;
     opt.keepLogits = !a.logitsOut.empty();
     opt.deviceGreedy = !a.hostGreedy;
-    opt.onToken = [&](int64_t index, int64_t token) { print(index, token); };
     opt.stopIds = stopIds;
     opt.sampling = req.sampling;
     if (snapshot && startsWith(p.ids, snapshot->tokens))
       opt.prefix = &*snapshot;
+    return opt;
+  };
+  const int64_t slots = ses.plan().maxBatch;
+  if (req.batch > slots)
+    return runtimeError("--batch " + std::to_string(req.batch) +
+                        " is more than the plan's max_batch of " +
+                        std::to_string(slots) +
+                        "; compile the plan with k3c --max-batch " +
+                        std::to_string(req.batch));
+  if (slots > 1) {
+    // Batched: every prompt a request; each line is printed once it and
+    // those before it are done, so stdout keeps the prompts' order.
+    std::vector<k3::SequenceRequest> reqs;
+    for (const k3::Prompt &p : req.prompts)
+      reqs.push_back({p.ids, optionsFor(p)});
+    size_t printed = 0;
+    int failures = 0;
+    k3::BatchOptions bo;
+    bo.batch = req.batch == 0 ? std::min<int64_t>(slots, reqs.size())
+                              : req.batch;
+    std::vector<std::optional<k3::Expected<k3::GenerateResult>>> kept(
+        reqs.size());
+    bo.onFinish = [&](size_t i, const k3::Expected<k3::GenerateResult> &g) {
+      kept[i] = g;
+      for (; printed < reqs.size() && kept[printed]; ++printed) {
+        const k3::Prompt &p = req.prompts[printed];
+        const k3::Expected<k3::GenerateResult> &r = *kept[printed];
+        if (!r) {
+          ++failures;
+          runtimeError(inContext(r.status(), where(a, p)).message());
+          continue;
+        }
+        IdPrinter print(p, numbered, stopIds);
+        for (size_t t = 0; t < r->tokens.size(); ++t)
+          print(static_cast<int64_t>(t), r->tokens[t]);
+        print.finish();
+      }
+    };
+    k3::Expected<k3::BatchResult> b = ses.generateBatch(reqs, bo);
+    if (!b)
+      return runtimeError(b.message());
+    for (k3::Expected<k3::GenerateResult> &g : b->sequences) {
+      if (!g)
+        continue;
+      totals.add(*g);
+      logits.insert(logits.end(), g->logits.begin(), g->logits.end());
+      last = g.take();
+    }
+    totals.batchSteps = b->steps;
+    totals.maxActive = b->maxActive;
+    if (failures > 0) {
+      if (!a.quiet)
+        std::fprintf(stderr, "%s: %d of %zu sequences failed\n",
+                     g_prog.c_str(), failures, reqs.size());
+      return kExitFailure;
+    }
+  }
+  for (const k3::Prompt &p : slots > 1 ? std::vector<k3::Prompt>()
+                                       : req.prompts) {
+    IdPrinter print(p, numbered, stopIds);
+    k3::GenerateOptions opt = optionsFor(p);
+    opt.onToken = [&](int64_t index, int64_t token) { print(index, token); };
     k3::Expected<k3::GenerateResult> g = ses.generate(p.ids, opt);
     if (!g) {
       if (print.any())

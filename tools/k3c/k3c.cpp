@@ -20,6 +20,7 @@
 #include "runtime/io/AtomicFile.h"
 #include "runtime/model/Config.h"
 #include "runtime/plan/Executable.h"
+#include "runtime/plan/Plan.h"
 #include "runtime/model/Presets.h"
 
 #include "mlir/IR/AsmState.h"
@@ -98,6 +99,11 @@ static cl::opt<int64_t>
            cl::desc("Planned maximum context (prompt + generated), at most "
                     "2^24"),
            cl::init(4096), cl::cat(k3cCat));
+static cl::opt<int64_t> maxBatch(
+    "max-batch",
+    cl::desc("Sequences the plan decodes together (slots, each with its own "
+             "state), 1 to 1024"),
+    cl::init(1), cl::cat(k3cCat));
 static cl::opt<bool>
     report("report",
            cl::desc("Print the kernel report (bytes per token, "
@@ -248,7 +254,8 @@ int main(int argc, char **argv) {
       "k3c: compile a Kimi K3 / Kimi-Linear model variant to a decode plan\n\n"
       "  k3c MODEL_DIR|config.json|preset:NAME -o OUT "
       "[--emit=mlir|fused|launch|plan|exe]\n"
-      "      [--fusion=none|default|max] [--max-seq N] [--report]\n\n"
+      "      [--fusion=none|default|max] [--max-seq N] [--max-batch B] "
+      "[--report]\n\n"
       "  The executable (--emit=exe) runs as: ./OUT --weights DIR --prompt-ids "
       "1,2,3 --max-new N\n");
   if (inputPath.empty()) {
@@ -270,6 +277,11 @@ int main(int argc, char **argv) {
   if (maxSeq <= 0 || maxSeq > kMaxSeqLimit) {
     llvm::errs() << "k3c: --max-seq must be in [1, 2^24 = " << kMaxSeqLimit
                  << "], got " << maxSeq << "\n";
+    return 2;
+  }
+  if (maxBatch < 1 || maxBatch > ::k3::kMaxPlanBatch) {
+    llvm::errs() << "k3c: --max-batch must be in [1, " << ::k3::kMaxPlanBatch
+                 << "], got " << maxBatch << "\n";
     return 2;
   }
   if (emit == Emit::Exe && outputPath == "-") {
@@ -318,6 +330,10 @@ int main(int argc, char **argv) {
   OwningOpRef<ModuleOp> module = mlir::k3::importModel(ctx, *config, maxSeq);
   if (!module)
     return 1;
+  if (maxBatch > 1)
+    module->getOperation()->setAttr(
+        mlir::k3::kMaxBatchAttrName,
+        IntegerAttr::get(IntegerType::get(&ctx, 64), maxBatch));
   if (failed(verify(*module))) {
     llvm::errs()
         << "k3c: internal error: the imported module does not verify\n";

@@ -166,6 +166,13 @@ Expected<std::unique_ptr<CudaBackend>>
 CudaBackend::bind(const PlanDoc &plan, const TensorStore &store,
                   bool useGraph) {
   K3_RETURN_IF_ERROR(validatePlan(plan));
+  // Checked before the driver, so the message is the same with or without
+  // a GPU.
+  if (plan.maxBatch > 1)
+    return makeError("the plan decodes up to ", plan.maxBatch,
+                     " sequences together (max_batch); the CUDA backend "
+                     "runs plans of one sequence in this version: decode it "
+                     "with --backend cpu, or compile with --max-batch 1");
   Expected<cuda::Driver *> driver = cuda::Driver::get();
   if (!driver)
     return driver.status();

@@ -532,6 +532,42 @@ TEST(BadWeights, NonFiniteLogitsStopTheDecode) {
   }
 }
 
+/// In a batch, the sequence whose logits are not finite ends alone with the
+/// message generate() gives; the others decode on and match their decode
+/// alone.
+TEST(BadWeights, NonFiniteLogitsEndOneSequenceOfABatch) {
+  K3C_SKIP_WITHOUT_COMPILER();
+  const ModelConfig c = tinyConfig();
+  ASSERT_FALSE(c.tieWordEmbeddings);
+  test::TempDir dir;
+  ASSERT_TRUE(makeModel(c, 9, dir.path()).isOk());
+  // Token 13's embedding row NaN: a sequence that feeds it goes non-finite.
+  poison(dir.path(), tensorName(c, TensorId::EmbedTokens), 0x7fc0,
+         13 * c.hiddenSize, c.hiddenSize);
+  Expected<PlanDoc> plan = test::compiledPlan(c, "default", 64, 3);
+  ASSERT_TRUE(plan.hasValue()) << plan.message();
+  Expected<std::unique_ptr<Session>> s = Session::open(plan.take(), dir.path());
+  ASSERT_TRUE(s.hasValue()) << s.message();
+  std::vector<SequenceRequest> reqs(4);
+  reqs[0].prompt = {1, 2, 3};
+  reqs[1].prompt = {4, 13, 5};
+  reqs[2].prompt = {6, 7};
+  reqs[3].prompt = {8};
+  for (SequenceRequest &r : reqs)
+    r.options.maxNew = 6;
+  Expected<BatchResult> b = (*s)->generateBatch(reqs);
+  ASSERT_TRUE(b.hasValue()) << b.message();
+  EXPECT_ERROR_CONTAINS(b->sequences[1],
+                        "decode step 0 (the logits after position 2) is not "
+                        "finite: logits[0] = ");
+  for (size_t i : {size_t(0), size_t(2), size_t(3)}) {
+    ASSERT_TRUE(b->sequences[i].hasValue()) << b->sequences[i].message();
+    Expected<GenerateResult> alone = (*s)->generate(reqs[i].prompt, 6);
+    ASSERT_TRUE(alone.hasValue()) << alone.message();
+    EXPECT_EQ(b->sequences[i]->tokens, alone->tokens) << i;
+  }
+}
+
 TEST(BadNpy, HugeShapeIsAnError) {
   test::TempDir dir;
   std::string bytes = encodeNpyF32(nullptr, 0, 0);

@@ -25,6 +25,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <filesystem>
 
 namespace k3 {
 namespace {
@@ -148,12 +149,65 @@ TEST_F(K3RunToolTest, ExecutableMode) {
   EXPECT_TRUE(test::contains(r.err, "carries its own plan")) << r.err;
 }
 
+/// A plan compiled with --max-batch decodes a prompts file together: the
+/// same lines (in the file's order) and logits as the batch-1 plan decoding
+/// one prompt after another.
+TEST_F(K3RunToolTest, BatchedPromptsAsIfOneByOne) {
+  Expected<PlanDoc> batched = test::compiledPlan(config, "default", 32, 3);
+  ASSERT_TRUE(batched.hasValue()) << batched.message();
+  test::writeFile(dir->file("b.plan"), serializePlan(*batched));
+  test::writeFile(dir->file("five.txt"),
+                  "1,2,3\n# a comment\n7\n4 4 4 4 4\n\n9,8\n1,2,3\n");
+  const std::string args = " --weights " + dir->file("model") + " --prompts " +
+                           dir->file("five.txt") +
+                           " --max-new 5 --stop-ids 100 --logits-out ";
+  RunResult one = run(tool() + " " + dir->file("m.plan") + args +
+                          dir->file("one.npy"),
+                      *dir);
+  ASSERT_EQ(one.exitCode, 0) << one.err;
+  EXPECT_EQ(std::count(one.out.begin(), one.out.end(), '\n'), 5) << one.out;
+  for (const char *batch : {"", " --batch 2", " --batch 3"}) {
+    RunResult r = run(tool() + " " + dir->file("b.plan") + args +
+                          dir->file("b.npy") + batch,
+                      *dir);
+    ASSERT_EQ(r.exitCode, 0) << batch << ": " << r.err;
+    EXPECT_EQ(r.out, one.out) << batch;
+    EXPECT_TRUE(test::contains(r.err, "; batched: ")) << r.err;
+    EXPECT_TRUE(test::contains(r.err, "prefill ")) << r.err;
+    EXPECT_EQ(test::readFile(dir->file("b.npy")),
+              test::readFile(dir->file("one.npy")))
+        << batch;
+  }
+  RunResult big = run(tool() + " " + dir->file("b.plan") + args +
+                          dir->file("x.npy") + " --batch 4",
+                      *dir);
+  EXPECT_EQ(big.exitCode, 1);
+  EXPECT_TRUE(test::contains(big.err, "--batch 4 is more than the plan's "
+                                      "max_batch of 3; compile the plan with "
+                                      "k3c --max-batch 4"))
+      << big.err;
+  EXPECT_FALSE(std::filesystem::exists(dir->file("x.npy")));
+  // --batch 2 with a batch-1 plan is refused the same way.
+  big = run(tool() + " " + dir->file("m.plan") + common() + " --batch 2", *dir);
+  EXPECT_EQ(big.exitCode, 1);
+  EXPECT_TRUE(test::contains(big.err, "max_batch of 1")) << big.err;
+  // The CUDA backend says it cannot, with or without a GPU.
+  RunResult cuda = run(tool() + " " + dir->file("b.plan") + common() +
+                           " --backend cuda",
+                       *dir);
+  EXPECT_EQ(cuda.exitCode, 1);
+  EXPECT_TRUE(test::contains(cuda.err, "the CUDA backend runs plans of one "
+                                       "sequence in this version"))
+      << cuda.err;
+}
+
 TEST_F(K3RunToolTest, UsageErrorsExitTwo) {
   RunResult help = run(tool() + " --help", *dir);
   EXPECT_EQ(help.exitCode, 0);
   EXPECT_TRUE(test::contains(help.out, "--backend cpu|cuda")) << help.out;
   EXPECT_TRUE(test::contains(help.out, "--no-cuda-graph")) << help.out;
   EXPECT_TRUE(test::contains(help.out, "--check-against cpu")) << help.out;
+  EXPECT_TRUE(test::contains(help.out, "--batch N")) << help.out;
   for (const std::string &args :
        {std::string(""), " " + dir->file("m.plan"),
         " " + dir->file("m.plan") + " --weights x --prompt-ids 1",
@@ -164,6 +218,9 @@ TEST_F(K3RunToolTest, UsageErrorsExitTwo) {
         " " + dir->file("m.plan") + " --weights x --prompt-ids 1 --max-new 0",
         " " + dir->file("m.plan") + common() + " --backend tpu",
         " " + dir->file("m.plan") + common() + " --check-against cuda",
+        " " + dir->file("m.plan") + common() + " --batch 0",
+        " " + dir->file("m.plan") + common() + " --batch two",
+        " " + dir->file("m.plan") + common() + " --batch 2 --check-against cpu",
         " " + dir->file("m.plan") + common() + " --check-against"}) {
     RunResult r = run(tool() + args, *dir);
     EXPECT_EQ(r.exitCode, 2) << args << "\n" << r.err;

@@ -61,7 +61,8 @@ TEST(K3cTool, HelpShowsK3cAndMlirOptionsOnly) {
   RunResult r = k3c("--help", dir);
   ASSERT_EQ(r.exitCode, 0) << r.err;
   EXPECT_LT(std::count(r.out.begin(), r.out.end(), '\n'), 120) << r.out;
-  for (const char *want : {"--emit=", "--fusion=", "--max-seq=", "--report",
+  for (const char *want : {"--emit=", "--fusion=", "--max-seq=",
+                           "--max-batch=", "--report",
                            "--mlir-print-ir-after-all", "--mlir-timing",
                            "MLIR debugging options", "k3c options"})
     EXPECT_TRUE(test::contains(r.out, want)) << want;
@@ -175,6 +176,17 @@ TEST(K3cTool, OversizedConfigsNameTheField) {
           dir);
   EXPECT_EQ(r.exitCode, 2);
   EXPECT_TRUE(test::contains(r.err, "--max-seq must be in [1, 2^24")) << r.err;
+
+  for (const char *bad : {"0", "1025", "-3"}) {
+    r = k3c(std::string("preset:tiny --max-batch ") + bad + " -o " +
+                dir.file("c.plan"),
+            dir);
+    EXPECT_EQ(r.exitCode, 2) << bad;
+    EXPECT_TRUE(test::contains(r.err, "--max-batch must be in [1, 1024], got " +
+                                          std::string(bad)))
+        << r.err;
+    EXPECT_FALSE(std::filesystem::exists(dir.file("c.plan")));
+  }
 }
 
 } // namespace

@@ -147,6 +147,57 @@ TEST(PlanTest, BadVersion) {
   EXPECT_ERROR_CONTAINS(parsePlan(withHeader(body)), "version 2");
 }
 
+TEST(PlanTest, MaxBatch) {
+  K3C_SKIP_WITHOUT_COMPILER();
+  // k3c --max-batch writes it; it survives the round trip.
+  Expected<PlanDoc> batched = test::compiledPresetPlan("tiny", "default", 64);
+  ASSERT_TRUE(batched.hasValue()) << batched.message();
+  EXPECT_EQ(batched->maxBatch, 1);
+  Expected<ModelConfig> c = presetConfig("tiny");
+  ASSERT_TRUE(c.hasValue());
+  Expected<PlanDoc> four = test::compiledPlan(*c, "default", 64, 4);
+  ASSERT_TRUE(four.hasValue()) << four.message();
+  EXPECT_EQ(four->maxBatch, 4);
+  // Only max_batch differs: the launches, buffers and states are one
+  // sequence's, whatever the batch.
+  PlanDoc same = *four;
+  same.maxBatch = 1;
+  EXPECT_TRUE(same == *batched);
+  Expected<PlanDoc> back = parsePlan(serializePlan(*four));
+  ASSERT_TRUE(back.hasValue()) << back.message();
+  EXPECT_EQ(back->maxBatch, 4);
+  EXPECT_TRUE(*back == *four);
+
+  // Out of range.
+  EXPECT_ERROR_CONTAINS(
+      parsePlan(edited([](PlanDoc &p) { p.maxBatch = 0; })),
+      "max_batch 0 is out of range [1, 1024]");
+  EXPECT_ERROR_CONTAINS(
+      parsePlan(edited([](PlanDoc &p) { p.maxBatch = 1025; })),
+      "max_batch 1025 is out of range [1, 1024]");
+  // Not an integer.
+  std::string body = serializePlanBody(tinyPlan());
+  const std::string key = "\"max_batch\": 1,\n";
+  const size_t at = body.find(key);
+  ASSERT_NE(at, std::string::npos);
+  std::string text = body;
+  text.replace(at, key.size(), "\"max_batch\": \"4\",\n");
+  EXPECT_ERROR_CONTAINS(parsePlan(withHeader(text)), "max_batch");
+  // Absent (a plan written before it): one sequence.
+  text = body;
+  text.erase(at, key.size());
+  Expected<PlanDoc> old = parsePlan(withHeader(text));
+  ASSERT_TRUE(old.hasValue()) << old.message();
+  EXPECT_EQ(old->maxBatch, 1);
+  // Every slot's memory counts against the resident cap.
+  EXPECT_ERROR_CONTAINS(parsePlan(edited([](PlanDoc &p) {
+                          p.maxBatch = 1024;
+                          p.arenaBytes = uint64_t(1) << 30;
+                          p.buffers.back().offset = 0;
+                        })),
+                        "(1024 slots)");
+}
+
 TEST(PlanTest, PtxModules) {
   K3C_SKIP_WITHOUT_COMPILER();
   // A kernel naming a module the plan does not carry.

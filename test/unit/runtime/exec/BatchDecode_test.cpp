@@ -1,0 +1,363 @@
+//===- BatchDecode_test.cpp - Several sequences in one plan ---------------===//
+//
+// A plan compiled with k3c --max-batch B holds B slots; Session::
+// generateBatch decodes several sequences together, each in its own slot.
+// The contract is invariance: a sequence's tokens and logits do not depend
+// on the others, on its slot, or on the slot's previous tenant, so on the
+// CPU every sequence of a batch must be bit-identical to the same request
+// decoded alone by generate() with the batch-1 plan (a separate code path).
+// The models are plain random (chaotic at bf16): a wrong position, a stale
+// state or another sequence's state anywhere changes the greedy tokens, and
+// the logits are compared bit for bit besides.
+//
+// The scheduler's mutant levers (BatchOptions) prove the comparison can
+// fail: a snapshot restored into the wrong slot, two sequences' states
+// swapped, a joining sequence that keeps its slot predecessor's position.
+//
+//===----------------------------------------------------------------------===//
+#include "runtime/exec/Session.h"
+#include "runtime/exec/cuda/CudaBackend.h"
+#include "runtime/model/Presets.h"
+#include "tools/k3-mkmodel/ModelMaker.h"
+
+#include "test/unit/CompiledPlan.h"
+#include "test/unit/TestUtil.h"
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <map>
+#include <memory>
+#include <random>
+
+namespace k3 {
+namespace {
+
+constexpr int64_t kMaxSeq = 48;
+constexpr int64_t kSlots = 4;
+
+/// A random model of `preset` and its two plans (batch 1 and kSlots), made
+/// once per preset and strategy for the file.
+struct Fixture {
+  test::TempDir dir;
+  ModelConfig config;
+  std::unique_ptr<Session> single, batched;
+};
+
+Fixture *fixture(const std::string &preset,
+                 const std::string &fusion = "default") {
+  static std::map<std::string, std::unique_ptr<Fixture>> all;
+  std::unique_ptr<Fixture> &f = all[preset + "/" + fusion];
+  if (f)
+    return f.get();
+  auto made = std::make_unique<Fixture>();
+  Expected<ModelConfig> c = presetConfig(preset);
+  EXPECT_TRUE(c.hasValue()) << c.message();
+  if (!c)
+    return nullptr;
+  made->config = *c;
+  Status st = makeModel(made->config, 11, made->dir.path(), {}, 0,
+                        Structure::Random);
+  EXPECT_TRUE(st.isOk()) << st.message();
+  for (int64_t b : {int64_t(1), kSlots}) {
+    Expected<PlanDoc> plan = test::compiledPlan(made->config, fusion, kMaxSeq, b);
+    EXPECT_TRUE(plan.hasValue()) << plan.message();
+    if (!plan)
+      return nullptr;
+    Expected<std::unique_ptr<Session>> s =
+        Session::open(plan.take(), made->dir.path());
+    EXPECT_TRUE(s.hasValue()) << s.message();
+    if (!s)
+      return nullptr;
+    (b == 1 ? made->single : made->batched) = s.take();
+  }
+  f = std::move(made);
+  return f.get();
+}
+
+std::vector<int64_t> randomPrompt(std::mt19937_64 &rng, int64_t len,
+                                  int64_t vocab) {
+  std::uniform_int_distribution<int64_t> id(0, vocab - 1);
+  std::vector<int64_t> p(static_cast<size_t>(len));
+  for (int64_t &t : p)
+    t = id(rng);
+  return p;
+}
+
+/// `n` requests of random prompts (1..9 tokens) and lengths (2..10 new
+/// tokens), all keeping their logits.
+std::vector<SequenceRequest> randomRequests(uint64_t seed, int n,
+                                            int64_t vocab) {
+  std::mt19937_64 rng(seed);
+  std::uniform_int_distribution<int64_t> len(1, 9), gen(2, 10);
+  std::vector<SequenceRequest> reqs;
+  for (int i = 0; i < n; ++i) {
+    SequenceRequest r;
+    r.prompt = randomPrompt(rng, len(rng), vocab);
+    r.options.maxNew = gen(rng);
+    r.options.keepLogits = true;
+    r.options.deviceGreedy = false;
+    reqs.push_back(std::move(r));
+  }
+  return reqs;
+}
+
+/// The number of `reqs` whose batched result differs from the request
+/// decoded alone with the batch-1 plan (tokens, or a logit's bits), with the
+/// first difference in `why`. A request that fails alone must fail in the
+/// batch with the same message.
+int differences(Fixture &f, const std::vector<SequenceRequest> &reqs,
+                const BatchOptions &options, std::string &why) {
+  Expected<BatchResult> batch = f.batched->generateBatch(reqs, options);
+  if (!batch) {
+    why = "the batch failed: " + batch.message();
+    return static_cast<int>(reqs.size());
+  }
+  if (batch->sequences.size() != reqs.size()) {
+    why = "the batch returned " + std::to_string(batch->sequences.size()) +
+          " results";
+    return static_cast<int>(reqs.size());
+  }
+  int bad = 0;
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    Expected<GenerateResult> alone =
+        f.single->generate(reqs[i].prompt, reqs[i].options);
+    const Expected<GenerateResult> &in = batch->sequences[i];
+    std::string d;
+    if (!alone || !in) {
+      if (alone.hasValue() != in.hasValue() ||
+          (!alone && alone.message() != in.message()))
+        d = "alone: " + (alone ? std::string("ok") : alone.message()) +
+            "; in the batch: " + (in ? std::string("ok") : in.message());
+    } else if (alone->tokens != in->tokens) {
+      d = "different tokens";
+    } else if (alone->logits.size() != in->logits.size() ||
+               std::memcmp(alone->logits.data(), in->logits.data(),
+                           alone->logits.size() * sizeof(float)) != 0) {
+      d = "same tokens, different logit bits";
+    } else if (alone->stopped != in->stopped ||
+               alone->restoredTokens != in->restoredTokens) {
+      d = "different stop or restore counts";
+    }
+    if (!d.empty()) {
+      if (bad++ == 0)
+        why = "request " + std::to_string(i) + ": " + d;
+    }
+  }
+  return bad;
+}
+
+#define EXPECT_INVARIANT(f, reqs, options)                                     \
+  do {                                                                         \
+    std::string why_;                                                          \
+    EXPECT_EQ(differences((f), (reqs), (options), why_), 0) << why_;          \
+  } while (0)
+
+struct Case {
+  const char *preset;
+  const char *fusion;
+};
+
+class BatchInvariance : public ::testing::TestWithParam<Case> {};
+
+/// More requests than slots, of different lengths: they leave at different
+/// steps and later ones join slots used before. One is sampled (its own
+/// seed), one ends at a stop id.
+TEST_P(BatchInvariance, EverySequenceAsIfAlone) {
+  K3C_SKIP_WITHOUT_COMPILER();
+  Fixture *f = fixture(GetParam().preset, GetParam().fusion);
+  ASSERT_NE(f, nullptr);
+  std::vector<SequenceRequest> reqs =
+      randomRequests(3, 9, f->config.vocabSize);
+  reqs[2].options.sampling.temperature = 0.8;
+  reqs[2].options.sampling.topP = 0.9;
+  reqs[2].options.sampling.seed = 5;
+  // A stop id: the token request 4 chooses third when alone.
+  Expected<GenerateResult> free4 =
+      f->single->generate(reqs[4].prompt, reqs[4].options);
+  ASSERT_TRUE(free4.hasValue()) << free4.message();
+  reqs[4].options.maxNew = 10;
+  reqs[4].options.stopIds = {free4->tokens.at(2)};
+  Expected<BatchResult> b = f->batched->generateBatch(reqs);
+  ASSERT_TRUE(b.hasValue()) << b.message();
+  EXPECT_EQ(b->maxActive, kSlots);
+  ASSERT_TRUE(b->sequences[4].hasValue());
+  EXPECT_TRUE(b->sequences[4]->stopped);
+  EXPECT_LE(b->sequences[4]->tokens.size(), 3u);
+  EXPECT_INVARIANT(*f, reqs, BatchOptions());
+  // Fewer slots than the plan holds: the same results.
+  BatchOptions two;
+  two.batch = 2;
+  EXPECT_INVARIANT(*f, reqs, two);
+}
+
+const Case kCases[] = {
+    {"tiny", "default"},     {"tiny", "none"},     {"tiny", "max"},
+    {"tiny-linear", "default"}, {"tiny-odd", "default"},
+};
+
+INSTANTIATE_TEST_SUITE_P(
+    Presets, BatchInvariance, ::testing::ValuesIn(kCases),
+    [](const ::testing::TestParamInfo<Case> &info) {
+      std::string n = std::string(info.param.preset) + "_" + info.param.fusion;
+      for (char &ch : n)
+        if (ch == '-')
+          ch = '_';
+      return n;
+    });
+
+/// One request in every slot, next to different companions each time.
+TEST(BatchDecode, SlotAndCompanionsDoNotMatter) {
+  K3C_SKIP_WITHOUT_COMPILER();
+  Fixture *f = fixture("tiny");
+  ASSERT_NE(f, nullptr);
+  const SequenceRequest target = randomRequests(17, 1, f->config.vocabSize)[0];
+  for (int slot = 0; slot < kSlots; ++slot) {
+    // The first kSlots requests take slots 0.. in order.
+    std::vector<SequenceRequest> reqs =
+        randomRequests(100 + slot, kSlots, f->config.vocabSize);
+    reqs[static_cast<size_t>(slot)] = target;
+    EXPECT_INVARIANT(*f, reqs, BatchOptions());
+  }
+}
+
+/// A prefix snapshot (made in slot 0) restored into other slots, and one
+/// that covers a whole prompt.
+TEST(BatchDecode, SnapshotRestoredIntoAnotherSlot) {
+  K3C_SKIP_WITHOUT_COMPILER();
+  Fixture *f = fixture("tiny");
+  ASSERT_NE(f, nullptr);
+  std::vector<SequenceRequest> reqs =
+      randomRequests(29, 6, f->config.vocabSize);
+  const std::vector<int64_t> prefix = {5, 9, 2, 7};
+  Expected<PrefixSnapshot> snap = f->batched->snapshotPrefix(prefix);
+  ASSERT_TRUE(snap.hasValue()) << snap.message();
+  for (size_t i : {size_t(2), size_t(3), size_t(5)}) {
+    std::vector<int64_t> p = prefix;
+    p.insert(p.end(), reqs[i].prompt.begin(), reqs[i].prompt.end());
+    reqs[i].prompt = p;
+    reqs[i].options.prefix = &*snap;
+  }
+  reqs[3].prompt = prefix; // the whole prompt restored
+  EXPECT_INVARIANT(*f, reqs, BatchOptions());
+  Expected<BatchResult> b = f->batched->generateBatch(reqs);
+  ASSERT_TRUE(b.hasValue()) << b.message();
+  EXPECT_EQ(b->sequences[3]->restoredTokens, 4);
+
+  // Mutant: restored into the next slot (the sequence's own slot starts
+  // from zeros, a neighbour's state is overwritten).
+  BatchOptions wrong;
+  wrong.mutantSnapshotWrongSlot = true;
+  std::string why;
+  EXPECT_GT(differences(*f, reqs, wrong, why), 0)
+      << "a snapshot restored into the wrong slot went unnoticed";
+}
+
+TEST(BatchDecode, MutantsAreCaught) {
+  K3C_SKIP_WITHOUT_COMPILER();
+  for (const char *preset : {"tiny", "tiny-linear"}) {
+    Fixture *f = fixture(preset);
+    ASSERT_NE(f, nullptr);
+    const std::vector<SequenceRequest> reqs =
+        randomRequests(41, 7, f->config.vocabSize);
+    std::string why;
+    ASSERT_EQ(differences(*f, reqs, BatchOptions(), why), 0) << why;
+
+    BatchOptions stale;
+    stale.mutantStalePosition = true;
+    EXPECT_GT(differences(*f, reqs, stale, why), 0)
+        << preset << ": a joining sequence at a stale position went unnoticed";
+
+    BatchOptions swapped;
+    swapped.mutantSwapStatesAfter = 3;
+    EXPECT_GT(differences(*f, reqs, swapped, why), 0)
+        << preset << ": two sequences' swapped states went unnoticed";
+  }
+}
+
+/// Requests that fail end alone, with the message generate() gives; the
+/// others decode as if alone. Batches larger than the plan are refused.
+TEST(BatchDecode, FailuresEndAlone) {
+  K3C_SKIP_WITHOUT_COMPILER();
+  Fixture *f = fixture("tiny");
+  ASSERT_NE(f, nullptr);
+  const int64_t vocab = f->config.vocabSize;
+  std::vector<SequenceRequest> reqs = randomRequests(53, 6, vocab);
+  reqs[1].prompt[0] = vocab;        // outside the vocabulary
+  reqs[3].prompt.clear();           // empty
+  reqs[4].options.maxNew = kMaxSeq; // prompt + max_new > max_seq
+  EXPECT_INVARIANT(*f, reqs, BatchOptions());
+  Expected<BatchResult> b = f->batched->generateBatch(reqs);
+  ASSERT_TRUE(b.hasValue()) << b.message();
+  EXPECT_ERROR_CONTAINS(b->sequences[1], "outside the vocabulary");
+  EXPECT_ERROR_CONTAINS(b->sequences[3], "the prompt is empty");
+  EXPECT_ERROR_CONTAINS(b->sequences[4], "exceeds the plan's max_seq of 48");
+  EXPECT_TRUE(b->sequences[0].hasValue());
+
+  BatchOptions big;
+  big.batch = kSlots + 1;
+  EXPECT_ERROR_CONTAINS(f->batched->generateBatch(reqs, big),
+                        "a batch of 5 sequences is more than the 4 the plan "
+                        "holds (max_batch 4; compile with k3c --max-batch 5)");
+  EXPECT_ERROR_CONTAINS(f->single->generateBatch(reqs, big),
+                        "more than the 1 the plan holds");
+  // The batch-1 plan runs a batch of one.
+  EXPECT_TRUE(f->single->generateBatch(reqs).hasValue());
+}
+
+/// The backend's slot interface refuses what is not a slot.
+TEST(BatchDecode, SlotErrors) {
+  K3C_SKIP_WITHOUT_COMPILER();
+  Fixture *f = fixture("tiny");
+  ASSERT_NE(f, nullptr);
+  Backend &be = const_cast<Backend &>(f->batched->backend());
+  EXPECT_EQ(be.maxBatch(), kSlots);
+  EXPECT_ERROR_CONTAINS(be.stepSlots({}), "at least one row");
+  EXPECT_ERROR_CONTAINS(be.stepSlots({{1, 3, 0}, {1, 4, 0}}),
+                        "slot 1 is given twice in one step");
+  EXPECT_ERROR_CONTAINS(be.stepSlots({{4, 3, 0}}),
+                        "slot 4 is outside the plan's 4 slots (max_batch)");
+  EXPECT_ERROR_CONTAINS(be.stepSlots({{0, 3, 0}, {2, -1, 0}}),
+                        "slot 2: token id -1 is outside the vocabulary");
+  EXPECT_ERROR_CONTAINS(be.stepSlots({{3, 3, kMaxSeq}}),
+                        "slot 3: position 48 is outside");
+  EXPECT_ERROR_CONTAINS(be.resetSlot(-1), "slot -1 is outside");
+  std::vector<uint8_t> bytes;
+  EXPECT_ERROR_CONTAINS(be.readSlotState(9, 0, bytes), "slot 9 is outside");
+  EXPECT_EQ(be.slotLogits(4), nullptr);
+  // A slot's state is its own: writing slot 2 leaves slot 1 as it was.
+  ASSERT_TRUE(be.resetState().isOk());
+  ASSERT_TRUE(be.stepSlots({{1, 3, 0}, {2, 5, 0}}).isOk());
+  std::vector<uint8_t> one, two, after;
+  ASSERT_TRUE(be.readSlotState(1, 0, one).isOk());
+  ASSERT_TRUE(be.readSlotState(2, 0, two).isOk());
+  EXPECT_NE(one, two);
+  ASSERT_TRUE(be.resetSlot(2).isOk());
+  ASSERT_TRUE(be.readSlotState(1, 0, after).isOk());
+  EXPECT_EQ(one, after);
+  ASSERT_TRUE(be.readSlotState(2, 0, after).isOk());
+  EXPECT_EQ(after, std::vector<uint8_t>(after.size(), 0));
+  // The one-slot default of a backend.
+  Backend &single = const_cast<Backend &>(f->single->backend());
+  EXPECT_EQ(single.maxBatch(), 1);
+  EXPECT_ERROR_CONTAINS(single.resetSlot(1),
+                        "slot 1 is outside the plan's 1 slots");
+}
+
+/// The CUDA backend refuses a batched plan with a message that says what
+/// to do, the same with or without a GPU (checked before the driver).
+TEST(BatchDecode, CudaRefusesABatchedPlan) {
+  K3C_SKIP_WITHOUT_COMPILER();
+  Fixture *f = fixture("tiny");
+  ASSERT_NE(f, nullptr);
+  Expected<TensorStore> store =
+      openWeightsFor(f->batched->plan(), f->dir.path());
+  ASSERT_TRUE(store.hasValue()) << store.message();
+  EXPECT_ERROR_CONTAINS(
+      CudaBackend::bind(f->batched->plan(), *store, true),
+      "decodes up to 4 sequences together (max_batch); the CUDA backend runs "
+      "plans of one sequence in this version");
+}
+
+} // namespace
+} // namespace k3
