@@ -26,13 +26,16 @@ struct GreedyChoice {
   bool nonFinite = false; ///< a logit of that step was NaN or ±Inf
 };
 
-/// One sequence's row of a batched step (Backend::stepSlots): the slot that
-/// holds its state, and the token it feeds at position `pos`.
+/// One row of a step (Backend::stepSlots): the slot that holds the
+/// sequence's state, and the token it feeds at position `pos`.
 struct SlotStep {
   int64_t slot = 0;
   int64_t token = 0;
   int64_t pos = 0;
 };
+
+/// The most rows one step may have (several sequences, prompt chunks).
+constexpr int64_t kMaxStepRows = 4096;
 
 class Backend {
 public:
@@ -43,8 +46,8 @@ public:
   /// `pos`. Errors (before anything runs): token outside [0, vocab), pos
   /// outside [0, max_seq); a failed launch.
   virtual Status step(int64_t token, int64_t pos) = 0;
-  /// The step's logits on the host: fp32 [vocab], valid after step() until
-  /// the next.
+  /// The logits of the last row of the last step: fp32 [vocab], valid
+  /// until the next step.
   virtual const float *logits() const = 0;
   virtual int64_t vocab() const = 0;
   virtual int64_t maxSeq() const = 0;
@@ -63,11 +66,15 @@ public:
   virtual Status writeState(size_t state,
                             const std::vector<uint8_t> &bytes) = 0;
 
-  /// Batched decode (docs/PLAN.md "max_batch"): the backend holds
-  /// maxBatch() slots, each a whole arena and a copy of every state, so
-  /// sequences in different slots never share memory. step(), logits(),
-  /// readState() and writeState() are slot 0's. The defaults serve a
-  /// backend of one slot.
+  /// Steps of several rows (docs/PLAN.md "max_batch"). The backend holds
+  /// maxBatch() slots, each a copy of every state, so sequences in
+  /// different slots never share memory; each row of a step has its own
+  /// arena. A step runs the launches in plan order, each for every row in
+  /// the order given, so a slot's rows (consecutive positions of one
+  /// sequence: a chunk of its prompt) meet its state in position order, and
+  /// every row computes exactly what it computes alone: one step per token.
+  /// step(), readState() and writeState() are slot 0's. The defaults serve
+  /// a backend of one slot that runs a step per row.
   virtual int64_t maxBatch() const { return 1; }
   /// Zeroes slot `slot`'s states (a sequence joins it). Errors: no such slot.
   virtual Status resetSlot(int64_t slot) {
@@ -76,22 +83,14 @@ public:
                        " is out of range");
     return resetState();
   }
-  /// One step for several sequences: each row's slot runs the launches with
-  /// its token at its position. Errors, before anything runs: no rows, a
-  /// slot out of range or given twice, a row's step() input errors (named
-  /// with the slot).
-  virtual Status stepSlots(const std::vector<SlotStep> &rows) {
-    if (rows.size() != 1 || rows[0].slot != 0)
-      return makeError(name(), " has one slot; a step of ", rows.size(),
-                       " rows (first slot ",
-                       rows.empty() ? int64_t(-1) : rows[0].slot,
-                       ") is out of range");
-    return step(rows[0].token, rows[0].pos);
-  }
-  /// Slot `slot`'s logits after the last stepSlots() that ran it: fp32
-  /// [vocab]; null for a slot out of range.
-  virtual const float *slotLogits(int64_t slot) const {
-    return slot == 0 ? logits() : nullptr;
+  /// One step of `rows`. Errors, before anything runs: no rows or more than
+  /// kMaxStepRows, a slot out of range, a slot's rows not at consecutive
+  /// positions in order, a row's step() input errors (named with its slot).
+  virtual Status stepSlots(const std::vector<SlotStep> &rows);
+  /// Row `row`'s logits after the last stepSlots(): fp32 [vocab]; null for
+  /// a row out of range (the default keeps only the last row's).
+  virtual const float *rowLogits(size_t row) const {
+    return row + 1 == lastRows_ ? logits() : nullptr;
   }
   /// readState / writeState of slot `slot`.
   virtual Status readSlotState(int64_t slot, size_t state,
@@ -159,6 +158,14 @@ public:
     (void)bytes;
     return "none";
   }
+
+protected:
+  /// The checks of stepSlots() every backend makes: the rows' slots
+  /// (below `slots`), their order, their inputs.
+  Status checkRows(const std::vector<SlotStep> &rows, int64_t slots) const;
+
+private:
+  size_t lastRows_ = 0; ///< rows of the default stepSlots' last step
 };
 
 } // namespace k3

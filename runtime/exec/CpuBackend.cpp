@@ -32,78 +32,125 @@ void CpuBackend::Aligned::operator()(uint8_t *p) const { std::free(p); }
 
 CpuBackend::~CpuBackend() = default;
 
+namespace {
+uint64_t rounded(uint64_t bytes) {
+  return std::max<uint64_t>((bytes + kArenaAlign - 1) / kArenaAlign, 1) *
+         kArenaAlign;
+}
+} // namespace
+
 Expected<std::unique_ptr<CpuBackend>>
 CpuBackend::bind(const PlanDoc &plan, const TensorStore &store) {
   K3_RETURN_IF_ERROR(validatePlan(plan));
   std::unique_ptr<CpuBackend> be(new CpuBackend());
+  be->plan_ = plan;
+  be->plan_.ptxModules.clear(); // the CPU never reads it
   be->vocab_ = plan.config.vocabSize;
   be->maxSeq_ = plan.maxSeq;
   be->slots_ = plan.maxBatch;
-  const uint64_t slots = static_cast<uint64_t>(plan.maxBatch);
-
-  auto rounded = [](uint64_t bytes) {
-    return std::max<uint64_t>((bytes + kArenaAlign - 1) / kArenaAlign, 1) *
-           kArenaAlign;
-  };
-  // validatePlan bounds every slot's arena and states together, so these
-  // products cannot wrap.
-  auto allocate = [](uint64_t bytes, Block &out) -> Status {
-    void *mem = std::aligned_alloc(kArenaAlign, bytes);
-    if (!mem)
-      return makeError("cannot allocate ", bytes, " bytes");
-    std::memset(mem, 0, bytes);
-    out.reset(static_cast<uint8_t *>(mem));
-    return Status::ok();
-  };
   be->arenaBytes_ = plan.arenaBytes;
-  be->arenaStride_ = rounded(plan.arenaBytes);
-  K3_RETURN_IF_ERROR(allocate(be->arenaStride_ * slots, be->arena_)
-                         .withContext(slots > 1 ? "arena (every slot)"
-                                                : "arena"));
+  const uint64_t slots = static_cast<uint64_t>(plan.maxBatch);
+  // validatePlan bounds every slot's states together, so these products
+  // cannot wrap.
   be->states_.resize(plan.states.size());
   for (size_t i = 0; i < plan.states.size(); ++i) {
+    StateKind kind = StateKind::KdaState;
+    parseStateKind(plan.states[i].kind, kind); // validatePlan checked it
+    be->stepLocal_.push_back(stateKindIsStepLocal(kind));
     be->stateBytes_.push_back(plan.states[i].bytes);
     be->stateStride_.push_back(rounded(plan.states[i].bytes));
-    K3_RETURN_IF_ERROR(allocate(be->stateStride_[i] * slots, be->states_[i])
+    K3_RETURN_IF_ERROR(be->allocate(be->stateStride_[i] * slots, be->states_[i])
                            .withContext("state '" + plan.states[i].name + "'"));
   }
-  be->steps_.assign(slots * kStepWords, 0);
   be->weights_.resize(plan.weights.size());
-  PlanMemory mem;
-  mem.stateBytes = be->stateBytes_;
   for (size_t i = 0; i < plan.weights.size(); ++i) {
     ResolvedWeight &w = be->weights_[i];
     K3_RETURN_IF_ERROR(resolveWeight(plan.weights[i], store, w));
-    mem.weights.push_back(hostWeight(w));
+    be->weightViews_.push_back(hostWeight(w));
   }
-  // Each slot's launches see only that slot's arena, states and step block;
-  // the weights are shared.
-  be->launches_.resize(slots);
-  for (uint64_t slot = 0; slot < slots; ++slot) {
-    mem.arena = be->arena_.get() + slot * be->arenaStride_;
-    mem.states.clear();
-    for (size_t i = 0; i < plan.states.size(); ++i)
-      mem.states.push_back(be->slotState(static_cast<int64_t>(slot), i));
-    mem.step = be->stepBlock(static_cast<int64_t>(slot));
-    std::vector<BoundLaunch> &ls = be->launches_[slot];
-    ls.resize(plan.launches.size());
-    for (size_t i = 0; i < plan.launches.size(); ++i) {
-      Status st = bindLaunch(plan, i, mem, ls[i]);
-      if (!st)
-        return slots > 1 ? st.withContext("slot " + std::to_string(slot)) : st;
-    }
-    be->logits_.push_back(reinterpret_cast<const float *>(
-        mem.arena + plan.buffers[plan.logitsBuffer].offset));
-  }
+  K3_RETURN_IF_ERROR(be->ensureRows(1));
+  be->logits_ = be->rows_[0]->logits;
   be->chains_ = planChainsGreedy(plan);
   return be;
 }
 
-void CpuBackend::setStep(int64_t token, int64_t pos, int64_t slot) {
-  int64_t *step = stepBlock(slot);
-  step[kStepToken] = token;
-  step[kStepPos] = pos;
-  step[kStepNonFinite] = 0;
+Status CpuBackend::allocate(uint64_t bytes, Block &out) {
+  bytes = rounded(bytes);
+  void *mem = std::aligned_alloc(kArenaAlign, bytes);
+  if (!mem)
+    return makeError("cannot allocate ", bytes, " bytes");
+  std::memset(mem, 0, bytes);
+  out.reset(static_cast<uint8_t *>(mem));
+  return Status::ok();
+}
+
+Status CpuBackend::ensureRows(size_t n) {
+  while (rows_.size() < n) {
+    const size_t index = rows_.size();
+    auto row = std::make_unique<Row>();
+    K3_RETURN_IF_ERROR(allocate(arenaBytes_, row->arena)
+                           .withContext("the arena of step row " +
+                                        std::to_string(index)));
+    row->local.resize(plan_.states.size());
+    PlanMemory mem;
+    mem.arena = row->arena.get();
+    mem.stateBytes = stateBytes_;
+    mem.weights = weightViews_;
+    mem.step = row->step;
+    for (size_t i = 0; i < plan_.states.size(); ++i) {
+      if (stepLocal_[i]) {
+        K3_RETURN_IF_ERROR(allocate(stateBytes_[i], row->local[i])
+                               .withContext("state '" + plan_.states[i].name +
+                                            "' of step row " +
+                                            std::to_string(index)));
+        mem.states.push_back(row->local[i].get());
+      } else {
+        mem.states.push_back(slotState(0, i));
+      }
+    }
+    row->launches.resize(plan_.launches.size());
+    row->patches.resize(plan_.launches.size());
+    for (size_t l = 0; l < plan_.launches.size(); ++l) {
+      BoundLaunch &bl = row->launches[l];
+      K3_RETURN_IF_ERROR(bindLaunch(plan_, l, mem, bl));
+      // The sequence's states move with the slot the row serves.
+      for (const auto &[name, arg] : plan_.launches[l].args)
+        if (arg.kind == PlanArg::Kind::State &&
+            !stepLocal_[static_cast<size_t>(arg.index)])
+          row->patches[l].push_back({bl.kernel->field(name)->offset,
+                                     static_cast<size_t>(arg.index),
+                                     arg.offset});
+    }
+    row->slot = 0;
+    row->logits = reinterpret_cast<const float *>(
+        row->arena.get() + plan_.buffers[plan_.logitsBuffer].offset);
+    rows_.push_back(std::move(row));
+  }
+  return Status::ok();
+}
+
+void CpuBackend::bindRowToSlot(Row &r, int64_t slot) {
+  if (r.slot == slot)
+    return;
+  for (size_t l = 0; l < r.launches.size(); ++l) {
+    uint8_t *params = static_cast<uint8_t *>(r.launches[l].params->data());
+    for (const StatePatch &p : r.patches[l]) {
+      uint8_t *ptr = slotState(slot, p.state) + p.offset;
+      std::memcpy(params + p.field, &ptr, sizeof(ptr));
+    }
+  }
+  r.slot = slot;
+}
+
+CpuBackend::Row &CpuBackend::rowZero(int64_t token, int64_t pos) {
+  Row &r = *rows_[0];
+  bindRowToSlot(r, 0);
+  r.step[kStepToken] = token;
+  r.step[kStepPos] = pos;
+  r.step[kStepNonFinite] = 0;
+  logits_ = r.logits;
+  ranRows_ = 1;
+  return r;
 }
 
 Status CpuBackend::checkSlot(int64_t slot) const {
@@ -117,7 +164,21 @@ Expected<std::vector<GreedyChoice>> CpuBackend::chainGreedy(int64_t more) {
   if (!chains_)
     return makeError("cpu: the plan has no argmax writing the step block; "
                      "recompile it with this k3c");
-  const int64_t *step = stepBlock(0);
+  // The chain goes on from the last row of the last step (a prompt chunk's
+  // last token, whose argmax wrote the next token and position): row 0
+  // takes over its step block.
+  Row &r = *rows_[0];
+  const Row &last = *rows_[ranRows_ == 0 ? 0 : ranRows_ - 1];
+  if (last.slot != 0)
+    return makeError("cpu: chained greedy steps go on from slot 0; the last "
+                     "step's last row was slot ",
+                     last.slot);
+  if (&last != &r)
+    std::memcpy(r.step, last.step, sizeof(r.step));
+  bindRowToSlot(r, 0);
+  logits_ = r.logits;
+  ranRows_ = 1;
+  const int64_t *step = r.step;
   if (more < 0 || more > maxSeq_ - step[kStepPos])
     return makeError("chaining ", more, " steps from position ",
                      step[kStepPos], " passes max_seq ", maxSeq_);
@@ -128,7 +189,7 @@ Expected<std::vector<GreedyChoice>> CpuBackend::chainGreedy(int64_t more) {
   };
   record();
   for (int64_t i = 0; i < more; ++i) {
-    for (BoundLaunch &l : launches_[0])
+    for (BoundLaunch &l : r.launches)
       l.runCpu(); // the token and position come from the step block
     record();
   }
@@ -151,8 +212,8 @@ Status CpuBackend::resetSlot(int64_t slot) {
 
 Status CpuBackend::step(int64_t token, int64_t pos) {
   K3_RETURN_IF_ERROR(checkStepInputs(token, pos, vocab_, maxSeq_));
-  setStep(token, pos);
-  for (BoundLaunch &l : launches_[0]) {
+  Row &r = rowZero(token, pos);
+  for (BoundLaunch &l : r.launches) {
     l.setInputs(token, pos);
     l.runCpu();
   }
@@ -160,44 +221,46 @@ Status CpuBackend::step(int64_t token, int64_t pos) {
 }
 
 Status CpuBackend::stepSlots(const std::vector<SlotStep> &rows) {
-  if (rows.empty())
-    return makeError("a batched step needs at least one row");
-  std::vector<bool> taken(static_cast<size_t>(slots_), false);
-  for (const SlotStep &r : rows) {
-    K3_RETURN_IF_ERROR(checkSlot(r.slot));
-    if (taken[static_cast<size_t>(r.slot)])
-      return makeError("slot ", r.slot, " is given twice in one step");
-    taken[static_cast<size_t>(r.slot)] = true;
-    K3_RETURN_IF_ERROR(checkStepInputs(r.token, r.pos, vocab_, maxSeq_)
-                           .withContext("slot " + std::to_string(r.slot)));
+  K3_RETURN_IF_ERROR(checkRows(rows, slots_));
+  K3_RETURN_IF_ERROR(ensureRows(rows.size()));
+  for (size_t i = 0; i < rows.size(); ++i) {
+    Row &r = *rows_[i];
+    bindRowToSlot(r, rows[i].slot);
+    r.step[kStepToken] = rows[i].token;
+    r.step[kStepPos] = rows[i].pos;
+    r.step[kStepNonFinite] = 0;
   }
-  for (const SlotStep &r : rows)
-    setStep(r.token, r.pos, r.slot);
-  for (size_t l = 0; l < launches_[0].size(); ++l)
-    for (const SlotStep &r : rows) {
-      BoundLaunch &bl = launches_[static_cast<size_t>(r.slot)][l];
-      bl.setInputs(r.token, r.pos);
+  // Launch-major: every row's launch l before any row's launch l + 1, the
+  // rows in order, so a slot's rows meet its states in position order (a
+  // launch reads a state only up to its row's position: the MLA cache's
+  // later rows are past its length).
+  for (size_t l = 0; l < plan_.launches.size(); ++l)
+    for (size_t i = 0; i < rows.size(); ++i) {
+      BoundLaunch &bl = rows_[i]->launches[l];
+      bl.setInputs(rows[i].token, rows[i].pos);
       bl.runCpu();
     }
+  ranRows_ = rows.size();
+  logits_ = rows_[rows.size() - 1]->logits;
   return Status::ok();
 }
 
-const float *CpuBackend::slotLogits(int64_t slot) const {
-  return slot >= 0 && slot < slots_ ? logits_[static_cast<size_t>(slot)]
-                                    : nullptr;
+const float *CpuBackend::rowLogits(size_t row) const {
+  return row < ranRows_ ? rows_[row]->logits : nullptr;
 }
 
 Status CpuBackend::runLaunch(size_t index, int64_t token, int64_t pos) {
-  if (index >= launches_[0].size())
+  if (index >= plan_.launches.size())
     return makeError("launch ", index, " is out of range");
-  setStep(token, pos);
-  launches_[0][index].setInputs(token, pos);
-  launches_[0][index].runCpu();
+  BoundLaunch &l = rowZero(token, pos).launches[index];
+  l.setInputs(token, pos);
+  l.runCpu();
   return Status::ok();
 }
 
 Status CpuBackend::readArena(std::vector<uint8_t> &out) {
-  out.assign(arena_.get(), arena_.get() + arenaBytes_);
+  const uint8_t *arena = rows_[0]->arena.get();
+  out.assign(arena, arena + arenaBytes_);
   return Status::ok();
 }
 
@@ -214,7 +277,7 @@ Status CpuBackend::readSlotState(int64_t slot, size_t state,
   K3_RETURN_IF_ERROR(checkSlot(slot));
   if (state >= states_.size())
     return makeError("state ", state, " is out of range");
-  const uint8_t *at = slotState(slot, state);
+  const uint8_t *at = stateAt(slot, state);
   out.assign(at, at + stateBytes_[state]);
   return Status::ok();
 }
@@ -227,7 +290,7 @@ Status CpuBackend::writeSlotState(int64_t slot, size_t state,
   if (bytes.size() != stateBytes_[state])
     return makeError("state ", state, " holds ", stateBytes_[state],
                      " bytes, the snapshot has ", bytes.size());
-  std::memcpy(slotState(slot, state), bytes.data(), bytes.size());
+  std::memcpy(stateAt(slot, state), bytes.data(), bytes.size());
   return Status::ok();
 }
 
@@ -238,10 +301,10 @@ Status CpuBackend::writeSlotState(int64_t slot, size_t state,
 Expected<std::vector<double>> CpuBackend::timeLaunches(int64_t token,
                                                        int64_t pos) {
   K3_RETURN_IF_ERROR(checkStepInputs(token, pos, vocab_, maxSeq_));
-  std::vector<double> us(launches_[0].size());
-  setStep(token, pos);
-  for (size_t i = 0; i < launches_[0].size(); ++i) {
-    BoundLaunch &l = launches_[0][i];
+  Row &r = rowZero(token, pos);
+  std::vector<double> us(r.launches.size());
+  for (size_t i = 0; i < r.launches.size(); ++i) {
+    BoundLaunch &l = r.launches[i];
     l.setInputs(token, pos);
     const Clock::time_point t0 = Clock::now();
     l.runCpu();
@@ -254,8 +317,8 @@ Expected<double> CpuBackend::timeStep(int64_t token, int64_t pos, bool replay) {
   (void)replay; // no graph on the host
   K3_RETURN_IF_ERROR(checkStepInputs(token, pos, vocab_, maxSeq_));
   const Clock::time_point t0 = Clock::now();
-  setStep(token, pos);
-  for (BoundLaunch &l : launches_[0]) {
+  Row &r = rowZero(token, pos);
+  for (BoundLaunch &l : r.launches) {
     l.setInputs(token, pos);
     l.runCpu();
   }

@@ -1,9 +1,9 @@
 //===- CpuBackend.h - Runs a plan with the CPU kernels ----------*- C++ -*-===//
 //
-// Binds a validated plan to memory once: one 64-byte aligned arena for the
-// scratch buffers, one zeroed allocation per resident state (each holding
-// the plan's max_batch slots: slot s's arena and states at s times their
-// rounded size, its launches bound to them), and views into
+// Binds a validated plan to memory once: 64-byte aligned arenas for the
+// scratch buffers (one per row of a step: a step may run several sequences,
+// and several prompt tokens of one), one zeroed allocation per resident
+// state holding the plan's max_batch slots, and views into
 // the memory-mapped checkpoint for the weights (stacked `{e}` experts become
 // per-expert WeightRef tables, f32 vectors stored as bf16 are widened once).
 // Every launch's params struct is filled at bind time; a step only writes the
@@ -57,7 +57,7 @@ public:
   Status step(int64_t token, int64_t pos) override;
 
   /// The step's logits: fp32 [vocab], valid after step() until the next.
-  const float *logits() const override { return logits_[0]; }
+  const float *logits() const override { return logits_; }
   int64_t vocab() const override { return vocab_; }
   int64_t maxSeq() const override { return maxSeq_; }
   std::string name() const override { return "cpu"; }
@@ -66,13 +66,13 @@ public:
   Status readState(size_t state, std::vector<uint8_t> &out) override;
   Status writeState(size_t state, const std::vector<uint8_t> &bytes) override;
 
-  /// Batched decode: every slot's launches were bound at bind time; a step
-  /// runs the launches in plan order, each for every row (launch-major, as
-  /// a GPU would), so a row computes exactly what it computes alone.
+  /// Steps of several rows: each row has its own arena, step block and
+  /// step-local states (stateKindIsStepLocal), bound once (rows are added as
+  /// a step needs them) and pointed at its slot's states before the step.
   int64_t maxBatch() const override { return slots_; }
   Status resetSlot(int64_t slot) override;
   Status stepSlots(const std::vector<SlotStep> &rows) override;
-  const float *slotLogits(int64_t slot) const override;
+  const float *rowLogits(size_t row) const override;
   Status readSlotState(int64_t slot, size_t state,
                        std::vector<uint8_t> &out) override;
   Status writeSlotState(int64_t slot, size_t state,
@@ -92,37 +92,69 @@ public:
 
 private:
   CpuBackend() = default;
-  /// Writes a host-driven step's inputs into slot `slot`'s step block.
-  void setStep(int64_t token, int64_t pos, int64_t slot = 0);
-  /// Slot `slot`'s copy of state `state`; the slot must be in range.
-  uint8_t *slotState(int64_t slot, size_t state) const {
-    return states_[state].get() + static_cast<uint64_t>(slot) * stateStride_[state];
-  }
-  int64_t *stepBlock(int64_t slot) { return steps_.data() + slot * kStepWords; }
-  /// An error naming `slot` when it is not one of the plan's.
-  Status checkSlot(int64_t slot) const;
 
   struct Aligned {
     void operator()(uint8_t *p) const;
   };
   using Block = std::unique_ptr<uint8_t, Aligned>;
 
+  /// A state pointer of a bound launch, re-pointed when its row moves to
+  /// another slot: where it is in the params, which state, what offset.
+  struct StatePatch {
+    size_t field = 0;
+    size_t state = 0;
+    uint64_t offset = 0;
+  };
+  /// What one row of a step runs on.
+  struct Row {
+    Block arena;
+    /// Its copies of the step-local states (null for the others).
+    std::vector<Block> local;
+    int64_t step[kStepWords] = {};
+    std::vector<BoundLaunch> launches;
+    std::vector<std::vector<StatePatch>> patches; ///< per launch
+    int64_t slot = -1; ///< the slot its state pointers point at
+    const float *logits = nullptr;
+  };
+
+  /// Slot `slot`'s copy of state `state`; the slot must be in range.
+  uint8_t *slotState(int64_t slot, size_t state) const {
+    return states_[state].get() +
+           static_cast<uint64_t>(slot) * stateStride_[state];
+  }
+  /// A zeroed 64-byte aligned block of at least `bytes` (at least 64).
+  static Status allocate(uint64_t bytes, Block &out);
+  /// What readSlotState / writeSlotState see: the slot's copy, or for a
+  /// step-local state (one step's, not the sequence's) row 0's, the copy a
+  /// one-row step and the launch-by-launch debugging paths use.
+  uint8_t *stateAt(int64_t slot, size_t state) const {
+    return stepLocal_[state] ? rows_[0]->local[state].get()
+                             : slotState(slot, state);
+  }
+  /// Makes rows [0, n) exist (binding the launches of the new ones).
+  Status ensureRows(size_t n);
+  /// Points row `r`'s launches at slot `slot`'s states.
+  void bindRowToSlot(Row &r, int64_t slot);
+  /// Row 0 on slot 0 with the step inputs written: the one-row paths.
+  Row &rowZero(int64_t token, int64_t pos);
+  /// An error naming `slot` when it is not one of the plan's.
+  Status checkSlot(int64_t slot) const;
+
+  /// The plan (without its PTX), for binding rows as they are needed.
+  PlanDoc plan_;
   int64_t vocab_ = 0, maxSeq_ = 0, slots_ = 1;
-  /// Every slot's arena, slot s at s * arenaStride_ (arenaBytes_ rounded up
-  /// to the alignment).
-  Block arena_;
-  uint64_t arenaBytes_ = 0, arenaStride_ = 0;
+  uint64_t arenaBytes_ = 0;
   /// Per plan state, every slot's copy, slot s at s * stateStride_[i].
   std::vector<Block> states_;
   std::vector<uint64_t> stateBytes_, stateStride_;
+  std::vector<bool> stepLocal_; ///< per plan state
   std::vector<ResolvedWeight> weights_;
-  /// Per slot, the plan's launches bound to that slot's memory.
-  std::vector<std::vector<BoundLaunch>> launches_;
-  /// Per slot, its logits in its arena.
-  std::vector<const float *> logits_;
-  /// Per slot, the step block (kernels/common/StepInputs.h), kStepWords
-  /// each; and whether the plan's argmax writes it.
-  std::vector<int64_t> steps_;
+  std::vector<PlanMemory::Weight> weightViews_;
+  std::vector<std::unique_ptr<Row>> rows_;
+  /// The logits of the last row of the last step; how many rows that step
+  /// ran (a one-row step() runs row 0).
+  const float *logits_ = nullptr;
+  size_t ranRows_ = 0;
   bool chains_ = false;
 };
 

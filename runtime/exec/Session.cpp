@@ -151,8 +151,7 @@ Expected<PrefixSnapshot>
 Session::snapshotPrefix(const std::vector<int64_t> &prefix) {
   K3_RETURN_IF_ERROR(checkPrompt(prefix, 1));
   K3_RETURN_IF_ERROR(backend_->resetState());
-  for (size_t i = 0; i < prefix.size(); ++i)
-    K3_RETURN_IF_ERROR(backend_->step(prefix[i], static_cast<int64_t>(i)));
+  K3_RETURN_IF_ERROR(feed(prefix, 0, kDefaultPrefillChunk));
   PrefixSnapshot snap;
   snap.tokens = prefix;
   snap.states.resize(plan_.states.size());
@@ -275,10 +274,31 @@ Expected<GenerateResult> Session::generate(const std::vector<int64_t> &prompt,
   return generate(prompt, options);
 }
 
+Status Session::feed(const std::vector<int64_t> &prompt, int64_t first,
+                     int64_t chunk) {
+  const int64_t n = static_cast<int64_t>(prompt.size());
+  std::vector<SlotStep> rows;
+  for (int64_t i = first; i < n; i += chunk) {
+    const int64_t end = std::min(n, i + chunk);
+    if (end - i == 1) {
+      K3_RETURN_IF_ERROR(backend_->step(prompt[i], i));
+      continue;
+    }
+    rows.clear();
+    for (int64_t t = i; t < end; ++t)
+      rows.push_back({0, prompt[static_cast<size_t>(t)], t});
+    K3_RETURN_IF_ERROR(backend_->stepSlots(rows));
+  }
+  return Status::ok();
+}
+
 Status Session::checkRequest(const std::vector<int64_t> &prompt,
                              const GenerateOptions &options) const {
   K3_RETURN_IF_ERROR(checkPrompt(prompt, options.maxNew));
   K3_RETURN_IF_ERROR(checkSamplingParams(options.sampling));
+  if (options.prefillChunk < 1 || options.prefillChunk > kMaxStepRows)
+    return makeError("the prefill chunk must be in [1, ", kMaxStepRows,
+                     "] tokens, got ", options.prefillChunk);
   const PrefixSnapshot *prefix = options.prefix;
   if (prefix && (prefix->tokens.size() > prompt.size() ||
                  !std::equal(prefix->tokens.begin(), prefix->tokens.end(),
@@ -311,8 +331,7 @@ Expected<GenerateResult> Session::generate(const std::vector<int64_t> &prompt,
     K3_RETURN_IF_ERROR(backend_->resetState());
   }
   r.restoredTokens = first;
-  for (int64_t i = first; i < n; ++i)
-    K3_RETURN_IF_ERROR(backend_->step(prompt[i], i));
+  K3_RETURN_IF_ERROR(feed(prompt, first, options.prefillChunk));
   r.promptSeconds = secondsSince(t0);
 
   t0 = std::chrono::steady_clock::now();
@@ -518,14 +537,25 @@ Session::generateBatch(const std::vector<SequenceRequest> &reqs,
     if (live.empty())
       continue;
 
+    // A sequence still in its prompt feeds up to its chunk of prompt tokens
+    // (consecutive rows of its slot), the others their last choice.
     std::vector<SlotStep> rows;
+    std::vector<size_t> lastRow; // per live sequence: its last row
+    int64_t promptRows = 0;
     for (const LiveSequence &q : live) {
       const std::vector<int64_t> &prompt = reqs[q.request].prompt;
-      const bool inPrompt = q.fed < static_cast<int64_t>(prompt.size());
-      rows.push_back({q.slot,
-                      inPrompt ? prompt[static_cast<size_t>(q.fed)]
-                               : q.lastToken,
-                      q.pos()});
+      const int64_t n = static_cast<int64_t>(prompt.size());
+      if (q.fed < n) {
+        const int64_t end =
+            std::min(n, q.fed + reqs[q.request].options.prefillChunk);
+        for (int64_t t = q.fed; t < end; ++t)
+          rows.push_back(
+              {q.slot, prompt[static_cast<size_t>(t)], q.base + t});
+        promptRows += end - q.fed;
+      } else {
+        rows.push_back({q.slot, q.lastToken, q.pos()});
+      }
+      lastRow.push_back(rows.size() - 1);
     }
     const auto t0 = std::chrono::steady_clock::now();
     Status st = backend_->stepSlots(rows);
@@ -533,20 +563,26 @@ Session::generateBatch(const std::vector<SequenceRequest> &reqs,
     if (!st)
       return st.withContext("batched step " + std::to_string(out.steps));
     ++out.steps;
-    out.maxActive = std::max<int64_t>(out.maxActive,
-                                      static_cast<int64_t>(rows.size()));
+    out.maxActive =
+        std::max<int64_t>(out.maxActive, static_cast<int64_t>(live.size()));
+    out.maxRows = std::max<int64_t>(out.maxRows,
+                                    static_cast<int64_t>(rows.size()));
+    out.promptRows += promptRows;
 
     std::vector<LiveSequence> still;
-    for (LiveSequence &q : live) {
+    for (size_t k = 0; k < live.size(); ++k) {
+      LiveSequence &q = live[k];
       const int64_t n = q.result.promptTokens;
-      const bool wasPrompt = q.fed < n;
-      (wasPrompt ? q.result.promptSeconds : q.result.decodeSeconds) += share;
-      ++q.fed;
+      const size_t first = k == 0 ? 0 : lastRow[k - 1] + 1;
+      const int64_t mine = static_cast<int64_t>(lastRow[k] + 1 - first);
+      (q.fed < n ? q.result.promptSeconds : q.result.decodeSeconds) +=
+          share * static_cast<double>(mine);
+      q.fed += mine;
       if (q.fed < n) { // more prompt to feed
         still.push_back(std::move(q));
         continue;
       }
-      if (choose(q, backend_->slotLogits(q.slot)))
+      if (choose(q, backend_->rowLogits(lastRow[k])))
         still.push_back(std::move(q));
     }
     live = std::move(still);

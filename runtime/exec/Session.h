@@ -86,6 +86,9 @@ struct PrefixSnapshot {
   bool mutantSwapKdaSlots = false;
 };
 
+/// The prompt tokens fed per step by default (GenerateOptions::prefillChunk).
+constexpr int64_t kDefaultPrefillChunk = 64;
+
 /// How generate() decodes one sequence.
 struct GenerateOptions {
   int64_t maxNew = 1; ///< the most tokens to generate (>= 1)
@@ -106,6 +109,11 @@ struct GenerateOptions {
   /// come back, kChainSteps at a time), when the backend and plan can.
   /// The same tokens as the host's argmax; false forces the host loop.
   bool deviceGreedy = true;
+  /// The prompt is fed this many tokens per step (Backend::stepSlots: one
+  /// row per token, launch by launch over the chunk; the same tokens and
+  /// logits as one step per token, bit for bit on the CPU); 1: one token per
+  /// step. At least 1, at most kMaxStepRows.
+  int64_t prefillChunk = kDefaultPrefillChunk;
 };
 
 /// Chained greedy steps between two looks at the ids (stop ids, the
@@ -145,8 +153,10 @@ struct BatchResult {
   /// Per request, in request order: its result, or the error that ended it
   /// alone (the others went on).
   std::vector<Expected<GenerateResult>> sequences;
-  int64_t steps = 0;     ///< batched steps run
-  int64_t maxActive = 0; ///< the most sequences one step ran
+  int64_t steps = 0;      ///< batched steps run
+  int64_t maxActive = 0;  ///< the most sequences one step ran
+  int64_t maxRows = 0;    ///< the most rows (tokens) one step ran
+  int64_t promptRows = 0; ///< rows that fed prompt tokens
 };
 
 /// What a teacher-forced step computed: every plan probe's values (plan
@@ -223,6 +233,9 @@ private:
   Session() = default;
   /// Writes a snapshot's states back into `slot` (the mutant lever applied).
   Status restore(const PrefixSnapshot &snap, int64_t slot = 0);
+  /// Feeds prompt[first, n) to slot 0, `chunk` tokens per step.
+  Status feed(const std::vector<int64_t> &prompt, int64_t first,
+              int64_t chunk);
   /// The checks of generate() before anything runs.
   Status checkRequest(const std::vector<int64_t> &prompt,
                       const GenerateOptions &options) const;

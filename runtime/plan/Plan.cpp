@@ -164,6 +164,10 @@ bool parseStateKind(const std::string &name, StateKind &out) {
   return false;
 }
 
+bool stateKindIsStepLocal(StateKind kind) {
+  return kind == StateKind::AttnResBlocks;
+}
+
 ElemType stateKindElem(StateKind kind) {
   return kind == StateKind::KdaState || kind == StateKind::ConvState
              ? ElemType::F32

@@ -109,6 +109,12 @@ const char *stateKindName(StateKind kind);
 bool parseStateKind(const std::string &name, StateKind &out);
 /// The element type of a state of `kind`: F32 or BF16.
 ElemType stateKindElem(StateKind kind);
+/// Whether a state of `kind` lives for one step only: AttnRes blocks are one
+/// token's committed layer outputs (K3.md §4), written by each step before
+/// it reads them. A backend that runs several rows of one sequence in a
+/// step (a prompt chunk) gives each row its own copy; the others are the
+/// sequence's, shared by its rows in position order.
+bool stateKindIsStepLocal(StateKind kind);
 
 /// Resident per-sequence state, zeroed at the start of each sequence. Its
 /// shape and bytes are one slot's; a plan of max_batch B holds B slots.

@@ -103,7 +103,8 @@ std::vector<SequenceRequest> randomRequests(uint64_t seed, int n,
 }
 
 /// The number of `reqs` whose batched result differs from the request
-/// decoded alone with the batch-1 plan (tokens, or a logit's bits), with the
+/// decoded alone with the batch-1 plan, one token per step (tokens, or a
+/// logit's bits), with the
 /// first difference in `why`. A request that fails alone must fail in the
 /// batch with the same message.
 int differences(Fixture &f, const std::vector<SequenceRequest> &reqs,
@@ -120,8 +121,10 @@ int differences(Fixture &f, const std::vector<SequenceRequest> &reqs,
   }
   int bad = 0;
   for (size_t i = 0; i < reqs.size(); ++i) {
-    Expected<GenerateResult> alone =
-        f.single->generate(reqs[i].prompt, reqs[i].options);
+    // Alone, one token per step: the batch's prompt chunks must not show.
+    GenerateOptions one = reqs[i].options;
+    one.prefillChunk = 1;
+    Expected<GenerateResult> alone = f.single->generate(reqs[i].prompt, one);
     const Expected<GenerateResult> &in = batch->sequences[i];
     std::string d;
     if (!alone || !in) {
@@ -189,6 +192,55 @@ TEST_P(BatchInvariance, EverySequenceAsIfAlone) {
   BatchOptions two;
   two.batch = 2;
   EXPECT_INVARIANT(*f, reqs, two);
+  // Prompts fed a token per step, and in chunks of 3 (several steps of
+  // chunks, next to other sequences' decode rows).
+  for (int64_t chunk : {1, 3}) {
+    for (SequenceRequest &r : reqs)
+      r.options.prefillChunk = chunk;
+    EXPECT_INVARIANT(*f, reqs, BatchOptions());
+  }
+}
+
+/// generate() with the prompt in chunks of any size, also prompts longer
+/// than a chunk: bit for bit one token per step. Then decoding on from
+/// there, greedy on the device (the chain takes over from a chunk's last
+/// row) and on the host.
+TEST_P(BatchInvariance, ChunkedPrefillAsTokenByToken) {
+  K3C_SKIP_WITHOUT_COMPILER();
+  Fixture *f = fixture(GetParam().preset, GetParam().fusion);
+  ASSERT_NE(f, nullptr);
+  std::mt19937_64 rng(71);
+  for (int64_t len : {2, 7, 20}) {
+    const std::vector<int64_t> prompt =
+        randomPrompt(rng, len, f->config.vocabSize);
+    GenerateOptions ref;
+    ref.maxNew = 6;
+    ref.keepLogits = true;
+    ref.prefillChunk = 1;
+    Expected<GenerateResult> want = f->single->generate(prompt, ref);
+    ASSERT_TRUE(want.hasValue()) << want.message();
+    for (int64_t chunk : {2, 3, 7, 64}) {
+      for (Session *s : {f->single.get(), f->batched.get()}) {
+        GenerateOptions o = ref;
+        o.prefillChunk = chunk;
+        Expected<GenerateResult> got = s->generate(prompt, o);
+        ASSERT_TRUE(got.hasValue()) << got.message();
+        EXPECT_EQ(got->tokens, want->tokens) << len << " / " << chunk;
+        EXPECT_EQ(0, std::memcmp(got->logits.data(), want->logits.data(),
+                                 want->logits.size() * sizeof(float)))
+            << len << " / " << chunk;
+        o.keepLogits = false; // greedy on the device
+        got = s->generate(prompt, o);
+        ASSERT_TRUE(got.hasValue()) << got.message();
+        EXPECT_EQ(got->tokens, want->tokens) << "chained, " << len << " / "
+                                             << chunk;
+      }
+    }
+  }
+  GenerateOptions bad;
+  bad.prefillChunk = 0;
+  EXPECT_ERROR_CONTAINS(f->single->generate({1, 2}, bad),
+                        "the prefill chunk must be in [1, 4096] tokens, got 0");
 }
 
 const Case kCases[] = {
@@ -314,7 +366,13 @@ TEST(BatchDecode, SlotErrors) {
   EXPECT_EQ(be.maxBatch(), kSlots);
   EXPECT_ERROR_CONTAINS(be.stepSlots({}), "at least one row");
   EXPECT_ERROR_CONTAINS(be.stepSlots({{1, 3, 0}, {1, 4, 0}}),
-                        "slot 1 is given twice in one step");
+                        "slot 1: row 1 is at position 0, not 1 after the "
+                        "slot's previous row");
+  EXPECT_ERROR_CONTAINS(be.stepSlots({{1, 3, 5}, {2, 1, 0}, {1, 4, 7}}),
+                        "slot 1: row 2 is at position 7, not 6");
+  EXPECT_ERROR_CONTAINS(
+      be.stepSlots(std::vector<SlotStep>(kMaxStepRows + 1)),
+      "a step of 4097 rows is more than the 4096 one step may have");
   EXPECT_ERROR_CONTAINS(be.stepSlots({{4, 3, 0}}),
                         "slot 4 is outside the plan's 4 slots (max_batch)");
   EXPECT_ERROR_CONTAINS(be.stepSlots({{0, 3, 0}, {2, -1, 0}}),
@@ -324,18 +382,24 @@ TEST(BatchDecode, SlotErrors) {
   EXPECT_ERROR_CONTAINS(be.resetSlot(-1), "slot -1 is outside");
   std::vector<uint8_t> bytes;
   EXPECT_ERROR_CONTAINS(be.readSlotState(9, 0, bytes), "slot 9 is outside");
-  EXPECT_EQ(be.slotLogits(4), nullptr);
+  ASSERT_TRUE(be.stepSlots({{0, 3, 0}, {0, 4, 1}, {1, 2, 0}}).isOk());
+  EXPECT_NE(be.rowLogits(2), nullptr);
+  EXPECT_EQ(be.rowLogits(3), nullptr);
+  EXPECT_EQ(be.logits(), be.rowLogits(2));
   // A slot's state is its own: writing slot 2 leaves slot 1 as it was.
+  size_t kda = 0;
+  while (!f->batched->plan().states[kda].is(StateKind::KdaState))
+    ++kda;
   ASSERT_TRUE(be.resetState().isOk());
   ASSERT_TRUE(be.stepSlots({{1, 3, 0}, {2, 5, 0}}).isOk());
   std::vector<uint8_t> one, two, after;
-  ASSERT_TRUE(be.readSlotState(1, 0, one).isOk());
-  ASSERT_TRUE(be.readSlotState(2, 0, two).isOk());
+  ASSERT_TRUE(be.readSlotState(1, kda, one).isOk());
+  ASSERT_TRUE(be.readSlotState(2, kda, two).isOk());
   EXPECT_NE(one, two);
   ASSERT_TRUE(be.resetSlot(2).isOk());
-  ASSERT_TRUE(be.readSlotState(1, 0, after).isOk());
+  ASSERT_TRUE(be.readSlotState(1, kda, after).isOk());
   EXPECT_EQ(one, after);
-  ASSERT_TRUE(be.readSlotState(2, 0, after).isOk());
+  ASSERT_TRUE(be.readSlotState(2, kda, after).isOk());
   EXPECT_EQ(after, std::vector<uint8_t>(after.size(), 0));
   // The one-slot default of a backend.
   Backend &single = const_cast<Backend &>(f->single->backend());

@@ -1,0 +1,52 @@
+//===- Backend.cpp - What every backend checks of a step's rows -----------===//
+//
+// The row rules of Backend::stepSlots, stated once: every backend refuses
+// the same steps with the same messages, before anything runs.
+//
+//===----------------------------------------------------------------------===//
+#include "runtime/exec/Backend.h"
+
+#include "runtime/exec/PlanBinding.h"
+
+#include <map>
+
+namespace k3 {
+
+Status Backend::checkRows(const std::vector<SlotStep> &rows,
+                          int64_t slots) const {
+  if (rows.empty())
+    return makeError("a step needs at least one row");
+  if (static_cast<int64_t>(rows.size()) > kMaxStepRows)
+    return makeError("a step of ", rows.size(), " rows is more than the ",
+                     kMaxStepRows, " one step may have");
+  std::map<int64_t, int64_t> lastPos; // slot -> its previous row's position
+  for (size_t r = 0; r < rows.size(); ++r) {
+    const SlotStep &row = rows[r];
+    if (row.slot < 0 || row.slot >= slots)
+      return makeError("slot ", row.slot, " is outside the plan's ", slots,
+                       " slots (max_batch)");
+    K3_RETURN_IF_ERROR(checkStepInputs(row.token, row.pos, vocab(), maxSeq())
+                           .withContext("slot " + std::to_string(row.slot)));
+    auto [it, first] = lastPos.try_emplace(row.slot, row.pos);
+    if (!first) {
+      if (row.pos != it->second + 1)
+        return makeError("slot ", row.slot, ": row ", r, " is at position ",
+                         row.pos, ", not ", it->second + 1,
+                         " after the slot's previous row (a slot's rows are "
+                         "consecutive positions in order)");
+      it->second = row.pos;
+    }
+  }
+  return Status::ok();
+}
+
+Status Backend::stepSlots(const std::vector<SlotStep> &rows) {
+  K3_RETURN_IF_ERROR(checkRows(rows, maxBatch()));
+  lastRows_ = 0;
+  for (const SlotStep &row : rows)
+    K3_RETURN_IF_ERROR(step(row.token, row.pos));
+  lastRows_ = rows.size();
+  return Status::ok();
+}
+
+} // namespace k3
