@@ -74,7 +74,7 @@ int runtimeError(const std::string &message) {
 /// messages of our own).
 struct Args {
   std::string plan, weights, promptIds, prompts, maxNew, stopIds, temperature,
-      topP, seed, snapshotOut, snapshotIn, prefixLen, batch,
+      topP, seed, snapshotOut, snapshotIn, prefixLen, batch, prefillChunk,
       backend = "cpu", checkAgainst, logitsOut, profileSteps;
   bool ignoreEos = false, noCudaGraph = false, profile = false, quiet = false,
        hostGreedy = false;
@@ -125,7 +125,8 @@ std::string footer(bool embedded) {
         "--prompt-ids 1,2,3 --max-new 8 --backend cuda --check-against cpu"})
     examples += run + e + "\n";
   return "How it decodes:\n"
-         "  Each prompt is fed one token per step, then tokens are chosen\n"
+         "  Each prompt is fed --prefill-chunk tokens per step (a row per\n"
+         "  token, launch by launch over the chunk), then tokens are chosen\n"
          "  one at a time: the argmax of the logits (ties to the lowest id),\n"
          "  or a sample with --temperature. A sequence ends after --max-new\n"
          "  tokens or at a stop id (printed as its last id). Prompts are\n"
@@ -183,6 +184,11 @@ void declareOptions(CLI::App &app, Args &a, bool embedded) {
                  "decode up to N prompts together, each in its\n"
                  "own slot (N <= the plan's max_batch, set by\n"
                  "k3c --max-batch; default: max_batch)")
+      ->type_name("N")
+      ->group(model);
+  app.add_option("--prefill-chunk", a.prefillChunk,
+                 "feed each prompt N tokens per step (default 64;\n"
+                 "1: one token per step); the same ids either way")
       ->type_name("N")
       ->group(model);
   app.add_option("--max-new", a.maxNew,
@@ -339,6 +345,7 @@ struct Request {
   std::vector<k3::Prompt> prompts; ///< from --prompt-ids when given
   int64_t maxNew = 0, profileSteps = 20, prefixLen = 0; ///< 0: whole prompt
   int64_t batch = 0; ///< --batch; 0: the plan's max_batch
+  int64_t prefillChunk = k3::kDefaultPrefillChunk;
   std::vector<int64_t> stopIds;
   k3::SamplingParams sampling;
   k3::BackendKind kind = k3::BackendKind::Cpu;
@@ -368,6 +375,12 @@ std::string checkArgs(const Args &a, Request &r) {
     return "--max-new needs an integer >= 1";
   if (!a.batch.empty() && (!parseInt(a.batch, r.batch) || r.batch < 1))
     return "--batch needs an integer >= 1, got '" + a.batch + "'";
+  if (!a.prefillChunk.empty() &&
+      (!parseInt(a.prefillChunk, r.prefillChunk) || r.prefillChunk < 1 ||
+       r.prefillChunk > k3::kMaxStepRows))
+    return "--prefill-chunk needs an integer in [1, " +
+           std::to_string(k3::kMaxStepRows) + "], got '" + a.prefillChunk +
+           "'";
   if (!a.promptIds.empty()) {
     k3::Prompt p;
     if (k3::Status s = k3::parseIdList(a.promptIds, p.ids); !s)
@@ -557,7 +570,7 @@ struct Totals {
   int64_t prompts = 0, tokens = 0, fed = 0, restored = 0, decodeSteps = 0,
           stopped = 0, lastStop = -1;
   /// A batched decode: its steps and the most sequences one step ran.
-  int64_t batchSteps = 0, maxActive = 0;
+  int64_t batchSteps = 0, maxActive = 0, maxRows = 0;
   double prefillSeconds = 0, decodeSeconds = 0;
   void add(const k3::GenerateResult &g) {
     ++prompts;
@@ -611,7 +624,8 @@ std::string summary(const Totals &t, const std::string &backend) {
        " s (" + rate(t.decodeSteps, t.decodeSeconds) + " tokens/s)";
   if (t.batchSteps > 0)
     s += "; batched: " + count(t.batchSteps, "step") + ", up to " +
-         std::to_string(t.maxActive) + " sequences per step";
+         std::to_string(t.maxActive) + " sequences and " +
+         count(t.maxRows, "token") + " per step";
   return s;
 }
 
@@ -802,6 +816,7 @@ int run(int argc, char **argv) {
     opt.deviceGreedy = !a.hostGreedy;
     opt.stopIds = stopIds;
     opt.sampling = req.sampling;
+    opt.prefillChunk = req.prefillChunk;
     if (snapshot && startsWith(p.ids, snapshot->tokens))
       opt.prefix = &*snapshot;
     return opt;
@@ -854,6 +869,7 @@ int run(int argc, char **argv) {
     }
     totals.batchSteps = b->steps;
     totals.maxActive = b->maxActive;
+    totals.maxRows = b->maxRows;
     if (failures > 0) {
       if (!a.quiet)
         std::fprintf(stderr, "%s: %d of %zu sequences failed\n",

@@ -162,11 +162,12 @@ TEST_F(K3RunToolTest, BatchedPromptsAsIfOneByOne) {
                            dir->file("five.txt") +
                            " --max-new 5 --stop-ids 100 --logits-out ";
   RunResult one = run(tool() + " " + dir->file("m.plan") + args +
-                          dir->file("one.npy"),
+                          dir->file("one.npy") + " --prefill-chunk 1",
                       *dir);
   ASSERT_EQ(one.exitCode, 0) << one.err;
   EXPECT_EQ(std::count(one.out.begin(), one.out.end(), '\n'), 5) << one.out;
-  for (const char *batch : {"", " --batch 2", " --batch 3"}) {
+  for (const char *batch : {"", " --batch 2", " --batch 3", " --prefill-chunk 1",
+                            " --batch 2 --prefill-chunk 2"}) {
     RunResult r = run(tool() + " " + dir->file("b.plan") + args +
                           dir->file("b.npy") + batch,
                       *dir);
@@ -219,6 +220,8 @@ TEST_F(K3RunToolTest, UsageErrorsExitTwo) {
         " " + dir->file("m.plan") + common() + " --backend tpu",
         " " + dir->file("m.plan") + common() + " --check-against cuda",
         " " + dir->file("m.plan") + common() + " --batch 0",
+        " " + dir->file("m.plan") + common() + " --prefill-chunk 0",
+        " " + dir->file("m.plan") + common() + " --prefill-chunk 4097",
         " " + dir->file("m.plan") + common() + " --batch two",
         " " + dir->file("m.plan") + common() + " --batch 2 --check-against cpu",
         " " + dir->file("m.plan") + common() + " --check-against"}) {
