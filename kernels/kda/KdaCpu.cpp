@@ -184,6 +184,83 @@ void kdaStepCpu(const KdaStepParams &p) {
   }
 }
 
+void kdaChunkCpu(const KdaChunkParams &p) {
+  const int64_t T = p.tokens, H = p.numHeads, d = p.headDim, C = H * d;
+  std::vector<float> G(static_cast<size_t>(T * d));     // [T, d] cumulative
+  std::vector<float> w(static_cast<size_t>(T * d));     // [T, d] pseudo-values
+  std::vector<float> decayed(static_cast<size_t>(d));   // exp(G) ⊙ x
+  std::vector<float> o(static_cast<size_t>(d));
+  for (int64_t h = 0; h < H; ++h) {
+    const int64_t c0 = h * d;
+    float *S = p.state + h * d * d;
+    auto at = [&](const float *x, int64_t t) { return x + t * C + c0; };
+    for (int64_t t = 0; t < T; ++t)
+      for (int64_t c = 0; c < d; ++c)
+        G[t * d + c] = (t ? G[(t - 1) * d + c] : 0.0f) + at(p.g, t)[c];
+
+    // S0ᵀ (exp(G_t) ⊙ x): the chunk's start state seen from token t.
+    auto fromStart = [&](const float *x, int64_t t, float *out) {
+      for (int64_t c = 0; c < d; ++c)
+        decayed[c] = std::exp(G[t * d + c]) * x[c];
+      for (int64_t j = 0; j < d; ++j)
+        out[j] = 0.0f;
+      for (int64_t c = 0; c < d; ++c)
+        for (int64_t j = 0; j < d; ++j)
+          out[j] += decayed[c] * S[c * d + j];
+    };
+    // Σ_c x[c] k_r[c] exp(G_t[c] − G_r[c]).
+    auto between = [&](const float *x, int64_t t, int64_t r) {
+      const float *kr = at(p.k, r);
+      float acc = 0.0f;
+      for (int64_t c = 0; c < d; ++c)
+        acc += x[c] * kr[c] * std::exp(G[t * d + c] - G[r * d + c]);
+      return acc;
+    };
+
+    // The UT transform as a forward substitution: w_s from w_0 .. w_{s-1}.
+    for (int64_t s = 0; s < T; ++s) {
+      float *ws = &w[s * d];
+      fromStart(at(p.k, s), s, ws);
+      const float beta = p.beta[s * H + h];
+      const uint16_t *vs = p.v + s * C + c0;
+      for (int64_t j = 0; j < d; ++j)
+        ws[j] = bf16ToFloat(vs[j]) - ws[j];
+      for (int64_t r = 0; r < s; ++r) {
+        const float a = between(at(p.k, s), s, r);
+        for (int64_t j = 0; j < d; ++j)
+          ws[j] -= a * w[r * d + j];
+      }
+      for (int64_t j = 0; j < d; ++j)
+        ws[j] *= beta;
+    }
+    // Outputs against the start state (before it is overwritten).
+    for (int64_t t = 0; t < T; ++t) {
+      fromStart(at(p.q, t), t, o.data());
+      for (int64_t s = 0; s <= t; ++s) {
+        const float b = between(at(p.q, t), t, s);
+        for (int64_t j = 0; j < d; ++j)
+          o[j] += b * w[s * d + j];
+      }
+      uint16_t *out = p.out + t * C + c0;
+      for (int64_t j = 0; j < d; ++j)
+        out[j] = floatToBf16(o[j]);
+    }
+    // The state after the chunk.
+    const float *GT = &G[(T - 1) * d];
+    for (int64_t c = 0; c < d && T > 0; ++c) {
+      const float keep = std::exp(GT[c]);
+      float *row = S + c * d;
+      for (int64_t j = 0; j < d; ++j)
+        row[j] *= keep;
+      for (int64_t s = 0; s < T; ++s) {
+        const float f = std::exp(GT[c] - G[s * d + c]) * at(p.k, s)[c];
+        for (int64_t j = 0; j < d; ++j)
+          row[j] += f * w[s * d + j];
+      }
+    }
+  }
+}
+
 void kdaGatedNormCpu(const KdaGatedNormParams &p) {
   const int64_t d = p.headDim;
   std::vector<float> o(d);

@@ -20,6 +20,8 @@ void kdaGateCpu(const KdaGateParams &p);
 void sigmoidCpu(const SigmoidParams &p);
 /// The delta-rule state update and o = R(Sᵀq) on prepared q, k, g, β.
 void kdaStepCpu(const KdaStepParams &p);
+/// KdaChunkParams: T tokens at once in the WY / UT form (KdaParams.h).
+void kdaChunkCpu(const KdaChunkParams &p);
 /// Per-head RMSNorm times o_norm weight times sigmoid(gate).
 void kdaGatedNormCpu(const KdaGatedNormParams &p);
 /// Conv ×3 + the gated delta-rule step + gated norm in one call.

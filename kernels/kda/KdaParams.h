@@ -113,6 +113,31 @@ struct KdaStepParams {
   int64_t headDim = 0;         ///< d
 };
 
+/// The chunk form of kda_step (no plan kernel yet: the CPU reference for a
+/// multi-row KDA kernel): T consecutive tokens of one sequence in one call,
+/// by the WY / UT form of the gated delta rule instead of T rank-1 updates.
+/// Per head, with G_t = g_1 + ... + g_t (per key channel, the log decay
+/// since the chunk's start) and S0 the state before it:
+///   A[s][r] = Σ_c k_s[c] k_r[c] exp(G_s[c] − G_r[c])     (r < s)
+///   w_s = β_s (v_s − S0ᵀ (exp(G_s) ⊙ k_s) − Σ_{r<s} A[s][r] w_r)
+///   o_t = S0ᵀ (exp(G_t) ⊙ q_t) + Σ_{s≤t} (Σ_c q_t[c] k_s[c] exp(G_t[c] − G_s[c])) w_s
+///   S_T = exp(G_T) ⊙rows S0 + Σ_s (exp(G_T − G_s) ⊙ k_s) w_sᵀ
+/// (every exponent ≤ 0: nothing overflows however long the chunk). It
+/// equals T kda_step calls within fp32 rounding (the sums are reassociated),
+/// not bit for bit. Inputs are [T, C] rows, contiguous.
+struct KdaChunkParams {
+  const float *q = nullptr;    ///< [T, C] fp32, normalised and scaled
+  const float *k = nullptr;    ///< [T, C] fp32, normalised
+  const uint16_t *v = nullptr; ///< [T, C] bf16
+  const float *g = nullptr;    ///< [T, C] fp32 log decay (kda_gate), ≤ 0
+  const float *beta = nullptr; ///< [T, H] fp32
+  float *state = nullptr;      ///< [H, d, d] fp32 [key][value], in place
+  uint16_t *out = nullptr;     ///< [T, C] bf16, o
+  int64_t tokens = 0;          ///< T
+  int64_t numHeads = 0;        ///< H
+  int64_t headDim = 0;         ///< d
+};
+
 /// `kda_gated_norm`: per head h, y_h = R(o_h · rsqrt(mean(o_h²) + eps) · w ·
 /// sigmoid(gt_h)) with one rounding at the end (fp32 inside).
 struct KdaGatedNormParams {
