@@ -624,8 +624,8 @@ std::string summary(const Totals &t, const std::string &backend) {
        " s (" + rate(t.decodeSteps, t.decodeSeconds) + " tokens/s)";
   if (t.batchSteps > 0)
     s += "; batched: " + count(t.batchSteps, "step") + ", up to " +
-         std::to_string(t.maxActive) + " sequences and " +
-         count(t.maxRows, "token") + " per step";
+         count(t.maxActive, "sequence") + " and " + count(t.maxRows, "token") +
+         " per step";
   return s;
 }
 

@@ -179,6 +179,34 @@ TEST_F(K3RunToolTest, BatchedPromptsAsIfOneByOne) {
               test::readFile(dir->file("one.npy")))
         << batch;
   }
+  // A snapshot of a shared prefix, made and restored with the batched plan
+  // (into whichever slot each prompt gets): the same lines again.
+  RunResult snap = run(tool() + " " + dir->file("b.plan") + " --weights " +
+                           dir->file("model") +
+                           " --prompt-ids 1,2,3 --max-new 1 --snapshot-out " +
+                           dir->file("p.snap") + " --prefix-len 2",
+                       *dir);
+  ASSERT_EQ(snap.exitCode, 0) << snap.err;
+  test::writeFile(dir->file("shared.txt"), "1,2,3\n1,2\n1,2,9,9\n");
+  const std::string shared = " --weights " + dir->file("model") +
+                             " --prompts " + dir->file("shared.txt") +
+                             " --max-new 4 --stop-ids 100";
+  RunResult plain = run(tool() + " " + dir->file("m.plan") + shared, *dir);
+  ASSERT_EQ(plain.exitCode, 0) << plain.err;
+  RunResult restored = run(tool() + " " + dir->file("b.plan") + shared +
+                               " --snapshot-in " + dir->file("p.snap"),
+                           *dir);
+  ASSERT_EQ(restored.exitCode, 0) << restored.err;
+  EXPECT_EQ(restored.out, plain.out);
+  EXPECT_TRUE(test::contains(restored.err, "(+6 restored from the snapshot)"))
+      << restored.err;
+  // Another plan's snapshot is refused, naming it.
+  RunResult other = run(tool() + " " + dir->file("m.plan") + shared +
+                            " --snapshot-in " + dir->file("p.snap"),
+                        *dir);
+  EXPECT_EQ(other.exitCode, 1);
+  EXPECT_TRUE(test::contains(other.err, "plan")) << other.err;
+
   RunResult big = run(tool() + " " + dir->file("b.plan") + args +
                           dir->file("x.npy") + " --batch 4",
                       *dir);
