@@ -186,9 +186,9 @@ void kdaStepCpu(const KdaStepParams &p) {
 
 void kdaChunkCpu(const KdaChunkParams &p) {
   const int64_t T = p.tokens, H = p.numHeads, d = p.headDim, C = H * d;
-  std::vector<float> G(static_cast<size_t>(T * d));     // [T, d] cumulative
-  std::vector<float> w(static_cast<size_t>(T * d));     // [T, d] pseudo-values
-  std::vector<float> decayed(static_cast<size_t>(d));   // exp(G) ⊙ x
+  std::vector<float> G(static_cast<size_t>(T * d));   // [T, d] cumulative
+  std::vector<float> w(static_cast<size_t>(T * d));   // [T, d] pseudo-values
+  std::vector<float> decayed(static_cast<size_t>(d)); // exp(G) ⊙ x
   std::vector<float> o(static_cast<size_t>(d));
   for (int64_t h = 0; h < H; ++h) {
     const int64_t c0 = h * d;

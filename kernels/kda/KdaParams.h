@@ -120,7 +120,8 @@ struct KdaStepParams {
 /// since the chunk's start) and S0 the state before it:
 ///   A[s][r] = Σ_c k_s[c] k_r[c] exp(G_s[c] − G_r[c])     (r < s)
 ///   w_s = β_s (v_s − S0ᵀ (exp(G_s) ⊙ k_s) − Σ_{r<s} A[s][r] w_r)
-///   o_t = S0ᵀ (exp(G_t) ⊙ q_t) + Σ_{s≤t} (Σ_c q_t[c] k_s[c] exp(G_t[c] − G_s[c])) w_s
+///   B[t][s] = Σ_c q_t[c] k_s[c] exp(G_t[c] − G_s[c])     (s ≤ t)
+///   o_t = S0ᵀ (exp(G_t) ⊙ q_t) + Σ_{s≤t} B[t][s] w_s
 ///   S_T = exp(G_T) ⊙rows S0 + Σ_s (exp(G_T − G_s) ⊙ k_s) w_sᵀ
 /// (every exponent ≤ 0: nothing overflows however long the chunk). It
 /// equals T kda_step calls within fp32 rounding (the sums are reassociated),

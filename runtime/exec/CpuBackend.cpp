@@ -88,9 +88,9 @@ Status CpuBackend::ensureRows(size_t n) {
   while (rows_.size() < n) {
     const size_t index = rows_.size();
     auto row = std::make_unique<Row>();
-    K3_RETURN_IF_ERROR(allocate(arenaBytes_, row->arena)
-                           .withContext("the arena of step row " +
-                                        std::to_string(index)));
+    K3_RETURN_IF_ERROR(
+        allocate(arenaBytes_, row->arena)
+            .withContext("the arena of step row " + std::to_string(index)));
     row->local.resize(plan_.states.size());
     PlanMemory mem;
     mem.arena = row->arena.get();
@@ -180,8 +180,8 @@ Expected<std::vector<GreedyChoice>> CpuBackend::chainGreedy(int64_t more) {
   ranRows_ = 1;
   const int64_t *step = r.step;
   if (more < 0 || more > maxSeq_ - step[kStepPos])
-    return makeError("chaining ", more, " steps from position ",
-                     step[kStepPos], " passes max_seq ", maxSeq_);
+    return makeError("chaining ", more, " steps from position ", step[kStepPos],
+                     " passes max_seq ", maxSeq_);
   std::vector<GreedyChoice> out;
   out.reserve(static_cast<size_t>(more) + 1);
   auto record = [&] {

@@ -234,8 +234,9 @@ Status Session::restore(const PrefixSnapshot &snap, int64_t slot) {
       std::swap(order[kda[0]], order[kda[1]]);
   }
   for (size_t i = 0; i < order.size(); ++i)
-    K3_RETURN_IF_ERROR(backend_->writeSlotState(toSlot, order[i], snap.states[i])
-                           .withContext("restoring the prefix snapshot"));
+    K3_RETURN_IF_ERROR(
+        backend_->writeSlotState(toSlot, order[i], snap.states[i])
+            .withContext("restoring the prefix snapshot"));
   return Status::ok();
 }
 
@@ -405,7 +406,6 @@ Expected<GenerateResult> Session::generate(const std::vector<int64_t> &prompt,
   return r;
 }
 
-
 //===----------------------------------------------------------------------===//
 // Batched decode
 //===----------------------------------------------------------------------===//
@@ -465,22 +465,24 @@ Session::generateBatch(const std::vector<SequenceRequest> &reqs,
       r.tokens.push_back(id);
       if (req.options.onToken)
         req.options.onToken(s, id);
-      r.stopped = std::find(req.options.stopIds.begin(),
-                            req.options.stopIds.end(),
-                            id) != req.options.stopIds.end();
+      r.stopped =
+          std::find(req.options.stopIds.begin(), req.options.stopIds.end(),
+                    id) != req.options.stopIds.end();
       q.lastToken = id;
-      if (!r.stopped && static_cast<int64_t>(r.tokens.size()) < req.options.maxNew)
+      if (!r.stopped &&
+          static_cast<int64_t>(r.tokens.size()) < req.options.maxNew)
         return true;
     }
-    r.decodeSteps = std::max<int64_t>(static_cast<int64_t>(r.tokens.size()) - 1, 0);
+    r.decodeSteps =
+        std::max<int64_t>(static_cast<int64_t>(r.tokens.size()) - 1, 0);
     lastPos[static_cast<size_t>(q.slot)] = q.pos();
     busy[static_cast<size_t>(q.slot)] = false;
     Status cleared = backend_->resetSlot(q.slot);
     if (!finite)
       finish(q.request, finite);
     else if (!cleared)
-      finish(q.request, cleared.withContext("clearing slot " +
-                                           std::to_string(q.slot)));
+      finish(q.request,
+             cleared.withContext("clearing slot " + std::to_string(q.slot)));
     else
       finish(q.request, std::move(r));
     return false;
@@ -512,8 +514,8 @@ Session::generateBatch(const std::vector<SequenceRequest> &reqs,
       q.fed = static_cast<int64_t>(prefix->tokens.size());
     } else {
       st = backend_->resetSlot(slot);
-      q.base = options.mutantStalePosition ? lastPos[static_cast<size_t>(slot)]
-                                           : 0;
+      q.base =
+          options.mutantStalePosition ? lastPos[static_cast<size_t>(slot)] : 0;
     }
     if (!st) {
       finish(i, st.withContext("slot " + std::to_string(slot)));
@@ -549,8 +551,7 @@ Session::generateBatch(const std::vector<SequenceRequest> &reqs,
         const int64_t end =
             std::min(n, q.fed + reqs[q.request].options.prefillChunk);
         for (int64_t t = q.fed; t < end; ++t)
-          rows.push_back(
-              {q.slot, prompt[static_cast<size_t>(t)], q.base + t});
+          rows.push_back({q.slot, prompt[static_cast<size_t>(t)], q.base + t});
         promptRows += end - q.fed;
       } else {
         rows.push_back({q.slot, q.lastToken, q.pos()});
@@ -565,8 +566,8 @@ Session::generateBatch(const std::vector<SequenceRequest> &reqs,
     ++out.steps;
     out.maxActive =
         std::max<int64_t>(out.maxActive, static_cast<int64_t>(live.size()));
-    out.maxRows = std::max<int64_t>(out.maxRows,
-                                    static_cast<int64_t>(rows.size()));
+    out.maxRows =
+        std::max<int64_t>(out.maxRows, static_cast<int64_t>(rows.size()));
     out.promptRows += promptRows;
 
     std::vector<LiveSequence> still;

@@ -234,8 +234,7 @@ private:
   /// Writes a snapshot's states back into `slot` (the mutant lever applied).
   Status restore(const PrefixSnapshot &snap, int64_t slot = 0);
   /// Feeds prompt[first, n) to slot 0, `chunk` tokens per step.
-  Status feed(const std::vector<int64_t> &prompt, int64_t first,
-              int64_t chunk);
+  Status feed(const std::vector<int64_t> &prompt, int64_t first, int64_t chunk);
   /// The checks of generate() before anything runs.
   Status checkRequest(const std::vector<int64_t> &prompt,
                       const GenerateOptions &options) const;

@@ -256,16 +256,15 @@ bool operator==(const PlanDoc &a, const PlanDoc &b) {
   };
   return a.version == b.version && a.fusion == b.fusion &&
          a.maxSeq == b.maxSeq && a.maxBatch == b.maxBatch &&
-         a.config == b.config &&
-         a.arenaBytes == b.arenaBytes && a.logitsBuffer == b.logitsBuffer &&
+         a.config == b.config && a.arenaBytes == b.arenaBytes &&
+         a.logitsBuffer == b.logitsBuffer &&
          std::equal(a.probes.begin(), a.probes.end(), b.probes.begin(),
                     b.probes.end(),
                     [](const PlanProbe &x, const PlanProbe &y) {
                       return x.name == y.name && x.buffer == y.buffer &&
                              x.after == y.after;
                     }) &&
-         a.kernelModules == b.kernelModules &&
-         a.ptxModules == b.ptxModules &&
+         a.kernelModules == b.kernelModules && a.ptxModules == b.ptxModules &&
          std::equal(a.buffers.begin(), a.buffers.end(), b.buffers.begin(),
                     b.buffers.end(), buffersEq) &&
          std::equal(a.states.begin(), a.states.end(), b.states.begin(),

@@ -46,8 +46,8 @@ inline bool haveCompiler() {
 /// `maxSeq` and `maxBatch` (k3c --max-batch); an error naming what failed
 /// (no compiler, k3c's stderr, the parser's message).
 inline Expected<PlanDoc> compiledPlan(const ModelConfig &config,
-                                      const std::string &fusion,
-                                      int64_t maxSeq, int64_t maxBatch = 1) {
+                                      const std::string &fusion, int64_t maxSeq,
+                                      int64_t maxBatch = 1) {
 #ifndef K3C_TEST_K3C
   (void)config, (void)fusion, (void)maxSeq, (void)maxBatch;
   return Status::error("this build has no k3c (K3C_ENABLE_COMPILER=OFF)");
@@ -62,12 +62,11 @@ inline Expected<PlanDoc> compiledPlan(const ModelConfig &config,
   TempDir dir;
   writeFile(dir.file("config.json"), json);
   const std::string out = dir.file("model.plan");
-  RunResult r = runCommand(std::string(K3C_TEST_K3C) + " " +
-                               dir.file("config.json") + " -o " + out +
-                               " --fusion=" + fusion +
-                               " --max-seq=" + std::to_string(maxSeq) +
-                               " --max-batch=" + std::to_string(maxBatch),
-                           dir);
+  RunResult r = runCommand(
+      std::string(K3C_TEST_K3C) + " " + dir.file("config.json") + " -o " + out +
+          " --fusion=" + fusion + " --max-seq=" + std::to_string(maxSeq) +
+          " --max-batch=" + std::to_string(maxBatch),
+      dir);
   if (r.exitCode != 0)
     return Status::error("k3c --fusion=" + fusion + " failed (exit " +
                          std::to_string(r.exitCode) + "): " + r.err);

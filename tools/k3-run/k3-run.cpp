@@ -379,8 +379,7 @@ std::string checkArgs(const Args &a, Request &r) {
       (!parseInt(a.prefillChunk, r.prefillChunk) || r.prefillChunk < 1 ||
        r.prefillChunk > k3::kMaxStepRows))
     return "--prefill-chunk needs an integer in [1, " +
-           std::to_string(k3::kMaxStepRows) + "], got '" + a.prefillChunk +
-           "'";
+           std::to_string(k3::kMaxStepRows) + "], got '" + a.prefillChunk + "'";
   if (!a.promptIds.empty()) {
     k3::Prompt p;
     if (k3::Status s = k3::parseIdList(a.promptIds, p.ids); !s)
@@ -823,11 +822,10 @@ int run(int argc, char **argv) {
   };
   const int64_t slots = ses.plan().maxBatch;
   if (req.batch > slots)
-    return runtimeError("--batch " + std::to_string(req.batch) +
-                        " is more than the plan's max_batch of " +
-                        std::to_string(slots) +
-                        "; compile the plan with k3c --max-batch " +
-                        std::to_string(req.batch));
+    return runtimeError(
+        "--batch " + std::to_string(req.batch) +
+        " is more than the plan's max_batch of " + std::to_string(slots) +
+        "; compile the plan with k3c --max-batch " + std::to_string(req.batch));
   if (slots > 1) {
     // Batched: every prompt a request; each line is printed once it and
     // those before it are done, so stdout keeps the prompts' order.
@@ -837,8 +835,8 @@ int run(int argc, char **argv) {
     size_t printed = 0;
     int failures = 0;
     k3::BatchOptions bo;
-    bo.batch = req.batch == 0 ? std::min<int64_t>(slots, reqs.size())
-                              : req.batch;
+    bo.batch =
+        req.batch == 0 ? std::min<int64_t>(slots, reqs.size()) : req.batch;
     std::vector<std::optional<k3::Expected<k3::GenerateResult>>> kept(
         reqs.size());
     bo.onFinish = [&](size_t i, const k3::Expected<k3::GenerateResult> &g) {
@@ -872,13 +870,13 @@ int run(int argc, char **argv) {
     totals.maxRows = b->maxRows;
     if (failures > 0) {
       if (!a.quiet)
-        std::fprintf(stderr, "%s: %d of %zu sequences failed\n",
-                     g_prog.c_str(), failures, reqs.size());
+        std::fprintf(stderr, "%s: %d of %zu sequences failed\n", g_prog.c_str(),
+                     failures, reqs.size());
       return kExitFailure;
     }
   }
-  for (const k3::Prompt &p : slots > 1 ? std::vector<k3::Prompt>()
-                                       : req.prompts) {
+  for (const k3::Prompt &p :
+       slots > 1 ? std::vector<k3::Prompt>() : req.prompts) {
     IdPrinter print(p, numbered, stopIds);
     k3::GenerateOptions opt = optionsFor(p);
     opt.onToken = [&](int64_t index, int64_t token) { print(index, token); };

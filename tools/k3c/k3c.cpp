@@ -19,9 +19,9 @@
 
 #include "runtime/io/AtomicFile.h"
 #include "runtime/model/Config.h"
+#include "runtime/model/Presets.h"
 #include "runtime/plan/Executable.h"
 #include "runtime/plan/Plan.h"
-#include "runtime/model/Presets.h"
 
 #include "mlir/IR/AsmState.h"
 #include "mlir/IR/Diagnostics.h"

@@ -93,8 +93,7 @@ void byChunk(const Inputs &in, int64_t t0, int64_t T, std::vector<float> &state,
 }
 
 /// max |a − b| / max |a|.
-template <typename A, typename B>
-double relError(size_t n, A a, B b) {
+template <typename A, typename B> double relError(size_t n, A a, B b) {
   double err = 0, scale = 0;
   for (size_t i = 0; i < n; ++i) {
     err = std::max(err, std::fabs(a(i) - b(i)));

@@ -166,8 +166,9 @@ TEST_F(K3RunToolTest, BatchedPromptsAsIfOneByOne) {
                       *dir);
   ASSERT_EQ(one.exitCode, 0) << one.err;
   EXPECT_EQ(std::count(one.out.begin(), one.out.end(), '\n'), 5) << one.out;
-  for (const char *batch : {"", " --batch 2", " --batch 3", " --prefill-chunk 1",
-                            " --batch 2 --prefill-chunk 2"}) {
+  for (const char *batch :
+       {"", " --batch 2", " --batch 3", " --prefill-chunk 1",
+        " --batch 2 --prefill-chunk 2"}) {
     RunResult r = run(tool() + " " + dir->file("b.plan") + args +
                           dir->file("b.npy") + batch,
                       *dir);
@@ -221,9 +222,8 @@ TEST_F(K3RunToolTest, BatchedPromptsAsIfOneByOne) {
   EXPECT_EQ(big.exitCode, 1);
   EXPECT_TRUE(test::contains(big.err, "max_batch of 1")) << big.err;
   // The CUDA backend says it cannot, with or without a GPU.
-  RunResult cuda = run(tool() + " " + dir->file("b.plan") + common() +
-                           " --backend cuda",
-                       *dir);
+  RunResult cuda = run(
+      tool() + " " + dir->file("b.plan") + common() + " --backend cuda", *dir);
   EXPECT_EQ(cuda.exitCode, 1);
   EXPECT_TRUE(test::contains(cuda.err, "the CUDA backend runs plans of one "
                                        "sequence in this version"))

@@ -61,10 +61,10 @@ TEST(K3cTool, HelpShowsK3cAndMlirOptionsOnly) {
   RunResult r = k3c("--help", dir);
   ASSERT_EQ(r.exitCode, 0) << r.err;
   EXPECT_LT(std::count(r.out.begin(), r.out.end(), '\n'), 120) << r.out;
-  for (const char *want : {"--emit=", "--fusion=", "--max-seq=",
-                           "--max-batch=", "--report",
-                           "--mlir-print-ir-after-all", "--mlir-timing",
-                           "MLIR debugging options", "k3c options"})
+  for (const char *want :
+       {"--emit=", "--fusion=", "--max-seq=", "--max-batch=", "--report",
+        "--mlir-print-ir-after-all", "--mlir-timing", "MLIR debugging options",
+        "k3c options"})
     EXPECT_TRUE(test::contains(r.out, want)) << want;
   for (const char *unwanted : {"--x86-", "--aarch64-", "--polly", "--amdgpu"})
     EXPECT_FALSE(test::contains(r.out, unwanted)) << unwanted;

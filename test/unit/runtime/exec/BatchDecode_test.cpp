@@ -56,11 +56,12 @@ Fixture *fixture(const std::string &preset,
   if (!c)
     return nullptr;
   made->config = *c;
-  Status st = makeModel(made->config, 11, made->dir.path(), {}, 0,
-                        Structure::Random);
+  Status st =
+      makeModel(made->config, 11, made->dir.path(), {}, 0, Structure::Random);
   EXPECT_TRUE(st.isOk()) << st.message();
   for (int64_t b : {int64_t(1), kSlots}) {
-    Expected<PlanDoc> plan = test::compiledPlan(made->config, fusion, kMaxSeq, b);
+    Expected<PlanDoc> plan =
+        test::compiledPlan(made->config, fusion, kMaxSeq, b);
     EXPECT_TRUE(plan.hasValue()) << plan.message();
     if (!plan)
       return nullptr;
@@ -153,7 +154,7 @@ int differences(Fixture &f, const std::vector<SequenceRequest> &reqs,
 #define EXPECT_INVARIANT(f, reqs, options)                                     \
   do {                                                                         \
     std::string why_;                                                          \
-    EXPECT_EQ(differences((f), (reqs), (options), why_), 0) << why_;          \
+    EXPECT_EQ(differences((f), (reqs), (options), why_), 0) << why_;           \
   } while (0)
 
 struct Case {
@@ -170,8 +171,7 @@ TEST_P(BatchInvariance, EverySequenceAsIfAlone) {
   K3C_SKIP_WITHOUT_COMPILER();
   Fixture *f = fixture(GetParam().preset, GetParam().fusion);
   ASSERT_NE(f, nullptr);
-  std::vector<SequenceRequest> reqs =
-      randomRequests(3, 9, f->config.vocabSize);
+  std::vector<SequenceRequest> reqs = randomRequests(3, 9, f->config.vocabSize);
   reqs[2].options.sampling.temperature = 0.8;
   reqs[2].options.sampling.topP = 0.9;
   reqs[2].options.sampling.seed = 5;
@@ -232,8 +232,8 @@ TEST_P(BatchInvariance, ChunkedPrefillAsTokenByToken) {
         o.keepLogits = false; // greedy on the device
         got = s->generate(prompt, o);
         ASSERT_TRUE(got.hasValue()) << got.message();
-        EXPECT_EQ(got->tokens, want->tokens) << "chained, " << len << " / "
-                                             << chunk;
+        EXPECT_EQ(got->tokens, want->tokens)
+            << "chained, " << len << " / " << chunk;
       }
     }
   }
@@ -244,19 +244,19 @@ TEST_P(BatchInvariance, ChunkedPrefillAsTokenByToken) {
 }
 
 const Case kCases[] = {
-    {"tiny", "default"},     {"tiny", "none"},     {"tiny", "max"},
+    {"tiny", "default"},        {"tiny", "none"},        {"tiny", "max"},
     {"tiny-linear", "default"}, {"tiny-odd", "default"},
 };
 
-INSTANTIATE_TEST_SUITE_P(
-    Presets, BatchInvariance, ::testing::ValuesIn(kCases),
-    [](const ::testing::TestParamInfo<Case> &info) {
-      std::string n = std::string(info.param.preset) + "_" + info.param.fusion;
-      for (char &ch : n)
-        if (ch == '-')
-          ch = '_';
-      return n;
-    });
+INSTANTIATE_TEST_SUITE_P(Presets, BatchInvariance, ::testing::ValuesIn(kCases),
+                         [](const ::testing::TestParamInfo<Case> &info) {
+                           std::string n = std::string(info.param.preset) +
+                                           "_" + info.param.fusion;
+                           for (char &ch : n)
+                             if (ch == '-')
+                               ch = '_';
+                           return n;
+                         });
 
 /// One request in every slot, next to different companions each time.
 TEST(BatchDecode, SlotAndCompanionsDoNotMatter) {

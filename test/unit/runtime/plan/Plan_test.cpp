@@ -169,9 +169,8 @@ TEST(PlanTest, MaxBatch) {
   EXPECT_TRUE(*back == *four);
 
   // Out of range.
-  EXPECT_ERROR_CONTAINS(
-      parsePlan(edited([](PlanDoc &p) { p.maxBatch = 0; })),
-      "max_batch 0 is out of range [1, 1024]");
+  EXPECT_ERROR_CONTAINS(parsePlan(edited([](PlanDoc &p) { p.maxBatch = 0; })),
+                        "max_batch 0 is out of range [1, 1024]");
   EXPECT_ERROR_CONTAINS(
       parsePlan(edited([](PlanDoc &p) { p.maxBatch = 1025; })),
       "max_batch 1025 is out of range [1, 1024]");
