@@ -92,5 +92,24 @@ void gemvAcc(const WeightRef &w, int64_t n, int64_t k, const float *x,
   });
 }
 
+void gemvAccRows(const WeightRef &w, int64_t n, int64_t k,
+                 const float *const *xs, float *const *ys, size_t m) {
+  const int64_t inputs = static_cast<int64_t>(m);
+  parallelRows(n, n * k * inputs, [&](int64_t begin, int64_t end) {
+    if (w.format == kWeightMxfp4) {
+      std::vector<float> row(k);
+      for (int64_t r = begin; r < end; ++r) {
+        dequantMxfp4RowFast(w.packed, w.scale, k, r, row.data());
+        for (size_t i = 0; i < m; ++i)
+          ys[i][r] = dot(row.data(), xs[i], k);
+      }
+      return;
+    }
+    for (int64_t r = begin; r < end; ++r)
+      for (size_t i = 0; i < m; ++i)
+        ys[i][r] = dotBf16(w.bf16 + r * k, xs[i], k);
+  });
+}
+
 } // namespace cpu
 } // namespace k3

@@ -102,6 +102,12 @@ std::vector<float> preparedInput(const uint16_t *x, int64_t n,
 /// use the same summation order as bf16 rows.
 void gemvAcc(const WeightRef &w, int64_t n, int64_t k, const float *x,
              float *y);
+/// gemvAcc for `m` inputs at once: ys[i][r] = Σ_k W[r,k]·xs[i][k], each
+/// weight row loaded (or dequantised) once for all inputs and every sum
+/// taken exactly as gemvAcc takes it, so each ys[i] equals gemvAcc's bit for
+/// bit.
+void gemvAccRows(const WeightRef &w, int64_t n, int64_t k,
+                 const float *const *xs, float *const *ys, size_t m);
 
 /// Row `row` of an MXFP4 matrix with `k` columns, dequantised (exact).
 void dequantMxfp4RowFast(const uint8_t *packed, const uint8_t *scale, int64_t k,

@@ -234,12 +234,22 @@ Status CpuBackend::stepSlots(const std::vector<SlotStep> &rows) {
   // rows in order, so a slot's rows meet its states in position order (a
   // launch reads a state only up to its row's position: the MLA cache's
   // later rows are past its length).
-  for (size_t l = 0; l < plan_.launches.size(); ++l)
+  // A kernel with a multi-row form (the projections) runs all rows in one
+  // call, each weight row read once for them.
+  std::vector<const void *> params(rows.size());
+  for (size_t l = 0; l < plan_.launches.size(); ++l) {
+    const CpuRowsEntry together = rows_[0]->launches[l].cpuRows;
     for (size_t i = 0; i < rows.size(); ++i) {
       BoundLaunch &bl = rows_[i]->launches[l];
       bl.setInputs(rows[i].token, rows[i].pos);
-      bl.runCpu();
+      if (together && rows.size() > 1)
+        params[i] = bl.params->data();
+      else
+        bl.runCpu();
     }
+    if (together && rows.size() > 1)
+      together(params.data(), rows.size());
+  }
   ranRows_ = rows.size();
   logits_ = rows_[rows.size() - 1]->logits;
   return Status::ok();

@@ -52,7 +52,31 @@ const Entry kEntries[] = {
     {"argmax", &runAs<ArgmaxParams, argmaxCpu>},
 };
 
+template <typename P, void (*Fn)(const P *const *, size_t)>
+void runRowsAs(const void *const *params, size_t rows) {
+  Fn(reinterpret_cast<const P *const *>(params), rows);
+}
+
+struct RowsEntry {
+  const char *name;
+  CpuRowsEntry run;
+};
+
+/// The kernels with a multi-row form: the projections, whose weights a
+/// step's rows share.
+const RowsEntry kRowsEntries[] = {
+    {"linear", &runRowsAs<LinearParams, linearRowsCpu>},
+    {"linear_multi", &runRowsAs<LinearMultiParams, linearMultiRowsCpu>},
+};
+
 } // namespace
+
+CpuRowsEntry findCpuRowsKernel(const std::string &name) {
+  for (const RowsEntry &e : kRowsEntries)
+    if (name == e.name)
+      return e.run;
+  return nullptr;
+}
 
 CpuEntry findCpuKernel(const std::string &name) {
   for (const Entry &e : kEntries)

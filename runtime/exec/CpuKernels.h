@@ -19,6 +19,16 @@ using CpuEntry = void (*)(const void *params);
 /// The CPU implementation of kernel `name`, or null when there is none.
 CpuEntry findCpuKernel(const std::string &name);
 
+/// A kernel's multi-row CPU form: the params of `rows` bindings of one plan
+/// launch (the rows of a step), run at once; each row's outputs equal its
+/// CpuEntry call bit for bit.
+using CpuRowsEntry = void (*)(const void *const *params, size_t rows);
+
+/// The multi-row form of kernel `name`, or null when it has none (a step
+/// then runs the rows one by one). Stateless kernels only: a stateful one
+/// must meet its rows in order, which the one-by-one loop does.
+CpuRowsEntry findCpuRowsKernel(const std::string &name);
+
 } // namespace k3
 
 #endif // K3C_RUNTIME_EXEC_CPUKERNELS_H

@@ -338,6 +338,7 @@ Status bindLaunch(const PlanDoc &plan, size_t index, const PlanMemory &mem,
                      "' has no implementation in this build");
   launch.kernel = kernel;
   launch.cpu = cpu;
+  launch.cpuRows = findCpuRowsKernel(kernel->name);
   launch.params = kernel->make();
   void *p = launch.params->data();
   std::map<std::string, FieldBinding> bound;

@@ -75,8 +75,10 @@ PlanMemory::Weight hostWeight(const ResolvedWeight &w);
 struct BoundLaunch {
   const KernelInfo *kernel = nullptr;
   std::unique_ptr<KernelParams> params;
-  /// The kernel's CPU implementation (null if it has none).
+  /// The kernel's CPU implementation (null if it has none), and its
+  /// multi-row form (null if it has none: findCpuRowsKernel).
   CpuEntry cpu = nullptr;
+  CpuRowsEntry cpuRows = nullptr;
   struct Input {
     size_t offset = 0;
     bool is32 = false;
