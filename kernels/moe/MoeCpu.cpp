@@ -144,4 +144,127 @@ void moeFfnCpu(const MoeFfnParams &p) {
   moeExpertsCpu(p.experts);
 }
 
+namespace {
+
+/// gatedMlpBody for several inputs: xs[i] -> ys[i], bit for bit as one call
+/// per input (gemvAccRows sums each row as gemvAcc does).
+void gatedMlpBodyRows(const GatedMlpShape &s, const WeightRef &w1,
+                      const WeightRef &w3, const WeightRef &w2,
+                      const std::vector<const float *> &xs,
+                      const std::vector<float *> &ys) {
+  const size_t m = xs.size();
+  std::vector<std::vector<float>> g(m, std::vector<float>(s.interDim)),
+      u(m, std::vector<float>(s.interDim));
+  std::vector<float *> gp(m), up(m);
+  std::vector<const float *> ga(m);
+  for (size_t i = 0; i < m; ++i)
+    gp[i] = g[i].data(), up[i] = u[i].data(), ga[i] = g[i].data();
+  cpu::gemvAccRows(w1, s.interDim, s.inDim, xs.data(), gp.data(), m);
+  cpu::gemvAccRows(w3, s.interDim, s.inDim, xs.data(), up.data(), m);
+  for (size_t r = 0; r < m; ++r)
+    for (int64_t i = 0; i < s.interDim; ++i)
+      g[r][i] =
+          roundBf16(cpu::gatedAct(s.activation, s.beta1, s.hasBeta2, s.beta2,
+                                  roundBf16(g[r][i]), roundBf16(u[r][i])));
+  cpu::gemvAccRows(w2, s.outDim, s.interDim, ga.data(), ys.data(), m);
+  for (size_t r = 0; r < m; ++r)
+    for (int64_t i = 0; i < s.outDim; ++i)
+      ys[r][i] = roundBf16(ys[r][i]);
+}
+
+bool sameExperts(const MoeExpertsParams &a, const MoeExpertsParams &b) {
+  return a.dim == b.dim && a.interDim == b.interDim && a.topK == b.topK &&
+         a.numExperts == b.numExperts && a.w1 == b.w1 && a.w3 == b.w3 &&
+         a.w2 == b.w2 && a.sharedInterDim == b.sharedInterDim &&
+         a.sharedW1.bf16 == b.sharedW1.bf16 &&
+         a.sharedW1.packed == b.sharedW1.packed &&
+         a.activation == b.activation && a.beta1 == b.beta1 &&
+         a.hasBeta2 == b.hasBeta2 && a.beta2 == b.beta2;
+}
+
+} // namespace
+
+void moeExpertsRowsCpu(const MoeExpertsParams *const *rows, size_t m) {
+  const MoeExpertsParams &p0 = *rows[0];
+  for (size_t i = 1; i < m; ++i)
+    if (!sameExperts(*rows[i], p0)) {
+      for (size_t j = 0; j < m; ++j)
+        moeExpertsCpu(*rows[j]);
+      return;
+    }
+  const int64_t dim = p0.dim;
+  const int32_t topK = p0.topK;
+  std::vector<std::vector<float>> x(m);
+  for (size_t i = 0; i < m; ++i)
+    x[i] = cpu::preparedInput(rows[i]->x, dim, rows[i]->normWeight,
+                              rows[i]->normEps);
+  // y[i][k]: row i's k-th chosen expert's output; NaN for an id outside
+  // [0, E), as the single-row form gives it.
+  std::vector<std::vector<float>> y(
+      m * topK,
+      std::vector<float>(dim, std::numeric_limits<float>::quiet_NaN()));
+  // The union, each expert once for the rows that chose it.
+  std::vector<std::vector<std::pair<size_t, int32_t>>> users(p0.numExperts);
+  for (size_t i = 0; i < m; ++i)
+    for (int32_t k = 0; k < topK; ++k) {
+      const int32_t e = rows[i]->ids[k];
+      if (e >= 0 && e < p0.numExperts)
+        users[e].push_back({i, k});
+    }
+  GatedMlpShape shape{dim,      p0.interDim, dim,      p0.activation,
+                      p0.beta1, p0.hasBeta2, p0.beta2};
+  for (int64_t e = 0; e < p0.numExperts; ++e) {
+    if (users[e].empty())
+      continue;
+    std::vector<const float *> xs;
+    std::vector<float *> ys;
+    for (const auto &[i, k] : users[e]) {
+      xs.push_back(x[i].data());
+      ys.push_back(y[i * topK + k].data());
+    }
+    gatedMlpBodyRows(shape, p0.w1[e], p0.w3[e], p0.w2[e], xs, ys);
+  }
+  std::vector<std::vector<float>> shared;
+  if (p0.sharedInterDim > 0) {
+    GatedMlpShape s{dim,      p0.sharedInterDim, dim,      p0.activation,
+                    p0.beta1, p0.hasBeta2,       p0.beta2};
+    shared.assign(m, std::vector<float>(dim));
+    std::vector<const float *> xs(m);
+    std::vector<float *> ys(m);
+    for (size_t i = 0; i < m; ++i)
+      xs[i] = x[i].data(), ys[i] = shared[i].data();
+    gatedMlpBodyRows(s, p0.sharedW1, p0.sharedW3, p0.sharedW2, xs, ys);
+  }
+  // Each row's epilogue exactly as moeExpertsCpu's.
+  std::vector<float> acc(dim);
+  for (size_t r = 0; r < m; ++r) {
+    const MoeExpertsParams &p = *rows[r];
+    std::fill(acc.begin(), acc.end(), 0.0f);
+    for (int32_t k = 0; k < topK; ++k) {
+      const float w = p.weights[k];
+      const std::vector<float> &yk = y[r * topK + k];
+      for (int64_t i = 0; i < dim; ++i)
+        acc[i] += w * yk[i];
+    }
+    for (int64_t i = 0; i < dim; ++i)
+      acc[i] = roundBf16(acc[i]);
+    if (p0.sharedInterDim > 0)
+      for (int64_t i = 0; i < dim; ++i)
+        acc[i] = roundBf16(acc[i] + shared[r][i]);
+    for (int64_t i = 0; i < dim; ++i) {
+      const float v = p.residual ? acc[i] + bf16ToFloat(p.residual[i]) : acc[i];
+      p.out[i] = floatToBf16(v);
+    }
+  }
+}
+
+void moeFfnRowsCpu(const MoeFfnParams *const *rows, size_t m) {
+  std::vector<const MoeExpertsParams *> experts(m);
+  for (size_t i = 0; i < m; ++i) {
+    routerCpu(rows[i]->router);
+    experts[i] = &rows[i]->experts;
+  }
+  moeExpertsRowsCpu(experts.data(), m);
+}
+
 } // namespace k3

@@ -5,6 +5,8 @@
 
 #include "kernels/moe/MoeParams.h"
 
+#include <cstddef>
+
 namespace k3 {
 
 /// Sigmoid top-k routing with bias-corrected ranking.
@@ -15,6 +17,14 @@ void gatedMlpCpu(const GatedMlpParams &p);
 void moeExpertsCpu(const MoeExpertsParams &p);
 /// router, then moe_experts on the ids and weights it wrote.
 void moeFfnCpu(const MoeFfnParams &p);
+
+/// The multi-row forms (the rows of a step, one launch bound per row):
+/// every expert of the union the rows chose runs once for all rows that
+/// chose it, each weight row read once for them, and each row's mix is summed
+/// in its own top-k order, so every row equals its single-row call bit for
+/// bit. Rows that do not share the weights and sizes run one by one.
+void moeExpertsRowsCpu(const MoeExpertsParams *const *rows, size_t m);
+void moeFfnRowsCpu(const MoeFfnParams *const *rows, size_t m);
 
 } // namespace k3
 

@@ -62,11 +62,13 @@ struct RowsEntry {
   CpuRowsEntry run;
 };
 
-/// The kernels with a multi-row form: the projections, whose weights a
-/// step's rows share.
+/// The kernels with a multi-row form: the projections and the MoE (each
+/// expert of the rows' union once), whose weights a step's rows share.
 const RowsEntry kRowsEntries[] = {
     {"linear", &runRowsAs<LinearParams, linearRowsCpu>},
     {"linear_multi", &runRowsAs<LinearMultiParams, linearMultiRowsCpu>},
+    {"moe_experts", &runRowsAs<MoeExpertsParams, moeExpertsRowsCpu>},
+    {"moe_ffn", &runRowsAs<MoeFfnParams, moeFfnRowsCpu>},
 };
 
 } // namespace

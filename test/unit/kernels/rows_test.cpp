@@ -1,15 +1,18 @@
-//===- gemv_rows_test.cpp - The projections' multi-row forms --------------===//
+//===- rows_test.cpp - The multi-row forms of the CPU kernels -------------===//
 //
-// linearRowsCpu / linearMultiRowsCpu run the rows of a step (several
-// sequences, a prompt chunk) at once, each weight row read once for all of
-// them; every row's output must equal its single-row call bit for bit, for
-// bf16 and MXFP4 weights, with and without the pre-norm, the residual and
-// the fp32 output, on fresh random inputs with the outputs poisoned first.
-// Rows that do not share the weight fall back to one call each.
+// linearRowsCpu / linearMultiRowsCpu / moeExpertsRowsCpu run the rows of a
+// step (several sequences, a prompt chunk) at once, each weight row read
+// once for all of them (the MoE: each expert of the rows' union once);
+// every row's output must equal its single-row call bit for bit, for bf16
+// and MXFP4 weights, with and without the pre-norm, the residual, the fp32
+// output and the shared expert, on fresh random inputs with the outputs
+// poisoned first. Rows that do not share the weights fall back to one call
+// each.
 //
 //===----------------------------------------------------------------------===//
 #include "kernels/common/BF16.h"
 #include "kernels/gemv/GemvCpu.h"
+#include "kernels/moe/MoeCpu.h"
 
 #include <gtest/gtest.h>
 
@@ -143,6 +146,60 @@ TEST(GemvRows, RowsOfOtherWeightsRunOneByOne) {
   EXPECT_EQ(wantA, gotA);
   EXPECT_EQ(wantB, gotB);
   EXPECT_NE(gotA, gotB);
+}
+
+/// Rows that share some experts and not others, one with an id outside the
+/// table (its mix is NaN, as alone), a shared expert, MXFP4 experts.
+TEST(MoeRows, ExpertsRowsEqualSingleRows) {
+  std::mt19937_64 rng(21);
+  const int64_t dim = 64, inter = 32, E = 6;
+  const int32_t topK = 3;
+  std::vector<Weights> w1, w3, w2;
+  std::vector<WeightRef> t1, t3, t2;
+  for (int64_t e = 0; e < E; ++e) {
+    w1.push_back(randomWeights(rng, inter, dim, e % 2 == 1));
+    w3.push_back(randomWeights(rng, inter, dim, e % 2 == 1));
+    w2.push_back(randomWeights(rng, dim, inter, e % 2 == 1));
+  }
+  for (int64_t e = 0; e < E; ++e)
+    t1.push_back(w1[e].ref), t3.push_back(w3[e].ref), t2.push_back(w2[e].ref);
+  Weights s1 = randomWeights(rng, 2 * inter, dim, false),
+          s3 = randomWeights(rng, 2 * inter, dim, false),
+          s2 = randomWeights(rng, dim, 2 * inter, false);
+  const std::vector<uint16_t> norm = randomBf16(rng, dim);
+  const int32_t ids[5][3] = {{0, 1, 2}, {2, 1, 0}, {5, 3, 1}, {4, 4, 0}, {1, 9, 2}};
+  const size_t m = 5;
+  for (bool withShared : {false, true}) {
+    std::vector<std::vector<uint16_t>> x(m), res(m), want(m), got(m);
+    std::vector<std::vector<float>> wts(m);
+    std::vector<MoeExpertsParams> ps(m);
+    std::vector<const MoeExpertsParams *> ptrs(m);
+    for (size_t i = 0; i < m; ++i) {
+      x[i] = randomBf16(rng, dim), res[i] = randomBf16(rng, dim);
+      wts[i] = {0.5f, 0.3f, 0.2f + 0.01f * static_cast<float>(i)};
+      want[i].assign(dim, 0x7fc0), got[i].assign(dim, 0x7fc0);
+      MoeExpertsParams &p = ps[i];
+      p.x = x[i].data(), p.ids = ids[i], p.weights = wts[i].data();
+      p.topK = topK, p.numExperts = E;
+      p.w1 = t1.data(), p.w3 = t3.data(), p.w2 = t2.data();
+      p.dim = dim, p.interDim = inter;
+      p.normWeight = norm.data(), p.residual = res[i].data();
+      if (withShared) {
+        p.sharedInterDim = 2 * inter;
+        p.sharedW1 = s1.ref, p.sharedW3 = s3.ref, p.sharedW2 = s2.ref;
+      }
+      p.out = want[i].data();
+      moeExpertsCpu(p);
+      p.out = got[i].data();
+      ptrs[i] = &p;
+    }
+    moeExpertsRowsCpu(ptrs.data(), m);
+    for (size_t i = 0; i < m; ++i)
+      EXPECT_EQ(0, std::memcmp(want[i].data(), got[i].data(), dim * 2))
+          << withShared << " row " << i;
+    EXPECT_TRUE(std::isnan(bf16ToFloat(got[4][0]))); // id 9 >= E
+    EXPECT_FALSE(std::isnan(bf16ToFloat(got[0][0])));
+  }
 }
 
 } // namespace
