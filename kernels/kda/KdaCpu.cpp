@@ -186,6 +186,8 @@ void kdaStepCpu(const KdaStepParams &p) {
 
 void kdaChunkCpu(const KdaChunkParams &p) {
   const int64_t T = p.tokens, H = p.numHeads, d = p.headDim, C = H * d;
+  if (T <= 0)
+    return; // no tokens: the state stays as it is
   std::vector<float> G(static_cast<size_t>(T * d));   // [T, d] cumulative
   std::vector<float> w(static_cast<size_t>(T * d));   // [T, d] pseudo-values
   std::vector<float> decayed(static_cast<size_t>(d)); // exp(G) ⊙ x
@@ -247,7 +249,7 @@ void kdaChunkCpu(const KdaChunkParams &p) {
     }
     // The state after the chunk.
     const float *GT = &G[(T - 1) * d];
-    for (int64_t c = 0; c < d && T > 0; ++c) {
+    for (int64_t c = 0; c < d; ++c) {
       const float keep = std::exp(GT[c]);
       float *row = S + c * d;
       for (int64_t j = 0; j < d; ++j)
