@@ -35,6 +35,21 @@ void linearStore(const LinearParams &p, const float *y) {
   }
 }
 
+/// Every row's prepared input x̂ (`xf`, kept alive) and pointers to them.
+template <typename P>
+std::vector<const float *> preparedRows(const P *const *rows, size_t m,
+                                        int64_t k,
+                                        std::vector<std::vector<float>> &xf) {
+  xf.resize(m);
+  std::vector<const float *> xs(m);
+  for (size_t i = 0; i < m; ++i) {
+    xf[i] = cpu::preparedInput(rows[i]->x, k, rows[i]->normWeight,
+                               rows[i]->normEps);
+    xs[i] = xf[i].data();
+  }
+  return xs;
+}
+
 bool sameWeight(const WeightRef &a, const WeightRef &b) {
   return a.format == b.format && a.bf16 == b.bf16 && a.packed == b.packed &&
          a.scale == b.scale;
@@ -59,14 +74,11 @@ void linearRowsCpu(const LinearParams *const *rows, size_t m) {
       return;
     }
   }
-  std::vector<std::vector<float>> xf(m), y(m);
-  std::vector<const float *> xs(m);
+  std::vector<std::vector<float>> xf, y(m);
+  const std::vector<const float *> xs = preparedRows(rows, m, p0.k, xf);
   std::vector<float *> ys(m);
   for (size_t i = 0; i < m; ++i) {
-    const LinearParams &p = *rows[i];
-    xf[i] = cpu::preparedInput(p.x, p.k, p.normWeight, p.normEps);
     y[i].resize(p0.n);
-    xs[i] = xf[i].data();
     ys[i] = y[i].data();
   }
   cpu::gemvAccRows(p0.w, p0.n, p0.k, xs.data(), ys.data(), m);
@@ -88,14 +100,9 @@ void linearMultiRowsCpu(const LinearMultiParams *const *rows, size_t m) {
       return;
     }
   }
-  std::vector<std::vector<float>> xf(m), y(m);
-  std::vector<const float *> xs(m);
+  std::vector<std::vector<float>> xf, y(m);
+  const std::vector<const float *> xs = preparedRows(rows, m, p0.k, xf);
   std::vector<float *> ys(m);
-  for (size_t i = 0; i < m; ++i) {
-    xf[i] = cpu::preparedInput(rows[i]->x, p0.k, rows[i]->normWeight,
-                               rows[i]->normEps);
-    xs[i] = xf[i].data();
-  }
   for (int32_t e = 0; e < p0.count; ++e) {
     const LinearMultiEntry &entry = p0.entries[e];
     for (size_t i = 0; i < m; ++i) {

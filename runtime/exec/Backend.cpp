@@ -12,8 +12,14 @@
 
 namespace k3 {
 
-Status Backend::checkRows(const std::vector<SlotStep> &rows,
-                          int64_t slots) const {
+Status Backend::checkSlot(int64_t slot) const {
+  if (slot < 0 || slot >= maxBatch())
+    return makeError("slot ", slot, " is outside the plan's ", maxBatch(),
+                     " slots (max_batch)");
+  return Status::ok();
+}
+
+Status Backend::checkRows(const std::vector<SlotStep> &rows) const {
   if (rows.empty())
     return makeError("a step needs at least one row");
   if (static_cast<int64_t>(rows.size()) > kMaxStepRows)
@@ -22,9 +28,7 @@ Status Backend::checkRows(const std::vector<SlotStep> &rows,
   std::map<int64_t, int64_t> lastPos; // slot -> its previous row's position
   for (size_t r = 0; r < rows.size(); ++r) {
     const SlotStep &row = rows[r];
-    if (row.slot < 0 || row.slot >= slots)
-      return makeError("slot ", row.slot, " is outside the plan's ", slots,
-                       " slots (max_batch)");
+    K3_RETURN_IF_ERROR(checkSlot(row.slot));
     K3_RETURN_IF_ERROR(checkStepInputs(row.token, row.pos, vocab(), maxSeq())
                            .withContext("slot " + std::to_string(row.slot)));
     auto [it, first] = lastPos.try_emplace(row.slot, row.pos);
@@ -41,7 +45,7 @@ Status Backend::checkRows(const std::vector<SlotStep> &rows,
 }
 
 Status Backend::stepSlots(const std::vector<SlotStep> &rows) {
-  K3_RETURN_IF_ERROR(checkRows(rows, maxBatch()));
+  K3_RETURN_IF_ERROR(checkRows(rows));
   lastRows_ = 0;
   for (const SlotStep &row : rows)
     K3_RETURN_IF_ERROR(step(row.token, row.pos));

@@ -78,9 +78,7 @@ public:
   virtual int64_t maxBatch() const { return 1; }
   /// Zeroes slot `slot`'s states (a sequence joins it). Errors: no such slot.
   virtual Status resetSlot(int64_t slot) {
-    if (slot != 0)
-      return makeError(name(), " has one slot; slot ", slot,
-                       " is out of range");
+    K3_RETURN_IF_ERROR(checkSlot(slot));
     return resetState();
   }
   /// One step of `rows`. Errors, before anything runs: no rows or more than
@@ -95,16 +93,12 @@ public:
   /// readState / writeState of slot `slot`.
   virtual Status readSlotState(int64_t slot, size_t state,
                                std::vector<uint8_t> &out) {
-    if (slot != 0)
-      return makeError(name(), " has one slot; slot ", slot,
-                       " is out of range");
+    K3_RETURN_IF_ERROR(checkSlot(slot));
     return readState(state, out);
   }
   virtual Status writeSlotState(int64_t slot, size_t state,
                                 const std::vector<uint8_t> &bytes) {
-    if (slot != 0)
-      return makeError(name(), " has one slot; slot ", slot,
-                       " is out of range");
+    K3_RETURN_IF_ERROR(checkSlot(slot));
     return writeState(state, bytes);
   }
 
@@ -160,12 +154,14 @@ public:
   }
 
 protected:
-  /// The checks of stepSlots() every backend makes: the rows' slots
-  /// (below `slots`), their order, their inputs.
-  Status checkRows(const std::vector<SlotStep> &rows, int64_t slots) const;
+  /// An error naming `slot` when it is not one of the maxBatch() slots.
+  Status checkSlot(int64_t slot) const;
+  /// The checks of stepSlots() every backend makes: the rows' slots, their
+  /// order, their inputs.
+  Status checkRows(const std::vector<SlotStep> &rows) const;
 
-private:
-  size_t lastRows_ = 0; ///< rows of the default stepSlots' last step
+  /// Rows the last stepSlots() ran (a one-row step: 1); rowLogits' bound.
+  size_t lastRows_ = 0;
 };
 
 } // namespace k3

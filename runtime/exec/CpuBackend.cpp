@@ -149,15 +149,8 @@ CpuBackend::Row &CpuBackend::rowZero(int64_t token, int64_t pos) {
   r.step[kStepPos] = pos;
   r.step[kStepNonFinite] = 0;
   logits_ = r.logits;
-  ranRows_ = 1;
+  lastRows_ = 1;
   return r;
-}
-
-Status CpuBackend::checkSlot(int64_t slot) const {
-  if (slot < 0 || slot >= slots_)
-    return makeError("slot ", slot, " is outside the plan's ", slots_,
-                     " slots (max_batch)");
-  return Status::ok();
 }
 
 Expected<std::vector<GreedyChoice>> CpuBackend::chainGreedy(int64_t more) {
@@ -168,7 +161,7 @@ Expected<std::vector<GreedyChoice>> CpuBackend::chainGreedy(int64_t more) {
   // last token, whose argmax wrote the next token and position): row 0
   // takes over its step block.
   Row &r = *rows_[0];
-  const Row &last = *rows_[ranRows_ == 0 ? 0 : ranRows_ - 1];
+  const Row &last = *rows_[lastRows_ == 0 ? 0 : lastRows_ - 1];
   if (last.slot != 0)
     return makeError("cpu: chained greedy steps go on from slot 0; the last "
                      "step's last row was slot ",
@@ -177,7 +170,7 @@ Expected<std::vector<GreedyChoice>> CpuBackend::chainGreedy(int64_t more) {
     std::memcpy(r.step, last.step, sizeof(r.step));
   bindRowToSlot(r, 0);
   logits_ = r.logits;
-  ranRows_ = 1;
+  lastRows_ = 1;
   const int64_t *step = r.step;
   if (more < 0 || more > maxSeq_ - step[kStepPos])
     return makeError("chaining ", more, " steps from position ", step[kStepPos],
@@ -221,7 +214,7 @@ Status CpuBackend::step(int64_t token, int64_t pos) {
 }
 
 Status CpuBackend::stepSlots(const std::vector<SlotStep> &rows) {
-  K3_RETURN_IF_ERROR(checkRows(rows, slots_));
+  K3_RETURN_IF_ERROR(checkRows(rows));
   K3_RETURN_IF_ERROR(ensureRows(rows.size()));
   for (size_t i = 0; i < rows.size(); ++i) {
     Row &r = *rows_[i];
@@ -250,13 +243,13 @@ Status CpuBackend::stepSlots(const std::vector<SlotStep> &rows) {
     if (together && rows.size() > 1)
       together(params.data(), rows.size());
   }
-  ranRows_ = rows.size();
+  lastRows_ = rows.size();
   logits_ = rows_[rows.size() - 1]->logits;
   return Status::ok();
 }
 
 const float *CpuBackend::rowLogits(size_t row) const {
-  return row < ranRows_ ? rows_[row]->logits : nullptr;
+  return row < lastRows_ ? rows_[row]->logits : nullptr;
 }
 
 Status CpuBackend::runLaunch(size_t index, int64_t token, int64_t pos) {

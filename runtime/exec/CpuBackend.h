@@ -137,8 +137,6 @@ private:
   void bindRowToSlot(Row &r, int64_t slot);
   /// Row 0 on slot 0 with the step inputs written: the one-row paths.
   Row &rowZero(int64_t token, int64_t pos);
-  /// An error naming `slot` when it is not one of the plan's.
-  Status checkSlot(int64_t slot) const;
 
   /// The plan (without its PTX), for binding rows as they are needed.
   PlanDoc plan_;
@@ -151,10 +149,8 @@ private:
   std::vector<ResolvedWeight> weights_;
   std::vector<PlanMemory::Weight> weightViews_;
   std::vector<std::unique_ptr<Row>> rows_;
-  /// The logits of the last row of the last step; how many rows that step
-  /// ran (a one-row step() runs row 0).
+  /// The logits of the last row of the last step.
   const float *logits_ = nullptr;
-  size_t ranRows_ = 0;
   bool chains_ = false;
 };
 

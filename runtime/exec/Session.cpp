@@ -281,10 +281,6 @@ Status Session::feed(const std::vector<int64_t> &prompt, int64_t first,
   std::vector<SlotStep> rows;
   for (int64_t i = first; i < n; i += chunk) {
     const int64_t end = std::min(n, i + chunk);
-    if (end - i == 1) {
-      K3_RETURN_IF_ERROR(backend_->step(prompt[i], i));
-      continue;
-    }
     rows.clear();
     for (int64_t t = i; t < end; ++t)
       rows.push_back({0, prompt[static_cast<size_t>(t)], t});
