@@ -105,6 +105,24 @@ void gatedMlpCpu(const GatedMlpParams &p) {
   }
 }
 
+namespace {
+/// The end of moe_experts for one row: `acc` is the routed mix (fp32),
+/// `shared` the shared expert's bf16 output widened (null without one).
+void moeEpilogue(const MoeExpertsParams &p, float *acc, const float *shared) {
+  // The routed mix is rounded first, then each optional sum is rounded as
+  // the `linear` residual epilogue and `add` it replaces would round it.
+  for (int64_t i = 0; i < p.dim; ++i)
+    acc[i] = roundBf16(acc[i]);
+  if (shared)
+    for (int64_t i = 0; i < p.dim; ++i)
+      acc[i] = roundBf16(acc[i] + shared[i]);
+  for (int64_t i = 0; i < p.dim; ++i) {
+    const float v = p.residual ? acc[i] + bf16ToFloat(p.residual[i]) : acc[i];
+    p.out[i] = floatToBf16(v);
+  }
+}
+} // namespace
+
 void moeExpertsCpu(const MoeExpertsParams &p) {
   std::vector<float> y(p.dim), acc(p.dim, 0.0f);
   const std::vector<float> x =
@@ -121,22 +139,13 @@ void moeExpertsCpu(const MoeExpertsParams &p) {
     for (int64_t i = 0; i < p.dim; ++i)
       acc[i] += w * y[i];
   }
-  // The routed mix is rounded first, then each optional sum is rounded as
-  // the `linear` residual epilogue and `add` it replaces would round it.
-  for (int64_t i = 0; i < p.dim; ++i)
-    acc[i] = roundBf16(acc[i]);
   if (p.sharedInterDim > 0) {
     GatedMlpShape shared{p.dim,   p.sharedInterDim, p.dim,  p.activation,
                          p.beta1, p.hasBeta2,       p.beta2};
     gatedMlpBody(shared, p.sharedW1, p.sharedW3, p.sharedW2, x.data(),
                  y.data());
-    for (int64_t i = 0; i < p.dim; ++i)
-      acc[i] = roundBf16(acc[i] + y[i]);
   }
-  for (int64_t i = 0; i < p.dim; ++i) {
-    const float v = p.residual ? acc[i] + bf16ToFloat(p.residual[i]) : acc[i];
-    p.out[i] = floatToBf16(v);
-  }
+  moeEpilogue(p, acc.data(), p.sharedInterDim > 0 ? y.data() : nullptr);
 }
 
 void moeFfnCpu(const MoeFfnParams &p) {
@@ -235,7 +244,7 @@ void moeExpertsRowsCpu(const MoeExpertsParams *const *rows, size_t m) {
       xs[i] = x[i].data(), ys[i] = shared[i].data();
     gatedMlpBodyRows(s, p0.sharedW1, p0.sharedW3, p0.sharedW2, xs, ys);
   }
-  // Each row's epilogue exactly as moeExpertsCpu's.
+  // Each row's mix in its own top-k order, then moeExpertsCpu's epilogue.
   std::vector<float> acc(dim);
   for (size_t r = 0; r < m; ++r) {
     const MoeExpertsParams &p = *rows[r];
@@ -246,15 +255,8 @@ void moeExpertsRowsCpu(const MoeExpertsParams *const *rows, size_t m) {
       for (int64_t i = 0; i < dim; ++i)
         acc[i] += w * yk[i];
     }
-    for (int64_t i = 0; i < dim; ++i)
-      acc[i] = roundBf16(acc[i]);
-    if (p0.sharedInterDim > 0)
-      for (int64_t i = 0; i < dim; ++i)
-        acc[i] = roundBf16(acc[i] + shared[r][i]);
-    for (int64_t i = 0; i < dim; ++i) {
-      const float v = p.residual ? acc[i] + bf16ToFloat(p.residual[i]) : acc[i];
-      p.out[i] = floatToBf16(v);
-    }
+    moeEpilogue(p, acc.data(),
+                p0.sharedInterDim > 0 ? shared[r].data() : nullptr);
   }
 }
 
