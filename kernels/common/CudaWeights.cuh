@@ -26,6 +26,23 @@ namespace dev {
 // L1 (which keeps the activations). Never for data the running kernel (or
 // one overlapping it) writes.
 
+/// Whether the weight stream asks L2 to evict its lines first
+/// (K3C_TUNE_L2_EVICT_FIRST, a measurement knob: a step streams ~3 GB
+/// through a 50 MB L2, which otherwise also evicts the kernels' code and the
+/// small activations and states the next launches read).
+#ifdef K3C_TUNE_L2_EVICT_FIRST
+constexpr bool kL2EvictFirst = K3C_TUNE_L2_EVICT_FIRST != 0;
+#else
+constexpr bool kL2EvictFirst = false;
+#endif
+
+/// The L2 policy of the weight stream: evict first.
+__device__ __forceinline__ uint64_t streamPolicy() {
+  uint64_t p;
+  asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(p));
+  return p;
+}
+
 /// 16-byte streaming load; with Seg256 it also asks L2 for the whole
 /// 256-byte segment (the neighbouring lanes' bytes): for rows a warp reads
 /// contiguously.
@@ -33,7 +50,17 @@ template <bool Seg256 = false>
 __device__ __forceinline__ uint4 ldStream16(const void *p) {
   // The cache hint is part of the instruction, so one asm per variant.
   uint4 v;
-  if constexpr (Seg256)
+  if constexpr (kL2EvictFirst && Seg256)
+    asm("ld.global.nc.L1::no_allocate.L2::cache_hint.L2::256B.v4.u32 "
+        "{%0, %1, %2, %3}, [%4], %5;"
+        : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+        : "l"(p), "l"(streamPolicy()));
+  else if constexpr (kL2EvictFirst)
+    asm("ld.global.nc.L1::no_allocate.L2::cache_hint.v4.u32 "
+        "{%0, %1, %2, %3}, [%4], %5;"
+        : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+        : "l"(p), "l"(streamPolicy()));
+  else if constexpr (Seg256)
     asm("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];"
         : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
         : "l"(p));
@@ -48,24 +75,41 @@ __device__ __forceinline__ uint4 ldStream16(const void *p) {
 /// use): for weight loads that must be issued before a griddepcontrol.wait.
 __device__ __forceinline__ uint4 ldStream16Ordered(const void *p) {
   uint4 v;
-  asm volatile(
-      "ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];"
-      : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-      : "l"(p));
+  if constexpr (kL2EvictFirst)
+    asm volatile("ld.global.nc.L1::no_allocate.L2::cache_hint.L2::256B.v4."
+                 "u32 {%0, %1, %2, %3}, [%4], %5;"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                 : "l"(p), "l"(streamPolicy()));
+  else
+    asm volatile(
+        "ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];"
+        : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+        : "l"(p));
   return v;
 }
 /// 8-byte streaming load.
 __device__ __forceinline__ uint2 ldStream8(const void *p) {
   uint2 v;
-  asm("ld.global.nc.L1::no_allocate.v2.u32 {%0, %1}, [%2];"
-      : "=r"(v.x), "=r"(v.y)
-      : "l"(p));
+  if constexpr (kL2EvictFirst)
+    asm("ld.global.nc.L1::no_allocate.L2::cache_hint.v2.u32 {%0, %1}, [%2], "
+        "%3;"
+        : "=r"(v.x), "=r"(v.y)
+        : "l"(p), "l"(streamPolicy()));
+  else
+    asm("ld.global.nc.L1::no_allocate.v2.u32 {%0, %1}, [%2];"
+        : "=r"(v.x), "=r"(v.y)
+        : "l"(p));
   return v;
 }
 /// Streaming load of one byte (an MXFP4 scale), zero-extended.
 __device__ __forceinline__ uint32_t ldStreamU8(const uint8_t *p) {
   uint32_t v;
-  asm("ld.global.nc.L1::no_allocate.u8 %0, [%1];" : "=r"(v) : "l"(p));
+  if constexpr (kL2EvictFirst)
+    asm("ld.global.nc.L1::no_allocate.L2::cache_hint.u8 %0, [%1], %2;"
+        : "=r"(v)
+        : "l"(p), "l"(streamPolicy()));
+  else
+    asm("ld.global.nc.L1::no_allocate.u8 %0, [%1];" : "=r"(v) : "l"(p));
   return v;
 }
 

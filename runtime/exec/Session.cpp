@@ -11,6 +11,7 @@
 #include "kernels/common/BF16.h"
 #include "runtime/exec/CpuBackend.h"
 #include "runtime/exec/cuda/CudaBackend.h"
+#include "runtime/model/Synthetic.h"
 
 #include <nlohmann/json.hpp>
 
@@ -102,6 +103,8 @@ Status checkConfigsMatch(const ModelConfig &planConfig,
 
 Expected<TensorStore> openWeightsFor(const PlanDoc &plan,
                                      const std::string &weightsDir) {
+  if (isSyntheticWeights(weightsDir))
+    return openSyntheticWeights(plan.config, weightsDir);
   Expected<ModelConfig> weightsConfig = parseConfigFile(
       (std::filesystem::path(weightsDir) / "config.json").string());
   if (!weightsConfig)

@@ -34,7 +34,9 @@ Status checkConfigsMatch(const ModelConfig &planConfig,
                          const ModelConfig &weightsConfig);
 
 /// The checkpoint in `weightsDir` for `plan`: its config.json must match the
-/// plan's (checkConfigsMatch) before the tensors are opened.
+/// plan's (checkConfigsMatch) before the tensors are opened. Or, when
+/// `weightsDir` is "synthetic:SEED", the plan's config's synthetic weights
+/// made in memory (openSyntheticWeights, runtime/model/Synthetic.h).
 Expected<TensorStore> openWeightsFor(const PlanDoc &plan,
                                      const std::string &weightsDir);
 

@@ -23,6 +23,7 @@
 #include <filesystem>
 #include <fstream>
 #include <limits>
+#include <mutex>
 #include <set>
 #include <sstream>
 
@@ -321,13 +322,80 @@ Status TensorStore::checkUnchanged() const {
   return Status::ok();
 }
 
+/// The made tensors of a store: the maker, its specs by name, and the
+/// tensors made so far (a view and the bytes it points at, each).
+struct TensorStore::Made {
+  std::shared_ptr<const TensorMaker> maker;
+  std::map<std::string, size_t> byName;
+  struct Tensor {
+    TensorView view;
+    std::unique_ptr<uint8_t[]> bytes;
+  };
+  std::mutex mutex;
+  std::map<size_t, Tensor> held;
+
+  const TensorView *find(const std::string &name) {
+    auto it = byName.find(name);
+    if (it == byName.end())
+      return nullptr;
+    std::lock_guard<std::mutex> lock(mutex);
+    auto h = held.find(it->second);
+    if (h != held.end())
+      return &h->second.view;
+    const std::vector<size_t> group = maker->group(it->second);
+    std::vector<uint8_t *> dst;
+    for (size_t i : group) {
+      const TensorSpec &s = maker->specs()[i];
+      Tensor t;
+      t.view.name = s.name;
+      t.view.dtype = s.dtype;
+      t.view.shape = s.shape;
+      // Sizes were checked when the store was made.
+      t.view.nbytes = static_cast<size_t>(*tensorByteSize(s.dtype, s.shape));
+      t.bytes.reset(new uint8_t[t.view.nbytes ? t.view.nbytes : 1]);
+      t.view.data = t.bytes.get();
+      dst.push_back(t.bytes.get());
+      held[i] = std::move(t);
+    }
+    maker->make(it->second, dst);
+    return &held[it->second].view;
+  }
+};
+
+TensorStore TensorStore::made(std::shared_ptr<const TensorMaker> maker) {
+  TensorStore store;
+  store.made_ = std::make_shared<Made>();
+  for (size_t i = 0; i < maker->specs().size(); ++i)
+    store.made_->byName.emplace(maker->specs()[i].name, i);
+  store.made_->maker = std::move(maker);
+  return store;
+}
+
+void TensorStore::releaseMade() const {
+  if (!made_)
+    return;
+  std::lock_guard<std::mutex> lock(made_->mutex);
+  made_->held.clear();
+}
+
+size_t TensorStore::size() const {
+  return made_ ? made_->byName.size() : index_.size();
+}
+
 const TensorView *TensorStore::find(const std::string &name) const {
+  if (made_)
+    return made_->find(name);
   auto it = index_.find(name);
   return it == index_.end() ? nullptr : it->second;
 }
 
 std::vector<const TensorView *> TensorStore::all() const {
   std::vector<const TensorView *> out;
+  if (made_) {
+    for (const TensorSpec &s : made_->maker->specs())
+      out.push_back(made_->find(s.name));
+    return out;
+  }
   out.reserve(index_.size());
   for (const auto &f : files_)
     for (const TensorView &t : f->tensors())

@@ -53,24 +53,53 @@ private:
   std::map<std::string, std::string> metadata_;
 };
 
+/// Tensors that are made rather than read (synthetic weights,
+/// runtime/model/Synthetic.h): a TensorStore asks for a tensor's bytes the
+/// first time find() names it.
+class TensorMaker {
+public:
+  virtual ~TensorMaker() = default;
+  /// Every tensor this maker makes.
+  virtual const std::vector<TensorSpec> &specs() const = 0;
+  /// The specs made together with spec `i`, ascending, `i` among them (an
+  /// MXFP4 matrix's codes and scales).
+  virtual std::vector<size_t> group(size_t i) const = 0;
+  /// Writes the bytes of every spec of group(i): dst[k] holds the k-th's
+  /// byte size.
+  virtual void make(size_t i, const std::vector<uint8_t *> &dst) const = 0;
+};
+
 /// All tensors of a model directory: `model.safetensors`, or the shards
-/// named by `model.safetensors.index.json`, or every `*.safetensors` file.
+/// named by `model.safetensors.index.json`, or every `*.safetensors` file;
+/// or the tensors of a TensorMaker, made in host memory when first found.
+/// Copies share the files and the made tensors.
 class TensorStore {
 public:
   /// Opens a directory (or a single .safetensors file).
   static Expected<TensorStore> open(const std::string &path);
+  /// A store of `maker`'s tensors (thread-safe: find() may be called from
+  /// several threads).
+  static TensorStore made(std::shared_ptr<const TensorMaker> maker);
 
-  /// The tensor called `name`, or null.
+  /// The tensor called `name`, or null. A made tensor is made now unless it
+  /// is held from an earlier find().
   const TensorView *find(const std::string &name) const;
-  /// Every tensor of every file.
+  /// Every tensor of every file (of a maker: every tensor, all made now).
   std::vector<const TensorView *> all() const;
-  size_t size() const { return index_.size(); }
-  /// SafetensorsFile::checkUnchanged for every shard.
+  size_t size() const;
+  /// SafetensorsFile::checkUnchanged for every shard (made tensors: ok).
   Status checkUnchanged() const;
+  /// Frees the bytes of the made tensors (the next find() makes them
+  /// again); the views find() returned before dangle. A backend that has
+  /// copied the weights to its own memory calls it, so that a model larger
+  /// than host memory never lives there whole. Files: nothing happens.
+  void releaseMade() const;
 
 private:
+  struct Made;
   std::vector<std::shared_ptr<SafetensorsFile>> files_;
   std::map<std::string, const TensorView *> index_;
+  std::shared_ptr<Made> made_;
 };
 
 /// Writes `tensors` to one .safetensors file (8-byte aligned data offsets,

@@ -11,9 +11,10 @@
 #ifndef K3C_TOOLS_K3_MKMODEL_MODELMAKER_H
 #define K3C_TOOLS_K3_MKMODEL_MODELMAKER_H
 
+#include "runtime/Status.h"
 #include "runtime/model/Config.h"
 #include "runtime/model/ModelWeights.h"
-#include "runtime/Status.h"
+#include "runtime/model/Synthetic.h"
 
 #include <cstdint>
 #include <functional>
@@ -36,8 +37,8 @@ using ProgressFn = std::function<void(uint64_t bytesDone, uint64_t bytesTotal)>;
 /// config.expertsMxfp4. The same config and seed give byte-identical files;
 /// each tensor's values depend only on the seed, the tensor's name and the
 /// config's sizes. The models are confident by construction (a planted
-/// routing code, bigram and AttnRes marker; see ModelMaker.cpp), so greedy
-/// decoding does not sit on near-ties that rounding could flip.
+/// routing code, bigram and AttnRes marker; see runtime/model/Synthetic.cpp),
+/// so greedy decoding does not sit on near-ties that rounding could flip.
 ///
 /// `threads` (0 or less: defaultMakerThreads(); at most kMaxMakerThreads)
 /// threads generate the values: every tensor is cut into pieces of at most
@@ -49,15 +50,12 @@ using ProgressFn = std::function<void(uint64_t bytesDone, uint64_t bytesTotal)>;
 /// time, whatever the size of the model. With threads = 1 everything runs
 /// on the calling thread.
 ///
-/// `structure` Random leaves the plant out (plain random weights of the same
-/// scales): chaotic at bf16 for free-running greedy decodes, which is why
-/// the checks on such models are teacher-forced.
+/// `structure` Random leaves the plant out (Synthetic.h).
 ///
 /// `dtypes` picks how the tensors stored either way by real checkpoints are
 /// written (ModelWeights.h): Published stores K3's conv filters and o_norm
 /// F32 (unrounded values; Simple rounds the same values to BF16) and
 /// Kimi-Linear's router bias BF16.
-enum class Structure { Planted, Random };
 Status makeModel(const ModelConfig &config, uint64_t seed,
                  const std::string &dir, ProgressFn progress = {},
                  int64_t shardBytes = 0,

@@ -163,7 +163,12 @@ void declareOptions(CLI::App &app, Args &a, bool embedded) {
         ->group(model);
   app.add_option("--weights", a.weights,
                  "model directory (config.json + safetensors);\n"
-                 "its config must match the plan's")
+                 "its config must match the plan's. Or\n"
+                 "synthetic:SEED: the plan's model with weights\n"
+                 "made in memory from SEED (the bytes\n"
+                 "k3-mkmodel --real-dtypes --seed SEED writes;\n"
+                 "any size, no files: the GPU gets them one\n"
+                 "weight at a time)")
       ->type_name("DIR")
       ->group(model);
   app.add_option("--prompt-ids", a.promptIds,

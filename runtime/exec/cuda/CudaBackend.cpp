@@ -303,6 +303,9 @@ CudaBackend::bind(const PlanDoc &plan, const TensorStore &store,
     }
     dw.dtype = host.dtype;
     mem.weights.push_back(dw);
+    // Made (synthetic) weights live in host memory only until copied: a
+    // model larger than host memory passes through one weight at a time.
+    store.releaseMade();
   }
 
   be->launches_.resize(plan.launches.size());

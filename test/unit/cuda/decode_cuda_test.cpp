@@ -11,8 +11,9 @@
 // runtime/exec/Differential.h: every launch of 15 steps against the CPU kernels
 // on the same inputs, each within its kernel's tolerance; the same run over
 // the preset's model with the published stored dtypes (K3: the conv filters
-// and o_norm F32, bound by the same plan). Skipped without a GPU or without
-// the plans; failed instead under K3C_REQUIRE_GPU=1.
+// and o_norm F32, bound by the same plan); `--weights synthetic:1` decoding
+// as those files. Skipped without a GPU or without the plans; failed
+// instead under K3C_REQUIRE_GPU=1.
 //
 //===----------------------------------------------------------------------===//
 #include "test/unit/cuda/CudaTestUtil.h"
@@ -362,6 +363,27 @@ TEST_P(DecodeCuda, GreedyOnTheDeviceEqualsTheHostLoop) {
       EXPECT_EQ(d->tokens, h->tokens)
           << (graph ? "graph" : "no graph") << ", " << maxNew << " tokens";
     }
+  }
+}
+
+/// `--weights synthetic:SEED` on the GPU: the weights made in host memory
+/// and copied one at a time (the store lets each go once it is on the
+/// device) decode exactly as the files k3-mkmodel --real-dtypes writes for
+/// the same seed: the same tokens and logit bits, with and without a graph.
+TEST_P(DecodeCuda, SyntheticWeightsDecodeAsTheFiles) {
+  K3_REQUIRE_PLANS();
+  const std::string path = planPath(GetParam());
+  ASSERT_TRUE(std::filesystem::exists(path)) << path;
+  const std::string &dir =
+      modelDir(std::get<0>(GetParam()), k3::StoredDtypes::Published);
+  for (bool graph : {true, false}) {
+    DecodeRun files, made;
+    ASSERT_NO_FATAL_FAILURE(
+        decode(path, dir, k3::BackendKind::Cuda, graph, files));
+    ASSERT_NO_FATAL_FAILURE(
+        decode(path, "synthetic:1", k3::BackendKind::Cuda, graph, made));
+    EXPECT_EQ(made.tokens, files.tokens) << (graph ? "graph" : "no graph");
+    EXPECT_EQ(made.logits, files.logits) << (graph ? "graph" : "no graph");
   }
 }
 
