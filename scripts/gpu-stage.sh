@@ -25,6 +25,11 @@ for preset in tiny tiny-linear tiny-odd; do
       -o "$STAGE/plans/$preset-$fusion.plan"
   done
 done
+# Batched plans (k3c --max-batch 4) for cuda_test's batch test.
+for preset in tiny tiny-linear tiny-odd; do
+  "$BUILD_DIR"/bin/k3c "preset:$preset" --fusion=default --max-seq 512 \
+    --max-batch 4 -o "$STAGE/plans/$preset-default-b4.plan"
+done
 # Real-size plans for scripts/gpu-perf.sh: Kimi-Linear-48B geometry with 32
 # experts and with all 256 (the models themselves are made on the GPU
 # machine).

@@ -62,6 +62,21 @@ constexpr int kMaxSliceCols = 128;
 constexpr int kMaxWarps = 32;
 /// Heads of kda_decode that can be counted when a head has several slices.
 constexpr int kMaxCountedHeads = 4096;
+/// Measurement knobs for kda_decode's code size (K3C_TUNE_KDA_*, variant
+/// builds only: scripts/ptx-variant.sh): VEC_ONLY drops the element-wise
+/// state path (unaligned states write NaN), BF16_TAPS the fp32 conv taps
+/// (fp32 filters write NaN). Neither is correct in general; they measure
+/// how much of the kernel's time is its instruction footprint.
+#ifdef K3C_TUNE_KDA_VEC_ONLY
+constexpr bool kVecOnly = K3C_TUNE_KDA_VEC_ONLY != 0;
+#else
+constexpr bool kVecOnly = false;
+#endif
+#ifdef K3C_TUNE_KDA_BF16_TAPS
+constexpr bool kBf16Taps = K3C_TUNE_KDA_BF16_TAPS != 0;
+#else
+constexpr bool kBf16Taps = false;
+#endif
 
 /// Slices of a head that have finished in the running kda_decode; the block
 /// that completes a head's last slice finishes the head and resets its count.
@@ -350,12 +365,18 @@ using dev::fillNaN;
 __device__ __forceinline__ uint16_t convOut(const VectorRef &w, int64_t w0,
                                             const float *s, uint16_t u,
                                             int hist) {
-  const float acc = dev::withVector(w, [&](const auto *t) {
+  auto taps = [&](const auto *t) {
     float a = 0.0f;
     for (int i = 0; i < hist; ++i)
       a = fmaf(dev::elemF(t, w0 + i), s[i], a);
     return fmaf(dev::elemF(t, w0 + hist), dev::bf16ToF(u), a);
-  });
+  };
+  float acc;
+  if constexpr (kBf16Taps)
+    acc = w.dtype == kVectorF32 ? __int_as_float(0x7fc00000)
+                                : taps(static_cast<const uint16_t *>(w.data));
+  else
+    acc = dev::withVector(w, taps);
   return dev::fToBf16(dev::siluF(acc));
 }
 
@@ -752,6 +773,8 @@ extern "C" __global__ void __launch_bounds__(512)
   };
   if (vecState(p.state, d))
     forEachSlice<true>(p.state, p.out, H, d, g, sm, stage, finish);
+  else if (kVecOnly)
+    fillNaN(p.out, p.numHeads * p.headDim);
   else
     forEachSlice<false>(p.state, p.out, H, d, g, sm, stage, finish);
 }

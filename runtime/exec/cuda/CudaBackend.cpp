@@ -166,13 +166,6 @@ Expected<std::unique_ptr<CudaBackend>>
 CudaBackend::bind(const PlanDoc &plan, const TensorStore &store,
                   bool useGraph) {
   K3_RETURN_IF_ERROR(validatePlan(plan));
-  // Checked before the driver, so the message is the same with or without
-  // a GPU.
-  if (plan.maxBatch > 1)
-    return makeError("the plan decodes up to ", plan.maxBatch,
-                     " sequences together (max_batch); the CUDA backend "
-                     "runs plans of one sequence in this version: decode it "
-                     "with --backend cpu, or compile with --max-batch 1");
   Expected<cuda::Driver *> driver = cuda::Driver::get();
   if (!driver)
     return driver.status();
@@ -183,6 +176,10 @@ CudaBackend::bind(const PlanDoc &plan, const TensorStore &store,
   be->vocab_ = plan.config.vocabSize;
   be->maxSeq_ = plan.maxSeq;
   be->logits_.assign(static_cast<size_t>(be->vocab_), 0.0f);
+  be->lastLogits_ = be->logits_.data();
+  be->slots_ = plan.maxBatch;
+  be->plan_ = plan;
+  be->plan_.ptxModules.clear(); // the functions are resolved below
 
   // Every kernel first: a missing one is the most likely error. The plan's
   // own PTX wins over the binary's (it is what the plan was compiled with).
@@ -225,8 +222,17 @@ CudaBackend::bind(const PlanDoc &plan, const TensorStore &store,
   be->chains_ = planChainsGreedy(plan);
   be->states_.resize(plan.states.size());
   for (size_t i = 0; i < plan.states.size(); ++i) {
-    K3_RETURN_IF_ERROR(alloc(plan.states[i].bytes, be->states_[i])
-                           .withContext("state '" + plan.states[i].name + "'"));
+    StateKind kind = StateKind::KdaState;
+    parseStateKind(plan.states[i].kind, kind); // validatePlan checked it
+    be->stepLocal_.push_back(stateKindIsStepLocal(kind));
+    be->stateBytes_.push_back(plan.states[i].bytes);
+    // Slots start 256-byte aligned, as cuMemAlloc's allocations do.
+    be->stateStride_.push_back((plan.states[i].bytes + 255) / 256 * 256);
+    // validatePlan bounds every slot's states together: no wrap.
+    K3_RETURN_IF_ERROR(
+        alloc(be->stateStride_[i] * static_cast<uint64_t>(be->slots_),
+              be->states_[i])
+            .withContext("state '" + plan.states[i].name + "'"));
     mem.states.push_back(be->states_[i].as<uint8_t>());
     mem.stateBytes.push_back(plan.states[i].bytes);
   }
@@ -308,6 +314,7 @@ CudaBackend::bind(const PlanDoc &plan, const TensorStore &store,
     store.releaseMade();
   }
 
+  be->weightViews_ = mem.weights;
   be->launches_.resize(plan.launches.size());
   for (size_t i = 0; i < plan.launches.size(); ++i)
     K3_RETURN_IF_ERROR(bindLaunch(plan, i, mem, be->launches_[i]));
@@ -374,6 +381,23 @@ Expected<std::vector<GreedyChoice>> CudaBackend::chainGreedy(int64_t more) {
   if (!chains_)
     return makeError(name(), ": the plan has no argmax writing the step "
                              "block; recompile it with this k3c");
+  if (rowsStep_) {
+    // The chain goes on from the last row of the last step (a prompt
+    // chunk's last token, whose argmax wrote the next token and position):
+    // slot 0's own launches take over its step block.
+    const Row &last = *rows_[lastRows_ - 1];
+    if (last.slot != 0)
+      return makeError(name(),
+                       ": chained greedy steps go on from slot 0; "
+                       "the last step's last row was slot ",
+                       last.slot);
+    K3_RETURN_IF_ERROR(driver_->copyDeviceAsync(
+        step_.get(), last.step.get(), kStepWords * sizeof(int64_t), stream_));
+    stepPos_ = last.stepHost[kStepPos] + 1;
+    rowsStep_ = false;
+    lastRows_ = 1;
+    lastLogits_ = logits_.data();
+  }
   if (more < 0 || more > maxSeq_ - stepPos_)
     return makeError("chaining ", more, " steps from position ", stepPos_,
                      " passes max_seq ", maxSeq_);
@@ -417,6 +441,9 @@ Expected<std::vector<GreedyChoice>> CudaBackend::chainGreedy(int64_t more) {
 
 Status CudaBackend::step(int64_t token, int64_t pos) {
   K3_RETURN_IF_ERROR(checkStepInputs(token, pos, vocab_, maxSeq_));
+  rowsStep_ = false;
+  lastRows_ = 1;
+  lastLogits_ = logits_.data();
   K3_RETURN_IF_ERROR(setStep(token, pos));
   K3_RETURN_IF_ERROR(driver_->record(start_, stream_));
   for (size_t i = 0; i < launches_.size(); ++i) {
@@ -473,24 +500,169 @@ Status CudaBackend::readArena(std::vector<uint8_t> &out) {
 }
 
 Status CudaBackend::readState(size_t state, std::vector<uint8_t> &out) {
-  if (state >= states_.size())
-    return makeError("state ", state, " is out of range");
-  out.resize(states_[state].bytes());
-  return driver_->copyToHost(out.data(), states_[state].get(), out.size());
+  return readSlotState(0, state, out);
 }
 
 Status CudaBackend::writeState(size_t state,
                                const std::vector<uint8_t> &bytes) {
+  return writeSlotState(0, state, bytes);
+}
+
+// A step-local state (one step's, not the sequence's) is read and written
+// in slot 0's place: what step() and the debugging paths use.
+Status CudaBackend::readSlotState(int64_t slot, size_t state,
+                                  std::vector<uint8_t> &out) {
+  K3_RETURN_IF_ERROR(checkSlot(slot));
   if (state >= states_.size())
     return makeError("state ", state, " is out of range");
-  if (bytes.size() != states_[state].bytes())
-    return makeError("state ", state, " holds ", states_[state].bytes(),
+  out.resize(stateBytes_[state]);
+  return driver_->copyToHost(
+      out.data(), slotState(stepLocal_[state] ? 0 : slot, state), out.size());
+}
+
+Status CudaBackend::writeSlotState(int64_t slot, size_t state,
+                                   const std::vector<uint8_t> &bytes) {
+  K3_RETURN_IF_ERROR(checkSlot(slot));
+  if (state >= states_.size())
+    return makeError("state ", state, " is out of range");
+  if (bytes.size() != stateBytes_[state])
+    return makeError("state ", state, " holds ", stateBytes_[state],
                      " bytes, the snapshot has ", bytes.size());
   K3_RETURN_IF_ERROR(
-      driver_->copyToDevice(states_[state].get(), bytes.data(), bytes.size()));
+      driver_->copyToDevice(slotState(stepLocal_[state] ? 0 : slot, state),
+                            bytes.data(), bytes.size()));
   // A pageable host-to-device copy may return before its DMA is done (on
   // the legacy stream, see resetState).
   return driver_->synchronize(nullptr).withContext("writing a state");
+}
+
+Status CudaBackend::resetSlot(int64_t slot) {
+  K3_RETURN_IF_ERROR(checkSlot(slot));
+  for (size_t i = 0; i < states_.size(); ++i)
+    K3_RETURN_IF_ERROR(driver_->memset8(slotState(slot, i), 0, stateBytes_[i]));
+  return driver_->synchronize(nullptr).withContext(
+      "zeroing slot " + std::to_string(slot) + "'s state");
+}
+
+//===----------------------------------------------------------------------===//
+// Steps of several rows
+//===----------------------------------------------------------------------===//
+
+Status CudaBackend::ensureRows(size_t n) {
+  auto alloc = [](uint64_t bytes, cuda::DeviceBuffer &out) -> Status {
+    Expected<cuda::DeviceBuffer> b = cuda::DeviceBuffer::create(bytes);
+    if (!b)
+      return b.status();
+    out = b.take();
+    return Status::ok();
+  };
+  while (rows_.size() < n) {
+    const size_t index = rows_.size();
+    const std::string what = " of step row " + std::to_string(index);
+    auto row = std::make_unique<Row>();
+    K3_RETURN_IF_ERROR(
+        alloc(plan_.arenaBytes, row->arena).withContext("the arena" + what));
+    K3_RETURN_IF_ERROR(alloc(kStepWords * sizeof(int64_t), row->step)
+                           .withContext("the step block" + what));
+    row->local.resize(plan_.states.size());
+    PlanMemory mem;
+    mem.arena = row->arena.as<uint8_t>();
+    mem.stateBytes = stateBytes_;
+    mem.weights = weightViews_;
+    mem.step = row->step.as<int64_t>();
+    for (size_t i = 0; i < plan_.states.size(); ++i) {
+      if (stepLocal_[i]) {
+        K3_RETURN_IF_ERROR(
+            alloc(stateBytes_[i], row->local[i])
+                .withContext("state '" + plan_.states[i].name + "'" + what));
+        K3_RETURN_IF_ERROR(
+            driver_->memset8(row->local[i].get(), 0, stateBytes_[i]));
+        mem.states.push_back(row->local[i].as<uint8_t>());
+      } else {
+        mem.states.push_back(reinterpret_cast<uint8_t *>(slotState(0, i)));
+      }
+    }
+    row->launches.resize(plan_.launches.size());
+    row->patches.resize(plan_.launches.size());
+    for (size_t l = 0; l < plan_.launches.size(); ++l) {
+      BoundLaunch &bl = row->launches[l];
+      K3_RETURN_IF_ERROR(bindLaunch(plan_, l, mem, bl));
+      // The sequence's states move with the slot the row serves.
+      for (const auto &[field, arg] : plan_.launches[l].args)
+        if (arg.kind == PlanArg::Kind::State &&
+            !stepLocal_[static_cast<size_t>(arg.index)])
+          row->patches[l].push_back({bl.kernel->field(field)->offset,
+                                     static_cast<size_t>(arg.index),
+                                     arg.offset});
+    }
+    row->slot = 0;
+    row->logits.assign(static_cast<size_t>(vocab_), 0.0f);
+    rows_.push_back(std::move(row));
+  }
+  return driver_->synchronize(nullptr).withContext("zeroing the rows' states");
+}
+
+void CudaBackend::bindRowToSlot(Row &r, int64_t slot) {
+  if (r.slot == slot)
+    return;
+  for (size_t l = 0; l < r.launches.size(); ++l) {
+    uint8_t *params = static_cast<uint8_t *>(r.launches[l].params->data());
+    for (const StatePatch &p : r.patches[l]) {
+      const cuda::CUdeviceptr ptr = slotState(slot, p.state) + p.offset;
+      std::memcpy(params + p.field, &ptr, sizeof(ptr));
+    }
+  }
+  r.slot = slot;
+}
+
+Status CudaBackend::stepSlots(const std::vector<SlotStep> &rows) {
+  if (slots_ == 1)
+    return Backend::stepSlots(rows); // step() per row: the graph's path
+  K3_RETURN_IF_ERROR(checkRows(rows));
+  K3_RETURN_IF_ERROR(ensureRows(rows.size()));
+  for (size_t i = 0; i < rows.size(); ++i) {
+    Row &r = *rows_[i];
+    bindRowToSlot(r, rows[i].slot);
+    r.stepHost[kStepToken] = rows[i].token;
+    r.stepHost[kStepPos] = rows[i].pos;
+    r.stepHost[kStepNonFinite] = 0;
+    K3_RETURN_IF_ERROR(driver_->copyToDeviceAsync(r.step.get(), r.stepHost,
+                                                  sizeof(r.stepHost), stream_));
+  }
+  // Launch-major, the rows in order (Backend.h): a slot's rows meet its
+  // states in position order.
+  for (size_t l = 0; l < launches_.size(); ++l) {
+    const Grid &g = grids_[l];
+    for (size_t i = 0; i < rows.size(); ++i) {
+      BoundLaunch &bl = rows_[i]->launches[l];
+      bl.setInputs(rows[i].token, rows[i].pos);
+      Status st = driver_->launch(functions_[l], g.grid, g.block, g.smem,
+                                  stream_, bl.params->data(),
+                                  /*programmatic=*/true);
+      if (!st)
+        return st.withContext("launch " + std::to_string(l) + " (" +
+                              bl.kernel->name + ") of step row " +
+                              std::to_string(i));
+    }
+  }
+  for (size_t i = 0; i < rows.size(); ++i) {
+    Row &r = *rows_[i];
+    K3_RETURN_IF_ERROR(
+        driver_->copyToHostAsync(r.logits.data(), r.arena.get() + logitsOffset_,
+                                 r.logits.size() * sizeof(float), stream_));
+  }
+  if (Status st = driver_->synchronize(stream_); !st)
+    return st.withContext("a step of " + std::to_string(rows.size()) + " rows");
+  rowsStep_ = true;
+  lastRows_ = rows.size();
+  lastLogits_ = rows_[rows.size() - 1]->logits.data();
+  return Status::ok();
+}
+
+const float *CudaBackend::rowLogits(size_t row) const {
+  if (!rowsStep_)
+    return row + 1 == lastRows_ ? logits_.data() : nullptr;
+  return row < lastRows_ ? rows_[row]->logits.data() : nullptr;
 }
 
 //===----------------------------------------------------------------------===//

@@ -8,6 +8,14 @@
 // the binary, in plan order on one stream. The logits come back to the host
 // after the last launch.
 //
+// A batched plan (max_batch B > 1) gets B slots of every state, one device
+// allocation per state with slot s at s · stride; step() and the graph run
+// slot 0. A step of several rows (stepSlots) runs each row's own launches
+// (its arena, step block and step-local states, bound when a step first
+// needs that many rows, re-pointed at its slot's states before the step),
+// launch-major with the rows in order, one kernel launch per row: the same
+// kernels and params as step(), so a row computes what it computes alone.
+//
 //===----------------------------------------------------------------------===//
 #ifndef K3C_RUNTIME_EXEC_CUDA_CUDABACKEND_H
 #define K3C_RUNTIME_EXEC_CUDA_CUDABACKEND_H
@@ -59,7 +67,7 @@ public:
 
   Status resetState() override;
   Status step(int64_t token, int64_t pos) override;
-  const float *logits() const override { return logits_.data(); }
+  const float *logits() const override { return lastLogits_; }
   int64_t vocab() const override { return vocab_; }
   int64_t maxSeq() const override { return maxSeq_; }
   std::string name() const override;
@@ -72,6 +80,17 @@ public:
   /// block into a ring; one copy of the ring to the host at the end.
   bool chainsGreedy() const override { return chains_; }
   Expected<std::vector<GreedyChoice>> chainGreedy(int64_t more) override;
+
+  /// Steps of several rows (file comment); a plan of one slot takes the
+  /// Backend defaults (step() per row, graph and all).
+  int64_t maxBatch() const override { return slots_; }
+  Status resetSlot(int64_t slot) override;
+  Status stepSlots(const std::vector<SlotStep> &rows) override;
+  const float *rowLogits(size_t row) const override;
+  Status readSlotState(int64_t slot, size_t state,
+                       std::vector<uint8_t> &out) override;
+  Status writeSlotState(int64_t slot, size_t state,
+                        const std::vector<uint8_t> &bytes) override;
 
   /// Profiling (Backend.h). timeLaunches brackets every launch with events
   /// and, so that an event pair holds device time only (not the host's
@@ -107,12 +126,51 @@ private:
   /// Queues the write of a host-driven step's inputs into the step block.
   Status setStep(int64_t token, int64_t pos);
 
+  /// A state pointer of a row's launch, re-pointed when the row moves to
+  /// another slot: where it is in the params, which state, what offset.
+  struct StatePatch {
+    size_t field = 0;
+    size_t state = 0;
+    uint64_t offset = 0;
+  };
+  /// What one row of a several-row step runs on.
+  struct Row {
+    cuda::DeviceBuffer arena, step;
+    std::vector<cuda::DeviceBuffer> local; ///< step-local states (else empty)
+    std::vector<BoundLaunch> launches;
+    std::vector<std::vector<StatePatch>> patches; ///< per launch
+    int64_t slot = -1;
+    int64_t stepHost[kStepWords] = {}; ///< staged for the step block copy
+    std::vector<float> logits;
+  };
+  /// Slot `slot`'s copy of state `state` (device address).
+  cuda::CUdeviceptr slotState(int64_t slot, size_t state) const {
+    return states_[state].get() +
+           static_cast<uint64_t>(slot) * stateStride_[state];
+  }
+  /// Makes rows [0, n) exist (binding the launches of the new ones).
+  Status ensureRows(size_t n);
+  /// Points row `r`'s launches at slot `slot`'s states.
+  void bindRowToSlot(Row &r, int64_t slot);
+
   cuda::Driver *driver_ = nullptr;
   cuda::CUstream stream_ = nullptr;
   cuda::CUevent start_ = nullptr, end_ = nullptr;
   int64_t vocab_ = 0, maxSeq_ = 0;
   cuda::DeviceBuffer arena_;
+  /// Per plan state, every slot's copy (slot s at s * stateStride_[i]).
   std::vector<cuda::DeviceBuffer> states_;
+  std::vector<uint64_t> stateBytes_, stateStride_;
+  std::vector<bool> stepLocal_; ///< per plan state
+  int64_t slots_ = 1;
+  /// The plan (without its PTX) and the device weights, for binding rows.
+  PlanDoc plan_;
+  std::vector<PlanMemory::Weight> weightViews_;
+  std::vector<std::unique_ptr<Row>> rows_;
+  /// What logits() returns: logits_ after step(), the last row's after
+  /// stepSlots().
+  const float *lastLogits_ = nullptr;
+  bool rowsStep_ = false; ///< the last step was stepSlots' rows
   std::vector<cuda::DeviceBuffer> weightData_; ///< bf16/f32/packed/scale
   std::vector<BoundLaunch> launches_;
   struct Grid {

@@ -387,6 +387,75 @@ TEST_P(DecodeCuda, SyntheticWeightsDecodeAsTheFiles) {
   }
 }
 
+/// A batched plan (k3c --max-batch 4, scripts/gpu-stage.sh) on the GPU:
+/// more requests than slots (they join as slots free up), prompts longer
+/// than a chunk, one sampled request, one ending at a stop id. Every
+/// sequence's tokens equal the CPU backend's batch of the same plan, and
+/// its tokens and logit bits equal the same request decoded alone on the
+/// GPU with the batch-1 plan (step() per token, graph replay): a row runs
+/// the kernels and params of a step of its own. On a random-weight model,
+/// where any wrong state, slot or position changes what follows.
+TEST(DecodeCudaBatch, SequencesAsAloneAndAsTheCpu) {
+  K3_REQUIRE_PLANS();
+  const std::string plans = std::getenv("K3C_CUDA_TEST_PLANS");
+  for (const std::string preset : {"tiny", "tiny-linear", "tiny-odd"}) {
+    SCOPED_TRACE(preset);
+    const std::string batched = plans + "/" + preset + "-default-b4.plan";
+    const std::string single = plans + "/" + preset + "-default.plan";
+    ASSERT_TRUE(std::filesystem::exists(batched)) << batched;
+    const std::string &dir =
+        modelDir(preset, k3::StoredDtypes::Simple, k3::Structure::Random);
+    std::vector<k3::SequenceRequest> reqs;
+    for (int r = 0; r < 7; ++r) {
+      k3::SequenceRequest q;
+      for (int t = 0; t < 3 + 11 * r; ++t)
+        q.prompt.push_back((37 * r + 101 * t + 5) % 1000);
+      q.options.maxNew = 6 + r;
+      q.options.keepLogits = true;
+      q.options.prefillChunk = 16;
+      if (r == 2) {
+        q.options.sampling.temperature = 0.8;
+        q.options.sampling.topP = 0.9;
+        q.options.sampling.seed = 11;
+      }
+      reqs.push_back(q);
+    }
+    auto open = [&](const std::string &path, k3::BackendKind kind) {
+      auto plan = k3::readPlanFile(path);
+      EXPECT_TRUE(plan.hasValue()) << plan.message();
+      return k3::Session::open(plan.take(), dir, kind, true);
+    };
+    auto cpu = open(batched, k3::BackendKind::Cpu);
+    auto gpu = open(batched, k3::BackendKind::Cuda);
+    auto alone = open(single, k3::BackendKind::Cuda);
+    ASSERT_TRUE(cpu.hasValue()) << cpu.message();
+    ASSERT_TRUE(gpu.hasValue()) << gpu.message();
+    ASSERT_TRUE(alone.hasValue()) << alone.message();
+    ASSERT_EQ((*gpu)->backend().maxBatch(), 4);
+    // A stop id that request 4 emits alone ends it there in the batch.
+    auto probe = (*alone)->generate(reqs[4].prompt, reqs[4].options);
+    ASSERT_TRUE(probe.hasValue()) << probe.message();
+    reqs[4].options.stopIds = {probe->tokens[2]};
+    auto c = (*cpu)->generateBatch(reqs);
+    auto g = (*gpu)->generateBatch(reqs);
+    ASSERT_TRUE(c.hasValue()) << c.message();
+    ASSERT_TRUE(g.hasValue()) << g.message();
+    EXPECT_EQ(g->maxActive, 4);
+    EXPECT_GT(g->maxRows, 4); // prompt chunks beside other sequences' rows
+    for (size_t r = 0; r < reqs.size(); ++r) {
+      SCOPED_TRACE("request " + std::to_string(r));
+      ASSERT_TRUE(c->sequences[r].hasValue()) << c->sequences[r].message();
+      ASSERT_TRUE(g->sequences[r].hasValue()) << g->sequences[r].message();
+      auto a = (*alone)->generate(reqs[r].prompt, reqs[r].options);
+      ASSERT_TRUE(a.hasValue()) << a.message();
+      EXPECT_EQ(g->sequences[r]->tokens, c->sequences[r]->tokens);
+      EXPECT_EQ(g->sequences[r]->tokens, a->tokens);
+      EXPECT_EQ(g->sequences[r]->logits, a->logits);
+    }
+    EXPECT_LE(g->sequences[4]->tokens.size(), size_t(3));
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(
     Presets, DecodeCuda,
     ::testing::Combine(::testing::Values("tiny", "tiny-linear", "tiny-odd"),

@@ -221,13 +221,6 @@ TEST_F(K3RunToolTest, BatchedPromptsAsIfOneByOne) {
   big = run(tool() + " " + dir->file("m.plan") + common() + " --batch 2", *dir);
   EXPECT_EQ(big.exitCode, 1);
   EXPECT_TRUE(test::contains(big.err, "max_batch of 1")) << big.err;
-  // The CUDA backend says it cannot, with or without a GPU.
-  RunResult cuda = run(
-      tool() + " " + dir->file("b.plan") + common() + " --backend cuda", *dir);
-  EXPECT_EQ(cuda.exitCode, 1);
-  EXPECT_TRUE(test::contains(cuda.err, "the CUDA backend runs plans of one "
-                                       "sequence in this version"))
-      << cuda.err;
 }
 
 TEST_F(K3RunToolTest, UsageErrorsExitTwo) {

@@ -432,20 +432,5 @@ TEST(BatchDecode, SlotErrors) {
                         "slot 1 is outside the plan's 1 slots");
 }
 
-/// The CUDA backend refuses a batched plan with a message that says what
-/// to do, the same with or without a GPU (checked before the driver).
-TEST(BatchDecode, CudaRefusesABatchedPlan) {
-  K3C_SKIP_WITHOUT_COMPILER();
-  Fixture *f = fixture("tiny");
-  ASSERT_NE(f, nullptr);
-  Expected<TensorStore> store =
-      openWeightsFor(f->batched->plan(), f->dir.path());
-  ASSERT_TRUE(store.hasValue()) << store.message();
-  EXPECT_ERROR_CONTAINS(
-      CudaBackend::bind(f->batched->plan(), *store, true),
-      "decodes up to 4 sequences together (max_batch); the CUDA backend runs "
-      "plans of one sequence in this version");
-}
-
 } // namespace
 } // namespace k3
