@@ -388,6 +388,39 @@ TEST_P(DecodeCuda, SyntheticWeightsDecodeAsTheFiles) {
   }
 }
 
+/// GPU tokens against the CPU's for one greedy sequence (logits kept): the
+/// same tokens, or the same up to a step where the CPU's choice and the
+/// GPU's are a near-tie (their CPU logits within 2 · `bound`, logitsBound's
+/// rounding noise of the lm_head input), with every logit of every step up
+/// to and including that one within `bound` of the CPU's (the histories are
+/// the same until then). Past it the sequences may part: either way is
+/// right at a near-tie.
+void expectSameUntilANearTie(const k3::GenerateResult &gpu,
+                             const k3::GenerateResult &cpu, double bound) {
+  ASSERT_EQ(gpu.vocab, cpu.vocab);
+  const size_t V = static_cast<size_t>(cpu.vocab);
+  const size_t n = std::min(gpu.tokens.size(), cpu.tokens.size());
+  ASSERT_EQ(gpu.logits.size(), gpu.tokens.size() * V);
+  ASSERT_EQ(cpu.logits.size(), cpu.tokens.size() * V);
+  for (size_t j = 0; j < n; ++j) {
+    double worst = 0.0;
+    for (size_t v = 0; v < V; ++v)
+      worst = std::max(worst, std::fabs(double(gpu.logits[j * V + v]) -
+                                        cpu.logits[j * V + v]));
+    EXPECT_LE(worst, bound) << "step " << j << ": logits beyond the bound";
+    if (gpu.tokens[j] == cpu.tokens[j])
+      continue;
+    const double gap = double(cpu.logits[j * V + cpu.tokens[j]]) -
+                       cpu.logits[j * V + gpu.tokens[j]];
+    EXPECT_LE(gap, 2.0 * bound)
+        << "step " << j << ": the GPU chose " << gpu.tokens[j]
+        << ", the CPU " << cpu.tokens[j] << ", " << gap
+        << " apart in the CPU's logits: not a near-tie";
+    return;
+  }
+  EXPECT_EQ(gpu.tokens.size(), cpu.tokens.size());
+}
+
 /// A batched plan (k3c --max-batch 4, scripts/gpu-stage.sh) on the GPU:
 /// more requests than slots (they join as slots free up), prompts longer
 /// than a chunk, one sampled request, one ending at a stop id. On a
@@ -395,9 +428,9 @@ TEST_P(DecodeCuda, SyntheticWeightsDecodeAsTheFiles) {
 /// what follows) every sequence's tokens and logit bits equal the same
 /// request decoded alone on the GPU with the batch-1 plan (step() per
 /// token, graph replay): a row runs the kernels and params of a step of its
-/// own. On the planted model (clear margins; a random one parts from the CPU
-/// at the first near-tie, as any two correct implementations do) the greedy
-/// sequences' tokens equal the CPU backend's batch of the same plan.
+/// own. On the planted model the greedy sequences' tokens equal the CPU
+/// backend's batch of the same plan, or part from it only at a near-tie
+/// (expectSameUntilANearTie; tiny-odd's longest prompt met one on the H200).
 TEST(DecodeCudaBatch, SequencesAsAloneAndAsTheCpu) {
   K3_REQUIRE_PLANS();
   const std::string plans = std::getenv("K3C_CUDA_TEST_PLANS");
@@ -450,7 +483,14 @@ TEST(DecodeCudaBatch, SequencesAsAloneAndAsTheCpu) {
       EXPECT_GT(g->maxRows, 4); // prompt chunks beside other rows
       EXPECT_LE(g->sequences[4]->tokens.size(), size_t(3));
       std::optional<k3::BatchResult> cpu;
+      double bound = 0.0;
       if (!random) {
+        auto plan = k3::readPlanFile(batched);
+        auto store = k3::TensorStore::open(dir);
+        ASSERT_TRUE(plan.hasValue() && store.hasValue());
+        std::string why;
+        bound = logitsBound(*plan, *store, why);
+        ASSERT_GT(bound, 0.0);
         auto c = (*other)->generateBatch(rs);
         ASSERT_TRUE(c.hasValue()) << c.message();
         cpu = c.take();
@@ -465,7 +505,8 @@ TEST(DecodeCudaBatch, SequencesAsAloneAndAsTheCpu) {
           EXPECT_EQ(g->sequences[r]->logits, a->logits);
         } else if (rs[r].options.sampling.greedy()) {
           ASSERT_TRUE(cpu->sequences[r].hasValue());
-          EXPECT_EQ(g->sequences[r]->tokens, cpu->sequences[r]->tokens);
+          expectSameUntilANearTie(*g->sequences[r], *cpu->sequences[r],
+                                  bound);
         }
       }
     }
