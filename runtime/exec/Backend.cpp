@@ -44,6 +44,18 @@ Status Backend::checkRows(const std::vector<SlotStep> &rows) const {
   return Status::ok();
 }
 
+Status Backend::checkStateAccess(int64_t slot, size_t state,
+                                 const std::vector<uint64_t> &stateBytes,
+                                 const size_t *written) const {
+  K3_RETURN_IF_ERROR(checkSlot(slot));
+  if (state >= stateBytes.size())
+    return makeError("state ", state, " is out of range");
+  if (written && *written != stateBytes[state])
+    return makeError("state ", state, " holds ", stateBytes[state],
+                     " bytes, the snapshot has ", *written);
+  return Status::ok();
+}
+
 Status Backend::stepSlots(const std::vector<SlotStep> &rows) {
   K3_RETURN_IF_ERROR(checkRows(rows));
   lastRows_ = 0;

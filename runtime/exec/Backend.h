@@ -159,6 +159,12 @@ protected:
   /// The checks of stepSlots() every backend makes: the rows' slots, their
   /// order, their inputs.
   Status checkRows(const std::vector<SlotStep> &rows) const;
+  /// The checks of readSlotState / writeSlotState: the slot, and `state`
+  /// one of `stateBytes` (each state's size); with `written`, a write of
+  /// that many bytes, which must be the state's size.
+  Status checkStateAccess(int64_t slot, size_t state,
+                          const std::vector<uint64_t> &stateBytes,
+                          const size_t *written = nullptr) const;
 
   /// Rows the last stepSlots() ran (a one-row step: 1); rowLogits' bound.
   size_t lastRows_ = 0;

@@ -114,12 +114,7 @@ Status CpuBackend::ensureRows(size_t n) {
       BoundLaunch &bl = row->launches[l];
       K3_RETURN_IF_ERROR(bindLaunch(plan_, l, mem, bl));
       // The sequence's states move with the slot the row serves.
-      for (const auto &[name, arg] : plan_.launches[l].args)
-        if (arg.kind == PlanArg::Kind::State &&
-            !stepLocal_[static_cast<size_t>(arg.index)])
-          row->patches[l].push_back({bl.kernel->field(name)->offset,
-                                     static_cast<size_t>(arg.index),
-                                     arg.offset});
+      row->patches[l] = slotStatePatches(plan_, l, bl, stepLocal_);
     }
     row->slot = 0;
     row->logits = reinterpret_cast<const float *>(
@@ -132,13 +127,10 @@ Status CpuBackend::ensureRows(size_t n) {
 void CpuBackend::bindRowToSlot(Row &r, int64_t slot) {
   if (r.slot == slot)
     return;
-  for (size_t l = 0; l < r.launches.size(); ++l) {
-    uint8_t *params = static_cast<uint8_t *>(r.launches[l].params->data());
-    for (const StatePatch &p : r.patches[l]) {
-      uint8_t *ptr = slotState(slot, p.state) + p.offset;
-      std::memcpy(params + p.field, &ptr, sizeof(ptr));
-    }
-  }
+  for (size_t l = 0; l < r.launches.size(); ++l)
+    applyStatePatches(r.launches[l], r.patches[l], [&](size_t state) {
+      return reinterpret_cast<uintptr_t>(slotState(slot, state));
+    });
   r.slot = slot;
 }
 
@@ -277,9 +269,7 @@ Status CpuBackend::writeState(size_t state, const std::vector<uint8_t> &bytes) {
 
 Status CpuBackend::readSlotState(int64_t slot, size_t state,
                                  std::vector<uint8_t> &out) {
-  K3_RETURN_IF_ERROR(checkSlot(slot));
-  if (state >= states_.size())
-    return makeError("state ", state, " is out of range");
+  K3_RETURN_IF_ERROR(checkStateAccess(slot, state, stateBytes_));
   const uint8_t *at = stateAt(slot, state);
   out.assign(at, at + stateBytes_[state]);
   return Status::ok();
@@ -287,12 +277,8 @@ Status CpuBackend::readSlotState(int64_t slot, size_t state,
 
 Status CpuBackend::writeSlotState(int64_t slot, size_t state,
                                   const std::vector<uint8_t> &bytes) {
-  K3_RETURN_IF_ERROR(checkSlot(slot));
-  if (state >= states_.size())
-    return makeError("state ", state, " is out of range");
-  if (bytes.size() != stateBytes_[state])
-    return makeError("state ", state, " holds ", stateBytes_[state],
-                     " bytes, the snapshot has ", bytes.size());
+  const size_t written = bytes.size();
+  K3_RETURN_IF_ERROR(checkStateAccess(slot, state, stateBytes_, &written));
   std::memcpy(stateAt(slot, state), bytes.data(), bytes.size());
   return Status::ok();
 }

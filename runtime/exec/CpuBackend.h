@@ -98,13 +98,6 @@ private:
   };
   using Block = std::unique_ptr<uint8_t, Aligned>;
 
-  /// A state pointer of a bound launch, re-pointed when its row moves to
-  /// another slot: where it is in the params, which state, what offset.
-  struct StatePatch {
-    size_t field = 0;
-    size_t state = 0;
-    uint64_t offset = 0;
-  };
   /// What one row of a step runs on.
   struct Row {
     Block arena;

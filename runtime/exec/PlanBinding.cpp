@@ -302,6 +302,18 @@ Status checkStepInputs(int64_t token, int64_t pos, int64_t vocab,
   return Status::ok();
 }
 
+std::vector<StatePatch> slotStatePatches(const PlanDoc &plan, size_t index,
+                                         const BoundLaunch &bound,
+                                         const std::vector<bool> &stepLocal) {
+  std::vector<StatePatch> out;
+  for (const auto &[name, arg] : plan.launches[index].args)
+    if (arg.kind == PlanArg::Kind::State &&
+        !stepLocal[static_cast<size_t>(arg.index)])
+      out.push_back({bound.kernel->field(name)->offset,
+                     static_cast<size_t>(arg.index), arg.offset});
+  return out;
+}
+
 bool planChainsGreedy(const PlanDoc &plan) {
   for (const PlanLaunch &l : plan.launches)
     if (l.kernel == "argmax")

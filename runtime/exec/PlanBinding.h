@@ -20,6 +20,7 @@
 #include "runtime/Status.h"
 
 #include <cstdint>
+#include <cstring>
 #include <memory>
 #include <vector>
 
@@ -91,6 +92,37 @@ struct BoundLaunch {
   /// Runs the launch on the CPU (bindLaunch refused a kernel without one).
   void runCpu() const { cpu(params->data()); }
 };
+
+/// A state pointer of a bound launch that follows the slot its row serves
+/// (a batched plan's rows, Backend::stepSlots): where it is in the params,
+/// which plan state, and the offset into it.
+struct StatePatch {
+  size_t field = 0;
+  size_t state = 0;
+  uint64_t offset = 0;
+};
+
+/// The fields of launch `index` (bound as `bound`) that point into a
+/// sequence's states, i.e. every state argument but those of the
+/// step-local states (`stepLocal`, per plan state: one step's, each row
+/// has its own copy).
+std::vector<StatePatch> slotStatePatches(const PlanDoc &plan, size_t index,
+                                         const BoundLaunch &bound,
+                                         const std::vector<bool> &stepLocal);
+
+/// Points each of `patches`' fields of `bound` at stateBase(state) + offset
+/// (a host or device address).
+template <typename Base>
+void applyStatePatches(BoundLaunch &bound,
+                       const std::vector<StatePatch> &patches,
+                       const Base &stateBase) {
+  uint8_t *params = static_cast<uint8_t *>(bound.params->data());
+  for (const StatePatch &p : patches) {
+    const uint64_t address =
+        static_cast<uint64_t>(stateBase(p.state)) + p.offset;
+    std::memcpy(params + p.field, &address, sizeof(address));
+  }
+}
 
 /// Whether `plan` chooses greedy tokens on the device: an `argmax` launch
 /// whose `step` field takes the step block (so Backend::chainGreedy can run

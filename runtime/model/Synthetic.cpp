@@ -619,19 +619,18 @@ private:
   int threads_;
 };
 
-/// Every hardware thread, or K3C_CPU_THREADS when it is a positive integer.
-int makerThreads() {
+} // namespace
+
+int defaultMakerThreads() {
   int n = static_cast<int>(std::thread::hardware_concurrency());
   if (const char *env = std::getenv("K3C_CPU_THREADS")) {
     char *end = nullptr;
     long v = std::strtol(env, &end, 10);
     if (end != env && *end == '\0' && v > 0)
-      n = static_cast<int>(std::min<long>(v, 1024));
+      n = static_cast<int>(std::min<long>(v, kMaxMakerThreads));
   }
-  return std::max(1, n);
+  return std::max(1, std::min(n, kMaxMakerThreads));
 }
-
-} // namespace
 
 Expected<TensorStore> openSyntheticWeights(const ModelConfig &config,
                                            const std::string &weights,
@@ -656,7 +655,9 @@ Expected<TensorStore> openSyntheticWeights(const ModelConfig &config,
     if (!tensorByteSize(s.dtype, s.shape))
       return makeError("synthetic weights: tensor ", s.name, " is too large");
   return TensorStore::made(std::make_shared<SyntheticMaker>(
-      config, seed, threads > 0 ? threads : makerThreads()));
+      config, seed,
+      threads > 0 ? std::min(threads, kMaxMakerThreads)
+                  : defaultMakerThreads()));
 }
 
 } // namespace k3

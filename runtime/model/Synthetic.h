@@ -81,6 +81,14 @@ private:
 /// pieces of 2^14 to 2^21 values.
 int64_t syntheticPieceValues(int64_t numel, int threads);
 
+/// The most threads that make synthetic weights (k3-mkmodel, a store).
+constexpr int kMaxMakerThreads = 1024;
+
+/// The default thread count for making synthetic weights: K3C_CPU_THREADS
+/// when it is set to a positive integer (as for the CPU backend), else the
+/// hardware threads; at most kMaxMakerThreads.
+int defaultMakerThreads();
+
 /// The prefix of a `--weights` argument that names synthetic weights.
 constexpr const char *kSyntheticWeightsPrefix = "synthetic:";
 
@@ -89,11 +97,11 @@ bool isSyntheticWeights(const std::string &weights);
 
 /// A store of `config`'s synthetic weights from the seed in `weights`
 /// ("synthetic:SEED", SEED a decimal integer): tensors are made on first
-/// use with `threads` threads (0: every hardware thread, K3C_CPU_THREADS
-/// when set) and kept until TensorStore::releaseMade(). Planted structure
-/// and the dtypes a published checkpoint stores (StoredDtypes::Published):
-/// the bytes `k3-mkmodel --real-dtypes --seed SEED` writes for the same
-/// config. Errors: a malformed seed (naming the argument).
+/// use with `threads` threads (0: defaultMakerThreads()) and kept until
+/// TensorStore::releaseMade(). Planted structure and the dtypes a published
+/// checkpoint stores (StoredDtypes::Published): the bytes `k3-mkmodel
+/// --real-dtypes --seed SEED` writes for the same config. Errors: a malformed
+/// seed (naming the argument).
 Expected<TensorStore> openSyntheticWeights(const ModelConfig &config,
                                            const std::string &weights,
                                            int threads = 0);

@@ -353,17 +353,6 @@ Status removeStaleCheckpoint(const fs::path &dir) {
 
 } // namespace
 
-int defaultMakerThreads() {
-  int n = static_cast<int>(std::thread::hardware_concurrency());
-  if (const char *env = std::getenv("K3C_CPU_THREADS")) {
-    char *end = nullptr;
-    long v = std::strtol(env, &end, 10);
-    if (end != env && *end == '\0' && v > 0)
-      n = static_cast<int>(std::min<long>(v, kMaxMakerThreads));
-  }
-  return std::max(1, std::min(n, kMaxMakerThreads));
-}
-
 Status makeModel(const ModelConfig &config, uint64_t seed,
                  const std::string &dir, ProgressFn progress,
                  int64_t shardBytes, Structure structure, int threads,

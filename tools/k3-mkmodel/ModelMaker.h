@@ -62,14 +62,6 @@ Status makeModel(const ModelConfig &config, uint64_t seed,
                  Structure structure = Structure::Planted, int threads = 0,
                  StoredDtypes dtypes = StoredDtypes::Simple);
 
-/// The most generating threads makeModel uses.
-constexpr int kMaxMakerThreads = 1024;
-
-/// makeModel's default thread count: K3C_CPU_THREADS when it is set to a
-/// positive integer (as for the CPU backend), else the hardware threads;
-/// at most kMaxMakerThreads.
-int defaultMakerThreads();
-
 } // namespace k3
 
 #endif // K3C_TOOLS_K3_MKMODEL_MODELMAKER_H

@@ -18,6 +18,15 @@ namespace k3 {
 
 namespace {
 
+/// A device allocation of `bytes` into `out`.
+Status alloc(uint64_t bytes, cuda::DeviceBuffer &out) {
+  Expected<cuda::DeviceBuffer> b = cuda::DeviceBuffer::create(bytes);
+  if (!b)
+    return b.status();
+  out = b.take();
+  return Status::ok();
+}
+
 /// measureCopyGBps: the default copy (far above the 60 MB L2) and its runs.
 constexpr uint64_t kDefaultCopyBytes = 1ull << 30;
 constexpr int kCopyRuns = 10;
@@ -207,13 +216,6 @@ CudaBackend::bind(const PlanDoc &plan, const TensorStore &store,
   }
 
   PlanMemory mem;
-  auto alloc = [](uint64_t bytes, cuda::DeviceBuffer &out) -> Status {
-    Expected<cuda::DeviceBuffer> b = cuda::DeviceBuffer::create(bytes);
-    if (!b)
-      return b.status();
-    out = b.take();
-    return Status::ok();
-  };
   K3_RETURN_IF_ERROR(alloc(plan.arenaBytes, be->arena_).withContext("arena"));
   mem.arena = be->arena_.as<uint8_t>();
   K3_RETURN_IF_ERROR(alloc(kStepWords * sizeof(int64_t), be->step_)
@@ -512,9 +514,7 @@ Status CudaBackend::writeState(size_t state,
 // in slot 0's place: what step() and the debugging paths use.
 Status CudaBackend::readSlotState(int64_t slot, size_t state,
                                   std::vector<uint8_t> &out) {
-  K3_RETURN_IF_ERROR(checkSlot(slot));
-  if (state >= states_.size())
-    return makeError("state ", state, " is out of range");
+  K3_RETURN_IF_ERROR(checkStateAccess(slot, state, stateBytes_));
   out.resize(stateBytes_[state]);
   return driver_->copyToHost(
       out.data(), slotState(stepLocal_[state] ? 0 : slot, state), out.size());
@@ -522,12 +522,8 @@ Status CudaBackend::readSlotState(int64_t slot, size_t state,
 
 Status CudaBackend::writeSlotState(int64_t slot, size_t state,
                                    const std::vector<uint8_t> &bytes) {
-  K3_RETURN_IF_ERROR(checkSlot(slot));
-  if (state >= states_.size())
-    return makeError("state ", state, " is out of range");
-  if (bytes.size() != stateBytes_[state])
-    return makeError("state ", state, " holds ", stateBytes_[state],
-                     " bytes, the snapshot has ", bytes.size());
+  const size_t written = bytes.size();
+  K3_RETURN_IF_ERROR(checkStateAccess(slot, state, stateBytes_, &written));
   K3_RETURN_IF_ERROR(
       driver_->copyToDevice(slotState(stepLocal_[state] ? 0 : slot, state),
                             bytes.data(), bytes.size()));
@@ -549,13 +545,6 @@ Status CudaBackend::resetSlot(int64_t slot) {
 //===----------------------------------------------------------------------===//
 
 Status CudaBackend::ensureRows(size_t n) {
-  auto alloc = [](uint64_t bytes, cuda::DeviceBuffer &out) -> Status {
-    Expected<cuda::DeviceBuffer> b = cuda::DeviceBuffer::create(bytes);
-    if (!b)
-      return b.status();
-    out = b.take();
-    return Status::ok();
-  };
   while (rows_.size() < n) {
     const size_t index = rows_.size();
     const std::string what = " of step row " + std::to_string(index);
@@ -588,12 +577,7 @@ Status CudaBackend::ensureRows(size_t n) {
       BoundLaunch &bl = row->launches[l];
       K3_RETURN_IF_ERROR(bindLaunch(plan_, l, mem, bl));
       // The sequence's states move with the slot the row serves.
-      for (const auto &[field, arg] : plan_.launches[l].args)
-        if (arg.kind == PlanArg::Kind::State &&
-            !stepLocal_[static_cast<size_t>(arg.index)])
-          row->patches[l].push_back({bl.kernel->field(field)->offset,
-                                     static_cast<size_t>(arg.index),
-                                     arg.offset});
+      row->patches[l] = slotStatePatches(plan_, l, bl, stepLocal_);
     }
     row->slot = 0;
     row->logits.assign(static_cast<size_t>(vocab_), 0.0f);
@@ -605,13 +589,9 @@ Status CudaBackend::ensureRows(size_t n) {
 void CudaBackend::bindRowToSlot(Row &r, int64_t slot) {
   if (r.slot == slot)
     return;
-  for (size_t l = 0; l < r.launches.size(); ++l) {
-    uint8_t *params = static_cast<uint8_t *>(r.launches[l].params->data());
-    for (const StatePatch &p : r.patches[l]) {
-      const cuda::CUdeviceptr ptr = slotState(slot, p.state) + p.offset;
-      std::memcpy(params + p.field, &ptr, sizeof(ptr));
-    }
-  }
+  for (size_t l = 0; l < r.launches.size(); ++l)
+    applyStatePatches(r.launches[l], r.patches[l],
+                      [&](size_t state) { return slotState(slot, state); });
   r.slot = slot;
 }
 

@@ -126,13 +126,6 @@ private:
   /// Queues the write of a host-driven step's inputs into the step block.
   Status setStep(int64_t token, int64_t pos);
 
-  /// A state pointer of a row's launch, re-pointed when the row moves to
-  /// another slot: where it is in the params, which state, what offset.
-  struct StatePatch {
-    size_t field = 0;
-    size_t state = 0;
-    uint64_t offset = 0;
-  };
   /// What one row of a several-row step runs on.
   struct Row {
     cuda::DeviceBuffer arena, step;
