@@ -108,14 +108,8 @@ Status CpuBackend::ensureRows(size_t n) {
         mem.states.push_back(slotState(0, i));
       }
     }
-    row->launches.resize(plan_.launches.size());
-    row->patches.resize(plan_.launches.size());
-    for (size_t l = 0; l < plan_.launches.size(); ++l) {
-      BoundLaunch &bl = row->launches[l];
-      K3_RETURN_IF_ERROR(bindLaunch(plan_, l, mem, bl));
-      // The sequence's states move with the slot the row serves.
-      row->patches[l] = slotStatePatches(plan_, l, bl, stepLocal_);
-    }
+    K3_RETURN_IF_ERROR(
+        bindRowLaunches(plan_, mem, stepLocal_, row->launches, row->patches));
     row->slot = 0;
     row->logits = reinterpret_cast<const float *>(
         row->arena.get() + plan_.buffers[plan_.logitsBuffer].offset);

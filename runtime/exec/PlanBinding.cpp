@@ -314,6 +314,20 @@ std::vector<StatePatch> slotStatePatches(const PlanDoc &plan, size_t index,
   return out;
 }
 
+Status bindRowLaunches(const PlanDoc &plan, const PlanMemory &mem,
+                       const std::vector<bool> &stepLocal,
+                       std::vector<BoundLaunch> &launches,
+                       std::vector<std::vector<StatePatch>> &patches) {
+  launches.resize(plan.launches.size());
+  patches.resize(plan.launches.size());
+  for (size_t l = 0; l < plan.launches.size(); ++l) {
+    K3_RETURN_IF_ERROR(bindLaunch(plan, l, mem, launches[l]));
+    // The sequence's states move with the slot the row serves.
+    patches[l] = slotStatePatches(plan, l, launches[l], stepLocal);
+  }
+  return Status::ok();
+}
+
 bool planChainsGreedy(const PlanDoc &plan) {
   for (const PlanLaunch &l : plan.launches)
     if (l.kernel == "argmax")

@@ -110,6 +110,13 @@ std::vector<StatePatch> slotStatePatches(const PlanDoc &plan, size_t index,
                                          const BoundLaunch &bound,
                                          const std::vector<bool> &stepLocal);
 
+/// Binds every launch of `plan` against `mem` into `launches` (a row of a
+/// batched step), with `patches[l]` the slotStatePatches of launch l.
+Status bindRowLaunches(const PlanDoc &plan, const PlanMemory &mem,
+                       const std::vector<bool> &stepLocal,
+                       std::vector<BoundLaunch> &launches,
+                       std::vector<std::vector<StatePatch>> &patches);
+
 /// Points each of `patches`' fields of `bound` at stateBase(state) + offset
 /// (a host or device address).
 template <typename Base>

@@ -571,14 +571,8 @@ Status CudaBackend::ensureRows(size_t n) {
         mem.states.push_back(reinterpret_cast<uint8_t *>(slotState(0, i)));
       }
     }
-    row->launches.resize(plan_.launches.size());
-    row->patches.resize(plan_.launches.size());
-    for (size_t l = 0; l < plan_.launches.size(); ++l) {
-      BoundLaunch &bl = row->launches[l];
-      K3_RETURN_IF_ERROR(bindLaunch(plan_, l, mem, bl));
-      // The sequence's states move with the slot the row serves.
-      row->patches[l] = slotStatePatches(plan_, l, bl, stepLocal_);
-    }
+    K3_RETURN_IF_ERROR(
+        bindRowLaunches(plan_, mem, stepLocal_, row->launches, row->patches));
     row->slot = 0;
     row->logits.assign(static_cast<size_t>(vocab_), 0.0f);
     rows_.push_back(std::move(row));
