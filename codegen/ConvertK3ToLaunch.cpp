@@ -123,6 +123,14 @@ int64_t kdaStateGrid(int64_t heads, int64_t headDim) {
   return heads * ceilDiv(headDim, 32);
 }
 
+/// Blocks of the cluster that finishes one head of kda_decode (its 4
+/// slices of 32 value columns), when the head and conv fit the clustered
+/// path of the kernel: headDim 128, at most 4 conv taps, 256 threads. 1: the
+/// kernel's global-memory path.
+int64_t kdaDecodeCluster(int64_t headDim, int64_t convWidth) {
+  return headDim == 128 && convWidth <= 4 ? 4 : 1;
+}
+
 /// SiTU/SwiGLU arguments shared by gated_act, gated_mlp, moe_experts.
 void activationArgs(std::optional<Activation> act, std::optional<APFloat> b1,
                     std::optional<APFloat> b2,
@@ -142,7 +150,8 @@ void activationArgs(std::optional<Activation> act, std::optional<APFloat> b1,
 
 class Lowering {
 public:
-  explicit Lowering(func::FuncOp fn) : fn_(fn), b_(fn.getContext()) {}
+  Lowering(func::FuncOp fn, bool kdaClusters)
+      : fn_(fn), b_(fn.getContext()), kdaClusters_(kdaClusters) {}
 
   LogicalResult run();
 
@@ -168,7 +177,7 @@ private:
   void launch(StringRef kernel, Operation *op, ArrayRef<PtrArg> args,
               ArrayRef<ScalarArg> scalars,
               ArrayRef<std::pair<StringRef, StringRef>> inputs, int64_t gridX,
-              int64_t blockX = 256) {
+              int64_t blockX = 256, int64_t clusterX = 1) {
     SmallVector<Value> vals;
     SmallVector<Attribute> names;
     SmallVector<int64_t> offsets;
@@ -193,7 +202,9 @@ private:
         b_.getDictionaryAttr(in),
         b_.getDenseI64ArrayAttr({std::max<int64_t>(gridX, 1), 1, 1}),
         b_.getDenseI64ArrayAttr({blockX, 1, 1}), b_.getI64IntegerAttr(0),
-        b_.getStringAttr(op->getName().getStringRef()));
+        b_.getStringAttr(op->getName().getStringRef()),
+        clusterX > 1 ? b_.getDenseI64ArrayAttr({clusterX, 1, 1})
+                     : DenseI64ArrayAttr());
   }
   /// A scratch buffer that no k3 value names (intermediates of fused ops).
   Value scratch(int64_t elems, StringRef dtype, StringRef name) {
@@ -251,6 +262,8 @@ private:
 
   func::FuncOp fn_;
   OpBuilder b_;
+  /// The pass option kda-clusters.
+  bool kdaClusters_;
   Location loc_ = UnknownLoc::get(fn_.getContext());
   DenseMap<Value, Value> ptrs_;
   /// Storage of the prefixed field names (the launch op copies them).
@@ -689,7 +702,8 @@ LogicalResult Lowering::lower(Operation *op) {
                 {"gateOut", gateOut},
                 {"normWeight", ptr(o.getONorm())},
                 {"out", out}},
-               sc, {}, kdaStateGrid(H, d));
+               sc, {}, kdaStateGrid(H, d), 256,
+               kdaClusters_ ? kdaDecodeCluster(d, W) : 1);
         return success();
       })
       .Case<MlaDecodeOp>([&](MlaDecodeOp o) {
@@ -832,9 +846,10 @@ LogicalResult Lowering::run() {
 
 struct ConvertK3ToLaunchPass
     : mlir::k3::impl::ConvertK3ToLaunchBase<ConvertK3ToLaunchPass> {
+  using ConvertK3ToLaunchBase::ConvertK3ToLaunchBase;
   void runOnOperation() override {
     for (auto fn : getOperation().getOps<func::FuncOp>())
-      if (failed(Lowering(fn).run()))
+      if (failed(Lowering(fn, kdaClusters).run()))
         return signalPassFailure();
   }
 };

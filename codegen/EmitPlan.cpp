@@ -79,6 +79,8 @@ LogicalResult mlir::k3::emitPlan(ModuleOp module, llvm::StringRef fusion,
         pl.grid[i] = l.getGrid()[i];
         pl.block[i] = l.getBlock()[i];
       }
+      if (std::optional<ArrayRef<int64_t>> c = l.getCluster())
+        std::copy(c->begin(), c->end(), pl.cluster.begin());
       pl.smem = l.getSmem();
       for (auto [i, v] : llvm::enumerate(l.getArgs())) {
         std::string name = cast<StringAttr>(l.getArgNames()[i]).str();

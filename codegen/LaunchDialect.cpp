@@ -148,6 +148,21 @@ LogicalResult LaunchOp::verify() {
   if (threads > 1024)
     return emitOpError() << "expects at most 1024 threads per block but got "
                          << threads;
+  if (std::optional<ArrayRef<int64_t>> cluster = getCluster()) {
+    if (cluster->size() != 3)
+      return emitOpError() << "expects a 3-D cluster";
+    int64_t blocks = 1;
+    for (int d = 0; d < 3; ++d) {
+      if ((*cluster)[d] <= 0 || getGrid()[d] % (*cluster)[d] != 0)
+        return emitOpError()
+               << "expects cluster dimension " << d << " to divide the grid's ("
+               << getGrid()[d] << ") but got " << (*cluster)[d];
+      blocks *= (*cluster)[d];
+    }
+    if (blocks > 8)
+      return emitOpError() << "expects at most 8 blocks per cluster but got "
+                           << blocks;
+  }
   // Hopper: 227 KiB of shared memory per block at most.
   int64_t smem = getSmemAttr().getInt();
   if (smem < 0 || smem > 232448)

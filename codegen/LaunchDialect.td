@@ -102,7 +102,8 @@ def K3L_LaunchOp : K3L_Op<"launch"> {
                        StrArrayAttr:$arg_names, DenseI64ArrayAttr:$arg_offsets,
                        DictionaryAttr:$scalars, DictionaryAttr:$inputs,
                        DenseI64ArrayAttr:$grid, DenseI64ArrayAttr:$block,
-                       I64Attr:$smem, StrAttr:$op);
+                       I64Attr:$smem, StrAttr:$op,
+                       OptionalAttr<DenseI64ArrayAttr>:$cluster);
   let assemblyFormat = "$kernel `(` $args `)` attr-dict `:` type($args)";
   let hasVerifier = 1;
 }

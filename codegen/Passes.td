@@ -22,8 +22,19 @@ def ConvertK3ToLaunch : Pass<"convert-k3-to-launch", "::mlir::ModuleOp"> {
     %y = k3l.alloc {bytes = 1024 : i64, dtype = "bf16", elems = 512 : i64, name = "linear"} : !k3l.ptr
     k3l.launch "linear" (%x, %w, %y) {arg_names = ["x", "w", "out"], ...}
     ```
+    With `kda-clusters` (the default), a `k3.kda_decode` of 128-wide heads
+    and a conv of at most 4 taps launches each head on a cluster of 4
+    blocks (`cluster = array<i64: 4, 1, 1>`): the blocks of a head trade
+    its q, k, decay and norm sums through distributed shared memory
+    instead of global memory and a counter (kernels/kda/Kda.cu).
   }];
   let dependentDialects = ["::mlir::k3l::K3LDialect"];
+  let options = [
+    Option<"kdaClusters", "kda-clusters", "bool", /*default=*/"true",
+           "Launch kda_decode of 128-wide heads as a cluster of 4 blocks "
+           "per head (false: one block per head slice, finished through "
+           "global memory)">,
+  ];
 }
 
 def K3PlanBuffers : Pass<"k3-plan-buffers", "::mlir::ModuleOp"> {

@@ -77,6 +77,20 @@ for model in tiny tiny-linear tiny-odd; do
   done
 done
 
+# The real-geometry slice (gpu-stage.sh): every kernel of a Kimi-Linear
+# layer at its real shapes, the clustered kda_decode among them, against the
+# CPU kernels launch by launch, over synthetic weights.
+plan="$STAGE/plans/kimi-linear-48b-l4-e8-default.plan"
+if [ -f "$plan" ]; then
+  "$STAGE"/bin/k3-run "$plan" --weights synthetic:3 \
+    --prompt-ids 1,17,300,42 --max-new 4 --backend cuda --check-against cpu \
+    >/dev/null 2>"$OUTDIR/k3-run-check-kimi-linear-l4.log"
+  rc=$?
+  [ $rc -ne 0 ] && status=1
+  line=$(tail -1 "$OUTDIR/k3-run-check-kimi-linear-l4.log")
+  printf '%-20s %s\n' "kimi-linear-l4-e8" "${line#*: }"
+fi
+
 if [ $SANITIZE = 1 ]; then
   echo
   for tool in memcheck racecheck; do

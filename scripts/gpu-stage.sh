@@ -43,6 +43,13 @@ for fusion in none default max; do
   "$BUILD_DIR"/bin/k3c preset:kimi-linear-48b --fusion=$fusion --max-seq 2048 \
     -o "$STAGE/plans/kimi-linear-48b-$fusion.plan"
 done
+# A real-geometry slice small enough for the CPU backend (Kimi-Linear-48B,
+# 4 layers, 8 experts: its KDA heads take kda_decode's clustered path, which
+# no tiny preset does) for gpu-check.sh's --check-against cpu.
+"$BUILD_DIR"/bin/k3-mkmodel kimi-linear-48b --layers 4 --experts 8 \
+  --config-only -o "$cfg/kl4" >/dev/null
+"$BUILD_DIR"/bin/k3c "$cfg/kl4" --fusion=default --max-seq 512 \
+  -o "$STAGE/plans/kimi-linear-48b-l4-e8-default.plan"
 rm -rf "$cfg"
 shared=$(cd "$(dirname "$0")/.." && pwd)/../shared/tools/ncu-summary.py
 [ -f "$shared" ] && cp "$shared" "$STAGE/"

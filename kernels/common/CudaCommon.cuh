@@ -319,6 +319,53 @@ __device__ __forceinline__ bool lastToArrive(unsigned *counter,
   return isLast;
 }
 
+//===--- Thread-block clusters and asynchronous copies (Hopper) -----------===//
+
+/// Blocks in this block's cluster (1 when launched without clusters).
+__device__ __forceinline__ unsigned clusterBlocks() {
+  unsigned n;
+  asm volatile("mov.u32 %0, %%cluster_nctarank;" : "=r"(n));
+  return n;
+}
+/// This block's rank in its cluster (0 when launched without clusters).
+__device__ __forceinline__ unsigned clusterRank() {
+  unsigned r;
+  asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
+  return r;
+}
+/// A barrier over every thread of the cluster: the shared-memory stores
+/// (local and remote) of each thread before it are visible to every thread
+/// of the cluster after it. Every thread of every block must reach it.
+__device__ __forceinline__ void clusterSync() {
+  asm volatile("barrier.cluster.arrive.release.aligned;\n\t"
+               "barrier.cluster.wait.acquire.aligned;" ::
+                   : "memory");
+}
+/// Stores `v` into block `rank` of the cluster, at the shared-memory
+/// variable that `local` is in this block (distributed shared memory).
+__device__ __forceinline__ void storeCluster(float *local, unsigned rank,
+                                             float v) {
+  const unsigned a = static_cast<unsigned>(__cvta_generic_to_shared(local));
+  unsigned remote;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;"
+               : "=r"(remote)
+               : "r"(a), "r"(rank));
+  asm volatile("st.shared::cluster.f32 [%0], %1;" ::"r"(remote), "f"(v)
+               : "memory");
+}
+/// Starts copying 16 bytes from global to shared memory (through L2 only);
+/// both 16-byte aligned. The thread sees them after waitAsyncCopies.
+__device__ __forceinline__ void copyAsync16(void *smem, const void *gmem) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(
+                   static_cast<unsigned>(__cvta_generic_to_shared(smem))),
+               "l"(__cvta_generic_to_global(gmem))
+               : "memory");
+}
+/// Waits for this thread's copyAsync16 copies.
+__device__ __forceinline__ void waitAsyncCopies() {
+  asm volatile("cp.async.wait_all;" ::: "memory");
+}
+
 //===--- Programmatic dependent launch (Hopper) ---------------------------===//
 //
 // The runtime launches every kernel of a step with programmatic stream

@@ -224,8 +224,10 @@ __device__ __forceinline__ void prefetchSlice(const float *state, int d,
 
 /// Sums each thread's 4 column partials over the row lanes of the block into
 /// sm.colSum[0, cols): a shuffle over the row lanes of a warp, then the warps
-/// in order. Synchronises the block.
-__device__ void sumOverRows(float4 v, const SliceGeom &g, StepShared &sm) {
+/// in order. Synchronises the block. Sm: StepShared or ClusterShared (the
+/// same red / colSum fields).
+template <typename Sm>
+__device__ void sumOverRows(float4 v, const SliceGeom &g, Sm &sm) {
   for (int off = g.cgLanes; off < 32; off <<= 1) {
     v.x += __shfl_xor_sync(0xffffffffu, v.x, off);
     v.y += __shfl_xor_sync(0xffffffffu, v.y, off);
@@ -251,11 +253,12 @@ __device__ void sumOverRows(float4 v, const SliceGeom &g, StepShared &sm) {
 ///   pass 1: S ← Diag(exp(g)) S, kS = Sᵀk;  u = β(v − kS);
 ///   pass 2: S ← S + k ⊗ u, o = Sᵀq;  out[j] = R(o_j).
 /// `s` holds this thread's first kRegRows rows, already loaded; the state is
-/// written back once.
-template <bool Vec>
+/// written back once. `emit(t, o)` takes column j0 + t's o (unrounded) for
+/// each t < cols inside the head, before the closing barrier.
+template <bool Vec, typename Sm, typename Emit>
 __device__ void stepSlice(float4 (&s)[kRegRows], float *S, int d,
-                          const SliceGeom &g, int j0, float beta,
-                          uint16_t *outHead, StepShared &sm) {
+                          const SliceGeom &g, int j0, float beta, Sm &sm,
+                          Emit emit) {
   const int cgl = threadIdx.x & (g.cgLanes - 1);
   const int rl = threadIdx.x >> g.cgShift;
   const int col = j0 + 4 * cgl;
@@ -320,7 +323,7 @@ __device__ void stepSlice(float4 (&s)[kRegRows], float *S, int d,
   }
   sumOverRows(o, g, sm);
   for (int t = threadIdx.x; t < g.cols && j0 + t < d; t += blockDim.x)
-    outHead[j0 + t] = dev::fToBf16(sm.colSum[t]);
+    emit(t, sm.colSum[t]);
   __syncthreads();
 }
 
@@ -344,8 +347,10 @@ __device__ void forEachSlice(float *state, uint16_t *out, int heads, int d,
     const float beta = stage(h, j0);
     float4 s[kRegRows];
     loadSlice<Vec>(s, state, d, g, item);
+    uint16_t *outHead = out + static_cast<int64_t>(h) * d;
     stepSlice<Vec>(s, state + static_cast<int64_t>(h) * d * d, d, g, j0, beta,
-                   out + static_cast<int64_t>(h) * d, sm);
+                   sm,
+                   [&](int t, float o) { outHead[j0 + t] = dev::fToBf16(o); });
     finish(h);
     __syncthreads(); // the next item's staging overwrites shared memory
   }
@@ -403,7 +408,9 @@ __device__ __forceinline__ float gateF(uint16_t f, float dtBias, float a,
 /// ascending j, then a fixed tree). A product of two bf16 values is exact in
 /// fp32, so fmaf adds exactly what the CPU adds: the row is the CPU's, bit
 /// for bit, and so is the folded form against the unfolded one there. The
-/// input a is read through L1 (every thread of the block reads it).
+/// input a is read through L1 (every thread of the block reads it); the row
+/// w from global memory, or (SharedW) from a copy staged in shared memory.
+template <bool SharedW = false>
 __device__ __forceinline__ uint16_t lowRankRow(const uint16_t *w,
                                                const uint16_t *a, int64_t r) {
   float acc[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
@@ -413,7 +420,12 @@ __device__ __forceinline__ uint16_t lowRankRow(const uint16_t *w,
     const uint4 *av = reinterpret_cast<const uint4 *>(a);
 #pragma unroll 8
     for (int64_t c = 0; c < r / 8; ++c) {
-      const uint4 x = __ldg(wv + c), y = __ldg(av + c);
+      uint4 x;
+      if constexpr (SharedW)
+        x = wv[c];
+      else
+        x = __ldg(wv + c);
+      const uint4 y = __ldg(av + c);
       acc[0] = fmaf(dev::loF(x.x), dev::loF(y.x), acc[0]);
       acc[1] = fmaf(dev::hiF(x.x), dev::hiF(y.x), acc[1]);
       acc[2] = fmaf(dev::loF(x.y), dev::loF(y.y), acc[2]);
@@ -425,9 +437,21 @@ __device__ __forceinline__ uint16_t lowRankRow(const uint16_t *w,
     }
     j = r / 8 * 8;
   }
-  for (; j < r; ++j)
-    acc[j % 8] = fmaf(dev::bf16ToF(__ldg(w + j)), dev::bf16ToF(__ldg(a + j)),
-                      acc[j % 8]);
+  // The rest element by element (j is a multiple of 8 here, so element
+  // j + l belongs to lane l: constant indices keep acc in registers).
+  for (; j < r; j += 8) {
+#pragma unroll
+    for (int l = 0; l < 8; ++l) {
+      if (j + l >= r)
+        break;
+      uint16_t wj;
+      if constexpr (SharedW)
+        wj = w[j + l];
+      else
+        wj = __ldg(w + j + l);
+      acc[l] = fmaf(dev::bf16ToF(wj), dev::bf16ToF(__ldg(a + j + l)), acc[l]);
+    }
+  }
   return dev::fToBf16(((acc[0] + acc[1]) + (acc[2] + acc[3])) +
                       ((acc[4] + acc[5]) + (acc[6] + acc[7])));
 }
@@ -635,6 +659,251 @@ extern "C" __global__ void k3_kda_gated_norm(const KdaGatedNormParams p) {
                   p.eps, scratch);
 }
 
+namespace {
+
+//===--- kda_decode on a cluster of 4 blocks per head ---------------------===//
+
+/// The one shape of the clustered path: a head of 128 on 4 blocks of 256
+/// threads (32 value columns each, the geometry sliceGeom gives 256 threads
+/// at d = 128, so the state sums are kda_step's), a conv of at most 4 taps.
+constexpr int kClusterHeadDim = 128;
+constexpr int kClusterSlices = 4;
+constexpr int kClusterCols = kClusterHeadDim / kClusterSlices;
+constexpr int kClusterThreads = 256;
+constexpr int kClusterMaxTaps = 4;
+/// Folded low-rank rows up to this rank are staged in shared memory before
+/// the PDL wait (Kimi-Linear and K3: 128); longer rows are read from L2.
+constexpr int kClusterStagedRank = 128;
+/// bf16 per staged row: 16 bytes of padding put the rows that the lanes of a
+/// warp read at one step in different banks.
+constexpr int kStagedPitch = kClusterStagedRank + 8;
+
+/// Shared memory of the clustered path. q, k, decay and the three partial
+/// sums of the head are filled by all four blocks of the cluster (each
+/// stores its 32 channels into every block); the rest is the block's own.
+/// red / u / v / colSum are StepShared's, so stepSlice runs on either.
+struct ClusterShared {
+  float q[kClusterHeadDim];     ///< conv q̃, then normalised and scaled
+  float k[kClusterHeadDim];     ///< conv k̃, then normalised
+  float decay[kClusterHeadDim]; ///< exp(g) of every key row
+  float sqPart[kClusterSlices]; ///< Σ q̃² of each block's 32 channels
+  float skPart[kClusterSlices]; ///< Σ k̃²
+  float ssPart[kClusterSlices]; ///< Σ o² of each block's 32 columns
+  __align__(16) float red[kClusterThreads / 32][kMaxSliceCols];
+  __align__(16) float u[kMaxSliceCols];
+  float v[kMaxSliceCols];
+  float colSum[kMaxSliceCols];
+  float o[kClusterCols];  ///< R(Sᵀq) of the block's columns, as floats
+  float gt[kClusterCols]; ///< the output gate of the block's channels
+  /// The folded f_b (0) and g_b (1) rows of the block's 32 channels.
+  __align__(16) uint16_t rows[2][kClusterCols][kStagedPitch];
+};
+
+/// The slice geometry of the clustered path (sliceGeom at 256 threads and
+/// d = 128): 8 column groups of 4 across, 32 row lanes, 4 slices.
+__device__ __forceinline__ SliceGeom clusterGeom() {
+  return SliceGeom{8, 3, kClusterThreads / 8, kClusterCols, kClusterSlices};
+}
+
+/// Whether a clustered launch has the one shape the path takes (uniform
+/// over the grid: every block of every cluster agrees).
+__device__ __forceinline__ bool clusterShapeOk(const KdaDecodeParams &p) {
+  auto rankOk = [](const uint16_t *b, int64_t r) {
+    return !b || (r > 0 && r <= kKdaMaxFoldedRank);
+  };
+  return dev::clusterBlocks() == kClusterSlices &&
+         p.headDim == kClusterHeadDim && p.numHeads > 0 &&
+         p.numHeads <= kMaxHeads &&
+         gridDim.x == static_cast<unsigned>(p.numHeads * kClusterSlices) &&
+         gridDim.y == 1 && gridDim.z == 1 && blockDim.x == kClusterThreads &&
+         blockDim.y == 1 && blockDim.z == 1 && p.convWidth >= 1 &&
+         p.convWidth <= kClusterMaxTaps && vecState(p.state, kClusterHeadDim) &&
+         rankOk(p.fB, p.fRank) && rankOk(p.gB, p.gRank);
+}
+
+/// Stores `v` at `local` in every block of the cluster (lane-parallel: each
+/// call is kClusterSlices remote stores).
+__device__ __forceinline__ void storeAllBlocks(float *local, float v) {
+#pragma unroll
+  for (unsigned b = 0; b < kClusterSlices; ++b)
+    dev::storeCluster(local, b, v);
+}
+
+/// The sum of the four blocks' partials in blockSum's order for a head of
+/// 128 (warps 0-3 of a block holding the head, the others zero).
+__device__ __forceinline__ float headSum(const float (&part)[kClusterSlices]) {
+  return (part[0] + part[2]) + (part[1] + part[3]);
+}
+
+/// kda_decode's clustered path (see k3_kda_decode). Block rank r of the
+/// cluster of head h owns channels h·128 + 32r + [0, 32) of q, k, v, the
+/// decay and the output gate, and value columns 32r + [0, 32) of the state.
+/// Warps 0-2: the conv of q, k, v (a lane per channel); warp 3: the decay;
+/// warp 4: the output gate. Before the PDL wait, only weights are touched:
+/// the conv taps, dt_bias and o_norm into registers, the folded f_b / g_b
+/// rows into shared memory (cp.async), the state's lines asked of L2.
+__device__ void decodeClustered(const KdaDecodeParams &p, ClusterShared &sm) {
+  constexpr int d = kClusterHeadDim;
+  const int h = blockIdx.x / kClusterSlices;
+  const unsigned r = dev::clusterRank();
+  const int j0 = static_cast<int>(r) * kClusterCols;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int64_t c0 = static_cast<int64_t>(h) * d, c = c0 + j0 + lane;
+  const int W = p.convWidth, hist = W - 1;
+  const SliceGeom g = clusterGeom();
+
+  // Weights only before the wait.
+  float taps[kClusterMaxTaps] = {0.0f, 0.0f, 0.0f, 0.0f};
+  if (warp < 3) {
+    const VectorRef w = warp == 0 ? p.convQ : (warp == 1 ? p.convK : p.convV);
+    dev::withVector(w, [&](const auto *t) {
+#pragma unroll
+      for (int i = 0; i < kClusterMaxTaps; ++i)
+        if (i < W)
+          taps[i] = dev::elemF(t, c * W + i);
+      return 0;
+    });
+  }
+  float dtBias = 0.0f, a = 0.0f, normW = 0.0f;
+  if (warp == 0)
+    normW = dev::vectorAt(p.normWeight, j0 + lane);
+  if (warp == 3 && !p.fB)
+    dtBias = p.dtBias[c];
+  // The folded row of this lane's channel (warp 3: f_b, warp 4: g_b).
+  const uint16_t *fold = nullptr;
+  int64_t rank = 0;
+  if (warp == 3 && p.fB)
+    fold = p.fB, rank = p.fRank;
+  if (warp == 4 && p.gB)
+    fold = p.gB, rank = p.gRank;
+  const bool staged = fold && rank <= kClusterStagedRank && rank % 8 == 0 &&
+                      dev::aligned16(fold);
+  uint16_t *stagedRow = staged ? sm.rows[warp - 3][lane] : nullptr;
+  if (fold) {
+    fold += c * rank;
+    if (warp == 3)
+      dtBias = p.dtBias[c];
+    if (staged)
+      for (int64_t i = 0; i < rank / 8; ++i)
+        dev::copyAsync16(stagedRow + 8 * i, fold + 8 * i);
+    else
+      dev::prefetchL2Line(fold);
+  }
+  if (warp == 3)
+    a = expf(p.aLog[h]);
+  // The block's state lines (a hint: safe before the wait).
+  if ((threadIdx.x & (g.cgLanes - 1)) == 0)
+    prefetchSlice(p.state, d, g, blockIdx.x);
+  dev::waitForPriorGrids();
+
+  // The state rows into registers while the convs run.
+  float4 s[kRegRows];
+  loadSlice<true>(s, p.state, d, g, blockIdx.x);
+  const float beta = dev::sigmoidF(dev::bf16ToF(p.betaLogit[h]));
+  if (warp < 3) {
+    const uint16_t *uIn = warp == 0 ? p.uq : (warp == 1 ? p.uk : p.uv);
+    float *st =
+        (warp == 0 ? p.convStateQ : (warp == 1 ? p.convStateK : p.convStateV)) +
+        c * hist;
+    const float u = dev::bf16ToF(uIn[c]);
+    float hs[kClusterMaxTaps - 1];
+#pragma unroll
+    for (int i = 0; i < kClusterMaxTaps - 1; ++i)
+      hs[i] = i < hist ? st[i] : 0.0f;
+    // convOut's sum: the history taps in order, then the newest.
+    float acc = 0.0f;
+#pragma unroll
+    for (int i = 0; i < kClusterMaxTaps; ++i) {
+      if (i < hist)
+        acc = fmaf(taps[i], hs[i], acc);
+      else if (i == hist)
+        acc = fmaf(taps[i], u, acc);
+    }
+    // convShift: this block alone reads and writes these channels.
+#pragma unroll
+    for (int i = 0; i < kClusterMaxTaps - 1; ++i)
+      if (i < hist)
+        st[i] = i + 1 < hist ? hs[i + 1] : u;
+    const float x = dev::bf16ToF(dev::fToBf16(dev::siluF(acc)));
+    if (warp == 2) {
+      sm.v[lane] = x;
+    } else {
+      const float part = dev::warpSum(fmaf(x, x, 0.0f));
+      float *vec = warp == 0 ? sm.q : sm.k;
+      float *parts = warp == 0 ? sm.sqPart : sm.skPart;
+      storeAllBlocks(vec + j0 + lane, x);
+      if (lane < kClusterSlices)
+        dev::storeCluster(parts + r, lane, part);
+    }
+  } else if (warp == 3) {
+    uint16_t f;
+    if (staged) {
+      dev::waitAsyncCopies();
+      f = lowRankRow<true>(stagedRow, p.fA, rank);
+    } else if (fold) {
+      f = lowRankRow(fold, p.fA, rank);
+    } else {
+      f = p.f[c];
+      dtBias = p.dtBias[c];
+    }
+    storeAllBlocks(sm.decay + j0 + lane,
+                   expf(gateF(f, dtBias, a, p.hasLowerBound, p.lowerBound)));
+  } else if (warp == 4) {
+    uint16_t gt;
+    if (staged) {
+      dev::waitAsyncCopies();
+      gt = lowRankRow<true>(stagedRow, p.gA, rank);
+    } else if (fold) {
+      gt = lowRankRow(fold, p.gA, rank);
+    }
+    if (fold)
+      p.gateOut[c] = gt;
+    else
+      gt = p.gate[c];
+    sm.gt[lane] = dev::bf16ToF(gt);
+  }
+  dev::clusterSync(); // q, k, decay and their sums are in every block
+
+  // normaliseQK's arithmetic, on the head's sums.
+  {
+    const float invQ = 1.0f / sqrtf(headSum(sm.sqPart) + kKdaL2NormEps);
+    const float invK = 1.0f / sqrtf(headSum(sm.skPart) + kKdaL2NormEps);
+    const float qScale = 1.0f / sqrtf(static_cast<float>(d));
+    if (threadIdx.x < d) {
+      sm.q[threadIdx.x] = scaled(sm.q[threadIdx.x] * invQ, qScale);
+      sm.k[threadIdx.x] = sm.k[threadIdx.x] * invK;
+    }
+  }
+  __syncthreads();
+  stepSlice<true>(
+      s, p.state + static_cast<int64_t>(h) * d * d, d, g, j0, beta, sm,
+      [&](int t, float o) { sm.o[t] = dev::bf16ToF(dev::fToBf16(o)); });
+
+  // gatedNormHead on the head's Σ o².
+  float x = 0.0f;
+  if (warp == 0) {
+    x = sm.o[lane];
+    const float part = dev::warpSum(fmaf(x, x, 0.0f));
+    if (lane < kClusterSlices)
+      dev::storeCluster(sm.ssPart + r, lane, part);
+  }
+  dev::clusterSync(); // the last access to another block's shared memory
+  if (warp == 0) {
+    const float rr =
+        1.0f / sqrtf(headSum(sm.ssPart) / static_cast<float>(d) + p.normEps);
+    const float y = x * rr * normW * dev::sigmoidF(sm.gt[lane]);
+    p.out[c] = dev::fToBf16(y);
+  }
+}
+
+/// Shared memory of k3_kda_decode: one path or the other per launch.
+union DecodeShared {
+  StepShared step;
+  ClusterShared cluster;
+};
+
+} // namespace
+
 //===----------------------------------------------------------------------===//
 // k3_kda_decode: the whole KDA token between the projections: kda_conv of q,
 // k, v, the recurrent step and kda_gated_norm, with the chain's rounding points
@@ -656,7 +925,17 @@ extern "C" __global__ void k3_kda_gated_norm(const KdaGatedNormParams p) {
 //===----------------------------------------------------------------------===//
 extern "C" __global__ void __launch_bounds__(512)
     k3_kda_decode(const KdaDecodeParams p) {
+  __shared__ DecodeShared shared;
   dev::allowDependentLaunch();
+  if (dev::clusterBlocks() > 1) {
+    if (clusterShapeOk(p)) {
+      decodeClustered(p, shared.cluster);
+    } else {
+      dev::waitForPriorGrids();
+      fillNaN(p.out, p.numHeads * p.headDim);
+    }
+    return;
+  }
   // The folded low-rank rows of the block's first item are weights (no
   // earlier kernel writes them): ask L2 for them before the wait.
   if ((p.fB || p.gB) && p.headDim > 0 && p.headDim <= kMaxHeadDim &&
@@ -675,7 +954,7 @@ extern "C" __global__ void __launch_bounds__(512)
     }
   }
   dev::waitForPriorGrids();
-  __shared__ StepShared sm;
+  StepShared &sm = shared.step;
   if (!enterStateKernel(p.numHeads, p.headDim, p.out, sm))
     return;
   const int H = static_cast<int>(p.numHeads), d = static_cast<int>(p.headDim);

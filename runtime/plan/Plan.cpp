@@ -48,6 +48,9 @@ constexpr int64_t kMaxGridYZ = 65535;
 constexpr int64_t kMaxBlockThreads = 1024;
 constexpr int64_t kMaxBlockZ = 64;
 constexpr int64_t kMaxSmem = 227 * 1024;
+/// Blocks of a thread-block cluster that every Hopper part runs (the
+/// portable cluster size).
+constexpr int64_t kMaxClusterBlocks = 8;
 const char kMagic[] = "K3CPLAN ";
 
 } // namespace
@@ -252,7 +255,8 @@ bool operator==(const PlanDoc &a, const PlanDoc &b) {
   };
   auto launchesEq = [](const PlanLaunch &x, const PlanLaunch &y) {
     return x.kernel == y.kernel && x.op == y.op && x.grid == y.grid &&
-           x.block == y.block && x.smem == y.smem && x.args == y.args;
+           x.block == y.block && x.cluster == y.cluster && x.smem == y.smem &&
+           x.args == y.args;
   };
   return a.version == b.version && a.fusion == b.fusion &&
          a.maxSeq == b.maxSeq && a.maxBatch == b.maxBatch &&
@@ -754,6 +758,16 @@ Status validatePlan(const PlanDoc &plan) {
       return makeError(launchName(plan, i), ": block of ",
                        l.block[0] * l.block[1] * l.block[2],
                        " threads exceeds ", kMaxBlockThreads);
+    for (int d = 0; d < 3; ++d)
+      if (l.cluster[d] < 1 || l.grid[d] % l.cluster[d] != 0)
+        return makeError(launchName(plan, i), ": cluster [", l.cluster[0], ", ",
+                         l.cluster[1], ", ", l.cluster[2],
+                         "] does not divide the grid [", l.grid[0], ", ",
+                         l.grid[1], ", ", l.grid[2], "]");
+    if (l.cluster[0] * l.cluster[1] * l.cluster[2] > kMaxClusterBlocks)
+      return makeError(launchName(plan, i), ": cluster of ",
+                       l.cluster[0] * l.cluster[1] * l.cluster[2],
+                       " blocks exceeds the portable ", kMaxClusterBlocks);
     if (l.smem > kMaxSmem)
       return makeError(launchName(plan, i), ": smem ", l.smem,
                        " bytes exceeds the ", kMaxSmem,
@@ -835,12 +849,17 @@ std::string serializePlanBody(const PlanDoc &plan) {
     ojson args = ojson::object();
     for (const auto &[name, value] : l.args)
       args[name] = argToJson(value);
-    launches.push_back({{"kernel", l.kernel},
-                        {"op", l.op},
-                        {"grid", l.grid},
-                        {"block", l.block},
-                        {"smem", l.smem},
-                        {"args", std::move(args)}});
+    ojson launch = {{"kernel", l.kernel},
+                    {"op", l.op},
+                    {"grid", l.grid},
+                    {"block", l.block}};
+    // Written only when it asks for clusters: plans without them read as
+    // they always have.
+    if (l.clustered())
+      launch["cluster"] = l.cluster;
+    launch["smem"] = l.smem;
+    launch["args"] = std::move(args);
+    launches.push_back(std::move(launch));
   }
   j["launches"] = std::move(launches);
   ojson kernels = ojson::object();
@@ -1185,7 +1204,8 @@ bool parseBody(Reader &r, const ojson &j, PlanDoc &plan, Status &status) {
       return false;
     for (auto [key, dims] :
          {std::pair<const char *, std::array<int64_t, 3> *>{"grid", &ln.grid},
-          {"block", &ln.block}}) {
+          {"block", &ln.block},
+          {"cluster", &ln.cluster}}) {
       if (!(v = r.member(l, p, key, false)))
         continue;
       std::vector<int64_t> shape;

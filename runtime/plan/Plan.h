@@ -143,8 +143,15 @@ struct PlanLaunch {
   std::string op;     ///< the k3 op it came from, for reports
   std::array<int64_t, 3> grid{{1, 1, 1}};
   std::array<int64_t, 3> block{{1, 1, 1}};
+  /// Thread-block clusters (Hopper): the grid in clusters of this shape,
+  /// each dimension dividing the grid's; [1, 1, 1] launches no clusters.
+  /// The CPU backend ignores it (its kernels compute the same).
+  std::array<int64_t, 3> cluster{{1, 1, 1}};
   int64_t smem = 0;
   std::vector<std::pair<std::string, PlanArg>> args;
+
+  /// Whether the launch asks for clusters of more than one block.
+  bool clustered() const { return cluster[0] * cluster[1] * cluster[2] > 1; }
 
   /// Appends (or replaces) argument `name`; returns *this for chaining.
   PlanLaunch &arg(const std::string &name, const PlanArg &value);

@@ -281,3 +281,39 @@ func.func @f() {
       smem = 0 : i64, op = "k3.conv_step"} : !k3l.ptr, !k3l.ptr, !k3l.ptr, !k3l.ptr
   return
 }
+
+// -----
+func.func @f() {
+  %a = k3l.alloc {bytes = 512 : i64, dtype = "bf16", elems = 256 : i64, name = "a"} : !k3l.ptr
+  %b = k3l.alloc {bytes = 512 : i64, dtype = "bf16", elems = 256 : i64, name = "b"} : !k3l.ptr
+  %o = k3l.alloc {bytes = 512 : i64, dtype = "bf16", elems = 256 : i64, name = "o"} : !k3l.ptr
+  // expected-error @+1 {{expects a 3-D cluster}}
+  k3l.launch "add" (%a, %b, %o) {arg_names = ["a", "b", "out"], arg_offsets = array<i64: 0, 0, 0>,
+      scalars = {n = 256 : i64}, inputs = {}, grid = array<i64: 4, 1, 1>, block = array<i64: 256, 1, 1>,
+      cluster = array<i64: 4>, smem = 0 : i64, op = "k3.add"} : !k3l.ptr, !k3l.ptr, !k3l.ptr
+  return
+}
+
+// -----
+func.func @f() {
+  %a = k3l.alloc {bytes = 512 : i64, dtype = "bf16", elems = 256 : i64, name = "a"} : !k3l.ptr
+  %b = k3l.alloc {bytes = 512 : i64, dtype = "bf16", elems = 256 : i64, name = "b"} : !k3l.ptr
+  %o = k3l.alloc {bytes = 512 : i64, dtype = "bf16", elems = 256 : i64, name = "o"} : !k3l.ptr
+  // expected-error @+1 {{expects cluster dimension 0 to divide the grid's (6) but got 4}}
+  k3l.launch "add" (%a, %b, %o) {arg_names = ["a", "b", "out"], arg_offsets = array<i64: 0, 0, 0>,
+      scalars = {n = 256 : i64}, inputs = {}, grid = array<i64: 6, 1, 1>, block = array<i64: 256, 1, 1>,
+      cluster = array<i64: 4, 1, 1>, smem = 0 : i64, op = "k3.add"} : !k3l.ptr, !k3l.ptr, !k3l.ptr
+  return
+}
+
+// -----
+func.func @f() {
+  %a = k3l.alloc {bytes = 512 : i64, dtype = "bf16", elems = 256 : i64, name = "a"} : !k3l.ptr
+  %b = k3l.alloc {bytes = 512 : i64, dtype = "bf16", elems = 256 : i64, name = "b"} : !k3l.ptr
+  %o = k3l.alloc {bytes = 512 : i64, dtype = "bf16", elems = 256 : i64, name = "o"} : !k3l.ptr
+  // expected-error @+1 {{expects at most 8 blocks per cluster but got 16}}
+  k3l.launch "add" (%a, %b, %o) {arg_names = ["a", "b", "out"], arg_offsets = array<i64: 0, 0, 0>,
+      scalars = {n = 256 : i64}, inputs = {}, grid = array<i64: 16, 1, 1>, block = array<i64: 256, 1, 1>,
+      cluster = array<i64: 16, 1, 1>, smem = 0 : i64, op = "k3.add"} : !k3l.ptr, !k3l.ptr, !k3l.ptr
+  return
+}

@@ -104,6 +104,12 @@ static cl::opt<int64_t> maxBatch(
     cl::desc("Sequences the plan decodes together (slots, each with its own "
              "state), 1 to 1024"),
     cl::init(1), cl::cat(k3cCat));
+static cl::opt<bool> kdaClusters(
+    "kda-clusters",
+    cl::desc("Launch kda_decode of 128-wide heads as a cluster of 4 blocks "
+             "per head (Hopper; default on; =false for the global-memory "
+             "form, to compare)"),
+    cl::init(true), cl::cat(k3cCat));
 static cl::opt<bool>
     report("report",
            cl::desc("Print the kernel report (bytes per token, "
@@ -373,7 +379,9 @@ int main(int argc, char **argv) {
     mlir::k3::buildK3FusionPipeline(pm, strategy);
   }
   if (emit != Emit::Fused) {
-    pm.addPass(mlir::k3::createConvertK3ToLaunch());
+    mlir::k3::ConvertK3ToLaunchOptions lowering;
+    lowering.kdaClusters = kdaClusters;
+    pm.addPass(mlir::k3::createConvertK3ToLaunch(lowering));
     pm.addPass(mlir::k3::createK3PlanBuffers());
   }
   if (failed(pm.run(*module)))

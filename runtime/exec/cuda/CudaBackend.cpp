@@ -210,6 +210,7 @@ CudaBackend::bind(const PlanDoc &plan, const TensorStore &store,
     for (int a = 0; a < 3; ++a) {
       g.grid[a] = l.grid[a];
       g.block[a] = l.block[a];
+      g.cluster[a] = l.cluster[a];
     }
     g.smem = l.smem;
     be->grids_.push_back(g);
@@ -347,7 +348,7 @@ CudaBackend::bind(const PlanDoc &plan, const TensorStore &store,
       Expected<cuda::CUgraphNode> node =
           d.addKernelNode(*graph, prev, be->functions_[i], g.grid, g.block,
                           g.smem, be->launches_[i].params->data(),
-                          /*programmatic=*/true);
+                          /*programmatic=*/true, g.cluster);
       if (!node)
         return node.status().withContext("launch " + std::to_string(i));
       be->nodes_.push_back(*node);
@@ -612,7 +613,7 @@ Status CudaBackend::stepSlots(const std::vector<SlotStep> &rows) {
       bl.setInputs(rows[i].token, rows[i].pos);
       Status st = driver_->launch(functions_[l], g.grid, g.block, g.smem,
                                   stream_, bl.params->data(),
-                                  /*programmatic=*/true);
+                                  /*programmatic=*/true, g.cluster);
       if (!st)
         return st.withContext("launch " + std::to_string(l) + " (" +
                               bl.kernel->name + ") of step row " +
@@ -653,7 +654,7 @@ Status CudaBackend::launchBound(size_t index) {
   const Grid &g = grids_[index];
   Status st = driver_->launch(functions_[index], g.grid, g.block, g.smem,
                               stream_, l.params->data(),
-                              /*programmatic=*/true);
+                              /*programmatic=*/true, g.cluster);
   if (!st)
     return st.withContext("launch " + std::to_string(index) + " (" +
                           l.kernel->name + ")");

@@ -167,7 +167,7 @@ private:
   std::vector<cuda::DeviceBuffer> weightData_; ///< bf16/f32/packed/scale
   std::vector<BoundLaunch> launches_;
   struct Grid {
-    int64_t grid[3], block[3], smem;
+    int64_t grid[3], block[3], cluster[3], smem;
   };
   std::vector<Grid> grids_;
   std::vector<cuda::CUfunction> functions_;

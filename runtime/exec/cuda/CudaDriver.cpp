@@ -46,6 +46,9 @@ struct LaunchAttribute {
   union {
     char bytes[64];
     int programmaticStreamSerializationAllowed;
+    struct {
+      unsigned x, y, z;
+    } clusterDim;
   } value;
 };
 struct LaunchConfig {
@@ -61,9 +64,25 @@ struct GraphEdgeData {
 };
 static_assert(sizeof(LaunchAttribute) == 72, "CUlaunchAttribute layout");
 static_assert(sizeof(GraphEdgeData) == 8, "CUgraphEdgeData layout");
+constexpr int kLaunchAttrClusterDimension = 4;
 constexpr int kLaunchAttrProgrammaticStreamSerialization = 6;
 constexpr unsigned char kGraphDependencyProgrammatic = 1;
 constexpr unsigned char kGraphKernelPortProgrammatic = 1;
+
+/// Whether `cluster` (null: none) asks for clusters of more than one block.
+bool clustered(const int64_t *cluster) {
+  return cluster && cluster[0] * cluster[1] * cluster[2] > 1;
+}
+
+/// The cluster-dimension launch attribute of `cluster` [3].
+LaunchAttribute clusterAttribute(const int64_t *cluster) {
+  LaunchAttribute a{};
+  a.id = kLaunchAttrClusterDimension;
+  a.value.clusterDim.x = static_cast<unsigned>(cluster[0]);
+  a.value.clusterDim.y = static_cast<unsigned>(cluster[1]);
+  a.value.clusterDim.z = static_cast<unsigned>(cluster[2]);
+  return a;
+}
 
 KernelNodeParams nodeParams(CUfunction f, const int64_t grid[3],
                             const int64_t block[3], int64_t smem, void **args) {
@@ -128,6 +147,9 @@ struct Driver::Api {
   CUresult (*graphAddDependencies)(CUgraph, const CUgraphNode *,
                                    const CUgraphNode *, const GraphEdgeData *,
                                    size_t);
+  /// cuGraphKernelNodeSetAttribute (its value type is CUlaunchAttribute's
+  /// union, the bytes after LaunchAttribute::pad).
+  CUresult (*graphKernelNodeSetAttribute)(CUgraphNode, int, const void *);
 };
 
 Status Driver::check(int result, const char *call) const {
@@ -215,6 +237,10 @@ Expected<Driver *> Driver::get() {
         ::dlsym(a.lib, "cuLaunchKernelEx"));
     a.graphAddDependencies = reinterpret_cast<decltype(a.graphAddDependencies)>(
         ::dlsym(a.lib, "cuGraphAddDependencies_v2"));
+    // Thread-block clusters in graphs (CUDA 12.0+): optional.
+    a.graphKernelNodeSetAttribute =
+        reinterpret_cast<decltype(a.graphKernelNodeSetAttribute)>(
+            ::dlsym(a.lib, "cuGraphKernelNodeSetAttribute"));
     Status st = d->check(a.init(0), "cuInit");
     if (!st) {
       failure = st.withContext("no usable CUDA driver (a stub libcuda returns "
@@ -348,12 +374,24 @@ Expected<CUfunction> Driver::function(CUmodule module,
 
 Status Driver::launch(CUfunction f, const int64_t grid[3],
                       const int64_t block[3], int64_t smem, CUstream stream,
-                      void *params, bool programmatic) {
+                      void *params, bool programmatic, const int64_t *cluster) {
   void *args[] = {params};
-  if (programmatic && hasPdl_) {
-    LaunchAttribute attr{};
-    attr.id = kLaunchAttrProgrammaticStreamSerialization;
-    attr.value.programmaticStreamSerializationAllowed = 1;
+  const bool pdl = programmatic && hasPdl_, cl = clustered(cluster);
+  if (pdl || cl) {
+    if (!api_->launchKernelEx)
+      return makeError("a launch in clusters of ", cluster[0], " x ",
+                       cluster[1], " x ", cluster[2],
+                       " blocks needs cuLaunchKernelEx, which the CUDA "
+                       "driver lacks (CUDA 12.0+)");
+    LaunchAttribute attrs[2];
+    unsigned n = 0;
+    if (pdl) {
+      attrs[n] = LaunchAttribute{};
+      attrs[n].id = kLaunchAttrProgrammaticStreamSerialization;
+      attrs[n++].value.programmaticStreamSerializationAllowed = 1;
+    }
+    if (cl)
+      attrs[n++] = clusterAttribute(cluster);
     LaunchConfig c{};
     c.gridDimX = static_cast<unsigned>(grid[0]);
     c.gridDimY = static_cast<unsigned>(grid[1]);
@@ -363,8 +401,8 @@ Status Driver::launch(CUfunction f, const int64_t grid[3],
     c.blockDimZ = static_cast<unsigned>(block[2]);
     c.sharedMemBytes = static_cast<unsigned>(smem);
     c.stream = stream;
-    c.attrs = &attr;
-    c.numAttrs = 1;
+    c.attrs = attrs;
+    c.numAttrs = n;
     return check(api_->launchKernelEx(&c, f, args, nullptr),
                  "cuLaunchKernelEx");
   }
@@ -387,26 +425,35 @@ Expected<CUgraphNode> Driver::addKernelNode(CUgraph graph, CUgraphNode after,
                                             CUfunction f, const int64_t grid[3],
                                             const int64_t block[3],
                                             int64_t smem, void *params,
-                                            bool programmatic) {
+                                            bool programmatic,
+                                            const int64_t *cluster) {
   void *args[] = {params};
   KernelNodeParams p = nodeParams(f, grid, block, smem, args);
   CUgraphNode node = nullptr;
-  if (programmatic && hasPdl_ && after) {
-    K3_RETURN_IF_ERROR(
-        check(api_->graphAddKernelNode(&node, graph, nullptr, 0, &p),
-              "cuGraphAddKernelNode"));
+  const bool pdlEdge = programmatic && hasPdl_ && after;
+  K3_RETURN_IF_ERROR(
+      check(api_->graphAddKernelNode(&node, graph,
+                                     after && !pdlEdge ? &after : nullptr,
+                                     after && !pdlEdge ? 1 : 0, &p),
+            "cuGraphAddKernelNode"));
+  if (pdlEdge) {
     GraphEdgeData edge{};
     edge.fromPort = kGraphKernelPortProgrammatic;
     edge.type = kGraphDependencyProgrammatic;
     K3_RETURN_IF_ERROR(
         check(api_->graphAddDependencies(graph, &after, &node, &edge, 1),
               "cuGraphAddDependencies (programmatic edge)"));
-    return node;
   }
-  K3_RETURN_IF_ERROR(
-      check(api_->graphAddKernelNode(&node, graph, after ? &after : nullptr,
-                                     after ? 1 : 0, &p),
-            "cuGraphAddKernelNode"));
+  if (clustered(cluster)) {
+    if (!api_->graphKernelNodeSetAttribute)
+      return makeError("a graph node in clusters of blocks needs "
+                       "cuGraphKernelNodeSetAttribute, which the CUDA driver "
+                       "lacks (CUDA 12.0+)");
+    const LaunchAttribute a = clusterAttribute(cluster);
+    K3_RETURN_IF_ERROR(
+        check(api_->graphKernelNodeSetAttribute(node, a.id, &a.value),
+              "cuGraphKernelNodeSetAttribute (cluster dimension)"));
+  }
   return node;
 }
 

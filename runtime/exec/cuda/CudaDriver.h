@@ -78,10 +78,12 @@ public:
   /// stream serialization (Hopper's dependent launch: `f` may start while
   /// the previous kernel in the stream runs; every k3 kernel waits for it
   /// before touching memory, kernels/common/CudaCommon.cuh); ignored when
-  /// the driver lacks cuLaunchKernelEx.
+  /// the driver lacks cuLaunchKernelEx. `cluster` [3] (null: none): the
+  /// grid in thread-block clusters of that shape (Hopper; the grid a
+  /// multiple of it).
   Status launch(CUfunction f, const int64_t grid[3], const int64_t block[3],
                 int64_t smem, CUstream stream, void *params,
-                bool programmatic = false);
+                bool programmatic = false, const int64_t *cluster = nullptr);
   /// Whether launch(..., programmatic) and programmatic graph edges are
   /// available (driver entry points of CUDA 12.3+ and an sm_90 device).
   bool hasProgrammaticLaunch() const { return hasPdl_; }
@@ -93,11 +95,13 @@ public:
   /// params of a node are copied when it is added or updated.
   Expected<CUgraph> createGraph();
   /// `programmatic`: the edge from `after` is a programmatic one (the
-  /// graph form of launch(..., programmatic)).
+  /// graph form of launch(..., programmatic)); `cluster` as for launch (a
+  /// node attribute, set before the graph is instantiated).
   Expected<CUgraphNode> addKernelNode(CUgraph graph, CUgraphNode after,
                                       CUfunction f, const int64_t grid[3],
                                       const int64_t block[3], int64_t smem,
-                                      void *params, bool programmatic = false);
+                                      void *params, bool programmatic = false,
+                                      const int64_t *cluster = nullptr);
   Expected<CUgraphExec> instantiate(CUgraph graph);
   Status setKernelNodeParams(CUgraphExec exec, CUgraphNode node, CUfunction f,
                              const int64_t grid[3], const int64_t block[3],

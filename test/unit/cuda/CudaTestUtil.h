@@ -124,18 +124,22 @@ struct Dev {
   }
 };
 
-/// Launches `k3_<kernel>` with `params` (device pointers inside) and waits.
+/// Launches `k3_<kernel>` with `params` (device pointers inside) and waits;
+/// clusterX > 1: in thread-block clusters of that many blocks.
 template <typename Params>
 ::k3::Status launch(const std::string &kernel, Params params, int64_t gridX,
-                    int64_t blockX = 256, int64_t smem = 0) {
+                    int64_t blockX = 256, int64_t smem = 0,
+                    int64_t clusterX = 1) {
   auto f = ::k3::findCudaKernel(kernel);
   if (!f)
     return f.status();
   auto d = ::k3::cuda::Driver::get();
   if (!d)
     return d.status();
-  const int64_t grid[3] = {gridX, 1, 1}, block[3] = {blockX, 1, 1};
-  K3_RETURN_IF_ERROR((*d)->launch(*f, grid, block, smem, nullptr, &params));
+  const int64_t grid[3] = {gridX, 1, 1}, block[3] = {blockX, 1, 1},
+                cluster[3] = {clusterX, 1, 1};
+  K3_RETURN_IF_ERROR((*d)->launch(*f, grid, block, smem, nullptr, &params,
+                                  /*programmatic=*/false, cluster));
   return (*d)->synchronize(nullptr);
 }
 

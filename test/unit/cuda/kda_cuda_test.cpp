@@ -615,7 +615,8 @@ std::vector<uint16_t> runDecodeGpu(const DecodeLayer &l, const DecodeToken &t,
                                    DecodeDev &dv, int32_t hasLowerBound,
                                    int64_t grid, int64_t block,
                                    const LowRankWeights *lr = nullptr,
-                                   std::vector<uint16_t> *gateOut = nullptr) {
+                                   std::vector<uint16_t> *gateOut = nullptr,
+                                   int64_t cluster = 1) {
   Dev uq = Dev::of(t.uq), uk = Dev::of(t.uk), uv = Dev::of(t.uv),
       f = Dev::of(t.f), bl = Dev::of(t.betaLogit), gate = Dev::of(t.gate),
       out = Dev::poisoned<uint16_t>(l.C);
@@ -657,7 +658,7 @@ std::vector<uint16_t> runDecodeGpu(const DecodeLayer &l, const DecodeToken &t,
     p.gRank = lr->rank;
     p.gateOut = gOut.get<uint16_t>();
   }
-  k3::Status s = launch("kda_decode", p, grid, block);
+  k3::Status s = launch("kda_decode", p, grid, block, 0, cluster);
   EXPECT_TRUE(s.isOk()) << (s.isOk() ? "" : s.message());
   if (low && gateOut)
     *gateOut = gOut.download<uint16_t>(l.C);
@@ -668,13 +669,14 @@ struct DecodeCase {
   int64_t heads, headDim;
   int32_t width, hasLowerBound;
   int64_t grid, block;
-  int64_t rank = 0; ///< > 0: f_b / g_b of this rank folded in
+  int64_t rank = 0;    ///< > 0: f_b / g_b of this rank folded in
+  int64_t cluster = 1; ///< > 1: launched in clusters of this many blocks
   std::string name() const {
     return std::to_string(heads) + "x" + std::to_string(headDim) + " W " +
            std::to_string(width) + (hasLowerBound ? " lb" : " softplus") +
-           " grid " + std::to_string(grid) + " block " +
-           std::to_string(block) +
-           (rank ? " low-rank " + std::to_string(rank) : "");
+           " grid " + std::to_string(grid) + " block " + std::to_string(block) +
+           (rank ? " low-rank " + std::to_string(rank) : "") +
+           (cluster > 1 ? " cluster " + std::to_string(cluster) : "");
   }
 };
 
@@ -687,21 +689,35 @@ void decodeMatchesCpu(bool f32) {
   // folded low-rank gates (Kimi-Linear's r = 128 at the plans' grid, whole
   // heads and a looping grid, a block of d threads (no threads past d: the
   // rows before the convs); r = 64 on tiny; r = 40; r = 12, the element-wise
-  // path; a head of 130 over 7 blocks).
-  for (const DecodeCase &c :
-       {DecodeCase{96, 128, 4, 1, 96, 256}, DecodeCase{96, 128, 4, 1, 384, 256},
-        DecodeCase{96, 128, 4, 1, 1, 256}, DecodeCase{96, 128, 4, 1, 96, 512},
-        DecodeCase{32, 128, 4, 0, 32, 256}, DecodeCase{4, 64, 4, 0, 4, 256},
-        DecodeCase{3, 6, 3, 1, 3, 256}, DecodeCase{5, 9, 1, 0, 40, 64},
-        DecodeCase{2, 130, 4, 0, 7, 256}, DecodeCase{2, 200, 4, 1, 3, 32},
-        DecodeCase{32, 128, 4, 0, 128, 256, 128},
-        DecodeCase{32, 128, 4, 1, 32, 512, 128},
-        DecodeCase{32, 128, 4, 0, 5, 256, 128},
-        DecodeCase{32, 128, 4, 1, 128, 128, 128},
-        DecodeCase{4, 64, 4, 0, 8, 256, 64},
-        DecodeCase{4, 64, 4, 1, 4, 128, 40},
-        DecodeCase{3, 6, 3, 1, 3, 256, 12},
-        DecodeCase{2, 130, 4, 0, 7, 256, 24}}) {
+  // path; a head of 130 over 7 blocks). Then the clustered path (a head of
+  // 128 on a cluster of 4 blocks): K3 and Kimi-Linear as planned, folded
+  // rows staged in shared memory (r = 128, 64, 40) or read from L2 (r = 256,
+  // and r = 12 element by element), conv widths 4, 3, 2 and 1.
+  for (const DecodeCase &c : {DecodeCase{96, 128, 4, 1, 96, 256},
+                              DecodeCase{96, 128, 4, 1, 384, 256},
+                              DecodeCase{96, 128, 4, 1, 1, 256},
+                              DecodeCase{96, 128, 4, 1, 96, 512},
+                              DecodeCase{32, 128, 4, 0, 32, 256},
+                              DecodeCase{4, 64, 4, 0, 4, 256},
+                              DecodeCase{3, 6, 3, 1, 3, 256},
+                              DecodeCase{5, 9, 1, 0, 40, 64},
+                              DecodeCase{2, 130, 4, 0, 7, 256},
+                              DecodeCase{2, 200, 4, 1, 3, 32},
+                              DecodeCase{32, 128, 4, 0, 128, 256, 128},
+                              DecodeCase{32, 128, 4, 1, 32, 512, 128},
+                              DecodeCase{32, 128, 4, 0, 5, 256, 128},
+                              DecodeCase{32, 128, 4, 1, 128, 128, 128},
+                              DecodeCase{4, 64, 4, 0, 8, 256, 64},
+                              DecodeCase{4, 64, 4, 1, 4, 128, 40},
+                              DecodeCase{3, 6, 3, 1, 3, 256, 12},
+                              DecodeCase{2, 130, 4, 0, 7, 256, 24},
+                              DecodeCase{96, 128, 4, 1, 384, 256, 0, 4},
+                              DecodeCase{32, 128, 4, 0, 128, 256, 128, 4},
+                              DecodeCase{32, 128, 4, 1, 128, 256, 0, 4},
+                              DecodeCase{8, 128, 3, 0, 32, 256, 64, 4},
+                              DecodeCase{4, 128, 2, 1, 16, 256, 40, 4},
+                              DecodeCase{16, 128, 4, 0, 64, 256, 256, 4},
+                              DecodeCase{8, 128, 1, 1, 32, 256, 12, 4}}) {
     const int64_t H = c.heads, d = c.headDim;
     Rand r(static_cast<uint64_t>(H * 4000 + d + c.grid + c.block + c.rank));
     DecodeLayer l(r, H, d, c.width, f32);
@@ -751,7 +767,7 @@ void decodeMatchesCpu(bool f32) {
       k3::kdaDecodeCpu(p);
 
       std::vector<uint16_t> got = runDecodeGpu(
-          l, t, dv, c.hasLowerBound, c.grid, c.block, &lr, &gotGate);
+          l, t, dv, c.hasLowerBound, c.grid, c.block, &lr, &gotGate, c.cluster);
       expectBf16Near(want, got, name + " y");
       if (c.rank)
         expectSameBits(wantGate, gotGate, name + " gate");
@@ -777,12 +793,13 @@ TEST(KdaCuda, DecodeF32WeightsMatchCpuOverSteps) {
 /// kda_conv ×3, the step chain (launchStepChain) and kda_gated_norm on the
 /// GPU give
 /// kda_decode's bits (same grid and block for the state kernels): with one
-/// block per slice (the decode finishes heads across blocks) and the plans'
-/// grid.
+/// block per slice (the decode finishes heads across blocks), the plans'
+/// grid, and a cluster of 4 blocks per head.
 void decodeIsTheChain(bool f32) {
   for (const DecodeCase &c :
        {DecodeCase{96, 128, 4, 1, 384, 256}, DecodeCase{96, 128, 4, 1, 96, 256},
-        DecodeCase{2, 130, 4, 0, 7, 256}}) {
+        DecodeCase{2, 130, 4, 0, 7, 256},
+        DecodeCase{96, 128, 4, 1, 384, 256, 0, 4}}) {
     const int64_t H = c.heads, d = c.headDim;
     Rand r(static_cast<uint64_t>(H * 5000 + d + c.grid));
     DecodeLayer l(r, H, d, c.width, f32);
@@ -795,7 +812,8 @@ void decodeIsTheChain(bool f32) {
           c.name() + dtypeName(f32) + " token " + std::to_string(step);
       DecodeToken t(r, l);
       std::vector<uint16_t> y =
-          runDecodeGpu(l, t, fused, c.hasLowerBound, c.grid, c.block);
+          runDecodeGpu(l, t, fused, c.hasLowerBound, c.grid, c.block, nullptr,
+                       nullptr, c.cluster);
 
       Dev uq = Dev::of(t.uq), uk = Dev::of(t.uk), uv = Dev::of(t.uv),
           qt = Dev::poisoned<uint16_t>(C), kt = Dev::poisoned<uint16_t>(C),
@@ -857,6 +875,78 @@ TEST(KdaCuda, DecodeIsTheChainBitForBit) {
 TEST(KdaCuda, DecodeF32WeightsIsTheChainBitForBit) {
   K3_REQUIRE_GPU();
   decodeIsTheChain(true);
+}
+
+/// The clustered path gives the sliced path's bits (the plans' grid without
+/// clusters: the same sums in the same order), folded gates included: y, the
+/// gate, the state and the conv states over three tokens.
+TEST(KdaCuda, ClusteredDecodeIsTheSlicedDecodeBitForBit) {
+  K3_REQUIRE_GPU();
+  for (const DecodeCase &c : {DecodeCase{32, 128, 4, 0, 128, 256, 128, 4},
+                              DecodeCase{96, 128, 4, 1, 384, 256, 0, 4},
+                              DecodeCase{8, 128, 3, 1, 32, 256, 12, 4}}) {
+    for (bool f32 : {false, true}) {
+      const int64_t H = c.heads, d = c.headDim;
+      Rand r(static_cast<uint64_t>(H * 7000 + c.rank + c.width));
+      DecodeLayer l(r, H, d, c.width, f32);
+      const LowRankWeights lr(r, l.C, c.rank);
+      const int64_t hist = c.width - 1, C = l.C;
+      std::vector<float> conv = bf16Valued(r, C * hist, 1.0f),
+                         state = r.f32(H * d * d, 0.5f);
+      DecodeDev clustered(l, conv, state), sliced(l, conv, state);
+      for (int step = 0; step < 3; ++step) {
+        const std::string name =
+            c.name() + dtypeName(f32) + " token " + std::to_string(step);
+        DecodeToken t(r, l, c.rank);
+        std::vector<uint16_t> gateC, gateS;
+        std::vector<uint16_t> yC =
+            runDecodeGpu(l, t, clustered, c.hasLowerBound, c.grid, c.block, &lr,
+                         &gateC, c.cluster);
+        std::vector<uint16_t> yS = runDecodeGpu(
+            l, t, sliced, c.hasLowerBound, c.grid, c.block, &lr, &gateS, 1);
+        expectBf16Near(yS, yC, name + " (non-trivial)", 0.0, 0.0);
+        expectSameBits(yS, yC, name + " y");
+        expectSameBits(gateS, gateC, name + " gate");
+        expectSameBits(sliced.state.download<float>(H * d * d),
+                       clustered.state.download<float>(H * d * d),
+                       name + " state");
+        expectSameBits(sliced.sQ.download<float>(C * hist),
+                       clustered.sQ.download<float>(C * hist),
+                       name + " conv q");
+        expectSameBits(sliced.sK.download<float>(C * hist),
+                       clustered.sK.download<float>(C * hist),
+                       name + " conv k");
+        expectSameBits(sliced.sV.download<float>(C * hist),
+                       clustered.sV.download<float>(C * hist),
+                       name + " conv v");
+      }
+    }
+  }
+}
+
+/// A clustered launch outside the path's one shape (a head of 64; a grid of
+/// 8 blocks per head; 128 threads) writes NaN and leaves the state alone.
+TEST(KdaCuda, ClusteredDecodeOutsideItsShapeWritesNaN) {
+  K3_REQUIRE_GPU();
+  for (const DecodeCase &c : {DecodeCase{4, 64, 4, 0, 16, 256, 0, 4},
+                              DecodeCase{4, 128, 4, 0, 32, 256, 0, 4},
+                              DecodeCase{4, 128, 4, 0, 16, 128, 0, 4}}) {
+    const int64_t H = c.heads, d = c.headDim;
+    Rand r(static_cast<uint64_t>(H * 9000 + d + c.grid + c.block));
+    DecodeLayer l(r, H, d, c.width, false);
+    const int64_t hist = c.width - 1, C = l.C;
+    std::vector<float> conv = bf16Valued(r, C * hist, 1.0f),
+                       state = r.f32(H * d * d, 0.5f);
+    DecodeDev dv(l, conv, state);
+    DecodeToken t(r, l);
+    std::vector<uint16_t> y =
+        runDecodeGpu(l, t, dv, c.hasLowerBound, c.grid, c.block, nullptr,
+                     nullptr, c.cluster);
+    for (size_t i = 0; i < y.size(); ++i)
+      ASSERT_TRUE(std::isnan(k3::bf16ToFloat(y[i]))) << c.name() << " " << i;
+    expectSameBits(state, dv.state.download<float>(H * d * d),
+                   c.name() + " state");
+  }
 }
 
 } // namespace

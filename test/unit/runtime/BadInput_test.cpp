@@ -387,6 +387,16 @@ TEST(BadPlan, LaunchShapesOutsideCudaLimits) {
   p = tinyPlan();
   p.launches[0].smem = 1 << 20;
   EXPECT_ERROR_CONTAINS(loadAndBind(p), "smem 1048576 bytes exceeds");
+  p = tinyPlan();
+  p.launches[0].grid = {6, 1, 1};
+  p.launches[0].cluster = {4, 1, 1};
+  EXPECT_ERROR_CONTAINS(loadAndBind(p),
+                        "cluster [4, 1, 1] does not divide the grid [6, 1, 1]");
+  p = tinyPlan();
+  p.launches[0].grid = {16, 1, 1};
+  p.launches[0].cluster = {16, 1, 1};
+  EXPECT_ERROR_CONTAINS(loadAndBind(p),
+                        "cluster of 16 blocks exceeds the portable 8");
 }
 
 TEST(BadPlan, LaunchOrder) {

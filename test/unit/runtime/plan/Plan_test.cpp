@@ -83,11 +83,17 @@ TEST(PlanTest, RoundTrip) {
     plan.ptxModules["gemv"] = "// ptx\n.version 8.0\n";
     plan.launches[0].grid = {4, 2, 1};
     plan.launches[0].block = {128, 1, 1};
+    plan.launches[0].cluster = {2, 2, 1};
     plan.launches[0].smem = 4096;
     const std::string bytes = serializePlan(plan);
+    EXPECT_NE(bytes.find("\"cluster\":[2,2,1]"), std::string::npos);
     Expected<PlanDoc> back = parsePlan(bytes);
     ASSERT_TRUE(back.hasValue()) << back.message();
     EXPECT_TRUE(*back == plan);
+    EXPECT_EQ(back->launches[0].cluster, plan.launches[0].cluster);
+    // A launch without clusters writes no "cluster" (plans read as before).
+    EXPECT_EQ(serializePlan(tinyPlan(fusion)).find("\"cluster\""),
+              std::string::npos);
     // And the writer is deterministic.
     EXPECT_EQ(serializePlan(*back), bytes);
   }
