@@ -884,7 +884,8 @@ TEST(KdaCuda, ClusteredDecodeIsTheSlicedDecodeBitForBit) {
   K3_REQUIRE_GPU();
   for (const DecodeCase &c : {DecodeCase{32, 128, 4, 0, 128, 256, 128, 4},
                               DecodeCase{96, 128, 4, 1, 384, 256, 0, 4},
-                              DecodeCase{8, 128, 3, 1, 32, 256, 12, 4}}) {
+                              DecodeCase{8, 128, 3, 1, 32, 256, 12, 4},
+                              DecodeCase{16, 128, 4, 0, 64, 256, 256, 4}}) {
     for (bool f32 : {false, true}) {
       const int64_t H = c.heads, d = c.headDim;
       Rand r(static_cast<uint64_t>(H * 7000 + c.rank + c.width));
