@@ -596,6 +596,20 @@ struct DecodeDev {
         state(Dev::of(state)) {}
 };
 
+/// Two layers' device states (recurrent and q/k/v conv) bit-identical.
+void expectSameStates(const DecodeDev &want, const DecodeDev &got,
+                      const DecodeLayer &l, const std::string &name) {
+  const int64_t conv = l.C * (l.W - 1);
+  expectSameBits(want.state.download<float>(l.H * l.d * l.d),
+                 got.state.download<float>(l.H * l.d * l.d), name + " state");
+  expectSameBits(want.sQ.download<float>(conv), got.sQ.download<float>(conv),
+                 name + " conv q");
+  expectSameBits(want.sK.download<float>(conv), got.sK.download<float>(conv),
+                 name + " conv k");
+  expectSameBits(want.sV.download<float>(conv), got.sV.download<float>(conv),
+                 name + " conv v");
+}
+
 /// The scalar params of kda_decode (the caller sets the pointers).
 k3::KdaDecodeParams decodeParams(const DecodeLayer &l, int32_t hasLowerBound) {
   k3::KdaDecodeParams p;
@@ -855,14 +869,7 @@ void decodeIsTheChain(bool f32) {
       std::vector<uint16_t> want = out.download<uint16_t>(C);
       expectBf16Near(want, y, name + " (non-trivial)", 0.0, 0.0);
       expectSameBits(want, y, name + " y");
-      expectSameBits(chain.state.download<float>(H * d * d),
-                     fused.state.download<float>(H * d * d), name + " state");
-      expectSameBits(chain.sQ.download<float>(C * hist),
-                     fused.sQ.download<float>(C * hist), name + " conv q");
-      expectSameBits(chain.sK.download<float>(C * hist),
-                     fused.sK.download<float>(C * hist), name + " conv k");
-      expectSameBits(chain.sV.download<float>(C * hist),
-                     fused.sV.download<float>(C * hist), name + " conv v");
+      expectSameStates(chain, fused, l, name);
     }
   }
 }
@@ -908,18 +915,7 @@ TEST(KdaCuda, ClusteredDecodeIsTheSlicedDecodeBitForBit) {
         expectBf16Near(yS, yC, name + " (non-trivial)", 0.0, 0.0);
         expectSameBits(yS, yC, name + " y");
         expectSameBits(gateS, gateC, name + " gate");
-        expectSameBits(sliced.state.download<float>(H * d * d),
-                       clustered.state.download<float>(H * d * d),
-                       name + " state");
-        expectSameBits(sliced.sQ.download<float>(C * hist),
-                       clustered.sQ.download<float>(C * hist),
-                       name + " conv q");
-        expectSameBits(sliced.sK.download<float>(C * hist),
-                       clustered.sK.download<float>(C * hist),
-                       name + " conv k");
-        expectSameBits(sliced.sV.download<float>(C * hist),
-                       clustered.sV.download<float>(C * hist),
-                       name + " conv v");
+        expectSameStates(sliced, clustered, l, name);
       }
     }
   }
