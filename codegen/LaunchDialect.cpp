@@ -83,7 +83,7 @@ static bool isPointer(const ::k3::KernelField &f) {
   using ::k3::FieldKind;
   return f.kind == FieldKind::PtrIn || f.kind == FieldKind::PtrOut ||
          f.kind == FieldKind::Weight || f.kind == FieldKind::WeightTable ||
-         f.kind == FieldKind::Vector;
+         f.kind == FieldKind::Vector || f.kind == FieldKind::Prefetch;
 }
 
 LogicalResult LaunchOp::verify() {
@@ -104,6 +104,13 @@ LogicalResult LaunchOp::verify() {
     if (!f || !isPointer(*f))
       return emitOpError() << "expects '" << name << "' to be a pointer field of "
                            << getKernel() << "'s params";
+    if (f->kind == ::k3::FieldKind::Prefetch) {
+      auto w = v.getDefiningOp<WeightOp>();
+      if (!w || (w.getFormat() != "bf16" && w.getFormat() != "f32"))
+        return emitOpError() << "expects '" << name
+                             << "' (an L2 prefetch) to be a bf16 or f32 "
+                                "k3l.weight";
+    }
     int64_t off = getArgOffsets()[i];
     int64_t avail = boundBytes(v);
     if (off < 0 || (avail >= 0 && off >= avail))

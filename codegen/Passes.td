@@ -37,6 +37,45 @@ def ConvertK3ToLaunch : Pass<"convert-k3-to-launch", "::mlir::ModuleOp"> {
   ];
 }
 
+def K3PrefetchWeights : Pass<"k3-prefetch-weights", "::mlir::ModuleOp"> {
+  let summary = "Let latency-bound launches fetch a later launch's weight "
+                "into L2";
+  let description = [{
+    kda_decode, mla_attend and the routing of moe_ffn are chains of
+    dependent rounds that move little memory: while they run the HBM
+    idles. Each launch of a kernel named in `kernels` (they have an
+    `l2Prefetch` field, kernels/common/WeightRef.h) gets the first large
+    weight (>= `min-bytes`, bf16 or f32) of the next launch that reads one,
+    at most `max-bytes` of it, as `l2Prefetch` / `l2PrefetchBytes`: its
+    blocks ask L2 for those bytes before their griddepcontrol.wait, and the
+    later launch (an o_proj GEMV, the next layer's projections) then reads
+    them from L2. The weight's `k3l.weight` moves before the launch.
+
+    Before:
+    ```mlir
+    k3l.launch "kda_decode" (%uq, ...) {arg_names = ["uq", ...], ...}
+    %w = k3l.weight "model.layers.0.self_attn.o_proj.weight" {format = "bf16", shape = array<i64: 256, 256>} : !k3l.ptr
+    k3l.launch "linear" (%x, %w, %y) {arg_names = ["x", "w", "out"], ...}
+    ```
+    After:
+    ```mlir
+    %w = k3l.weight "model.layers.0.self_attn.o_proj.weight" {...} : !k3l.ptr
+    k3l.launch "kda_decode" (%uq, ..., %w) {arg_names = ["uq", ..., "l2Prefetch"],
+        scalars = {..., l2PrefetchBytes = 131072 : i64}, ...}
+    k3l.launch "linear" (%x, %w, %y) {...}
+    ```
+  }];
+  let options = [
+    ListOption<"kernels", "kernels", "std::string",
+               "Kernels whose launches prefetch (each must have an "
+               "l2Prefetch field); empty: kda_decode and mla_attend">,
+    Option<"maxBytes", "max-bytes", "int64_t", /*default=*/"33554432",
+           "Most bytes one launch prefetches (L2 is 50 MB on an H200)">,
+    Option<"minBytes", "min-bytes", "int64_t", /*default=*/"1048576",
+           "Smallest weight worth a prefetch">,
+  ];
+}
+
 def K3PlanBuffers : Pass<"k3-plan-buffers", "::mlir::ModuleOp"> {
   let summary = "Place scratch buffers in one arena, reusing dead space";
   let description = [{

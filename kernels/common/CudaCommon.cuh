@@ -212,6 +212,55 @@ __device__ __forceinline__ void prefetchL2Block(const void *p, int64_t bytes) {
     prefetchL2Line(base + off);
 }
 
+/// Whether a launch's L2 prefetch (L2Prefetch) asks for its lines with the
+/// evict_last policy (K3C_TUNE_L2_PREFETCH_EVICT_LAST, a measurement knob:
+/// whether the fetched lines outlive the stream of the launches between).
+#ifdef K3C_TUNE_L2_PREFETCH_EVICT_LAST
+constexpr bool kL2PrefetchEvictLast = K3C_TUNE_L2_PREFETCH_EVICT_LAST != 0;
+#else
+constexpr bool kL2PrefetchEvictLast = false;
+#endif
+
+/// Bytes of one bulk prefetch of prefetchL2Share.
+constexpr int64_t kL2PrefetchPiece = 16384;
+
+/// Asks L2 for this block's share of a later launch's weight: the range in
+/// kL2PrefetchPiece pieces dealt to the grid's blocks in turn, each piece
+/// one bulk prefetch (the TMA unit walks it; no register waits on it)
+/// issued by a lane of the block's first warp (a 19 MB o_proj over 128
+/// blocks: 9 lanes, one instruction each). Call it before
+/// waitForPriorGrids: weights depend on no earlier kernel. Nothing for a
+/// null, empty or misaligned range.
+__device__ __forceinline__ void prefetchL2Share(const L2Prefetch &p) {
+  const char *base = static_cast<const char *>(p.data);
+  if (!base || p.bytes <= 0 || threadIdx.x >= 32 || threadIdx.y || threadIdx.z ||
+      (reinterpret_cast<uintptr_t>(base) & 15))
+    return;
+  const int64_t blocks = int64_t(gridDim.x) * gridDim.y * gridDim.z;
+  const int64_t block =
+      blockIdx.x + int64_t(gridDim.x) * (blockIdx.y + int64_t(gridDim.y) * blockIdx.z);
+  const int64_t pieces = (p.bytes + kL2PrefetchPiece - 1) / kL2PrefetchPiece;
+  uint64_t policy = 0;
+  if constexpr (kL2PrefetchEvictLast)
+    asm("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;" : "=l"(policy));
+  for (int64_t i = block + blocks * threadIdx.x; i < pieces; i += blocks * 32) {
+    const int64_t off = i * kL2PrefetchPiece;
+    const uint32_t n =
+        static_cast<uint32_t>(min(kL2PrefetchPiece, p.bytes - off)) & ~15u;
+    if (n == 0)
+      continue;
+    if constexpr (kL2PrefetchEvictLast)
+      asm volatile("cp.async.bulk.prefetch.L2.global.L2::cache_hint [%0], %1, "
+                   "%2;" ::"l"(base + off),
+                   "r"(n), "l"(policy)
+                   : "memory");
+    else
+      asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(base + off),
+                   "r"(n)
+                   : "memory");
+  }
+}
+
 /// W consecutive bf16 values in registers, still packed: 16 bytes for W = 8
 /// (one vector load, the fast path), one value for W = 1 (the scalar
 /// fallback for odd sizes or misaligned pointers).

@@ -54,6 +54,17 @@ struct VectorRef {
   int32_t dtype = kVectorBf16;
 };
 
+/// Bytes of a later launch's weight that a latency-bound launch asks L2 to
+/// fetch while it runs (`k3-prefetch-weights`): its own work moves little
+/// memory, so the HBM would otherwise idle, and the later launch then reads
+/// those bytes from L2. A hint: no kernel reads through `data`, and a null
+/// or empty one issues nothing. Every block of the launch asks for its share
+/// before its griddepcontrol.wait (a weight depends on no earlier kernel).
+struct L2Prefetch {
+  const void *data = nullptr; ///< [bytes] u8, 16-byte aligned, a weight
+  int64_t bytes = 0;          ///< a multiple of 16; 0: none
+};
+
 /// Activations of a gated MLP (GatedMlpParams::activation and friends).
 enum : int32_t {
   kActSiTU = 0, ///< softcap(g, β1) · sigmoid(g) · softcap(u, β2) (K3.md §6)

@@ -927,6 +927,7 @@ extern "C" __global__ void __launch_bounds__(512)
     k3_kda_decode(const KdaDecodeParams p) {
   __shared__ DecodeShared shared;
   dev::allowDependentLaunch();
+  dev::prefetchL2Share(p.l2Prefetch);
   if (dev::clusterBlocks() > 1) {
     if (clusterShapeOk(p)) {
       decodeClustered(p, shared.cluster);

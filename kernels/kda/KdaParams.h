@@ -195,6 +195,9 @@ struct KdaDecodeParams {
   const uint16_t *gB = nullptr; ///< [C, gRank] bf16, g_b_proj; gate unread
   uint16_t *gateOut = nullptr;  ///< [C] bf16, gt = R(gB · gA), with gB
   int64_t gRank = 0;            ///< r of g_a / g_b, with gB
+  /// The next launch's weight (o_proj), asked of L2 while the step's
+  /// latency chain leaves the HBM idle; none when empty.
+  L2Prefetch l2Prefetch;
 };
 
 } // namespace k3

@@ -445,7 +445,9 @@ extern "C" __global__ void k3_mla_cache_append(const MlaCacheAppendParams p) {
 /// L = 512, R = 64 — are inside).
 extern "C" __global__ void __launch_bounds__(kAttendMaxThreads)
     k3_mla_attend(const MlaAttendParams p) {
-  dev::enterStep();
+  dev::allowDependentLaunch();
+  dev::prefetchL2Share(p.l2Prefetch);
+  dev::waitForPriorGrids();
   __shared__ AttendShared s;
   const int64_t L = p.kvLoraRank, R = p.ropeDim;
   const bool aligned = dev::aligned16(p.cache) && dev::aligned16(p.kvB);

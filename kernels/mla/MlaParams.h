@@ -14,6 +14,7 @@
 #define K3C_KERNELS_MLA_MLAPARAMS_H
 
 #include "kernels/common/StepInputs.h"
+#include "kernels/common/WeightRef.h"
 #include <cstdint>
 
 namespace k3 {
@@ -60,6 +61,9 @@ struct MlaAttendParams {
   /// [kStepWords] int64 (StepInputs.h), may be null: when set, length is
   /// step[kStepPos] + 1 and `length` is ignored.
   const int64_t *step = nullptr;
+  /// The next launch's weight (o_proj), asked of L2 while the attend's
+  /// dependent rounds leave the HBM idle; none when empty.
+  L2Prefetch l2Prefetch;
 };
 
 } // namespace k3

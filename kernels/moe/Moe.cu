@@ -1263,6 +1263,7 @@ extern "C" __global__ void __launch_bounds__(1024)
     routerItemsShared = routerItems;
   // Weights only before the wait: this block's likely first item's rows.
   dev::allowDependentLaunch();
+  dev::prefetchL2Share(p.l2Prefetch);
   if (blockIdx.x < routerItems) {
     const int64_t e = int64_t(blockIdx.x) * (blockDim.x >> 5) + warp;
     if (e < E && E <= kRouterCap)

@@ -113,6 +113,9 @@ struct MoeExpertsParams {
 struct MoeFfnParams {
   RouterParams router;
   MoeExpertsParams experts;
+  /// A later launch's weight (the next layer's first projection), asked of
+  /// L2 while the routing leaves the HBM idle; none when empty.
+  L2Prefetch l2Prefetch;
 };
 
 /// What an event of a traced moe_ffn is (MoeTraceEvent::kind): a work

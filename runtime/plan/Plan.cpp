@@ -463,6 +463,23 @@ Status validateArg(const PlanDoc &plan, const KernelInfo &kernel,
     return Status::ok();
   }
 
+  if (f->kind == FieldKind::Prefetch) {
+    if (!weight)
+      return makeError("'", name, "' is an L2 prefetch of ",
+                       kernel.paramsName, "; it needs a weight, not ",
+                       argKindName(arg.kind));
+    if (weight->stacked() ||
+        (weight->format != "bf16" && weight->format != "f32"))
+      return makeError("'", name, "': weight '", weight->name, "' is ",
+                       weight->stacked() ? "stacked" : weight->format,
+                       "; an L2 prefetch takes a bf16 or f32 weight");
+    if (arg.offset % 16 != 0 || arg.offset >= targetBytes)
+      return makeError("'", name, "': offset ", arg.offset,
+                       " must be a multiple of 16 inside weight '",
+                       weight->name, "' (", targetBytes, " bytes)");
+    return Status::ok();
+  }
+
   if (f->kind == FieldKind::Vector) {
     // A small weight bound as it is stored: a "vector" weight (bf16 or f32,
     // whichever the checkpoint has), or one of fixed format bf16 / f32.

@@ -98,7 +98,9 @@ LaunchBytes launchBytes(const PlanDoc &plan, size_t index,
       }
       continue;
     }
-    if (!arg.isPointer() || arg.index < 0)
+    // A prefetch hint moves the bytes the launch it serves counts.
+    if (!arg.isPointer() || arg.index < 0 ||
+        (f && f->kind == FieldKind::Prefetch))
       continue;
     const size_t at = static_cast<size_t>(arg.index);
     uint64_t bytes = 0;

@@ -91,6 +91,24 @@ template <typename E> struct FieldTraits<E *> {
   static constexpr ElemType elem = elemOf<E>();
 };
 
+/// The two fields of an L2Prefetch member at `base`: "l2Prefetch" (the
+/// weight) and "l2PrefetchBytes" (needed with it).
+void addPrefetchFields(std::vector<KernelField> &fields, size_t base) {
+  KernelField w;
+  w.name = "l2Prefetch";
+  w.kind = FieldKind::Prefetch;
+  w.elem = ElemType::U8;
+  w.offset = base + offsetof(L2Prefetch, data);
+  KernelField n;
+  n.name = "l2PrefetchBytes";
+  n.kind = FieldKind::Int64;
+  n.offset = base + offsetof(L2Prefetch, bytes);
+  n.need = KernelField::Need::IfGiven;
+  n.other = w.name;
+  fields.push_back(std::move(w));
+  fields.push_back(std::move(n));
+}
+
 template <typename T> KernelField makeField(const char *name, size_t offset) {
   using Traits = FieldTraits<std::remove_cv_t<T>>;
   // Member by member: the conditions (need, other, ...) keep their defaults
@@ -285,7 +303,17 @@ Status checkKdaGatedNorm(const KdaGatedNormParams &p, ExtentChecker &x) {
   return x.need("weight", p.headDim);
 }
 
+/// An L2Prefetch field: whole 16-byte pieces inside its weight.
+Status checkPrefetch(const char *kernel, const L2Prefetch &p,
+                     ExtentChecker &x) {
+  if (p.bytes < 0 || p.bytes % 16 != 0)
+    return makeError(kernel, ": l2PrefetchBytes must be a non-negative ",
+                     "multiple of 16, got ", p.bytes);
+  return x.optional("l2Prefetch", p.bytes);
+}
+
 Status checkKdaDecode(const KdaDecodeParams &p, ExtentChecker &x) {
+  K3_RETURN_IF_ERROR(checkPrefetch("kda_decode", p.l2Prefetch, x));
   int64_t C = 0, S = 0, conv = 0, convState = 0;
   K3_RETURN_IF_ERROR(kdaSizes("kda_decode", p.numHeads, p.headDim, C, S));
   K3_RETURN_IF_ERROR(positive("kda_decode", "convWidth", p.convWidth));
@@ -350,6 +378,7 @@ Status checkMlaCacheAppend(const MlaCacheAppendParams &p, ExtentChecker &x) {
 
 Status checkMlaAttend(const MlaAttendParams &p, ExtentChecker &x) {
   const char *k = "mla_attend";
+  K3_RETURN_IF_ERROR(checkPrefetch(k, p.l2Prefetch, x));
   for (auto [name, v] :
        {std::pair<const char *, int64_t>{"numHeads", p.numHeads},
         {"nopeDim", p.nopeDim},
@@ -467,6 +496,7 @@ private:
 };
 
 Status checkMoeFfn(const MoeFfnParams &p, ExtentChecker &x) {
+  K3_RETURN_IF_ERROR(checkPrefetch("moe_ffn", p.l2Prefetch, x));
   PrefixedChecker router(x, "router."), experts(x, "experts.");
   K3_RETURN_IF_ERROR(checkRouter(p.router, router));
   K3_RETURN_IF_ERROR(checkMoeExperts(p.experts, experts));
@@ -630,8 +660,9 @@ const ScalarCondition kScalarConditions[] = {
 void applyScalarNeeds(std::vector<KernelInfo> &table) {
   for (KernelInfo &k : table)
     for (KernelField &f : k.fields)
-      if (f.kind == FieldKind::Int64 || f.kind == FieldKind::Int32 ||
-          f.kind == FieldKind::Float32) {
+      if ((f.kind == FieldKind::Int64 || f.kind == FieldKind::Int32 ||
+           f.kind == FieldKind::Float32) &&
+          f.need != KernelField::Need::IfGiven) {
         f.need = KernelField::Need::Always;
         if (k.name == "linear_multi" && f.name.size() > 1 && f.name[0] == 'n' &&
             std::isdigit(static_cast<unsigned char>(f.name[1]))) {
@@ -788,6 +819,7 @@ std::vector<KernelInfo> buildTable() {
                                           K3_FIELD(P, gateOut),
                                           K3_FIELD(P, gRank)},
         K3_HOLDER(P), K3_CHECK(P, checkKdaDecode));
+    addPrefetchFields(t.back().fields, offsetof(P, l2Prefetch));
   }
   {
     using P = MlaCacheAppendParams;
@@ -807,6 +839,7 @@ std::vector<KernelInfo> buildTable() {
          K3_FIELD(P, numHeads), K3_FIELD(P, nopeDim), K3_FIELD(P, ropeDim),
          K3_FIELD(P, vDim), K3_FIELD(P, kvLoraRank), K3_FIELD(P, scale)},
         K3_HOLDER(P), K3_CHECK(P, checkMlaAttend));
+    addPrefetchFields(t.back().fields, offsetof(P, l2Prefetch));
   }
   {
     using P = RouterParams;
@@ -890,6 +923,7 @@ std::vector<KernelInfo> buildTable() {
       if (field.name == "experts.weights")
         field.producedBy = "router.outWeights";
     }
+    addPrefetchFields(f, offsetof(P, l2Prefetch));
     add("moe_ffn", "MoeFfnParams", std::move(f), K3_HOLDER(P),
         K3_CHECK(P, checkMoeFfn));
   }

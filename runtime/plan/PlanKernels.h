@@ -34,6 +34,10 @@ enum class FieldKind {
   Weight,      ///< WeightRef: a non-stacked weight
   WeightTable, ///< const WeightRef *: a stacked ({e}) weight
   Vector,      ///< VectorRef: a small weight, bf16 or f32 as stored
+  /// L2Prefetch::data: a bf16 or f32 weight (any offset, a multiple of 16)
+  /// that the kernel only asks L2 to fetch for a later launch; never read
+  /// through, so it moves no bytes of its own launch (PlanBytes.h).
+  Prefetch,
 };
 
 /// Element type a pointer field points at.

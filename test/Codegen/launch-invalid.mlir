@@ -317,3 +317,14 @@ func.func @f() {
       cluster = array<i64: 16, 1, 1>, smem = 0 : i64, op = "k3.add"} : !k3l.ptr, !k3l.ptr, !k3l.ptr
   return
 }
+
+// -----
+func.func @f() {
+  %a = k3l.alloc {bytes = 512 : i64, dtype = "bf16", elems = 256 : i64, name = "a"} : !k3l.ptr
+  %o = k3l.alloc {bytes = 512 : i64, dtype = "bf16", elems = 256 : i64, name = "o"} : !k3l.ptr
+  // expected-error @+1 {{expects 'l2Prefetch' (an L2 prefetch) to be a bf16 or f32 k3l.weight}}
+  k3l.launch "kda_decode" (%a, %o) {arg_names = ["uq", "l2Prefetch"], arg_offsets = array<i64: 0, 0>,
+      scalars = {l2PrefetchBytes = 512 : i64}, inputs = {}, grid = array<i64: 1, 1, 1>, block = array<i64: 256, 1, 1>,
+      smem = 0 : i64, op = "k3.kda_decode"} : !k3l.ptr, !k3l.ptr
+  return
+}

@@ -31,6 +31,7 @@
 #include "mlir/Pass/PassRegistry.h"
 #include "mlir/Support/FileUtilities.h"
 #include "mlir/Support/Timing.h"
+#include "llvm/ADT/StringExtras.h"
 #include "llvm/Support/CommandLine.h"
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/Format.h"
@@ -110,6 +111,13 @@ static cl::opt<bool> kdaClusters(
              "per head (Hopper; default on; =false for the global-memory "
              "form, to compare)"),
     cl::init(true), cl::cat(k3cCat));
+static cl::opt<std::string> l2Prefetch(
+    "l2-prefetch",
+    cl::desc("Kernels whose launches fetch the next large weight into L2 "
+             "while their own work leaves the memory idle (k3-prefetch-"
+             "weights): a comma-separated list of kda_decode, mla_attend, "
+             "moe_ffn, or 'none'"),
+    cl::init("kda_decode,mla_attend"), cl::cat(k3cCat));
 static cl::opt<bool>
     report("report",
            cl::desc("Print the kernel report (bytes per token, "
@@ -382,6 +390,26 @@ int main(int argc, char **argv) {
     mlir::k3::ConvertK3ToLaunchOptions lowering;
     lowering.kdaClusters = kdaClusters;
     pm.addPass(mlir::k3::createConvertK3ToLaunch(lowering));
+    if (l2Prefetch != "none") {
+      mlir::k3::K3PrefetchWeightsOptions prefetch;
+      for (llvm::StringRef k : llvm::split(l2Prefetch, ',')) {
+        if (k.trim().empty())
+          continue;
+        const ::k3::KernelInfo *info = ::k3::findKernel(k.trim().str());
+        if (!info || !info->field("l2Prefetch")) {
+          llvm::errs() << "k3c: --l2-prefetch: '" << k.trim()
+                       << "' cannot prefetch; use kda_decode, mla_attend, "
+                          "moe_ffn or 'none'\n";
+          return 2;
+        }
+        prefetch.kernels.push_back(k.trim().str());
+      }
+      if (prefetch.kernels.empty()) {
+        llvm::errs() << "k3c: --l2-prefetch needs kernel names or 'none'\n";
+        return 2;
+      }
+      pm.addPass(mlir::k3::createK3PrefetchWeights(prefetch));
+    }
     pm.addPass(mlir::k3::createK3PlanBuffers());
   }
   if (failed(pm.run(*module)))

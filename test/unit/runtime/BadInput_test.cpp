@@ -13,6 +13,7 @@
 #include "tools/k3-mkmodel/ModelMaker.h"
 #include "runtime/io/Npy.h"
 #include "runtime/plan/Plan.h"
+#include "runtime/plan/PlanBytes.h"
 #include "runtime/exec/PlanBinding.h"
 #include "runtime/model/Presets.h"
 #include "runtime/io/Safetensors.h"
@@ -333,6 +334,57 @@ TEST(BadPlan, FoldedLowRankGateRanks) {
   p = tinyPlan("default");
   launchOf(p, "kda_decode").arg("fRank", PlanArg::integer(0));
   EXPECT_ERROR_CONTAINS(loadAndBind(p), "kda_decode: fRank must be positive");
+}
+
+/// An L2 prefetch hint (k3-prefetch-weights): any whole 16-byte pieces of a
+/// bf16 or f32 weight bind, moving no bytes of their own launch; anything
+/// else is refused naming the field.
+TEST(BadPlan, L2PrefetchHints) {
+  K3C_SKIP_WITHOUT_COMPILER();
+  const PlanDoc base = tinyPlan("default");
+  int64_t oProj = -1, stacked = -1;
+  for (size_t i = 0; i < base.weights.size(); ++i) {
+    const PlanWeight &w = base.weights[i];
+    if (oProj < 0 && w.format == "bf16" &&
+        w.name.find("o_proj.weight") != std::string::npos)
+      oProj = static_cast<int64_t>(i);
+    if (w.stacked())
+      stacked = static_cast<int64_t>(i);
+  }
+  ASSERT_GE(oProj, 0);
+  ASSERT_GE(stacked, 0);
+  const PlanWeight &w = base.weights[static_cast<size_t>(oProj)];
+  const int64_t bytes = w.shape[0] * w.shape[1] * 2;
+  auto hinted = [&](PlanArg target, int64_t n) {
+    PlanDoc p = base;
+    launchOf(p, "kda_decode")
+        .arg("l2Prefetch", target)
+        .arg("l2PrefetchBytes", PlanArg::integer(n));
+    return p;
+  };
+  PlanDoc ok = hinted(PlanArg::weight(oProj), bytes);
+  EXPECT_TRUE(loadAndBind(ok).isOk()) << loadAndBind(ok).message();
+  size_t at = 0;
+  while (ok.launches[at].kernel != "kda_decode")
+    ++at;
+  EXPECT_EQ(launchBytes(ok, at).total(), launchBytes(base, at).total());
+  EXPECT_ERROR_CONTAINS(loadAndBind(hinted(PlanArg::weight(oProj), bytes + 16)),
+                        "'l2Prefetch' needs " + std::to_string(bytes + 16) +
+                            " u8 elements but weight '" + w.name + "' holds " +
+                            std::to_string(bytes));
+  EXPECT_ERROR_CONTAINS(loadAndBind(hinted(PlanArg::weight(oProj), 8)),
+                        "kda_decode: l2PrefetchBytes must be a non-negative "
+                        "multiple of 16, got 8");
+  EXPECT_ERROR_CONTAINS(loadAndBind(hinted(PlanArg::weight(oProj, 8), 16)),
+                        "'l2Prefetch': offset 8 must be a multiple of 16");
+  EXPECT_ERROR_CONTAINS(loadAndBind(hinted(PlanArg::buffer(0), 16)),
+                        "'l2Prefetch' is an L2 prefetch of KdaDecodeParams; "
+                        "it needs a weight, not a buffer");
+  EXPECT_ERROR_CONTAINS(loadAndBind(hinted(PlanArg::weight(stacked), 16)),
+                        "an L2 prefetch takes a bf16 or f32 weight");
+  PlanDoc noBytes = base;
+  launchOf(noBytes, "kda_decode").arg("l2Prefetch", PlanArg::weight(oProj));
+  EXPECT_ERROR_CONTAINS(loadAndBind(noBytes), "l2PrefetchBytes");
 }
 
 TEST(BadPlan, InputsAreCheckedAtTheirSmallestValue) {

@@ -1,0 +1,124 @@
+//===- PrefetchWeights.cpp - Later launches' weights into L2 ---------------===//
+//
+// A decode step at batch 1 streams every weight once, so its time is the
+// HBM's as long as the HBM never idles. It idles during the launches whose
+// work is a chain of dependent rounds on little data (the KDA recurrence,
+// MLA's attend, the MoE's routing). Those launches can ask L2 for what a
+// later launch will stream: the o_proj GEMV after them then reads from L2
+// what would have been its first microseconds of HBM traffic. This pass
+// chooses which bytes: the first large weight of the next launch that reads
+// one, capped so that the lines are still in L2 when that launch runs.
+//
+//===----------------------------------------------------------------------===//
+#include "codegen/Codegen.h"
+#include "runtime/plan/PlanKernels.h"
+
+#include "llvm/ADT/STLExtras.h"
+#include "llvm/ADT/StringSet.h"
+
+#define DEBUG_TYPE "k3-prefetch-weights"
+
+namespace mlir::k3 {
+#define GEN_PASS_DEF_K3PREFETCHWEIGHTS
+#include "codegen/Passes.h.inc"
+} // namespace mlir::k3
+
+using namespace mlir;
+using namespace mlir::k3;
+
+namespace {
+
+/// The field an L2 prefetch binds, and its byte count (k3::L2Prefetch).
+constexpr llvm::StringLiteral kPrefetchField = "l2Prefetch";
+constexpr llvm::StringLiteral kPrefetchBytes = "l2PrefetchBytes";
+
+/// Bytes of a bf16 / f32 weight, or 0 for any other format.
+int64_t weightBytes(k3l::WeightOp w) {
+  int64_t elem = w.getFormat() == "bf16" ? 2 : w.getFormat() == "f32" ? 4 : 0;
+  int64_t n = elem;
+  for (int64_t d : w.getShape())
+    n *= d;
+  return n;
+}
+
+/// The first weight of `launch` of at least `minBytes`, or null.
+k3l::WeightOp largeWeight(k3l::LaunchOp launch, int64_t minBytes) {
+  for (auto [v, name] : llvm::zip(launch.getArgs(), launch.getArgNames())) {
+    if (cast<StringAttr>(name).getValue() == kPrefetchField)
+      continue;
+    // A stacked expert table is read only in part (the routed experts).
+    if (auto w = v.getDefiningOp<k3l::WeightOp>())
+      if (weightBytes(w) >= minBytes && !w.getName().contains("{e}"))
+        return w;
+  }
+  return {};
+}
+
+/// `launch` with `weight` bound to l2Prefetch for `bytes` bytes.
+void bindPrefetch(k3l::LaunchOp launch, k3l::WeightOp weight, int64_t bytes) {
+  OpBuilder b(launch);
+  if (!weight->isBeforeInBlock(launch))
+    weight->moveBefore(launch);
+  SmallVector<Value> args(launch.getArgs());
+  args.push_back(weight.getResult());
+  SmallVector<Attribute> names(launch.getArgNames().getValue());
+  names.push_back(b.getStringAttr(kPrefetchField));
+  SmallVector<int64_t> offsets(launch.getArgOffsets());
+  offsets.push_back(0);
+  NamedAttrList scalars(launch.getScalars());
+  scalars.set(kPrefetchBytes, b.getI64IntegerAttr(bytes));
+  launch.getArgsMutable().assign(args);
+  launch.setArgNamesAttr(b.getArrayAttr(names));
+  launch.setArgOffsets(offsets);
+  launch.setScalarsAttr(scalars.getDictionary(b.getContext()));
+}
+
+struct K3PrefetchWeightsPass
+    : mlir::k3::impl::K3PrefetchWeightsBase<K3PrefetchWeightsPass> {
+  using K3PrefetchWeightsBase::K3PrefetchWeightsBase;
+
+  void runOnOperation() override {
+    if (maxBytes < 16 || minBytes < 1) {
+      getOperation().emitError()
+          << "k3-prefetch-weights: max-bytes must be at least 16 and "
+             "min-bytes at least 1, got "
+          << static_cast<int64_t>(maxBytes) << " and "
+          << static_cast<int64_t>(minBytes);
+      return signalPassFailure();
+    }
+    llvm::StringSet<> prefetchers;
+    for (const std::string &k : kernels) {
+      const ::k3::KernelInfo *info = ::k3::findKernel(k);
+      if (!info || !info->field(kPrefetchField.str())) {
+        getOperation().emitError()
+            << "k3-prefetch-weights: kernel '" << k
+            << "' has no l2Prefetch field (kda_decode, mla_attend and "
+               "moe_ffn have one)";
+        return signalPassFailure();
+      }
+      prefetchers.insert(k);
+    }
+    if (prefetchers.empty())
+      for (const char *k : {"kda_decode", "mla_attend"})
+        prefetchers.insert(k);
+
+    getOperation().walk([&](Block *block) {
+      SmallVector<k3l::LaunchOp> launches(block->getOps<k3l::LaunchOp>());
+      for (auto [i, launch] : llvm::enumerate(launches)) {
+        if (!prefetchers.contains(launch.getKernel()) ||
+            launch.getScalars().get(kPrefetchBytes))
+          continue;
+        for (k3l::LaunchOp later : llvm::drop_begin(launches, i + 1)) {
+          k3l::WeightOp w = largeWeight(later, minBytes);
+          if (!w)
+            continue;
+          bindPrefetch(launch, w, std::min<int64_t>(weightBytes(w), maxBytes) /
+                                      16 * 16);
+          break;
+        }
+      }
+    });
+  }
+};
+
+} // namespace
