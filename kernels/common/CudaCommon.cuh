@@ -221,6 +221,16 @@ constexpr bool kL2PrefetchEvictLast = K3C_TUNE_L2_PREFETCH_EVICT_LAST != 0;
 constexpr bool kL2PrefetchEvictLast = false;
 #endif
 
+/// Whether a launch's L2 prefetch is issued after its griddepcontrol.wait
+/// (K3C_TUNE_L2_PREFETCH_AFTER_WAIT, a measurement knob): before it, the
+/// prefetch shares the HBM with the previous kernel's stream, which the
+/// launch is waiting on; after it, only with the launch's own work.
+#ifdef K3C_TUNE_L2_PREFETCH_AFTER_WAIT
+constexpr bool kL2PrefetchAfterWait = K3C_TUNE_L2_PREFETCH_AFTER_WAIT != 0;
+#else
+constexpr bool kL2PrefetchAfterWait = false;
+#endif
+
 /// Bytes of one bulk prefetch of prefetchL2Share.
 constexpr int64_t kL2PrefetchPiece = 16384;
 
@@ -259,6 +269,14 @@ __device__ __forceinline__ void prefetchL2Share(const L2Prefetch &p) {
                    "r"(n)
                    : "memory");
   }
+}
+
+/// prefetchL2Share at the one of a kernel's two call sites (before and
+/// after its wait, `afterWait`) that kL2PrefetchAfterWait picks.
+__device__ __forceinline__ void prefetchL2ShareAt(bool afterWait,
+                                                  const L2Prefetch &p) {
+  if (afterWait == kL2PrefetchAfterWait)
+    prefetchL2Share(p);
 }
 
 /// W consecutive bf16 values in registers, still packed: 16 bytes for W = 8

@@ -116,8 +116,9 @@ static cl::opt<std::string> l2Prefetch(
     cl::desc("Kernels whose launches fetch the next large weight into L2 "
              "while their own work leaves the memory idle (k3-prefetch-"
              "weights): a comma-separated list of kda_decode, mla_attend, "
-             "moe_ffn, or 'none'"),
-    cl::init("kda_decode,mla_attend"), cl::cat(k3cCat));
+             "moe_ffn, or 'none' (the default: on the H200 every form "
+             "made the Kimi-Linear step slower, docs/PERF.md)"),
+    cl::init("none"), cl::cat(k3cCat));
 static cl::opt<bool>
     report("report",
            cl::desc("Print the kernel report (bytes per token, "
