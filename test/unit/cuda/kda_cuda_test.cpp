@@ -45,8 +45,15 @@ constexpr double kF32ElemTol = 1e-6;
 /// a bf16 rounding midpoint on either side now and then. One such flip of
 /// one k element (2^-8 of it) moves its head's state by ~1e-4 of the
 /// state's largest entry (9.7e-5 measured on the H200, 96 heads, a flip at
-/// token 0); a wrong decay axis, gate or β moves it by O(1).
-constexpr double kF32FlipStateTol = 2e-4;
+/// token 0); a flip of a large ṽ element moves a whole value column by
+/// β·k_i·2^-8·|ṽ_j|, 5.6e-4 measured (16 heads, folded rank 256, one token
+/// from equal states); a wrong decay axis, gate or β moves it by O(1).
+constexpr double kF32FlipStateTol = 1e-3;
+/// The y rule with fp32 filters: such a flip moves one value column of a
+/// head (128 y values) by a few ulps and a q flip all of them by less, so a
+/// token may have ~1% of y more than 1 ulp off and ~3% differing (11 and 55
+/// of 2048 measured); a real error moves most of y by many ulps.
+constexpr double kF32FlipOver1Ulp = 0.01, kF32FlipDiffering = 0.05;
 
 /// Distance in bf16 ulps (ordered bit patterns; ±0 are 0 apart).
 int bf16Ulps(uint16_t a, uint16_t b) {
@@ -776,11 +783,8 @@ void decodeMatchesCpu(bool f32) {
         p.gateOut = wantGate.data();
       }
       // Teacher-forced: the GPU starts every token from the CPU's states,
-      // so each token is compared alone. With fp32 filters a SiLU near a
-      // bf16 midpoint rounds q̃/k̃/ṽ differently now and then (see
-      // kF32FlipStateTol); left to run on, the flips of four tokens of 16
-      // slowly forgetting (softplus) heads compounded past any bound that
-      // still catches a wrong gate or decay axis.
+      // so each token is compared alone and a rounding flip of one token
+      // (kF32FlipStateTol) is not carried into the next token's check.
       dv.state = Dev::of(state);
       dv.sQ = Dev::of(sQ);
       dv.sK = Dev::of(sK);
@@ -789,7 +793,11 @@ void decodeMatchesCpu(bool f32) {
 
       std::vector<uint16_t> got = runDecodeGpu(
           l, t, dv, c.hasLowerBound, c.grid, c.block, &lr, &gotGate, c.cluster);
-      expectBf16Near(want, got, name + " y");
+      if (f32)
+        expectBf16Near(want, got, name + " y", kF32FlipDiffering,
+                       kF32FlipOver1Ulp);
+      else
+        expectBf16Near(want, got, name + " y");
       if (c.rank)
         expectSameBits(wantGate, gotGate, name + " gate");
       expectF32Near(state, dv.state.download<float>(H * d * d),
