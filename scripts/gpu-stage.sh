@@ -48,6 +48,14 @@ done
 "$BUILD_DIR"/bin/k3c "$cfg/kl" --fusion=default --max-seq 2048 \
   --l2-prefetch=kda_decode,mla_attend \
   -o "$STAGE/plans/kimi-linear-48b-e32-default-prefetch.plan"
+# K3's 4-layer slice with 32 MXFP4 experts (the issue's K3 measurement) and
+# the stand-in planned for 32K tokens (the long-context measurement).
+"$BUILD_DIR"/bin/k3-mkmodel k3 --layers 4 --experts 32 --config-only \
+  -o "$cfg/k3l4" >/dev/null
+"$BUILD_DIR"/bin/k3c "$cfg/k3l4" --fusion=default --max-seq 2048 \
+  -o "$STAGE/plans/k3-4l-e32-default.plan"
+"$BUILD_DIR"/bin/k3c "$cfg/kl" --fusion=default --max-seq 32800 \
+  -o "$STAGE/plans/kimi-linear-48b-e32-default-32k.plan"
 # A real-geometry slice small enough for the CPU backend (Kimi-Linear-48B,
 # 4 layers, 8 experts: its KDA heads take kda_decode's clustered path, which
 # no tiny preset does) for gpu-check.sh's --check-against cpu.
