@@ -105,11 +105,17 @@ LogicalResult LaunchOp::verify() {
       return emitOpError() << "expects '" << name << "' to be a pointer field of "
                            << getKernel() << "'s params";
     if (f->kind == ::k3::FieldKind::Prefetch) {
+      // What the plan validator asks of an L2Prefetch (runtime/plan/Plan.cpp).
       auto w = v.getDefiningOp<WeightOp>();
-      if (!w || (w.getFormat() != "bf16" && w.getFormat() != "f32"))
+      if (!w || (w.getFormat() != "bf16" && w.getFormat() != "f32") ||
+          w.getName().contains("{e}"))
         return emitOpError() << "expects '" << name
                              << "' (an L2 prefetch) to be a bf16 or f32 "
-                                "k3l.weight";
+                                "k3l.weight of one matrix";
+      if (getArgOffsets()[i] % 16 != 0)
+        return emitOpError() << "expects the offset of '" << name
+                             << "' to be a multiple of 16 but got "
+                             << getArgOffsets()[i];
     }
     int64_t off = getArgOffsets()[i];
     int64_t avail = boundBytes(v);
@@ -126,6 +132,12 @@ LogicalResult LaunchOp::verify() {
     if (!isa<IntegerAttr, FloatAttr>(a.getValue()))
       return emitOpError() << "expects scalar '" << a.getName().getValue()
                            << "' to be an integer or a float";
+    if (a.getName().getValue() == "l2PrefetchBytes") {
+      auto n = dyn_cast<IntegerAttr>(a.getValue());
+      if (!n || n.getInt() < 0 || n.getInt() % 16 != 0)
+        return emitOpError() << "expects l2PrefetchBytes to be a "
+                                "non-negative multiple of 16";
+    }
   }
   for (NamedAttribute a : getInputs()) {
     auto s = dyn_cast<StringAttr>(a.getValue());

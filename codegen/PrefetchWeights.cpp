@@ -41,17 +41,29 @@ int64_t weightBytes(k3l::WeightOp w) {
   return n;
 }
 
-/// The first weight of `launch` of at least `minBytes`, or null.
-k3l::WeightOp largeWeight(k3l::LaunchOp launch, int64_t minBytes) {
-  for (auto [v, name] : llvm::zip(launch.getArgs(), launch.getArgNames())) {
+/// The first weight of `later` of at least `minBytes` that `prefetcher` can
+/// bind: in its block (the weight op then moves before it; it has no
+/// operands and its uses all follow it), and not a stacked expert table
+/// (read only in part, the routed experts).
+k3l::WeightOp largeWeight(k3l::LaunchOp later, k3l::LaunchOp prefetcher,
+                          int64_t minBytes) {
+  for (auto [v, name] : llvm::zip(later.getArgs(), later.getArgNames())) {
     if (cast<StringAttr>(name).getValue() == kPrefetchField)
       continue;
-    // A stacked expert table is read only in part (the routed experts).
     if (auto w = v.getDefiningOp<k3l::WeightOp>())
-      if (weightBytes(w) >= minBytes && !w.getName().contains("{e}"))
+      if (weightBytes(w) >= minBytes && !w.getName().contains("{e}") &&
+          w->getBlock() == prefetcher->getBlock())
         return w;
   }
   return {};
+}
+
+/// Whether `launch` binds an L2 prefetch already.
+bool hasPrefetch(k3l::LaunchOp launch) {
+  return launch.getScalars().get(kPrefetchBytes) ||
+         llvm::any_of(launch.getArgNames(), [](Attribute a) {
+           return cast<StringAttr>(a).getValue() == kPrefetchField;
+         });
 }
 
 /// `launch` with `weight` bound to l2Prefetch for `bytes` bytes.
@@ -105,11 +117,10 @@ struct K3PrefetchWeightsPass
     getOperation().walk([&](Block *block) {
       SmallVector<k3l::LaunchOp> launches(block->getOps<k3l::LaunchOp>());
       for (auto [i, launch] : llvm::enumerate(launches)) {
-        if (!prefetchers.contains(launch.getKernel()) ||
-            launch.getScalars().get(kPrefetchBytes))
+        if (!prefetchers.contains(launch.getKernel()) || hasPrefetch(launch))
           continue;
         for (k3l::LaunchOp later : llvm::drop_begin(launches, i + 1)) {
-          k3l::WeightOp w = largeWeight(later, minBytes);
+          k3l::WeightOp w = largeWeight(later, launch, minBytes);
           if (!w)
             continue;
           bindPrefetch(launch, w, std::min<int64_t>(weightBytes(w), maxBytes) /

@@ -322,9 +322,42 @@ func.func @f() {
 func.func @f() {
   %a = k3l.alloc {bytes = 512 : i64, dtype = "bf16", elems = 256 : i64, name = "a"} : !k3l.ptr
   %o = k3l.alloc {bytes = 512 : i64, dtype = "bf16", elems = 256 : i64, name = "o"} : !k3l.ptr
-  // expected-error @+1 {{expects 'l2Prefetch' (an L2 prefetch) to be a bf16 or f32 k3l.weight}}
+  // expected-error @+1 {{expects 'l2Prefetch' (an L2 prefetch) to be a bf16 or f32 k3l.weight of one matrix}}
   k3l.launch "kda_decode" (%a, %o) {arg_names = ["uq", "l2Prefetch"], arg_offsets = array<i64: 0, 0>,
       scalars = {l2PrefetchBytes = 512 : i64}, inputs = {}, grid = array<i64: 1, 1, 1>, block = array<i64: 256, 1, 1>,
+      smem = 0 : i64, op = "k3.kda_decode"} : !k3l.ptr, !k3l.ptr
+  return
+}
+
+// -----
+func.func @f() {
+  %a = k3l.alloc {bytes = 512 : i64, dtype = "bf16", elems = 256 : i64, name = "a"} : !k3l.ptr
+  %w = k3l.weight "model.layers.0.mlp.experts.{e}.w1.weight" {format = "bf16", shape = array<i64: 4, 64, 64>} : !k3l.ptr
+  // expected-error @+1 {{expects 'l2Prefetch' (an L2 prefetch) to be a bf16 or f32 k3l.weight of one matrix}}
+  k3l.launch "kda_decode" (%a, %w) {arg_names = ["uq", "l2Prefetch"], arg_offsets = array<i64: 0, 0>,
+      scalars = {l2PrefetchBytes = 512 : i64}, inputs = {}, grid = array<i64: 1, 1, 1>, block = array<i64: 256, 1, 1>,
+      smem = 0 : i64, op = "k3.kda_decode"} : !k3l.ptr, !k3l.ptr
+  return
+}
+
+// -----
+func.func @f() {
+  %a = k3l.alloc {bytes = 512 : i64, dtype = "bf16", elems = 256 : i64, name = "a"} : !k3l.ptr
+  %w = k3l.weight "model.layers.0.self_attn.o_proj.weight" {format = "bf16", shape = array<i64: 64, 64>} : !k3l.ptr
+  // expected-error @+1 {{expects the offset of 'l2Prefetch' to be a multiple of 16 but got 8}}
+  k3l.launch "kda_decode" (%a, %w) {arg_names = ["uq", "l2Prefetch"], arg_offsets = array<i64: 0, 8>,
+      scalars = {l2PrefetchBytes = 512 : i64}, inputs = {}, grid = array<i64: 1, 1, 1>, block = array<i64: 256, 1, 1>,
+      smem = 0 : i64, op = "k3.kda_decode"} : !k3l.ptr, !k3l.ptr
+  return
+}
+
+// -----
+func.func @f() {
+  %a = k3l.alloc {bytes = 512 : i64, dtype = "bf16", elems = 256 : i64, name = "a"} : !k3l.ptr
+  %w = k3l.weight "model.layers.0.self_attn.o_proj.weight" {format = "bf16", shape = array<i64: 64, 64>} : !k3l.ptr
+  // expected-error @+1 {{expects l2PrefetchBytes to be a non-negative multiple of 16}}
+  k3l.launch "kda_decode" (%a, %w) {arg_names = ["uq", "l2Prefetch"], arg_offsets = array<i64: 0, 0>,
+      scalars = {l2PrefetchBytes = 8 : i64}, inputs = {}, grid = array<i64: 1, 1, 1>, block = array<i64: 256, 1, 1>,
       smem = 0 : i64, op = "k3.kda_decode"} : !k3l.ptr, !k3l.ptr
   return
 }

@@ -637,7 +637,8 @@ std::vector<uint16_t> runDecodeGpu(const DecodeLayer &l, const DecodeToken &t,
                                    int64_t grid, int64_t block,
                                    const LowRankWeights *lr = nullptr,
                                    std::vector<uint16_t> *gateOut = nullptr,
-                                   int64_t cluster = 1) {
+                                   int64_t cluster = 1,
+                                   k3::L2Prefetch prefetch = {}) {
   Dev uq = Dev::of(t.uq), uk = Dev::of(t.uk), uv = Dev::of(t.uv),
       f = Dev::of(t.f), bl = Dev::of(t.betaLogit), gate = Dev::of(t.gate),
       out = Dev::poisoned<uint16_t>(l.C);
@@ -679,6 +680,7 @@ std::vector<uint16_t> runDecodeGpu(const DecodeLayer &l, const DecodeToken &t,
     p.gRank = lr->rank;
     p.gateOut = gOut.get<uint16_t>();
   }
+  p.l2Prefetch = prefetch;
   k3::Status s = launch("kda_decode", p, grid, block, 0, cluster);
   EXPECT_TRUE(s.isOk()) << (s.isOk() ? "" : s.message());
   if (low && gateOut)
@@ -805,6 +807,41 @@ void decodeMatchesCpu(bool f32) {
       expectSameBits(sQ, dv.sQ.download<float>(C * hist), name + " conv q");
       expectSameBits(sK, dv.sK.download<float>(C * hist), name + " conv k");
       expectSameBits(sV, dv.sV.download<float>(C * hist), name + " conv v");
+    }
+  }
+}
+
+/// An L2 prefetch hint (k3-prefetch-weights) changes no bit: kda_decode
+/// asking L2 for three whole pieces and a partial one of a buffer (at a
+/// 16-byte offset) against the same launch without the hint, from equal
+/// states, sliced and clustered, over two tokens.
+TEST(KdaCuda, L2PrefetchChangesNoBit) {
+  K3_REQUIRE_GPU();
+  for (const DecodeCase &c : {DecodeCase{32, 128, 4, 0, 128, 256, 128, 4},
+                              DecodeCase{96, 128, 4, 1, 384, 256}}) {
+    Rand r(static_cast<uint64_t>(c.heads * 6000 + c.grid));
+    DecodeLayer l(r, c.heads, c.headDim, c.width, false);
+    const LowRankWeights lr(r, l.C, c.rank);
+    const std::vector<float> conv = bf16Valued(r, l.C * (c.width - 1), 1.0f),
+                             state = r.f32(l.H * l.d * l.d, 0.5f);
+    DecodeDev plain(l, conv, state), hinted(l, conv, state);
+    const int64_t bytes = 3 * 16384 + 48;
+    Dev target = Dev::of(r.bf16(static_cast<size_t>(bytes / 2 + 8)));
+    k3::L2Prefetch hint;
+    hint.data = target.get<uint8_t>() + 16;
+    hint.bytes = bytes;
+    for (int step = 0; step < 2; ++step) {
+      const std::string name = c.name() + " token " + std::to_string(step);
+      DecodeToken t(r, l, c.rank);
+      std::vector<uint16_t> gate0, gate1;
+      const std::vector<uint16_t> y0 = runDecodeGpu(
+          l, t, plain, c.hasLowerBound, c.grid, c.block, &lr, &gate0, c.cluster);
+      const std::vector<uint16_t> y1 =
+          runDecodeGpu(l, t, hinted, c.hasLowerBound, c.grid, c.block, &lr,
+                       &gate1, c.cluster, hint);
+      expectSameBits(y0, y1, name + " y");
+      expectSameBits(gate0, gate1, name + " gate");
+      expectSameStates(plain, hinted, l, name);
     }
   }
 }

@@ -180,6 +180,14 @@ void runAttend(const AttendData &d, const AttendRun &run,
   const int64_t grid = run.gridX > 0 ? run.gridX : s.heads;
   ASSERT_TRUE(launch("mla_attend", p, grid, run.blockX).isOk());
   std::vector<uint16_t> got = dOut.download<uint16_t>(want.size());
+  // An L2 prefetch hint (here of kv_b_proj itself, whole 16-byte pieces
+  // from a 16-byte offset) changes no bit.
+  p.l2Prefetch.data = d.dkvB.get<uint8_t>() + 16;
+  p.l2Prefetch.bytes = (static_cast<int64_t>(d.kvB.size()) * 2 - 16) / 16 * 16;
+  ASSERT_TRUE(launch("mla_attend", p, grid, run.blockX).isOk());
+  EXPECT_EQ(dOut.download<uint16_t>(want.size()), got)
+      << "mla_attend with an L2 prefetch hint";
+  p.l2Prefetch = {};
 
   char what[160];
   std::snprintf(what, sizeof(what),

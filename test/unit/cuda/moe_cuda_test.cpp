@@ -871,7 +871,7 @@ TEST(MoeCuda, MoeFfnMatchesCpu) {
     c.weights = route.weights;
     const std::vector<uint16_t> want = c.cpu();
 
-    auto run = [&](int64_t grid, int64_t block) {
+    auto run = [&](int64_t grid, int64_t block, bool hinted = false) {
       Dev ids = Dev::poisoned<int32_t>(size_t(s.topK));
       Dev wts = Dev::poisoned<float>(size_t(s.topK));
       Dev out = Dev::poisoned<uint16_t>(size_t(s.D));
@@ -886,6 +886,10 @@ TEST(MoeCuda, MoeFfnMatchesCpu) {
       p.experts.ids = ids.get<int32_t>();
       p.experts.weights = wts.get<float>();
       p.experts.out = out.get<uint16_t>();
+      if (hinted) { // an L2 prefetch of the router's gate: no bit changes
+        p.l2Prefetch.data = p.router.gate;
+        p.l2Prefetch.bytes = s.E * s.D * 2 / 16 * 16;
+      }
       k3::Status st = launch("moe_ffn", p, grid, block);
       EXPECT_TRUE(st.isOk()) << (st.isOk() ? "" : st.message());
       EXPECT_EQ(ids.download<int32_t>(size_t(s.topK)), route.ids) << s.name;
@@ -895,6 +899,7 @@ TEST(MoeCuda, MoeFfnMatchesCpu) {
     expectBf16Close(want, got, s.name);
     EXPECT_EQ(run(1, 256), got) << s.name << ": grid 1";
     EXPECT_EQ(run(41, 512), got) << s.name << ": grid 41 block 512";
+    EXPECT_EQ(run(528, 256, true), got) << s.name << ": an L2 prefetch hint";
   }
 }
 
