@@ -9,7 +9,9 @@
 // model are k3c's, committed without their PTX (the fuzz build has no
 // compiler): fuzz/corpus/plan/micro-{none,default}.json, the bodies of
 //   k3c fuzz/corpus/config/micro.json --fusion=none|default --max-seq=8
-// less "kernels" and "ptx_modules".
+// less "kernels" and "ptx_modules"; micro-prefetch.json is micro-default with
+// an L2 prefetch hint (l2Prefetch, a weight at offset 16, and its bytes) on
+// its kda_decode and mla_attend launches.
 //
 //===----------------------------------------------------------------------===//
 #include "runtime/model/Config.h"
