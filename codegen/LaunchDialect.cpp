@@ -132,7 +132,7 @@ LogicalResult LaunchOp::verify() {
     if (!isa<IntegerAttr, FloatAttr>(a.getValue()))
       return emitOpError() << "expects scalar '" << a.getName().getValue()
                            << "' to be an integer or a float";
-    if (a.getName().getValue() == "l2PrefetchBytes") {
+    if (a.getName().getValue() == ::k3::kL2PrefetchBytesField) {
       auto n = dyn_cast<IntegerAttr>(a.getValue());
       if (!n || n.getInt() < 0 || n.getInt() % 16 != 0)
         return emitOpError() << "expects l2PrefetchBytes to be a "

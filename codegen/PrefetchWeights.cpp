@@ -11,7 +11,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "codegen/Codegen.h"
-#include "runtime/plan/PlanKernels.h"
+#include "runtime/plan/Plan.h"
 
 #include "llvm/ADT/STLExtras.h"
 #include "llvm/ADT/StringSet.h"
@@ -28,17 +28,17 @@ using namespace mlir::k3;
 
 namespace {
 
-/// The field an L2 prefetch binds, and its byte count (k3::L2Prefetch).
-constexpr llvm::StringLiteral kPrefetchField = "l2Prefetch";
-constexpr llvm::StringLiteral kPrefetchBytes = "l2PrefetchBytes";
+using ::k3::kL2PrefetchBytesField;
+using ::k3::kL2PrefetchField;
 
-/// Bytes of a bf16 / f32 weight, or 0 for any other format.
+/// Bytes of a bf16 / f32 weight (what an L2 prefetch may name), else 0.
 int64_t weightBytes(k3l::WeightOp w) {
-  int64_t elem = w.getFormat() == "bf16" ? 2 : w.getFormat() == "f32" ? 4 : 0;
-  int64_t n = elem;
-  for (int64_t d : w.getShape())
-    n *= d;
-  return n;
+  if (w.getFormat() != "bf16" && w.getFormat() != "f32")
+    return 0;
+  ::k3::PlanWeight pw;
+  pw.format = w.getFormat().str();
+  pw.shape.assign(w.getShape().begin(), w.getShape().end());
+  return static_cast<int64_t>(::k3::planWeightBytes(pw));
 }
 
 /// The first weight of `later` of at least `minBytes` that `prefetcher` can
@@ -48,7 +48,7 @@ int64_t weightBytes(k3l::WeightOp w) {
 k3l::WeightOp largeWeight(k3l::LaunchOp later, k3l::LaunchOp prefetcher,
                           int64_t minBytes) {
   for (auto [v, name] : llvm::zip(later.getArgs(), later.getArgNames())) {
-    if (cast<StringAttr>(name).getValue() == kPrefetchField)
+    if (cast<StringAttr>(name).getValue() == kL2PrefetchField)
       continue;
     if (auto w = v.getDefiningOp<k3l::WeightOp>())
       if (weightBytes(w) >= minBytes && !w.getName().contains("{e}") &&
@@ -60,9 +60,9 @@ k3l::WeightOp largeWeight(k3l::LaunchOp later, k3l::LaunchOp prefetcher,
 
 /// Whether `launch` binds an L2 prefetch already.
 bool hasPrefetch(k3l::LaunchOp launch) {
-  return launch.getScalars().get(kPrefetchBytes) ||
+  return launch.getScalars().get(kL2PrefetchBytesField) ||
          llvm::any_of(launch.getArgNames(), [](Attribute a) {
-           return cast<StringAttr>(a).getValue() == kPrefetchField;
+           return cast<StringAttr>(a).getValue() == kL2PrefetchField;
          });
 }
 
@@ -74,11 +74,11 @@ void bindPrefetch(k3l::LaunchOp launch, k3l::WeightOp weight, int64_t bytes) {
   SmallVector<Value> args(launch.getArgs());
   args.push_back(weight.getResult());
   SmallVector<Attribute> names(launch.getArgNames().getValue());
-  names.push_back(b.getStringAttr(kPrefetchField));
+  names.push_back(b.getStringAttr(kL2PrefetchField));
   SmallVector<int64_t> offsets(launch.getArgOffsets());
   offsets.push_back(0);
   NamedAttrList scalars(launch.getScalars());
-  scalars.set(kPrefetchBytes, b.getI64IntegerAttr(bytes));
+  scalars.set(kL2PrefetchBytesField, b.getI64IntegerAttr(bytes));
   launch.getArgsMutable().assign(args);
   launch.setArgNamesAttr(b.getArrayAttr(names));
   launch.setArgOffsets(offsets);
@@ -101,7 +101,7 @@ struct K3PrefetchWeightsPass
     llvm::StringSet<> prefetchers;
     for (const std::string &k : kernels) {
       const ::k3::KernelInfo *info = ::k3::findKernel(k);
-      if (!info || !info->field(kPrefetchField.str())) {
+      if (!info || !info->field(kL2PrefetchField)) {
         getOperation().emitError()
             << "k3-prefetch-weights: kernel '" << k
             << "' has no l2Prefetch field (kda_decode, mla_attend and "

@@ -185,6 +185,15 @@ ElemType planDTypeElem(const std::string &dtype) {
   return ElemType::None;
 }
 
+uint64_t planWeightBytes(const PlanWeight &w) {
+  uint64_t n = 1;
+  for (int64_t d : w.shape)
+    n *= static_cast<uint64_t>(std::max<int64_t>(d, 0));
+  if (w.format == "mxfp4")
+    return n / 2 + n / 32;
+  return n * (w.format == "f32" ? 4 : 2);
+}
+
 size_t planDTypeSize(const std::string &dtype) {
   return elemTypeSize(planDTypeElem(dtype));
 }
@@ -324,14 +333,6 @@ ElemType stateElem(const std::string &kind) {
   return parseStateKind(kind, k) ? stateKindElem(k) : ElemType::BF16;
 }
 
-/// Bytes of a weight in its format ("mxfp4": not addressable as one block).
-uint64_t weightBytes(const PlanWeight &w) {
-  uint64_t n = w.format == "f32" ? 4 : 2;
-  for (int64_t d : w.shape)
-    n *= static_cast<uint64_t>(d);
-  return n;
-}
-
 const char *argKindName(PlanArg::Kind k) {
   switch (k) {
   case PlanArg::Kind::Int:
@@ -436,7 +437,7 @@ Status validateArg(const PlanDoc &plan, const KernelInfo &kernel,
                        " is out of range (the plan has ", plan.weights.size(),
                        " weights)");
     weight = &plan.weights[arg.index];
-    targetBytes = weight->format == "mxfp4" ? 0 : weightBytes(*weight);
+    targetBytes = weight->format == "mxfp4" ? 0 : planWeightBytes(*weight);
     targetElem = weight->format == "f32"    ? ElemType::F32
                  : weight->format == "bf16" ? ElemType::BF16
                                             : ElemType::None;

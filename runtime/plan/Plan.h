@@ -209,6 +209,10 @@ inline bool operator!=(const PlanDoc &a, const PlanDoc &b) { return !(a == b); }
 /// The element type a buffer dtype spells ("bf16", "f32", "i32", "i64",
 /// "u8"); None when unknown.
 ElemType planDTypeElem(const std::string &dtype);
+/// Bytes of a whole weight in its plan format: 2 per value for "bf16" and
+/// "vector" (a vector may be stored f32; the plan does not know), 4 for
+/// "f32", MXFP4 n/2 packed + n/32 scale bytes. Negative dimensions count 0.
+uint64_t planWeightBytes(const PlanWeight &w);
 /// Bytes per element of a buffer dtype / state kind (elemTypeSize of its
 /// element type); 0 when unknown.
 size_t planDTypeSize(const std::string &dtype);

@@ -19,19 +19,6 @@ namespace k3 {
 
 namespace {
 
-/// A whole weight in its plan format (MXFP4: packed nibbles + one scale
-/// byte per 32 values; a "vector" weight, bf16 or f32 as the checkpoint
-/// stores it, at its smaller bf16 size: the plan does not know, and the
-/// difference is under 0.1% of a KDA layer's bytes).
-uint64_t weightBytes(const PlanWeight &w) {
-  uint64_t n = 1;
-  for (int64_t d : w.shape)
-    n *= static_cast<uint64_t>(std::max<int64_t>(d, 0));
-  if (w.format == "mxfp4")
-    return n / 2 + n / 32;
-  return n * (w.format == "f32" ? 4 : 2);
-}
-
 bool startsWith(const std::string &s, const char *prefix) {
   return s.rfind(prefix, 0) == 0;
 }
@@ -112,7 +99,9 @@ LaunchBytes launchBytes(const PlanDoc &plan, size_t index,
       if (at >= plan.weights.size())
         continue;
       const PlanWeight &w = plan.weights[at];
-      bytes = weightBytes(w);
+      // A "vector" weight counts at its bf16 size (under 0.1% of a KDA
+      // layer's bytes when the checkpoint stores it f32).
+      bytes = planWeightBytes(w);
       // The embedding reads one bf16 row of its table.
       if (l.kernel == "embed" && w.shape.size() >= 2)
         bytes = static_cast<uint64_t>(w.shape[1]) * 2;

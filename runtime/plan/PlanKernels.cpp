@@ -95,12 +95,12 @@ template <typename E> struct FieldTraits<E *> {
 /// weight) and "l2PrefetchBytes" (needed with it).
 void addPrefetchFields(std::vector<KernelField> &fields, size_t base) {
   KernelField w;
-  w.name = "l2Prefetch";
+  w.name = kL2PrefetchField;
   w.kind = FieldKind::Prefetch;
   w.elem = ElemType::U8;
   w.offset = base + offsetof(L2Prefetch, data);
   KernelField n;
-  n.name = "l2PrefetchBytes";
+  n.name = kL2PrefetchBytesField;
   n.kind = FieldKind::Int64;
   n.offset = base + offsetof(L2Prefetch, bytes);
   n.need = KernelField::Need::IfGiven;
@@ -309,7 +309,7 @@ Status checkPrefetch(const char *kernel, const L2Prefetch &p,
   if (p.bytes < 0 || p.bytes % 16 != 0)
     return makeError(kernel, ": l2PrefetchBytes must be a non-negative ",
                      "multiple of 16, got ", p.bytes);
-  return x.optional("l2Prefetch", p.bytes);
+  return x.optional(kL2PrefetchField, p.bytes);
 }
 
 Status checkKdaDecode(const KdaDecodeParams &p, ExtentChecker &x) {

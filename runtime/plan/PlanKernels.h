@@ -48,6 +48,12 @@ const char *elemTypeName(ElemType t);
 /// Bytes per element (0 for None).
 size_t elemTypeSize(ElemType t);
 
+/// The field names of an L2Prefetch member (kernels/common/WeightRef.h):
+/// the weight and its byte count. The compiler's pass, the k3l verifier and
+/// the kernel table all spell them through these.
+inline constexpr const char *kL2PrefetchField = "l2Prefetch";
+inline constexpr const char *kL2PrefetchBytesField = "l2PrefetchBytes";
+
 /// One field of a params struct.
 struct KernelField {
   std::string name;

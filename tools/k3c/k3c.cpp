@@ -397,7 +397,7 @@ int main(int argc, char **argv) {
         if (k.trim().empty())
           continue;
         const ::k3::KernelInfo *info = ::k3::findKernel(k.trim().str());
-        if (!info || !info->field("l2Prefetch")) {
+        if (!info || !info->field(::k3::kL2PrefetchField)) {
           llvm::errs() << "k3c: --l2-prefetch: '" << k.trim()
                        << "' cannot prefetch; use kda_decode, mla_attend, "
                           "moe_ffn or 'none'\n";
