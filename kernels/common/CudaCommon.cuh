@@ -212,25 +212,6 @@ __device__ __forceinline__ void prefetchL2Block(const void *p, int64_t bytes) {
     prefetchL2Line(base + off);
 }
 
-/// Whether a launch's L2 prefetch (L2Prefetch) asks for its lines with the
-/// evict_last policy (K3C_TUNE_L2_PREFETCH_EVICT_LAST, a measurement knob:
-/// whether the fetched lines outlive the stream of the launches between).
-#ifdef K3C_TUNE_L2_PREFETCH_EVICT_LAST
-constexpr bool kL2PrefetchEvictLast = K3C_TUNE_L2_PREFETCH_EVICT_LAST != 0;
-#else
-constexpr bool kL2PrefetchEvictLast = false;
-#endif
-
-/// Whether a launch's L2 prefetch is issued after its griddepcontrol.wait
-/// (K3C_TUNE_L2_PREFETCH_AFTER_WAIT, a measurement knob): before it, the
-/// prefetch shares the HBM with the previous kernel's stream, which the
-/// launch is waiting on; after it, only with the launch's own work.
-#ifdef K3C_TUNE_L2_PREFETCH_AFTER_WAIT
-constexpr bool kL2PrefetchAfterWait = K3C_TUNE_L2_PREFETCH_AFTER_WAIT != 0;
-#else
-constexpr bool kL2PrefetchAfterWait = false;
-#endif
-
 /// Bytes of one bulk prefetch of prefetchL2Share.
 constexpr int64_t kL2PrefetchPiece = 16384;
 
@@ -240,7 +221,8 @@ constexpr int64_t kL2PrefetchPiece = 16384;
 /// issued by a lane of the block's first warp (a 19 MB o_proj over 128
 /// blocks: 9 lanes, one instruction each). Call it before
 /// waitForPriorGrids: weights depend on no earlier kernel. Nothing for a
-/// null, empty or misaligned range.
+/// null, empty or misaligned range. (Issued after the wait, or with an
+/// evict_last policy, it measured slower still: docs/PERF.md, 2026-12-02.)
 __device__ __forceinline__ void prefetchL2Share(const L2Prefetch &p) {
   const char *base = static_cast<const char *>(p.data);
   if (!base || p.bytes <= 0 || threadIdx.x >= 32 || threadIdx.y || threadIdx.z ||
@@ -250,33 +232,16 @@ __device__ __forceinline__ void prefetchL2Share(const L2Prefetch &p) {
   const int64_t block =
       blockIdx.x + int64_t(gridDim.x) * (blockIdx.y + int64_t(gridDim.y) * blockIdx.z);
   const int64_t pieces = (p.bytes + kL2PrefetchPiece - 1) / kL2PrefetchPiece;
-  uint64_t policy = 0;
-  if constexpr (kL2PrefetchEvictLast)
-    asm("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;" : "=l"(policy));
   for (int64_t i = block + blocks * threadIdx.x; i < pieces; i += blocks * 32) {
     const int64_t off = i * kL2PrefetchPiece;
     const uint32_t n =
         static_cast<uint32_t>(min(kL2PrefetchPiece, p.bytes - off)) & ~15u;
     if (n == 0)
       continue;
-    if constexpr (kL2PrefetchEvictLast)
-      asm volatile("cp.async.bulk.prefetch.L2.global.L2::cache_hint [%0], %1, "
-                   "%2;" ::"l"(base + off),
-                   "r"(n), "l"(policy)
-                   : "memory");
-    else
-      asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(base + off),
-                   "r"(n)
-                   : "memory");
+    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(base + off),
+                 "r"(n)
+                 : "memory");
   }
-}
-
-/// prefetchL2Share at the one of a kernel's two call sites (before and
-/// after its wait, `afterWait`) that kL2PrefetchAfterWait picks.
-__device__ __forceinline__ void prefetchL2ShareAt(bool afterWait,
-                                                  const L2Prefetch &p) {
-  if (afterWait == kL2PrefetchAfterWait)
-    prefetchL2Share(p);
 }
 
 /// W consecutive bf16 values in registers, still packed: 16 bytes for W = 8

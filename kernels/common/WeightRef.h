@@ -59,8 +59,7 @@ struct VectorRef {
 /// memory, so the HBM would otherwise idle, and the later launch then reads
 /// those bytes from L2. A hint: no kernel reads through `data`, and a null
 /// or empty one issues nothing. Every block of the launch asks for its share
-/// before its griddepcontrol.wait (a weight depends on no earlier kernel;
-/// after it in a K3C_TUNE_L2_PREFETCH_AFTER_WAIT variant build).
+/// before its griddepcontrol.wait (a weight depends on no earlier kernel).
 struct L2Prefetch {
   const void *data = nullptr; ///< [bytes] u8, 16-byte aligned, a weight
   int64_t bytes = 0;          ///< a multiple of 16; 0: none

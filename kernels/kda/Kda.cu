@@ -795,7 +795,6 @@ __device__ void decodeClustered(const KdaDecodeParams &p, ClusterShared &sm) {
   if ((threadIdx.x & (g.cgLanes - 1)) == 0)
     prefetchSlice(p.state, d, g, blockIdx.x);
   dev::waitForPriorGrids();
-  dev::prefetchL2ShareAt(true, p.l2Prefetch);
 
   // The state rows into registers while the convs run.
   float4 s[kRegRows];
@@ -928,7 +927,7 @@ extern "C" __global__ void __launch_bounds__(512)
     k3_kda_decode(const KdaDecodeParams p) {
   __shared__ DecodeShared shared;
   dev::allowDependentLaunch();
-  dev::prefetchL2ShareAt(false, p.l2Prefetch);
+  dev::prefetchL2Share(p.l2Prefetch);
   if (dev::clusterBlocks() > 1) {
     if (clusterShapeOk(p)) {
       decodeClustered(p, shared.cluster);
@@ -956,7 +955,6 @@ extern "C" __global__ void __launch_bounds__(512)
     }
   }
   dev::waitForPriorGrids();
-  dev::prefetchL2ShareAt(true, p.l2Prefetch);
   StepShared &sm = shared.step;
   if (!enterStateKernel(p.numHeads, p.headDim, p.out, sm))
     return;

@@ -446,9 +446,8 @@ extern "C" __global__ void k3_mla_cache_append(const MlaCacheAppendParams p) {
 extern "C" __global__ void __launch_bounds__(kAttendMaxThreads)
     k3_mla_attend(const MlaAttendParams p) {
   dev::allowDependentLaunch();
-  dev::prefetchL2ShareAt(false, p.l2Prefetch);
+  dev::prefetchL2Share(p.l2Prefetch);
   dev::waitForPriorGrids();
-  dev::prefetchL2ShareAt(true, p.l2Prefetch);
   __shared__ AttendShared s;
   const int64_t L = p.kvLoraRank, R = p.ropeDim;
   const bool aligned = dev::aligned16(p.cache) && dev::aligned16(p.kvB);

@@ -1263,7 +1263,7 @@ extern "C" __global__ void __launch_bounds__(1024)
     routerItemsShared = routerItems;
   // Weights only before the wait: this block's likely first item's rows.
   dev::allowDependentLaunch();
-  dev::prefetchL2ShareAt(false, p.l2Prefetch);
+  dev::prefetchL2Share(p.l2Prefetch);
   if (blockIdx.x < routerItems) {
     const int64_t e = int64_t(blockIdx.x) * (blockDim.x >> 5) + warp;
     if (e < E && E <= kRouterCap)
@@ -1274,7 +1274,6 @@ extern "C" __global__ void __launch_bounds__(1024)
   if (ep.normWeight && threadIdx.x < 32)
     prefetchL2Warp(ep.normWeight, 2 * ep.dim);
   dev::waitForPriorGrids();
-  dev::prefetchL2ShareAt(true, p.l2Prefetch);
   // One stage serves the router's rows and the gate/up rows: both must read
   // the same x̂ (as k3.moe_ffn binds them).
   const bool sameInput = rp.h == ep.x && rp.normWeight == ep.normWeight &&
