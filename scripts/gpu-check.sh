@@ -31,6 +31,15 @@ export K3C_REQUIRE_GPU=1
 
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
 status=0
+# runLogged LABEL LOG CMD...: runs CMD (its stderr into LOG), marks the check
+# failed when it exits non-zero, and prints LOG's last line after LABEL.
+runLogged() {
+  local label=$1 log=$2 line
+  shift 2
+  "$@" >/dev/null 2>"$log" || status=1
+  line=$(tail -1 "$log")
+  printf '%-20s %s\n' "$label" "${line#*: }"
+}
 printf '%-34s %8s %8s %8s\n' test passed failed skipped
 export K3C_CUDA_TEST_PLANS=$STAGE/plans
 for t in "$STAGE"/bin/cuda_test; do
@@ -60,20 +69,12 @@ for model in tiny tiny-linear tiny-odd; do
   "$STAGE"/bin/k3-mkmodel $model -o /tmp/k3-models/$model >/dev/null 2>&1
   for fusion in none default max; do
     plan="$STAGE/plans/$model-$fusion.plan"
-    "$STAGE"/bin/k3-run "$plan" --weights /tmp/k3-models/$model \
-      --prompt-ids 1,17,300,42 --max-new 64 --backend cuda \
-      >/dev/null 2>"$OUTDIR/k3-run-$model-$fusion.log"
-    rc=$?
-    [ $rc -ne 0 ] && status=1
-    line=$(tail -1 "$OUTDIR/k3-run-$model-$fusion.log")
-    printf '%-20s %s\n' "$model-$fusion" "${line#*: }"
-    "$STAGE"/bin/k3-run "$plan" --weights /tmp/k3-models/$model \
-      --prompt-ids 1,17,300,42 --max-new 8 --backend cuda --check-against cpu \
-      >/dev/null 2>"$OUTDIR/k3-run-check-$model-$fusion.log"
-    rc=$?
-    [ $rc -ne 0 ] && status=1
-    line=$(tail -1 "$OUTDIR/k3-run-check-$model-$fusion.log")
-    printf '%-20s %s\n' "" "${line#*: }"
+    runLogged "$model-$fusion" "$OUTDIR/k3-run-$model-$fusion.log" \
+      "$STAGE"/bin/k3-run "$plan" --weights /tmp/k3-models/$model \
+      --prompt-ids 1,17,300,42 --max-new 64 --backend cuda
+    runLogged "" "$OUTDIR/k3-run-check-$model-$fusion.log" \
+      "$STAGE"/bin/k3-run "$plan" --weights /tmp/k3-models/$model \
+      --prompt-ids 1,17,300,42 --max-new 8 --backend cuda --check-against cpu
   done
 done
 
@@ -82,13 +83,9 @@ done
 # CPU kernels launch by launch, over synthetic weights.
 plan="$STAGE/plans/kimi-linear-48b-l4-e8-default.plan"
 if [ -f "$plan" ]; then
-  "$STAGE"/bin/k3-run "$plan" --weights synthetic:3 \
-    --prompt-ids 1,17,300,42 --max-new 4 --backend cuda --check-against cpu \
-    >/dev/null 2>"$OUTDIR/k3-run-check-kimi-linear-l4.log"
-  rc=$?
-  [ $rc -ne 0 ] && status=1
-  line=$(tail -1 "$OUTDIR/k3-run-check-kimi-linear-l4.log")
-  printf '%-20s %s\n' "kimi-linear-l4-e8" "${line#*: }"
+  runLogged kimi-linear-l4-e8 "$OUTDIR/k3-run-check-kimi-linear-l4.log" \
+    "$STAGE"/bin/k3-run "$plan" --weights synthetic:3 \
+    --prompt-ids 1,17,300,42 --max-new 4 --backend cuda --check-against cpu
 fi
 
 if [ $SANITIZE = 1 ]; then
