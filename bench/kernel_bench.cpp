@@ -17,6 +17,7 @@
 #include "kernels/attnres/AttnResParams.h"
 #include "kernels/common/BF16.h"
 #include "kernels/common/MXFP4.h"
+#include "kernels/common/TraceEvent.h"
 #include "kernels/common/VectorRef.h"
 #include "kernels/gemv/GemvParams.h"
 #include "kernels/kda/KdaParams.h"
@@ -221,13 +222,93 @@ void benchKda(std::vector<Result> &out) {
     out.push_back({"kda_decode, 64-thread blocks x 1536", us, bytes});
 }
 
-void benchMla(std::vector<Result> &out, int64_t length) {
-  const double kvBBytes = N * (P + V) * L * 2.0;
+/// `--trace`: print the timeline of a traced build (printTrace).
+bool gTrace = false;
+
+/// Launches `kernel` three times (variants 0..2) with a -DK3C_KERNEL_TRACE
+/// build of its family (K3C_PTX_DIR) and prints each launch's timeline:
+/// per kind (and slot, where `bySlot` says so) the items, first draw, last
+/// finish, mean and max span; then how many blocks are inside an item of a
+/// kind below `itemKinds`, per 2 µs.
+template <typename Params, typename BySlot>
+void printTrace(const std::string &kernel, std::vector<Params> &variants,
+                int64_t grid, const std::vector<std::string> &kinds,
+                uint32_t itemKinds, BySlot bySlot) {
+  auto count = findCudaGlobal(kernel, "gTraceCount");
+  auto events = findCudaGlobal(kernel, "gTrace");
+  if (!count || !events) {
+    std::printf("trace: the %s module has no trace buffer (build it with "
+                "-DK3C_KERNEL_TRACE and point K3C_PTX_DIR at it)\n",
+                kernel.c_str());
+    return;
+  }
+  for (int run = 0; run < 3; ++run) {
+    if (!gDriver->memset8(count->first, 0, 4).isOk())
+      std::exit(1);
+    Expected<cuda::CUfunction> f = findCudaKernel(kernel);
+    const int64_t g[3] = {grid, 1, 1}, b[3] = {256, 1, 1};
+    Params p = variants[static_cast<size_t>(run) % variants.size()];
+    if (!f || !gDriver->launch(*f, g, b, 0, nullptr, &p).isOk() ||
+        !gDriver->synchronize(nullptr).isOk())
+      std::exit(1);
+    unsigned n = 0;
+    if (!gDriver->copyToHost(&n, count->first, 4).isOk())
+      std::exit(1);
+    n = std::min<unsigned>(
+        n, static_cast<unsigned>(events->second / sizeof(TraceEvent)));
+    std::vector<TraceEvent> ev(n);
+    if (!gDriver->copyToHost(ev.data(), events->first, n * sizeof(TraceEvent))
+             .isOk())
+      std::exit(1);
+    uint64_t t0 = ~uint64_t(0), tEnd = 0;
+    for (const TraceEvent &e : ev)
+      t0 = std::min(t0, e.t0), tEnd = std::max(tEnd, e.t1);
+    auto rel = [&](uint64_t t) { return (t - t0) / 1000.0; };
+    std::printf("trace of %s run %d: %u events over %.2f us\n", kernel.c_str(),
+                run, n, rel(tEnd));
+    std::map<std::pair<unsigned, unsigned>, std::vector<const TraceEvent *>>
+        groups;
+    for (const TraceEvent &e : ev)
+      groups[{e.kind, bySlot(e.kind) ? e.slot : 0}].push_back(&e);
+    std::printf("  %-9s %4s %6s %9s %9s %9s %9s %9s\n", "kind", "slot",
+                "items", "first us", "last us", "mean us", "max us",
+                "1st end");
+    for (auto &[key, list] : groups) {
+      double first = 1e30, last = 0, sum = 0, mx = 0, firstEnd = 1e30;
+      for (const TraceEvent *e : list) {
+        first = std::min(first, rel(e->t0));
+        last = std::max(last, rel(e->t1));
+        firstEnd = std::min(firstEnd, rel(e->t1));
+        const double d = (e->t1 - e->t0) / 1000.0;
+        sum += d, mx = std::max(mx, d);
+      }
+      std::printf("  %-9s %4u %6zu %9.2f %9.2f %9.2f %9.2f %9.2f\n",
+                  key.first < kinds.size() ? kinds[key.first].c_str() : "?",
+                  key.second, list.size(), first, last, sum / list.size(), mx,
+                  firstEnd);
+    }
+    std::printf("  blocks in an item (or spinning in one), per 2 us:");
+    for (double t = 0; t < rel(tEnd); t += 2) {
+      int busy = 0;
+      for (const TraceEvent &e : ev)
+        if (e.kind < itemKinds && rel(e.t0) <= t + 1 && rel(e.t1) >= t + 1)
+          ++busy;
+      std::printf(" %d", busy);
+    }
+    std::printf("\n");
+  }
+}
+
+/// mla_attend over `heads` heads (K3: 96, Kimi-Linear: 32; P, R, L, V as
+/// in both) at a context of `length` cache rows, with the plan's grid (the
+/// all-heads form: one block per SM, codegen mlaAttendGrid).
+void benchMla(std::vector<Result> &out, int64_t heads, int64_t length) {
+  const double kvBBytes = heads * (P + V) * L * 2.0;
   const double cacheBytes = length * (L + R) * 2.0;
   std::vector<MlaAttendParams> vs;
-  void *q = randomDevice(N * (P + R) * 2);
-  void *gate = randomDevice(N * V * 2);
-  void *o = zerosDevice(N * V * 2);
+  void *q = randomDevice(heads * (P + R) * 2);
+  void *gate = randomDevice(heads * V * 2);
+  void *o = zerosDevice(heads * V * 2);
   for (int c = 0; c < copiesFor(kvBBytes + cacheBytes); ++c) {
     MlaAttendParams p;
     p.q = static_cast<uint16_t *>(q);
@@ -236,7 +317,7 @@ void benchMla(std::vector<Result> &out, int64_t length) {
     p.length = length;
     p.gate = static_cast<uint16_t *>(gate);
     p.out = static_cast<uint16_t *>(o);
-    p.numHeads = N;
+    p.numHeads = heads;
     p.nopeDim = P;
     p.ropeDim = R;
     p.vDim = V;
@@ -245,15 +326,23 @@ void benchMla(std::vector<Result> &out, int64_t length) {
     vs.push_back(p);
   }
   double us = 0;
-  // One block per head, then room for 2 and for 16 splits of the cache per
-  // head (the kernel uses min(that, length / max(256, 8 · heads)) of them;
-  // K3's plans give room for 16 at long max_seq).
-  for (int64_t splits : {1, 2, 16})
-    if (timeKernel("mla_attend", vs, N * splits, us))
-      out.push_back(
-          {"mla_attend 96 heads, ctx " + std::to_string(length) +
-               (splits > 1 ? ", " + std::to_string(splits) + " splits" : ""),
-           us, kvBBytes + cacheBytes});
+  const std::string label = "mla_attend " + std::to_string(heads) +
+                            " heads, ctx " + std::to_string(length);
+  if (timeKernel("mla_attend", vs, 132, us))
+    out.push_back({label, us, kvBBytes + cacheBytes});
+  // The per-head form's grid (a block per head and split of the rows) too:
+  // what the per-head form took before the all-heads form, in a variant
+  // build that keeps it (K3C_TUNE_MLA_ALL_HEADS_MIN_ROWS).
+  const int64_t splits = std::clamp<int64_t>(
+      length / std::max<int64_t>(256, 8 * heads), 1, 16);
+  if (timeKernel("mla_attend", vs, heads * splits, us))
+    out.push_back({label + ", grid " + std::to_string(heads * splits), us,
+                   kvBBytes + cacheBytes});
+  if (gTrace)
+    printTrace("mla_attend", vs, 132, {"q-hat", "range", "merge", "out",
+                                       "start", "waited"},
+               /*itemKinds=*/kMlaTraceStart,
+               [](uint32_t kind) { return kind == kMlaTraceWaited; });
 }
 
 void benchRouter(std::vector<Result> &out) {
@@ -320,10 +409,8 @@ void benchMoe(std::vector<Result> &out) {
 /// experts in one launch, the plan's form), moe_experts on fixed ids, and
 /// the router alone. Each expert is its own allocation (3.6 GB in all) filled
 /// from one random block, and eight inputs rotate so the chosen experts do.
-/// With a -DK3C_MOE_TRACE build of the moe family (K3C_PTX_DIR) and
+/// With a -DK3C_KERNEL_TRACE build of the moe family (K3C_PTX_DIR) and
 /// `--trace`, prints moe_ffn's timeline of one launch.
-bool gTrace = false;
-
 void benchMoeKimiLinear(std::vector<Result> &out) {
   constexpr int64_t Dk = 2304, Ik = 1024, Ek = 256, Kk = 8;
   const size_t matBytes = Dk * Ik * 2;
@@ -408,76 +495,13 @@ void benchMoeKimiLinear(std::vector<Result> &out) {
   if (timeKernel("router", routers, (Ek + 7) / 8, us))
     out.push_back(
         {"router Kimi-Linear 256 x 2304, top-8, pre-norm", us, Ek * Dk * 2.0});
-  if (!gTrace)
-    return;
-  // One traced launch: the events of gMoeTrace (a K3C_MOE_TRACE build).
-  auto count = findCudaGlobal("moe_ffn", "gMoeTraceCount");
-  auto events = findCudaGlobal("moe_ffn", "gMoeTrace");
-  if (!count || !events) {
-    std::printf("trace: the moe module has no trace buffer (build it with "
-                "-DK3C_MOE_TRACE and point K3C_PTX_DIR at it)\n");
-    return;
-  }
-  using Event = MoeTraceEvent;
-  for (int run = 0; run < 3; ++run) {
-    if (!gDriver->memset8(count->first, 0, 4).isOk())
-      std::exit(1);
-    Expected<cuda::CUfunction> f = findCudaKernel("moe_ffn");
-    const int64_t g[3] = {grid, 1, 1}, b[3] = {256, 1, 1};
-    MoeFfnParams p = ffn[static_cast<size_t>(run)];
-    if (!f || !gDriver->launch(*f, g, b, 0, nullptr, &p).isOk() ||
-        !gDriver->synchronize(nullptr).isOk())
-      std::exit(1);
-    unsigned n = 0;
-    if (!gDriver->copyToHost(&n, count->first, 4).isOk())
-      std::exit(1);
-    n = std::min<unsigned>(
-        n, static_cast<unsigned>(events->second / sizeof(Event)));
-    std::vector<Event> ev(n);
-    if (!gDriver->copyToHost(ev.data(), events->first, n * sizeof(Event))
-             .isOk())
-      std::exit(1);
-    uint64_t t0 = ~uint64_t(0), tEnd = 0;
-    for (const Event &e : ev)
-      t0 = std::min(t0, e.t0), tEnd = std::max(tEnd, e.t1);
-    auto rel = [&](uint64_t t) { return (t - t0) / 1000.0; };
-    std::printf("trace of moe_ffn run %d: %u events over %.2f us\n", run, n,
-                rel(tEnd));
-    const char *kinds[kTraceKinds + 1] = {
-        "router",   "gate/up",  "down",      "combine",  "start",
-        "r:staged", "r:scored", "r:arrived", "r:ranked", "?"};
-    // Per kind and slot: items, first draw, last finish, mean and max span.
-    std::map<std::pair<unsigned, unsigned>, std::vector<const Event *>> groups;
-    for (const Event &e : ev)
-      groups[{e.kind,
-              e.kind == kTraceGateUp || e.kind == kTraceDown ? e.slot : 0}]
-          .push_back(&e);
-    std::printf("  %-8s %4s %6s %9s %9s %9s %9s %9s\n", "kind", "slot", "items",
-                "first us", "last us", "mean us", "max us", "1st end");
-    for (auto &[key, list] : groups) {
-      double first = 1e30, last = 0, sum = 0, mx = 0, firstEnd = 1e30;
-      for (const Event *e : list) {
-        first = std::min(first, rel(e->t0));
-        last = std::max(last, rel(e->t1));
-        firstEnd = std::min(firstEnd, rel(e->t1));
-        const double d = (e->t1 - e->t0) / 1000.0;
-        sum += d, mx = std::max(mx, d);
-      }
-      std::printf("  %-8s %4u %6zu %9.2f %9.2f %9.2f %9.2f %9.2f\n",
-                  kinds[std::min<uint32_t>(key.first, kTraceKinds)], key.second,
-                  list.size(), first, last, sum / list.size(), mx, firstEnd);
-    }
-    // How busy the grid is over time: blocks inside an item, per 2 us.
-    std::printf("  blocks in an item (or spinning in one), per 2 us:");
-    for (double t = 0; t < rel(tEnd); t += 2) {
-      int busy = 0;
-      for (const Event &e : ev)
-        if (e.kind < kTraceStart && rel(e.t0) <= t + 1 && rel(e.t1) >= t + 1)
-          ++busy;
-      std::printf(" %d", busy);
-    }
-    std::printf("\n");
-  }
+  if (gTrace)
+    printTrace("moe_ffn", ffn, grid,
+               {"router", "gate/up", "down", "combine", "start", "r:staged",
+                "r:scored", "r:arrived", "r:ranked"},
+               /*itemKinds=*/kTraceStart, [](uint32_t kind) {
+                 return kind == kTraceGateUp || kind == kTraceDown;
+               });
 }
 
 void benchGatedMlp(std::vector<Result> &out, const std::string &label,
@@ -622,8 +646,12 @@ int main(int argc, char **argv) {
                          163840, 2304, false, true);
            }},
           {"kda", benchKda},
-          {"mla", [](auto &o) { benchMla(o, 4096); }},
-          {"mla", [](auto &o) { benchMla(o, 65536); }},
+          {"mla", [](auto &o) { benchMla(o, 32, 72); }},
+          {"mla", [](auto &o) { benchMla(o, 32, 1024); }},
+          {"mla", [](auto &o) { benchMla(o, 32, 4096); }},
+          {"mla", [](auto &o) { benchMla(o, 32, 32768); }},
+          {"mla", [](auto &o) { benchMla(o, 96, 1024); }},
+          {"mla", [](auto &o) { benchMla(o, 96, 32768); }},
           {"router", benchRouter},
           {"gated_mlp",
            [](auto &o) {

@@ -96,12 +96,18 @@ int64_t gemvGrid(int64_t n, bool norm) {
   return norm ? std::min(g, 4 * kTargetSms) : g;
 }
 
-/// `mla_attend` over `heads` heads of a cache of up to `maxSeq` rows: room
-/// for each head's rows to split over S <= 16 blocks (the kernel merges the
-/// splits), S such that a split has at least max(256, 8 · heads) rows at
-/// the planned context. The kernel uses the splits the actual context fills
-/// to that many rows (Mla.cu), so short contexts run unsplit.
-int64_t mlaAttendGrid(int64_t heads, int64_t maxSeq) {
+/// `mla_attend` over `heads` heads of a cache of up to `maxSeq` rows. The
+/// CUDA kernel's all-heads form (L <= 512 and R <= 64, multiples of 8, as
+/// in K3 and Kimi-Linear; Mla.cu) is a work queue whose items are cut from
+/// the context alone: one block per SM. Other shapes run a block per (head,
+/// split of the rows): room for S <= 16 splits (the kernel merges them), S
+/// such that a split has at least max(256, 8 · heads) rows at the planned
+/// context; short contexts run unsplit.
+int64_t mlaAttendGrid(int64_t heads, int64_t latent, int64_t rope,
+                      int64_t maxSeq) {
+  if (heads <= 256 && latent >= 8 && latent <= 512 && latent % 8 == 0 &&
+      rope <= 64 && rope % 8 == 0)
+    return kTargetSms;
   if (heads > 128) // the kernel's split limit
     return heads;
   const int64_t minRows = std::max<int64_t>(256, 8 * heads);
@@ -386,7 +392,7 @@ void Lowering::lowerMlaAttend(Operation *op, MlaConfigAttr c, Value q,
           F("scale",
             1.0 / std::sqrt(static_cast<double>(c.getNope() + c.getRope())))},
          {{"length", "length"}, {"step", "step"}},
-         mlaAttendGrid(c.getHeads(),
+         mlaAttendGrid(c.getHeads(), c.getKvLora(), c.getRope(),
                        isa<MlaCacheType>(cache.getType())
                            ? cast<MlaCacheType>(cache.getType()).getMaxSeq()
                            : 0));

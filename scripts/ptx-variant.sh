@@ -3,7 +3,7 @@
 #
 # Builds kernels/<family>/*.cu to PTX as the build does (its nvcc flags, read
 # from build/ptx/nvcc-flags), with extra nvcc flags (the K3C_TUNE_* knobs of a family, or
-# -DK3C_MOE_TRACE), into DIR/<family>.ptx, and runs ptxas on it so register
+# -DK3C_KERNEL_TRACE), into DIR/<family>.ptx, and runs ptxas on it so register
 # spills show. On the GPU machine, K3C_PTX_DIR=DIR makes every k3 binary load
 # that family from DIR instead of its built-in (or the plan's) PTX:
 # variants are measured with the same binaries and plans.

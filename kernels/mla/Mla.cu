@@ -12,6 +12,8 @@
 //
 //===----------------------------------------------------------------------===//
 #include "kernels/common/CudaCommon.cuh"
+#include "kernels/common/KernelTrace.cuh"
+#include "kernels/common/WorkQueue.cuh"
 #include "kernels/mla/MlaParams.h"
 
 using namespace k3;
@@ -390,6 +392,582 @@ __device__ void attendHead(const MlaAttendParams &p, int64_t h, int split,
   __syncthreads(); // the next head reuses the shared memory
 }
 
+//===----------------------------------------------------------------------===//
+// mla_attend over all heads at once (the fast path)
+//===----------------------------------------------------------------------===//
+//
+// The absorbed form is two small matrix products per range of cache rows:
+// S = Q̂ Cᵀ and Ĉ = P C, so one read of a row can serve every head. The
+// launch is one work queue (kernels/common/WorkQueue.cuh) of up to four phases,
+// each waiting only for the one before it:
+//   Q  (head, 128 columns of L): q̂ = W_UKᵀ q_nope into module scratch, the
+//      P rows in 16 groups summed in group order;
+//   B  (group of heads, range of rows): the scores and the online softmax
+//      of every head of the group over the range, its unnormalised
+//      Σ e^(s − M) c and (M, Σ e^(s − M)) into module scratch;
+//   M  (head, 128 columns of L): the ranges merged in range order into ĉ
+//      (only past 16 ranges; with fewer, each O item merges its head's);
+//   O  (head, 32 rows of V): out = R(W_UV ĉ), gated.
+// Within a B item a warp holds four heads' q̂ (lane: latent chunks lane and
+// lane + 32 of 8 values, rope values 2·lane and 2·lane + 1) and their ĉ
+// accumulators, reads four rows at a time, and sums the 16 (row, head)
+// partial scores with one transposing reduction over its lanes (16
+// shuffles, after which lane l holds row l >> 3, head (l >> 1) & 3). The
+// block's 8 warps are QW head quads × 8/QW row lanes: short contexts take
+// QW = 1 (a quad per item, warps over rows, merged in shared memory in
+// row-lane order), long ones QW = 8 (32 heads per item: each cache row is
+// read from L2 once per 32 heads). How the work is cut depends only on the
+// heads, L, V and the context, never on the grid: the output bits are the
+// same for any grid.
+
+/// Contexts from which the all-heads form runs (below, the per-head form
+/// above). (K3C_TUNE_* macros override tuning constants in a variant build
+/// of this family, measured with K3C_PTX_DIR; the shipped PTX uses the
+/// values here.)
+#ifdef K3C_TUNE_MLA_ALL_HEADS_MIN_ROWS
+constexpr int64_t kAllHeadsMinRows = K3C_TUNE_MLA_ALL_HEADS_MIN_ROWS;
+#else
+constexpr int64_t kAllHeadsMinRows = 0;
+#endif
+
+/// Limits of the fast path (else the per-head kernel above runs).
+constexpr int kFastMaxLatent = 512; ///< a lane owns two 8-value chunks
+constexpr int kFastMaxRope = 64;    ///< a lane owns two rope values
+constexpr int kFastMaxHeads = 256;
+constexpr int kFastThreads = 256; ///< 8 warps, exactly
+constexpr int kQuad = 4;          ///< heads per warp
+/// (head, range) partials of the running launch.
+constexpr int kMaxPartials = 4096;
+/// B items aimed at (the H200 has 132 SMs; codegen's grid is one block per
+/// SM).
+constexpr int kTargetItems = 128;
+/// Columns of L per Q and M item; rows of W_UV per O item.
+constexpr int kColsPerItem = 128;
+constexpr int kQGroups = kFastThreads / (kColsPerItem / 8);
+constexpr int kOutRowsPerItem = 32;
+/// Rows per range at least (each row lane gets a few rows).
+constexpr int kMinRowsPerRange = 32;
+/// Up to this many ranges the O items merge their head's ranges themselves
+/// (no M phase: one dependent round less at short contexts); beyond, each
+/// O item would re-read too many partials.
+constexpr int kInlineMergeRanges = 16;
+
+__device__ __align__(16) float gQhat[kFastMaxHeads * kFastMaxLatent];
+__device__ __align__(16) float gChat[kFastMaxHeads * kFastMaxLatent];
+__device__ __align__(16) float gAttPart[kMaxPartials * kFastMaxLatent];
+__device__ float2 gAttStat[kMaxPartials];
+__device__ dev::WorkQueue gAttendQueue;
+/// Finished Q, B and M items of the running launch.
+__device__ unsigned gAttendDone[3];
+
+/// How a launch cuts its work (every block computes the same).
+struct AttendCut {
+  int64_t T;            ///< attended rows
+  int64_t rowsPerRange; ///< rows of a B item
+  int quadsPerItem;     ///< QW: 1, 2, 4 or 8
+  int ranges;           ///< B items per group of heads
+  unsigned nQ, nB, nM, nO; ///< items per phase (nM = 0: merged in O)
+};
+
+__device__ __forceinline__ AttendCut cutAttend(const MlaAttendParams &p,
+                                               int64_t T) {
+  const int N = static_cast<int>(p.numHeads);
+  const int quads = (N + kQuad - 1) / kQuad;
+  int qw = T >= 8192 ? 8 : T >= 4096 ? 4 : T >= 2048 ? 2 : 1;
+  while (qw > quads)
+    qw >>= 1;
+  const int groups = (quads + qw - 1) / qw;
+  int64_t ranges = (kTargetItems + groups - 1) / groups;
+  ranges = min(ranges, max(int64_t(1), T / kMinRowsPerRange));
+  ranges = max(int64_t(1), min(ranges, int64_t(kMaxPartials / N)));
+  AttendCut c;
+  c.T = T;
+  c.quadsPerItem = qw;
+  c.ranges = static_cast<int>(ranges);
+  c.rowsPerRange = T > 0 ? (T + ranges - 1) / ranges : 0;
+  const unsigned colItems =
+      static_cast<unsigned>((p.kvLoraRank + kColsPerItem - 1) / kColsPerItem);
+  c.nQ = unsigned(N) * colItems;
+  c.nB = unsigned(groups) * unsigned(ranges);
+  c.nM = ranges <= kInlineMergeRanges ? 0u : c.nQ;
+  c.nO = unsigned(N) *
+         static_cast<unsigned>((p.vDim + kOutRowsPerItem - 1) / kOutRowsPerItem);
+  return c;
+}
+
+/// Shared memory of the fast path.
+struct FastShared {
+  /// Q: the 16 row groups' sums of 128 columns; B: the row lanes' merge of
+  /// up to 4 quads (QW · 4 heads · L floats).
+  float buf[kQGroups * kColsPerItem > 4 * kQuad * kFastMaxLatent
+                ? kQGroups * kColsPerItem
+                : 4 * kQuad * kFastMaxLatent];
+  float2 warpStat[8][kQuad]; ///< B: each warp's (max, Σ) per head
+  float fac[kTargetItems];   ///< M: e^(M_s − M) of each range
+  float inv;                 ///< M: 1 / Σ_s e^(M_s − M) Σ_s
+  unsigned item;             ///< the drawn ticket
+};
+
+/// Q item: q̂ of head h, columns [col0, col0 + 128) of L.
+__device__ void qhatItem(const MlaAttendParams &p, int64_t h, int col0,
+                         FastShared &s) {
+  const int L = static_cast<int>(p.kvLoraRank);
+  const int64_t P = p.nopeDim, R = p.ropeDim, V = p.vDim;
+  const int tid = threadIdx.x;
+  const int chunk = tid % (kColsPerItem / 8), g = tid / (kColsPerItem / 8);
+  const int col = col0 + chunk * 8;
+  const uint16_t *q = p.q + h * (P + R);
+  const uint16_t *wUK = p.kvB + h * (P + V) * L;
+  float acc[8];
+#pragma unroll
+  for (int k = 0; k < 8; ++k)
+    acc[k] = 0.0f;
+  if (col < L) {
+#pragma unroll 4
+    for (int64_t i = g; i < P; i += kQGroups) {
+      Chunk<8> w;
+      w.loadRO(wUK + i * L + col);
+      const float qi = dev::bf16ToF(__ldg(q + i));
+#pragma unroll
+      for (int k = 0; k < 8; ++k)
+        acc[k] = fmaf(w.at(k), qi, acc[k]);
+    }
+  }
+#pragma unroll
+  for (int k = 0; k < 8; ++k)
+    s.buf[g * kColsPerItem + chunk * 8 + k] = acc[k];
+  __syncthreads();
+  for (int c = tid; c < kColsPerItem; c += blockDim.x) {
+    if (col0 + c >= L)
+      continue;
+    float v = s.buf[c];
+    for (int gg = 1; gg < kQGroups; ++gg)
+      v += s.buf[gg * kColsPerItem + c];
+    gQhat[h * L + col0 + c] = v;
+  }
+}
+
+/// The value of element e (0..7) of a packed 16-byte chunk of bf16.
+__device__ __forceinline__ float chunkAt(const uint4 &u, int e) {
+  const uint32_t w = e < 2 ? u.x : e < 4 ? u.y : e < 6 ? u.z : u.w;
+  return (e & 1) ? dev::hiF(w) : dev::loF(w);
+}
+
+/// B item: heads of quads [quad0, quad0 + QW), rows [rowBegin, rowEnd).
+/// Not inlined, nor is its caller: this item needs about 220 registers in
+/// its row loop, and inlined into the queue loop (or the queue loop into the
+/// per-head kernel) ptxas spilled about 100 bytes; apart, the row loop
+/// spills nothing and the caller only saves registers around the call.
+__device__ __noinline__ void attendRangeItem(const MlaAttendParams &p, const AttendCut &cut,
+                                int quad0, int range, FastShared &s) {
+  const int L = static_cast<int>(p.kvLoraRank);
+  const int R = static_cast<int>(p.ropeDim);
+  const int N = static_cast<int>(p.numHeads);
+  const int64_t P = p.nopeDim, width = L + R;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int qw = cut.quadsPerItem, rowLanes = 8 / qw;
+  const int quad = quad0 + warp % qw, rowLane = warp / qw;
+  const int h0 = quad * kQuad;
+  const int64_t rowBegin = min(cut.T, int64_t(range) * cut.rowsPerRange);
+  const int64_t rowEnd = min(cut.T, rowBegin + cut.rowsPerRange);
+  const int c0 = lane * 8, c1 = (lane + 32) * 8, e0 = 2 * lane;
+  const bool has0 = c0 < L, has1 = c1 < L, hasR = e0 < R;
+
+  // q̂ and q_r of the warp's four heads (zero past N: their scores are 0,
+  // never written out).
+  float qh[kQuad][16], qr[kQuad][2], acc[kQuad][16];
+#pragma unroll
+  for (int hh = 0; hh < kQuad; ++hh) {
+    const int h = h0 + hh;
+    const bool valid = h < N;
+    const float *src = gQhat + int64_t(h) * L;
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const int c = half ? c1 : c0;
+      const bool ok = valid && (half ? has1 : has0);
+      const float4 a = ok ? __ldcg(reinterpret_cast<const float4 *>(src + c))
+                          : make_float4(0, 0, 0, 0);
+      const float4 b =
+          ok ? __ldcg(reinterpret_cast<const float4 *>(src + c + 4))
+             : make_float4(0, 0, 0, 0);
+      float *d = qh[hh] + half * 8;
+      d[0] = a.x, d[1] = a.y, d[2] = a.z, d[3] = a.w;
+      d[4] = b.x, d[5] = b.y, d[6] = b.z, d[7] = b.w;
+    }
+    const uint16_t *qrope = p.q + int64_t(h) * (P + R) + P;
+    qr[hh][0] = valid && hasR ? dev::bf16ToF(__ldg(qrope + e0)) : 0.0f;
+    qr[hh][1] = valid && hasR ? dev::bf16ToF(__ldg(qrope + e0 + 1)) : 0.0f;
+#pragma unroll
+    for (int k = 0; k < 16; ++k)
+      acc[hh][k] = 0.0f;
+  }
+
+  // After the transposing reduction lane l holds (row l >> 3, head
+  // (l >> 1) & 3) of a batch of four rows.
+  const int myRow = lane >> 3, myHead = (lane >> 1) & 3;
+  float runMax[kQuad], runSum = 0.0f; // runSum: of head myHead
+#pragma unroll
+  for (int hh = 0; hh < kQuad; ++hh)
+    runMax[hh] = negInf();
+  const int64_t step = int64_t(4) * rowLanes;
+#pragma unroll 1
+  for (int64_t j0 = rowBegin + rowLane; j0 < rowEnd; j0 += step) {
+    uint4 lat[4][2];
+    uint32_t rope[4];
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const int64_t j = j0 + int64_t(r) * rowLanes;
+      const bool ok = j < rowEnd;
+      const uint16_t *row = p.cache + j * width;
+      lat[r][0] = ok && has0 ? __ldg(reinterpret_cast<const uint4 *>(row + c0))
+                             : make_uint4(0, 0, 0, 0);
+      lat[r][1] = ok && has1 ? __ldg(reinterpret_cast<const uint4 *>(row + c1))
+                             : make_uint4(0, 0, 0, 0);
+      rope[r] = ok && hasR
+                    ? __ldg(reinterpret_cast<const unsigned *>(row + L + e0))
+                    : 0u;
+    }
+    // The lane's partial dot products, v[r * 4 + hh].
+    float v[16];
+#pragma unroll
+    for (int r = 0; r < 4; ++r)
+#pragma unroll
+      for (int hh = 0; hh < kQuad; ++hh) {
+        float d = 0.0f;
+#pragma unroll
+        for (int e = 0; e < 8; ++e)
+          d = fmaf(qh[hh][e], chunkAt(lat[r][0], e), d);
+#pragma unroll
+        for (int e = 0; e < 8; ++e)
+          d = fmaf(qh[hh][8 + e], chunkAt(lat[r][1], e), d);
+        d = fmaf(qr[hh][0], dev::loF(rope[r]), d);
+        d = fmaf(qr[hh][1], dev::hiF(rope[r]), d);
+        v[r * 4 + hh] = d;
+      }
+    // Transposing reduction: each step halves the values a lane keeps and
+    // exchanges the other half with its partner.
+    float w8[8], w4[4], w2[2];
+    {
+      const bool b = lane & 16;
+#pragma unroll
+      for (int i = 0; i < 8; ++i) {
+        const float send = b ? v[i] : v[i + 8];
+        const float keep = b ? v[i + 8] : v[i];
+        w8[i] = keep + __shfl_xor_sync(0xffffffffu, send, 16);
+      }
+    }
+    {
+      const bool b = lane & 8;
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const float send = b ? w8[i] : w8[i + 4];
+        const float keep = b ? w8[i + 4] : w8[i];
+        w4[i] = keep + __shfl_xor_sync(0xffffffffu, send, 8);
+      }
+    }
+    {
+      const bool b = lane & 4;
+#pragma unroll
+      for (int i = 0; i < 2; ++i) {
+        const float send = b ? w4[i] : w4[i + 2];
+        const float keep = b ? w4[i + 2] : w4[i];
+        w2[i] = keep + __shfl_xor_sync(0xffffffffu, send, 4);
+      }
+    }
+    float sc;
+    {
+      const bool b = lane & 2;
+      const float send = b ? w2[0] : w2[1];
+      const float keep = b ? w2[1] : w2[0];
+      sc = keep + __shfl_xor_sync(0xffffffffu, send, 2);
+      sc += __shfl_xor_sync(0xffffffffu, sc, 1);
+    }
+    sc = j0 + int64_t(myRow) * rowLanes < rowEnd ? sc * p.scale : negInf();
+    // Per head: the batch's max (lanes of one head differ in bits 3, 4),
+    // then every lane learns all four.
+    float m = fmaxf(sc, __shfl_xor_sync(0xffffffffu, sc, 8));
+    m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 16));
+    float newMax[kQuad], rescale[kQuad];
+#pragma unroll
+    for (int hh = 0; hh < kQuad; ++hh) {
+      newMax[hh] = fmaxf(runMax[hh], __shfl_sync(0xffffffffu, m, hh * 2));
+      rescale[hh] = expf(runMax[hh] - newMax[hh]); // 0 on the first rows
+    }
+    const float mine = myHead == 0   ? newMax[0]
+                       : myHead == 1 ? newMax[1]
+                       : myHead == 2 ? newMax[2]
+                                     : newMax[3];
+    const float myRescale = myHead == 0   ? rescale[0]
+                            : myHead == 1 ? rescale[1]
+                            : myHead == 2 ? rescale[2]
+                                          : rescale[3];
+    const float e = expf(sc - mine); // 0 for a missing row
+    float es = e + __shfl_xor_sync(0xffffffffu, e, 8);
+    es += __shfl_xor_sync(0xffffffffu, es, 16);
+    runSum = runSum * myRescale + es;
+#pragma unroll
+    for (int hh = 0; hh < kQuad; ++hh)
+#pragma unroll
+      for (int k = 0; k < 16; ++k)
+        acc[hh][k] *= rescale[hh];
+#pragma unroll
+    for (int r = 0; r < 4; ++r)
+#pragma unroll
+      for (int hh = 0; hh < kQuad; ++hh) {
+        const float pr = __shfl_sync(0xffffffffu, e, (r * 4 + hh) * 2);
+#pragma unroll
+        for (int x = 0; x < 8; ++x) {
+          acc[hh][x] = fmaf(pr, chunkAt(lat[r][0], x), acc[hh][x]);
+          acc[hh][8 + x] = fmaf(pr, chunkAt(lat[r][1], x), acc[hh][8 + x]);
+        }
+      }
+#pragma unroll
+    for (int hh = 0; hh < kQuad; ++hh)
+      runMax[hh] = newMax[hh];
+  }
+
+  // Σ of every head of the quad, from the lanes that hold it.
+  float runSums[kQuad];
+#pragma unroll
+  for (int hh = 0; hh < kQuad; ++hh)
+    runSums[hh] = __shfl_sync(0xffffffffu, runSum, hh * 2);
+
+  // The warp's partial written out as the range's: directly when the warp
+  // has the quad's rows alone, else merged over the row lanes in row-lane
+  // order (global max first, then the sums scaled to it).
+  float M[kQuad], total[kQuad], scaleMine[kQuad];
+  if (rowLanes == 1) {
+#pragma unroll
+    for (int hh = 0; hh < kQuad; ++hh) {
+      M[hh] = runMax[hh];
+      total[hh] = runSums[hh];
+      scaleMine[hh] = 1.0f;
+    }
+  } else {
+    if (lane == 0)
+#pragma unroll
+      for (int hh = 0; hh < kQuad; ++hh)
+        s.warpStat[warp][hh] = make_float2(runMax[hh], runSums[hh]);
+    __syncthreads();
+#pragma unroll
+    for (int hh = 0; hh < kQuad; ++hh) {
+      float mx = negInf();
+      for (int rl = 0; rl < rowLanes; ++rl)
+        mx = fmaxf(mx, s.warpStat[rl * qw + warp % qw][hh].x);
+      float t = 0.0f;
+      for (int rl = 0; rl < rowLanes; ++rl) {
+        const float2 st = s.warpStat[rl * qw + warp % qw][hh];
+        if (st.x != negInf())
+          t += st.y * expf(st.x - mx);
+      }
+      M[hh] = mx;
+      total[hh] = t;
+      scaleMine[hh] = runMax[hh] != negInf() ? expf(runMax[hh] - mx) : 0.0f;
+    }
+  }
+  for (int rl = 0; rl < rowLanes; ++rl) {
+    if (rowLane == rl) {
+#pragma unroll
+      for (int hh = 0; hh < kQuad; ++hh) {
+        const int h = h0 + hh;
+        float *mbuf = s.buf + ((warp % qw) * kQuad + hh) * kFastMaxLatent;
+        float *dst =
+            gAttPart + (int64_t(h) * cut.ranges + range) * kFastMaxLatent;
+        const bool out = rl == rowLanes - 1 && h < N;
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+          const int c = half ? c1 : c0;
+          if (!(half ? has1 : has0))
+            continue;
+#pragma unroll
+          for (int x = 0; x < 8; ++x) {
+            float val = acc[hh][half * 8 + x] * scaleMine[hh];
+            if (rl > 0)
+              val += mbuf[c + x];
+            if (out)
+              dst[c + x] = val;
+            else
+              mbuf[c + x] = val;
+          }
+        }
+        if (out && lane == 0)
+          gAttStat[int64_t(h) * cut.ranges + range] =
+              make_float2(M[hh], total[hh]);
+      }
+    }
+    if (rowLanes > 1)
+      __syncthreads();
+  }
+}
+
+/// The merge of head h's ranges (M = max_s M_s; ĉ = Σ_s e^(M_s − M) part_s /
+/// Σ_s e^(M_s − M) Σ_s, ranges in order): ĉ[col] for col in [col0, col1)
+/// into dst[col − col0] (global or shared memory).
+__device__ void mergeHead(const AttendCut &cut, int64_t h, int col0, int col1,
+                          float *dst, FastShared &s) {
+  const int tid = threadIdx.x, lane = tid & 31;
+  const float2 *stat = gAttStat + h * cut.ranges;
+  if (tid < 32) {
+    float mx = negInf();
+    for (int r = lane; r < cut.ranges; r += 32)
+      mx = fmaxf(mx, __ldcg(stat + r).x);
+    mx = dev::warpMax(mx);
+    float t = 0.0f;
+    for (int r = lane; r < cut.ranges; r += 32) {
+      const float2 st = __ldcg(stat + r);
+      const float f = st.x != negInf() ? expf(st.x - mx) : 0.0f;
+      s.fac[r] = f;
+      t += st.y * f;
+    }
+    t = dev::warpSum(t);
+    if (lane == 0)
+      s.inv = t > 0.0f ? 1.0f / t : 0.0f;
+  }
+  __syncthreads();
+  const float inv = s.inv;
+  for (int col = col0 + tid; col < col1; col += blockDim.x) {
+    const float *part = gAttPart + h * cut.ranges * kFastMaxLatent + col;
+    float v = 0.0f;
+    for (int r = 0; r < cut.ranges; ++r)
+      v = fmaf(__ldcg(part + int64_t(r) * kFastMaxLatent), s.fac[r], v);
+    dst[col - col0] = v * inv;
+  }
+}
+
+/// O item: out rows [row0, row0 + 32) of head h, o_i = R(W_UV[i] · ĉ),
+/// gated; a warp per row, four rows per warp.
+__device__ void outItem(const MlaAttendParams &p, const AttendCut &cut,
+                        int64_t h, int64_t row0, FastShared &s) {
+  const int L = static_cast<int>(p.kvLoraRank);
+  const int64_t P = p.nopeDim, V = p.vDim;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int c0 = lane * 8, c1 = (lane + 32) * 8;
+  const bool has0 = c0 < L, has1 = c1 < L;
+  const uint16_t *wUV = p.kvB + h * (P + V) * L + P * L;
+  float ch[16];
+  if (cut.nM == 0) { // merge the head's few ranges here, into shared memory
+    mergeHead(cut, h, 0, L, s.buf, s);
+    __syncthreads();
+  }
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    const bool ok = half ? has1 : has0;
+    const int c = half ? c1 : c0;
+    float4 a = make_float4(0, 0, 0, 0), b = a;
+    if (ok && cut.nM == 0) {
+      a = *reinterpret_cast<const float4 *>(s.buf + c);
+      b = *reinterpret_cast<const float4 *>(s.buf + c + 4);
+    } else if (ok) {
+      a = __ldcg(reinterpret_cast<const float4 *>(gChat + h * L + c));
+      b = __ldcg(reinterpret_cast<const float4 *>(gChat + h * L + c + 4));
+    }
+    float *d = ch + half * 8;
+    d[0] = a.x, d[1] = a.y, d[2] = a.z, d[3] = a.w;
+    d[4] = b.x, d[5] = b.y, d[6] = b.z, d[7] = b.w;
+  }
+  constexpr int kRows = kOutRowsPerItem / 8;
+  uint4 wv[kRows][2];
+#pragma unroll
+  for (int r = 0; r < kRows; ++r) {
+    const int64_t i = row0 + warp * kRows + r;
+    const uint16_t *row = wUV + i * L;
+    wv[r][0] = i < V && has0 ? __ldg(reinterpret_cast<const uint4 *>(row + c0))
+                             : make_uint4(0, 0, 0, 0);
+    wv[r][1] = i < V && has1 ? __ldg(reinterpret_cast<const uint4 *>(row + c1))
+                             : make_uint4(0, 0, 0, 0);
+  }
+  float dot[kRows];
+#pragma unroll
+  for (int r = 0; r < kRows; ++r) {
+    float d = 0.0f;
+#pragma unroll
+    for (int x = 0; x < 8; ++x)
+      d = fmaf(chunkAt(wv[r][0], x), ch[x], d);
+#pragma unroll
+    for (int x = 0; x < 8; ++x)
+      d = fmaf(chunkAt(wv[r][1], x), ch[8 + x], d);
+    dot[r] = d;
+  }
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1)
+#pragma unroll
+    for (int r = 0; r < kRows; ++r)
+      dot[r] += __shfl_xor_sync(0xffffffffu, dot[r], o);
+#pragma unroll
+  for (int r = 0; r < kRows; ++r) {
+    const int64_t i = row0 + warp * kRows + r;
+    if (lane == r && i < V) {
+      const int64_t c = h * V + i;
+      float o = dev::roundBf16(dot[r]);
+      if (p.gate)
+        o = o * dev::sigmoidF(dev::bf16ToF(__ldg(p.gate + c)));
+      p.out[c] = dev::fToBf16(o);
+    }
+  }
+}
+
+/// Whether the fast path takes this launch (the plans' shapes: K3 and
+/// Kimi-Linear have L = 512, R = 64, 16-byte aligned cache and kv_b_proj).
+__device__ __forceinline__ bool fastAttend(const MlaAttendParams &p) {
+  return blockDim.x == kFastThreads && p.numHeads >= 1 &&
+         p.numHeads <= kFastMaxHeads && p.kvLoraRank >= 8 &&
+         p.kvLoraRank <= kFastMaxLatent && p.kvLoraRank % 8 == 0 &&
+         p.ropeDim >= 0 && p.ropeDim <= kFastMaxRope && p.ropeDim % 8 == 0 &&
+         p.nopeDim >= 0 && p.vDim >= 0 && dev::aligned16(p.cache) &&
+         dev::aligned16(p.kvB);
+}
+
+/// The fast path's work queue (see the section comment); not inlined (see
+/// attendRangeItem).
+__device__ __noinline__ void attendAllHeads(const MlaAttendParams &p, FastShared &s) {
+  const AttendCut cut = cutAttend(p, attendLength(p));
+  const int colItems = static_cast<int>(
+      (p.kvLoraRank + kColsPerItem - 1) / kColsPerItem);
+  const unsigned endB = cut.nQ + cut.nB, endM = endB + cut.nM,
+                 end = endM + cut.nO;
+  for (;;) {
+    K3C_TRACE_T0();
+    const unsigned t = dev::nextItem(gAttendQueue, &s.item);
+    if (t >= end)
+      break;
+    if (t < cut.nQ) {
+      qhatItem(p, t / colItems, int(t % colItems) * kColsPerItem, s);
+      dev::finishItem(&gAttendDone[0]);
+      K3C_TRACE(kMlaTraceQhat, t);
+    } else if (t < endB) {
+      dev::awaitCount(&gAttendDone[0], cut.nQ);
+      K3C_TRACE(kMlaTraceWaited, kMlaTraceRange);
+      const unsigned b = t - cut.nQ;
+      attendRangeItem(p, cut, int(b / cut.ranges) * cut.quadsPerItem,
+                      int(b % cut.ranges), s);
+      dev::finishItem(&gAttendDone[1]);
+      K3C_TRACE(kMlaTraceRange, b);
+    } else if (t < endM) {
+      dev::awaitCount(&gAttendDone[1], cut.nB);
+      K3C_TRACE(kMlaTraceWaited, kMlaTraceMerge);
+      const unsigned m = t - endB;
+      const int64_t h = m / colItems;
+      const int col0 = int(m % colItems) * kColsPerItem;
+      const int col1 = min(col0 + kColsPerItem, int(p.kvLoraRank));
+      mergeHead(cut, h, col0, col1, gChat + h * p.kvLoraRank + col0, s);
+      dev::finishItem(&gAttendDone[2]);
+      K3C_TRACE(kMlaTraceMerge, m);
+    } else {
+      // After the merge, or after the ranges when O merges them itself.
+      if (cut.nM > 0)
+        dev::awaitCount(&gAttendDone[2], cut.nM);
+      else
+        dev::awaitCount(&gAttendDone[1], cut.nB);
+      K3C_TRACE(kMlaTraceWaited, kMlaTraceOut);
+      const unsigned o = t - endM;
+      const unsigned perHead = cut.nO / unsigned(p.numHeads);
+      outItem(p, cut, o / perHead, int64_t(o % perHead) * kOutRowsPerItem, s);
+      K3C_TRACE(kMlaTraceOut, o);
+    }
+  }
+  dev::leaveQueue(gAttendQueue, gAttendDone, 3);
+}
+
 } // namespace
 
 /// k3_mla_cache_append: cache[pos] = [rms_norm(kv[:L], normWeight, eps) |
@@ -447,8 +1025,27 @@ extern "C" __global__ void __launch_bounds__(kAttendMaxThreads)
     k3_mla_attend(const MlaAttendParams p) {
   dev::allowDependentLaunch();
   dev::prefetchL2Share(p.l2Prefetch);
+  __shared__ union {
+    AttendShared head;
+    FastShared fast;
+  } sh;
+  if (fastAttend(p)) {
+    // kv_b_proj (W_UK and W_UV of every head) asked of L2 while the
+    // previous kernel finishes, each block its share.
+    const int64_t bytes = p.numHeads * (p.nopeDim + p.vDim) * p.kvLoraRank * 2;
+    const int64_t share = (bytes + gridDim.x - 1) / gridDim.x;
+    const int64_t begin = min(bytes, int64_t(blockIdx.x) * share);
+    prefetchL2Block(reinterpret_cast<const char *>(p.kvB) + begin,
+                    min(share, bytes - begin));
+  }
+  K3C_TRACE_T0();
   dev::waitForPriorGrids();
-  __shared__ AttendShared s;
+  K3C_TRACE(kMlaTraceStart, 0u);
+  if (fastAttend(p) && attendLength(p) >= kAllHeadsMinRows) {
+    attendAllHeads(p, sh.fast);
+    return;
+  }
+  AttendShared &s = sh.head;
   const int64_t L = p.kvLoraRank, R = p.ropeDim;
   const bool aligned = dev::aligned16(p.cache) && dev::aligned16(p.kvB);
   const bool vec = aligned && L % 8 == 0 && R % 8 == 0;

@@ -66,6 +66,20 @@ struct MlaAttendParams {
   L2Prefetch l2Prefetch;
 };
 
+/// What an event of a traced mla_attend is (TraceEvent::kind, a
+/// -DK3C_KERNEL_TRACE build: kernels/common/TraceEvent.h): an item of the
+/// all-heads form's queue (t0: its draw, t1: its end; Mla.cu), the launch
+/// start (t1: after the dependent-launch wait), or an item's wait for the
+/// phase before it (t1: the wait's end; slot: the item's kind).
+enum MlaTraceKind : uint32_t {
+  kMlaTraceQhat = 0,
+  kMlaTraceRange = 1,
+  kMlaTraceMerge = 2,
+  kMlaTraceOut = 3,
+  kMlaTraceStart = 4,
+  kMlaTraceWaited = 5,
+};
+
 } // namespace k3
 
 #endif // K3C_KERNELS_MLA_MLAPARAMS_H

@@ -41,6 +41,8 @@
 //
 //===----------------------------------------------------------------------===//
 #include "kernels/common/CudaWeights.cuh"
+#include "kernels/common/KernelTrace.cuh"
+#include "kernels/common/WorkQueue.cuh"
 #include "kernels/moe/MoeParams.h"
 
 using namespace k3;
@@ -81,16 +83,8 @@ static_assert(kRouterCap <= kStageCap, "the router ranks in the stage area");
 // Module scratch
 //===----------------------------------------------------------------------===//
 
-/// The work queue of one kernel (see the file comment). Zero at module load;
-/// the last block of every launch zeroes it again.
-struct WorkQueue {
-  unsigned ticket; ///< next item to hand out
-  unsigned done;   ///< finished items the last phase waits for
-  unsigned exited; ///< blocks that have left
-};
-
-__device__ WorkQueue gGatedQueue;
-__device__ WorkQueue gMoeQueue;
+__device__ dev::WorkQueue gGatedQueue;
+__device__ dev::WorkQueue gMoeQueue;
 /// Blocks of the running `router` that have written their scores.
 __device__ unsigned gRouterArrived;
 __device__ float gRouterScores[kRouterCap];
@@ -107,29 +101,18 @@ __device__ unsigned gMoeSlotDone[kMoeMaxSlots];
 // Memory helpers
 //===----------------------------------------------------------------------===//
 
+using dev::addRelease;
 using dev::aligned;
+using dev::awaitCount;
+using dev::finishItem;
+using dev::ldAcquire;
+using dev::leaveQueue;
+using dev::nextItem;
 using dev::hiF;
 using dev::ldStream16;
 using dev::ldStream8;
 using dev::ldStreamU8;
 using dev::loF;
-
-/// Acquire load of a work-queue counter (pairs with addRelease).
-__device__ __forceinline__ unsigned ldAcquire(const unsigned *p) {
-  unsigned v;
-  asm volatile("ld.acquire.gpu.global.u32 %0, [%1];"
-               : "=r"(v)
-               : "l"(__cvta_generic_to_global(p))
-               : "memory");
-  return v;
-}
-/// Release add to a work-queue counter (pairs with ldAcquire).
-__device__ __forceinline__ void addRelease(unsigned *p, unsigned v) {
-  asm volatile("red.release.gpu.global.add.u32 [%0], %1;" ::"l"(
-                   __cvta_generic_to_global(p)),
-               "r"(v)
-               : "memory");
-}
 
 //===----------------------------------------------------------------------===//
 // Activation vectors
@@ -489,61 +472,14 @@ __device__ __forceinline__ void rowDots(const WeightRef (&w)[NM],
 // The work queue
 //===----------------------------------------------------------------------===//
 
-/// The next item for this block (thread 0 draws, the block shares it).
-__device__ __forceinline__ unsigned nextItem(WorkQueue &wq, unsigned *slot) {
-  if (threadIdx.x == 0)
-    *slot = atomicAdd(&wq.ticket, 1u);
-  __syncthreads();
-  const unsigned item = *slot;
-  __syncthreads(); // the slot is rewritten by the next draw
-  return item;
-}
-
-/// Counts a finished item in counter `c`; its stores (by any thread of the
-/// block) are ordered before by the barrier and the release.
-__device__ __forceinline__ void finishItem(unsigned *c) {
-  __syncthreads();
-  if (threadIdx.x == 0)
-    addRelease(c, 1u);
-}
 /// Counts a finished gate/up item.
-__device__ __forceinline__ void finishGateUp(WorkQueue &wq) {
+__device__ __forceinline__ void finishGateUp(dev::WorkQueue &wq) {
   finishItem(&wq.done);
 }
 
-/// Waits until counter `c` of the queue reaches `items`.
-__device__ __forceinline__ void awaitCount(const unsigned *c, unsigned items) {
-  if (threadIdx.x == 0)
-    while (ldAcquire(c) < items)
-      __nanosleep(128);
-  __syncthreads();
-}
 /// Waits until `items` first-phase items are counted.
-__device__ __forceinline__ void awaitGateUp(WorkQueue &wq, unsigned items) {
+__device__ __forceinline__ void awaitGateUp(dev::WorkQueue &wq, unsigned items) {
   awaitCount(&wq.done, items);
-}
-
-/// Leaves the queue; the last block out zeroes it, and the `extra`
-/// counters, for the next launch (every other block has left by then), and
-/// returns true.
-__device__ __forceinline__ bool leaveQueue(WorkQueue &wq,
-                                           unsigned *extra = nullptr,
-                                           int extraCount = 0) {
-  __shared__ int lastOut;
-  __syncthreads();
-  if (threadIdx.x == 0)
-    lastOut = atomicAdd(&wq.exited, 1u) == gridDim.x - 1;
-  __syncthreads();
-  if (!lastOut)
-    return false;
-  for (int i = threadIdx.x; i < extraCount; i += blockDim.x)
-    atomicExch(extra + i, 0u);
-  if (threadIdx.x == 0) {
-    atomicExch(&wq.ticket, 0u);
-    atomicExch(&wq.done, 0u);
-    atomicExch(&wq.exited, 0u);
-  }
-  return true;
 }
 
 /// Fills out[0..n) with NaN (a launch outside the scratch limits).
@@ -1220,32 +1156,8 @@ extern "C" __global__ void __launch_bounds__(1024)
 // normEps, dim), as k3.moe_ffn binds them. Otherwise the output is NaN.
 __device__ unsigned gFfnRouted;
 
-// A timeline of moe_ffn for kernel_bench --trace (a build of this family with
-// -DK3C_MOE_TRACE; never in the shipped PTX): MoeTraceEvent (MoeParams.h).
-#ifdef K3C_MOE_TRACE
-constexpr unsigned kMoeTraceCap = 1u << 16;
-__device__ MoeTraceEvent gMoeTrace[kMoeTraceCap];
-__device__ unsigned gMoeTraceCount;
-__device__ __forceinline__ unsigned long long traceNow() {
-  unsigned long long t;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-  return t;
-}
-__device__ __forceinline__ void traceItem(unsigned kind, unsigned slot,
-                                          unsigned long long t0) {
-  if (threadIdx.x != 0)
-    return;
-  const unsigned i = atomicAdd(&gMoeTraceCount, 1u);
-  if (i < kMoeTraceCap)
-    gMoeTrace[i] = {kind, slot, blockIdx.x, 0u, t0,
-                    static_cast<uint64_t>(traceNow())};
-}
-#define K3C_TRACE_T0() const unsigned long long traceT0 = traceNow()
-#define K3C_TRACE(kind, slot) traceItem(kind, slot, traceT0)
-#else
-#define K3C_TRACE_T0() (void)0
-#define K3C_TRACE(kind, slot) (void)0
-#endif
+// A timeline of moe_ffn for kernel_bench --trace: KernelTrace.cuh, kinds
+// MoeTraceKind (MoeParams.h).
 
 extern "C" __global__ void __launch_bounds__(1024)
     k3_moe_ffn(const MoeFfnParams p) {
@@ -1297,7 +1209,7 @@ extern "C" __global__ void __launch_bounds__(1024)
     if (ticket >= routerItems) {
       moeRunItem(ep, sh, ticket - routerItems, xs, normParts, haveX,
                  &gFfnRouted);
-#ifdef K3C_MOE_TRACE
+#ifdef K3C_KERNEL_TRACE
       const MoeItem it = decodeItem(sh, ticket - routerItems);
       K3C_TRACE(it.kind == MoeItem::GateUp ? kTraceGateUp
                 : it.kind == MoeItem::Down ? kTraceDown

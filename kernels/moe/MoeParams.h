@@ -118,7 +118,8 @@ struct MoeFfnParams {
   L2Prefetch l2Prefetch;
 };
 
-/// What an event of a traced moe_ffn is (MoeTraceEvent::kind): a work
+/// What an event of a traced moe_ffn is (TraceEvent::kind, a
+/// -DK3C_KERNEL_TRACE build: kernels/common/TraceEvent.h): a work
 /// item's kind (t0: its draw, t1: its end), the launch start (after the
 /// dependent-launch wait), or a phase of a router item (t1 - t0: since its
 /// draw).
@@ -133,17 +134,6 @@ enum MoeTraceKind : uint32_t {
   kTraceRouterArrived = 7, ///< the last router item to arrive only
   kTraceRouterRanked = 8,
   kTraceKinds = 9
-};
-
-/// One event of a moe_ffn launch built with -DK3C_MOE_TRACE (never in the
-/// shipped PTX): the module's `gMoeTrace` holds `gMoeTraceCount` of them,
-/// which `kernel_bench --only moe --trace` reads.
-struct MoeTraceEvent {
-  uint32_t kind;  ///< MoeTraceKind
-  uint32_t slot;  ///< gate/up and down: the slot (0 the shared expert)
-  uint32_t block; ///< blockIdx.x
-  uint32_t pad;
-  uint64_t t0, t1; ///< ns (%globaltimer)
 };
 
 } // namespace k3

@@ -144,8 +144,11 @@ struct AttendRun {
   int64_t cacheShift = 0;
 };
 
+/// Checks mla_attend against the CPU on `run`; `bits`, when given, receives
+/// the GPU's output.
 void runAttend(const AttendData &d, const AttendRun &run,
-               double maxDiffering = 0.02) {
+               double maxDiffering = 0.02,
+               std::vector<uint16_t> *bits = nullptr) {
   const AttendShape &s = d.s;
   const int64_t width = s.L + s.R;
   // The cache: `length` rows, then rows of NaN that must never be read.
@@ -197,6 +200,8 @@ void runAttend(const AttendData &d, const AttendRun &run,
                 run.gated ? " gated" : "", (long long)grid,
                 (long long)run.blockX, run.cacheShift ? " shifted" : "");
   expectBf16Near(want, got, what, 1, maxDiffering);
+  if (bits)
+    *bits = got;
 }
 
 /// K3's shapes at the contexts of a short decode and a longer one, with and
@@ -318,6 +323,47 @@ TEST(MlaCuda, AttendSplitOverTheCache) {
   // Repeated launches reuse the arrival counters (each combine resets its
   // head's): a second run of the same split still matches.
   runAttend(kl, {1000, true, /*gridX=*/32 * 8});
+}
+
+/// The all-heads form (blockDim 256, L <= 512 and R <= 64, multiples of 8:
+/// the plans' shapes) cuts its work from the context alone: whatever the
+/// grid (one block doing every phase, fewer blocks than items, one per SM,
+/// more blocks than items), the output bits are the same, and equal the
+/// CPU's within the usual bound. Heads not a multiple of 4 and V not a
+/// multiple of 32 (the last quad and the last output item partly empty).
+TEST(MlaCuda, AttendAllHeadsSameBitsForAnyGrid) {
+  K3_REQUIRE_GPU();
+  for (const AttendShape &shape :
+       {AttendShape{32, 128, 64, 512, 128}, AttendShape{5, 16, 8, 64, 40}}) {
+    AttendData d(shape, 3000, 1.0f, 31);
+    for (int64_t t : {1, 33, 1000, 2100}) {
+      std::vector<uint16_t> first;
+      for (int64_t grid : {132, 1, 5, 700}) {
+        std::vector<uint16_t> got;
+        runAttend(d, {t, true, grid}, 0.02, &got);
+        if (first.empty())
+          first = got;
+        else
+          EXPECT_EQ(got, first) << "N" << shape.heads << " T" << t
+                                << " grid " << grid;
+      }
+    }
+  }
+}
+
+/// Long contexts: 2, 4 and 8 head quads per item (from 2048, 4096 and 8192
+/// rows), Kimi-Linear's 32 heads and K3's 96 (three groups of 32 heads,
+/// ranges capped by the partials' scratch), peaked softmaxes too.
+TEST(MlaCuda, AttendAllHeadsLongContext) {
+  K3_REQUIRE_GPU();
+  AttendData kl({32, 128, 64, 512, 128}, 9000, 1.0f, 41);
+  for (int64_t t : {2048, 4096, 8191, 8192, 9000})
+    runAttend(kl, {t, true, /*gridX=*/132});
+  AttendData k3({96, 128, 64, 512, 128}, 9000, 1.0f, 42);
+  runAttend(k3, {9000, true, /*gridX=*/132});
+  runAttend(k3, {4500, false, /*gridX=*/64});
+  AttendData peaked({32, 128, 64, 512, 128}, 9000, 8.0f, 43);
+  runAttend(peaked, {9000, true, /*gridX=*/132});
 }
 
 } // namespace
