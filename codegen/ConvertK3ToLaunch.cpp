@@ -96,13 +96,16 @@ int64_t gemvGrid(int64_t n, bool norm) {
   return norm ? std::min(g, 4 * kTargetSms) : g;
 }
 
-/// `mla_attend` over `heads` heads of a cache of up to `maxSeq` rows. The
-/// CUDA kernel's all-heads form (L <= 512 and R <= 64, multiples of 8, as
-/// in K3 and Kimi-Linear; Mla.cu) is a work queue whose items are cut from
-/// the context alone: one block per SM. Other shapes run a block per (head,
-/// split of the rows): room for S <= 16 splits (the kernel merges them), S
-/// such that a split has at least max(256, 8 · heads) rows at the planned
-/// context; short contexts run unsplit.
+/// `mla_attend` over `heads` heads of a cache of up to `maxSeq` rows. With
+/// L <= 512 and R <= 64, multiples of 8 (K3 and Kimi-Linear), one block per
+/// SM: the CUDA kernel's all-heads form (from 4096 rows; Mla.cu) is a work
+/// queue whose items are cut from the context alone, and its per-head form
+/// (shorter contexts) splits each head's rows over grid / heads blocks at
+/// most, which measured as fast at 1024 rows as the per-head grid below and
+/// faster at 4096. Other shapes run a block per (head, split of the rows):
+/// room for S <= 16 splits (the kernel merges them), S such that a split
+/// has at least max(256, 8 · heads) rows at the planned context; short
+/// contexts run unsplit.
 int64_t mlaAttendGrid(int64_t heads, int64_t latent, int64_t rope,
                       int64_t maxSeq) {
   if (heads <= 256 && latent >= 8 && latent <= 512 && latent % 8 == 0 &&

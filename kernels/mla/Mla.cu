@@ -420,14 +420,19 @@ __device__ void attendHead(const MlaAttendParams &p, int64_t h, int split,
 // heads, L, V and the context, never on the grid: the output bits are the
 // same for any grid.
 
-/// Contexts from which the all-heads form runs (below, the per-head form
-/// above). (K3C_TUNE_* macros override tuning constants in a variant build
-/// of this family, measured with K3C_PTX_DIR; the shipped PTX uses the
-/// values here.)
+/// Contexts from which the all-heads form runs; below, the per-head form
+/// above. Measured on the H200 (kernel_bench, one launch, docs/PERF.md
+/// 2026-12-02): with Kimi-Linear's 32 heads the all-heads form takes 37.6
+/// against 31.4 µs at 72 rows, the same at 1024 (41.4 / 40.6), and wins from
+/// there (4096: 49 / 67; 32768: 168 / 323); with K3's 96 heads it loses at
+/// 1024 (102 / 65) and wins at 32768 (428 / 856). Its fixed cost (four
+/// dependent phases) is what the short contexts pay. (K3C_TUNE_* macros
+/// override tuning constants in a variant build of this family, measured
+/// with K3C_PTX_DIR; the shipped PTX uses the values here.)
 #ifdef K3C_TUNE_MLA_ALL_HEADS_MIN_ROWS
 constexpr int64_t kAllHeadsMinRows = K3C_TUNE_MLA_ALL_HEADS_MIN_ROWS;
 #else
-constexpr int64_t kAllHeadsMinRows = 0;
+constexpr int64_t kAllHeadsMinRows = 4096;
 #endif
 
 /// Limits of the fast path (else the per-head kernel above runs).
@@ -495,8 +500,9 @@ __device__ __forceinline__ AttendCut cutAttend(const MlaAttendParams &p,
   return c;
 }
 
-/// Shared memory of the fast path.
-struct FastShared {
+/// Shared memory of the fast path (16-byte aligned: the O items read the
+/// merged ĉ from `buf` as float4).
+struct __align__(16) FastShared {
   /// Q: the 16 row groups' sums of 128 columns; B: the row lanes' merge of
   /// up to 4 quads (QW · 4 heads · L floats).
   float buf[kQGroups * kColsPerItem > 4 * kQuad * kFastMaxLatent
@@ -1003,13 +1009,20 @@ extern "C" __global__ void k3_mla_cache_append(const MlaCacheAppendParams p) {
 /// the optional output gate (MlaAttendParams), per head h:
 ///   q̂ = W_UKᵀ q_nope (fp32), s_j = (q̂·c_j + q_r·k_r_j)·scale,
 ///   ĉ = softmax(s)·C, out = R(R(W_UV ĉ) · sigmoid(gate)) (gate optional).
+/// Two forms. From kAllHeadsMinRows (4096) rows, with blockDim 256 and the
+/// plans' shapes (fastAttend: L <= 512, R <= 64, multiples of 8, aligned),
+/// the all-heads form (attendAllHeads): one work queue over the grid that
+/// reads each cache row once per group of up to 32 heads, its cut a function
+/// of N, L, V and the context only (the same bits for any grid). Otherwise
+/// the per-head form below.
 /// Grid: S = min(16, grid / N, length / max(256, 8N)) splits of the rows per
 /// head when S >= 2 (N <= 128): block i attends head i % N over its split
 /// i / N of the rows [0, length), leaves (max, Σ, Σ e·c) in module scratch and
 /// counts itself; the block finishing a head's last split merges the S
 /// partials in split order and computes W_UV ĉ (no block ever waits for
 /// another). A grid below 2N: heads block-stride, one block per head.
-/// (codegen: N · S blocks of 256 threads, S from the planned context.)
+/// (codegen: 132 blocks of 256 threads for the plans' shapes, else N · S,
+/// S from the planned context.)
 /// Within a block: q̂ by (column chunk × row group) items with a shared
 /// partial-sum merge (every split of a head computes it); the cache rows
 /// warp-interleaved, a warp reading a whole 1152-byte K3 row per step (4
@@ -1029,19 +1042,15 @@ extern "C" __global__ void __launch_bounds__(kAttendMaxThreads)
     AttendShared head;
     FastShared fast;
   } sh;
-  if (fastAttend(p)) {
-    // kv_b_proj (W_UK and W_UV of every head) asked of L2 while the
-    // previous kernel finishes, each block its share.
-    const int64_t bytes = p.numHeads * (p.nopeDim + p.vDim) * p.kvLoraRank * 2;
-    const int64_t share = (bytes + gridDim.x - 1) / gridDim.x;
-    const int64_t begin = min(bytes, int64_t(blockIdx.x) * share);
-    prefetchL2Block(reinterpret_cast<const char *>(p.kvB) + begin,
-                    min(share, bytes - begin));
-  }
   K3C_TRACE_T0();
   dev::waitForPriorGrids();
   K3C_TRACE(kMlaTraceStart, 0u);
   if (fastAttend(p) && attendLength(p) >= kAllHeadsMinRows) {
+    // W_UV of every head asked of L2 for the O items, a head per block in
+    // turn (W_UK is read at once by the q̂ items).
+    const int64_t P = p.nopeDim, V = p.vDim, L = p.kvLoraRank;
+    for (int64_t h = blockIdx.x; h < p.numHeads; h += gridDim.x)
+      prefetchL2Block(p.kvB + h * (P + V) * L + P * L, V * L * 2);
     attendAllHeads(p, sh.fast);
     return;
   }

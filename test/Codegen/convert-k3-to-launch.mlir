@@ -56,7 +56,8 @@
 // CHECK-SAME: scalars = {eps = {{.*}}, kvLoraRank = 16 : i64, ropeDim = 8 : i64}
 // CHECK: %[[KVB:.*]] = k3l.weight "kv_b_proj.weight"
 // CHECK: %[[ATT:.*]] = k3l.alloc {bytes = 32 : i64, dtype = "bf16", elems = 16 : i64, name = "mla_attend"}
-// The all-heads attend (L <= 512, R <= 64, multiples of 8): one block per SM.
+// L <= 512, R <= 64, multiples of 8 (the all-heads attend from 4096 rows):
+// one block per SM.
 // CHECK: k3l.launch "mla_attend"(%[[C]], %[[KVB]], %[[CACHE]], %[[ATT]])
 // CHECK-SAME: arg_names = ["q", "kvB", "cache", "out"]
 // CHECK-SAME: grid = array<i64: 132, 1, 1>

@@ -325,18 +325,22 @@ TEST(MlaCuda, AttendSplitOverTheCache) {
   runAttend(kl, {1000, true, /*gridX=*/32 * 8});
 }
 
-/// The all-heads form (blockDim 256, L <= 512 and R <= 64, multiples of 8:
-/// the plans' shapes) cuts its work from the context alone: whatever the
-/// grid (one block doing every phase, fewer blocks than items, one per SM,
-/// more blocks than items), the output bits are the same, and equal the
-/// CPU's within the usual bound. Heads not a multiple of 4 and V not a
-/// multiple of 32 (the last quad and the last output item partly empty).
+/// The all-heads form (from 4096 rows, blockDim 256, L <= 512 and R <= 64,
+/// multiples of 8: the plans' shapes) cuts its work from the context alone:
+/// whatever the grid (one block doing every phase, fewer blocks than items,
+/// one per SM, more blocks than items), the output bits are the same, and
+/// equal the CPU's within the usual bound. Kimi-Linear's heads with 4 and 8
+/// head quads per item (4096, 8200 rows); 5 heads (2 quads, the second
+/// partly empty) with V = 40 (the last output item partly empty); 4 heads
+/// (one quad per item: its 8 warps split the rows and merge in shared
+/// memory).
 TEST(MlaCuda, AttendAllHeadsSameBitsForAnyGrid) {
   K3_REQUIRE_GPU();
   for (const AttendShape &shape :
-       {AttendShape{32, 128, 64, 512, 128}, AttendShape{5, 16, 8, 64, 40}}) {
-    AttendData d(shape, 3000, 1.0f, 31);
-    for (int64_t t : {1, 33, 1000, 2100}) {
+       {AttendShape{32, 128, 64, 512, 128}, AttendShape{5, 16, 8, 64, 40},
+        AttendShape{4, 32, 32, 64, 32}}) {
+    AttendData d(shape, 8200, 1.0f, 31);
+    for (int64_t t : {4096, 8200}) {
       std::vector<uint16_t> first;
       for (int64_t grid : {132, 1, 5, 700}) {
         std::vector<uint16_t> got;
@@ -351,13 +355,13 @@ TEST(MlaCuda, AttendAllHeadsSameBitsForAnyGrid) {
   }
 }
 
-/// Long contexts: 2, 4 and 8 head quads per item (from 2048, 4096 and 8192
-/// rows), Kimi-Linear's 32 heads and K3's 96 (three groups of 32 heads,
-/// ranges capped by the partials' scratch), peaked softmaxes too.
+/// Around the switch between the two forms (4095 rows per head, 4096 all
+/// heads) and long contexts: Kimi-Linear's 32 heads, K3's 96 (three groups
+/// of 32 heads, ranges capped by the partials' scratch), peaked softmaxes.
 TEST(MlaCuda, AttendAllHeadsLongContext) {
   K3_REQUIRE_GPU();
   AttendData kl({32, 128, 64, 512, 128}, 9000, 1.0f, 41);
-  for (int64_t t : {2048, 4096, 8191, 8192, 9000})
+  for (int64_t t : {4095, 4096, 8191, 8192, 9000})
     runAttend(kl, {t, true, /*gridX=*/132});
   AttendData k3({96, 128, 64, 512, 128}, 9000, 1.0f, 42);
   runAttend(k3, {9000, true, /*gridX=*/132});
