@@ -931,9 +931,29 @@ __device__ __noinline__ void attendAllHeads(const MlaAttendParams &p, FastShared
       (p.kvLoraRank + kColsPerItem - 1) / kColsPerItem);
   const unsigned endB = cut.nQ + cut.nB, endM = endB + cut.nM,
                  end = endM + cut.nO;
+#ifdef K3C_TUNE_MLA_TICKET_AHEAD
+  // Variant: thread 0 draws the next ticket when an item starts, so the
+  // atomic's round trip overlaps the item (progress holds: the lowest
+  // unfinished ticket is either an item running, whose waits are all for
+  // lower tickets, or the next item of a block whose current one finished).
+  unsigned ahead = 0;
+  if (threadIdx.x == 0)
+    ahead = atomicAdd(&gAttendQueue.ticket, 1u);
+#endif
   for (;;) {
     K3C_TRACE_T0();
+#ifdef K3C_TUNE_MLA_TICKET_AHEAD
+    if (threadIdx.x == 0) {
+      s.item = ahead;
+      if (ahead < end)
+        ahead = atomicAdd(&gAttendQueue.ticket, 1u);
+    }
+    __syncthreads();
+    const unsigned t = s.item;
+    __syncthreads();
+#else
     const unsigned t = dev::nextItem(gAttendQueue, &s.item);
+#endif
     if (t >= end)
       break;
     if (t < cut.nQ) {
