@@ -13,10 +13,12 @@
 #include "kernels/common/TraceEvent.h"
 
 #ifdef K3C_KERNEL_TRACE
-namespace {
+// At global scope: the host finds the buffer by its unmangled name
+// (cuModuleGetGlobal); each family is its own PTX module.
 constexpr unsigned kTraceCap = 1u << 16;
 __device__ k3::TraceEvent gTrace[kTraceCap];
 __device__ unsigned gTraceCount;
+namespace {
 __device__ __forceinline__ unsigned long long traceNow() {
   unsigned long long t;
   asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));

@@ -421,14 +421,14 @@ __device__ void attendHead(const MlaAttendParams &p, int64_t h, int split,
 // same for any grid.
 
 /// Contexts from which the all-heads form runs; below, the per-head form
-/// above. Measured on the H200 (kernel_bench, one launch, docs/PERF.md
-/// 2026-12-02): with Kimi-Linear's 32 heads the all-heads form takes 37.6
-/// against 31.4 µs at 72 rows, the same at 1024 (41.4 / 40.6), and wins from
-/// there (4096: 49 / 67; 32768: 168 / 323); with K3's 96 heads it loses at
-/// 1024 (102 / 65) and wins at 32768 (428 / 856). Its fixed cost (four
-/// dependent phases) is what the short contexts pay. (K3C_TUNE_* macros
-/// override tuning constants in a variant build of this family, measured
-/// with K3C_PTX_DIR; the shipped PTX uses the values here.)
+/// above. Measured on the H200 (kernel_bench, one launch, 132 blocks; docs/
+/// PERF.md 2026-12-02), all-heads against per-head, µs: Kimi-Linear's 32
+/// heads 39.4 / 27.5 at 72 rows, 43.8 / 36.6 at 1024, 50.6 / 67.4 at 4096,
+/// 168 / 323 at 32768; K3's 96 heads 106 / 63 at 1024, 429 / 856 at 32768.
+/// The all-heads form's fixed cost (its dependent phases) is what the short
+/// contexts pay. (K3C_TUNE_* macros override tuning constants in a variant
+/// build of this family, measured with K3C_PTX_DIR; the shipped PTX uses
+/// the values here.)
 #ifdef K3C_TUNE_MLA_ALL_HEADS_MIN_ROWS
 constexpr int64_t kAllHeadsMinRows = K3C_TUNE_MLA_ALL_HEADS_MIN_ROWS;
 #else
@@ -931,29 +931,9 @@ __device__ __noinline__ void attendAllHeads(const MlaAttendParams &p, FastShared
       (p.kvLoraRank + kColsPerItem - 1) / kColsPerItem);
   const unsigned endB = cut.nQ + cut.nB, endM = endB + cut.nM,
                  end = endM + cut.nO;
-#ifdef K3C_TUNE_MLA_TICKET_AHEAD
-  // Variant: thread 0 draws the next ticket when an item starts, so the
-  // atomic's round trip overlaps the item (progress holds: the lowest
-  // unfinished ticket is either an item running, whose waits are all for
-  // lower tickets, or the next item of a block whose current one finished).
-  unsigned ahead = 0;
-  if (threadIdx.x == 0)
-    ahead = atomicAdd(&gAttendQueue.ticket, 1u);
-#endif
   for (;;) {
     K3C_TRACE_T0();
-#ifdef K3C_TUNE_MLA_TICKET_AHEAD
-    if (threadIdx.x == 0) {
-      s.item = ahead;
-      if (ahead < end)
-        ahead = atomicAdd(&gAttendQueue.ticket, 1u);
-    }
-    __syncthreads();
-    const unsigned t = s.item;
-    __syncthreads();
-#else
     const unsigned t = dev::nextItem(gAttendQueue, &s.item);
-#endif
     if (t >= end)
       break;
     if (t < cut.nQ) {
