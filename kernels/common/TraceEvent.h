@@ -1,4 +1,4 @@
-//===- TraceEvent.h - Timeline events of a traced kernel build ---*- C++ -*-===//
+//===- TraceEvent.h - Timeline events of a traced kernel build -*- C++ -*-===//
 //
 // A family built with -DK3C_KERNEL_TRACE (scripts/ptx-variant.sh; never the
 // shipped PTX) records one event per work item of its queue kernels in the

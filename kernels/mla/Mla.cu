@@ -495,8 +495,8 @@ __device__ __forceinline__ AttendCut cutAttend(const MlaAttendParams &p,
   c.nQ = unsigned(N) * colItems;
   c.nB = unsigned(groups) * unsigned(ranges);
   c.nM = ranges <= kInlineMergeRanges ? 0u : c.nQ;
-  c.nO = unsigned(N) *
-         static_cast<unsigned>((p.vDim + kOutRowsPerItem - 1) / kOutRowsPerItem);
+  c.nO = unsigned(N) * static_cast<unsigned>((p.vDim + kOutRowsPerItem - 1) /
+                                             kOutRowsPerItem);
   return c;
 }
 
@@ -564,8 +564,9 @@ __device__ __forceinline__ float chunkAt(const uint4 &u, int e) {
 /// its row loop, and inlined into the queue loop (or the queue loop into the
 /// per-head kernel) ptxas spilled about 100 bytes; apart, the row loop
 /// spills nothing and the caller only saves registers around the call.
-__device__ __noinline__ void attendRangeItem(const MlaAttendParams &p, const AttendCut &cut,
-                                int quad0, int range, FastShared &s) {
+__device__ __noinline__ void attendRangeItem(const MlaAttendParams &p,
+                                             const AttendCut &cut, int quad0,
+                                             int range, FastShared &s) {
   const int L = static_cast<int>(p.kvLoraRank);
   const int R = static_cast<int>(p.ropeDim);
   const int N = static_cast<int>(p.numHeads);
@@ -925,7 +926,8 @@ __device__ __forceinline__ bool fastAttend(const MlaAttendParams &p) {
 
 /// The fast path's work queue (see the section comment); not inlined (see
 /// attendRangeItem).
-__device__ __noinline__ void attendAllHeads(const MlaAttendParams &p, FastShared &s) {
+__device__ __noinline__ void attendAllHeads(const MlaAttendParams &p,
+                                            FastShared &s) {
   const AttendCut cut = cutAttend(p, attendLength(p));
   const int colItems = static_cast<int>(
       (p.kvLoraRank + kColsPerItem - 1) / kColsPerItem);

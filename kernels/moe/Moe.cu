@@ -478,7 +478,8 @@ __device__ __forceinline__ void finishGateUp(dev::WorkQueue &wq) {
 }
 
 /// Waits until `items` first-phase items are counted.
-__device__ __forceinline__ void awaitGateUp(dev::WorkQueue &wq, unsigned items) {
+__device__ __forceinline__ void awaitGateUp(dev::WorkQueue &wq,
+                                            unsigned items) {
   awaitCount(&wq.done, items);
 }
 
