@@ -15,6 +15,7 @@
 #include "codegen/Codegen.h"
 
 #include "kernels/gemv/GemvParams.h"
+#include "kernels/mla/MlaParams.h"
 #include "runtime/plan/Plan.h"
 
 #include "mlir/IR/PatternMatch.h"
@@ -108,8 +109,9 @@ int64_t gemvGrid(int64_t n, bool norm) {
 /// contexts run unsplit.
 int64_t mlaAttendGrid(int64_t heads, int64_t latent, int64_t rope,
                       int64_t maxSeq) {
-  if (heads <= 256 && latent >= 8 && latent <= 512 && latent % 8 == 0 &&
-      rope <= 64 && rope % 8 == 0)
+  if (heads <= ::k3::kMlaAllHeadsMaxHeads && latent >= 8 &&
+      latent <= ::k3::kMlaAllHeadsMaxLatent && latent % 8 == 0 &&
+      rope <= ::k3::kMlaAllHeadsMaxRope && rope % 8 == 0)
     return kTargetSms;
   if (heads > 128) // the kernel's split limit
     return heads;

@@ -436,9 +436,8 @@ constexpr int64_t kAllHeadsMinRows = 4096;
 #endif
 
 /// Limits of the fast path (else the per-head kernel above runs).
-constexpr int kFastMaxLatent = 512; ///< a lane owns two 8-value chunks
-constexpr int kFastMaxRope = 64;    ///< a lane owns two rope values
-constexpr int kFastMaxHeads = 256;
+constexpr int kFastMaxLatent = kMlaAllHeadsMaxLatent; // MlaParams.h
+constexpr int kFastMaxHeads = kMlaAllHeadsMaxHeads;
 constexpr int kFastThreads = 256; ///< 8 warps, exactly
 constexpr int kQuad = 4;          ///< heads per warp
 /// (head, range) partials of the running launch.
@@ -553,10 +552,20 @@ __device__ void qhatItem(const MlaAttendParams &p, int64_t h, int col0,
   }
 }
 
-/// The value of element e (0..7) of a packed 16-byte chunk of bf16.
-__device__ __forceinline__ float chunkAt(const uint4 &u, int e) {
-  const uint32_t w = e < 2 ? u.x : e < 4 ? u.y : e < 6 ? u.z : u.w;
-  return (e & 1) ? dev::hiF(w) : dev::loF(w);
+/// One step of a transposing warp reduction: of its 2N values a lane keeps
+/// the half its lane bit `offset` selects and adds the partner lane's (lane ^
+/// offset) copy of that half; the partner keeps the other half. After steps
+/// over bits 4..1 of 16 values, lane l holds the full sum of value l >> 1.
+template <int N>
+__device__ __forceinline__ void halveAcrossLanes(const float (&in)[2 * N],
+                                                 float (&out)[N], int offset) {
+  const bool b = threadIdx.x & offset;
+#pragma unroll
+  for (int i = 0; i < N; ++i) {
+    const float send = b ? in[i] : in[i + N];
+    const float keep = b ? in[i + N] : in[i];
+    out[i] = keep + __shfl_xor_sync(0xffffffffu, send, offset);
+  }
 }
 
 /// B item: heads of quads [quad0, quad0 + QW), rows [rowBegin, rowEnd).
@@ -619,17 +628,19 @@ __device__ __noinline__ void attendRangeItem(const MlaAttendParams &p,
   const int64_t step = int64_t(4) * rowLanes;
 #pragma unroll 1
   for (int64_t j0 = rowBegin + rowLane; j0 < rowEnd; j0 += step) {
-    uint4 lat[4][2];
+    Chunk<8> lat[4][2];
     uint32_t rope[4];
 #pragma unroll
     for (int r = 0; r < 4; ++r) {
       const int64_t j = j0 + int64_t(r) * rowLanes;
       const bool ok = j < rowEnd;
       const uint16_t *row = p.cache + j * width;
-      lat[r][0] = ok && has0 ? __ldg(reinterpret_cast<const uint4 *>(row + c0))
-                             : make_uint4(0, 0, 0, 0);
-      lat[r][1] = ok && has1 ? __ldg(reinterpret_cast<const uint4 *>(row + c1))
-                             : make_uint4(0, 0, 0, 0);
+      lat[r][0].zero();
+      lat[r][1].zero();
+      if (ok && has0)
+        lat[r][0].loadRO(row + c0);
+      if (ok && has1)
+        lat[r][1].loadRO(row + c1);
       rope[r] = ok && hasR
                     ? __ldg(reinterpret_cast<const unsigned *>(row + L + e0))
                     : 0u;
@@ -643,52 +654,22 @@ __device__ __noinline__ void attendRangeItem(const MlaAttendParams &p,
         float d = 0.0f;
 #pragma unroll
         for (int e = 0; e < 8; ++e)
-          d = fmaf(qh[hh][e], chunkAt(lat[r][0], e), d);
+          d = fmaf(qh[hh][e], lat[r][0].at(e), d);
 #pragma unroll
         for (int e = 0; e < 8; ++e)
-          d = fmaf(qh[hh][8 + e], chunkAt(lat[r][1], e), d);
+          d = fmaf(qh[hh][8 + e], lat[r][1].at(e), d);
         d = fmaf(qr[hh][0], dev::loF(rope[r]), d);
         d = fmaf(qr[hh][1], dev::hiF(rope[r]), d);
         v[r * 4 + hh] = d;
       }
-    // Transposing reduction: each step halves the values a lane keeps and
-    // exchanges the other half with its partner.
-    float w8[8], w4[4], w2[2];
-    {
-      const bool b = lane & 16;
-#pragma unroll
-      for (int i = 0; i < 8; ++i) {
-        const float send = b ? v[i] : v[i + 8];
-        const float keep = b ? v[i + 8] : v[i];
-        w8[i] = keep + __shfl_xor_sync(0xffffffffu, send, 16);
-      }
-    }
-    {
-      const bool b = lane & 8;
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        const float send = b ? w8[i] : w8[i + 4];
-        const float keep = b ? w8[i + 4] : w8[i];
-        w4[i] = keep + __shfl_xor_sync(0xffffffffu, send, 8);
-      }
-    }
-    {
-      const bool b = lane & 4;
-#pragma unroll
-      for (int i = 0; i < 2; ++i) {
-        const float send = b ? w4[i] : w4[i + 2];
-        const float keep = b ? w4[i + 2] : w4[i];
-        w2[i] = keep + __shfl_xor_sync(0xffffffffu, send, 4);
-      }
-    }
-    float sc;
-    {
-      const bool b = lane & 2;
-      const float send = b ? w2[0] : w2[1];
-      const float keep = b ? w2[1] : w2[0];
-      sc = keep + __shfl_xor_sync(0xffffffffu, send, 2);
-      sc += __shfl_xor_sync(0xffffffffu, sc, 1);
-    }
+    // Transposing reduction over lane bits 4, 3, 2, 1, then a plain sum
+    // over bit 0.
+    float w8[8], w4[4], w2[2], w1[1];
+    halveAcrossLanes<8>(v, w8, 16);
+    halveAcrossLanes<4>(w8, w4, 8);
+    halveAcrossLanes<2>(w4, w2, 4);
+    halveAcrossLanes<1>(w2, w1, 2);
+    float sc = w1[0] + __shfl_xor_sync(0xffffffffu, w1[0], 1);
     sc = j0 + int64_t(myRow) * rowLanes < rowEnd ? sc * p.scale : negInf();
     // Per head: the batch's max (lanes of one head differ in bits 3, 4),
     // then every lane learns all four.
@@ -724,8 +705,8 @@ __device__ __noinline__ void attendRangeItem(const MlaAttendParams &p,
         const float pr = __shfl_sync(0xffffffffu, e, (r * 4 + hh) * 2);
 #pragma unroll
         for (int x = 0; x < 8; ++x) {
-          acc[hh][x] = fmaf(pr, chunkAt(lat[r][0], x), acc[hh][x]);
-          acc[hh][8 + x] = fmaf(pr, chunkAt(lat[r][1], x), acc[hh][8 + x]);
+          acc[hh][x] = fmaf(pr, lat[r][0].at(x), acc[hh][x]);
+          acc[hh][8 + x] = fmaf(pr, lat[r][1].at(x), acc[hh][8 + x]);
         }
       }
 #pragma unroll
@@ -873,15 +854,17 @@ __device__ void outItem(const MlaAttendParams &p, const AttendCut &cut,
     d[4] = b.x, d[5] = b.y, d[6] = b.z, d[7] = b.w;
   }
   constexpr int kRows = kOutRowsPerItem / 8;
-  uint4 wv[kRows][2];
+  Chunk<8> wv[kRows][2];
 #pragma unroll
   for (int r = 0; r < kRows; ++r) {
     const int64_t i = row0 + warp * kRows + r;
     const uint16_t *row = wUV + i * L;
-    wv[r][0] = i < V && has0 ? __ldg(reinterpret_cast<const uint4 *>(row + c0))
-                             : make_uint4(0, 0, 0, 0);
-    wv[r][1] = i < V && has1 ? __ldg(reinterpret_cast<const uint4 *>(row + c1))
-                             : make_uint4(0, 0, 0, 0);
+    wv[r][0].zero();
+    wv[r][1].zero();
+    if (i < V && has0)
+      wv[r][0].loadRO(row + c0);
+    if (i < V && has1)
+      wv[r][1].loadRO(row + c1);
   }
   float dot[kRows];
 #pragma unroll
@@ -889,10 +872,10 @@ __device__ void outItem(const MlaAttendParams &p, const AttendCut &cut,
     float d = 0.0f;
 #pragma unroll
     for (int x = 0; x < 8; ++x)
-      d = fmaf(chunkAt(wv[r][0], x), ch[x], d);
+      d = fmaf(wv[r][0].at(x), ch[x], d);
 #pragma unroll
     for (int x = 0; x < 8; ++x)
-      d = fmaf(chunkAt(wv[r][1], x), ch[8 + x], d);
+      d = fmaf(wv[r][1].at(x), ch[8 + x], d);
     dot[r] = d;
   }
 #pragma unroll
@@ -917,11 +900,11 @@ __device__ void outItem(const MlaAttendParams &p, const AttendCut &cut,
 /// Kimi-Linear have L = 512, R = 64, 16-byte aligned cache and kv_b_proj).
 __device__ __forceinline__ bool fastAttend(const MlaAttendParams &p) {
   return blockDim.x == kFastThreads && p.numHeads >= 1 &&
-         p.numHeads <= kFastMaxHeads && p.kvLoraRank >= 8 &&
-         p.kvLoraRank <= kFastMaxLatent && p.kvLoraRank % 8 == 0 &&
-         p.ropeDim >= 0 && p.ropeDim <= kFastMaxRope && p.ropeDim % 8 == 0 &&
-         p.nopeDim >= 0 && p.vDim >= 0 && dev::aligned16(p.cache) &&
-         dev::aligned16(p.kvB);
+         p.numHeads <= kMlaAllHeadsMaxHeads && p.kvLoraRank >= 8 &&
+         p.kvLoraRank <= kMlaAllHeadsMaxLatent && p.kvLoraRank % 8 == 0 &&
+         p.ropeDim >= 0 && p.ropeDim <= kMlaAllHeadsMaxRope &&
+         p.ropeDim % 8 == 0 && p.nopeDim >= 0 && p.vDim >= 0 &&
+         dev::aligned16(p.cache) && dev::aligned16(p.kvB);
 }
 
 /// The fast path's work queue (see the section comment); not inlined (see

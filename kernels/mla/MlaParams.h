@@ -66,6 +66,14 @@ struct MlaAttendParams {
   L2Prefetch l2Prefetch;
 };
 
+/// Limits of mla_attend's all-heads form (its CUDA kernel, Mla.cu, checks
+/// them with the block size and alignment; codegen's grid choice reads them): L <= 512 (a lane owns two 8-value chunks
+/// of a row), R <= 64 (two rope values per lane), both multiples of 8, and at
+/// most 256 heads (its q̂ and ĉ scratch).
+constexpr int kMlaAllHeadsMaxLatent = 512;
+constexpr int kMlaAllHeadsMaxRope = 64;
+constexpr int kMlaAllHeadsMaxHeads = 256;
+
 /// What an event of a traced mla_attend is (TraceEvent::kind, a
 /// -DK3C_KERNEL_TRACE build: kernels/common/TraceEvent.h): an item of the
 /// all-heads form's queue (t0: its draw, t1: its end; Mla.cu), the launch
