@@ -108,11 +108,21 @@ struct Result {
 /// Median time of `launch(i)` over gRuns runs (i rotates weight copies).
 template <typename Params>
 bool timeKernel(const std::string &kernel, std::vector<Params> variants,
-                int64_t grid, double &medianUs, int64_t block = 256) {
+                int64_t grid, double &medianUs, int64_t block = 256,
+                int64_t smem = 0) {
   Expected<cuda::CUfunction> f = findCudaKernel(kernel);
   if (!f) {
     std::fprintf(stderr, "  %s: %s\n", kernel.c_str(), f.message().c_str());
     return false;
+  }
+  if (smem > 0) {
+    Expected<int64_t> most = gDriver->allowDynamicShared(*f);
+    if (!most || *most < smem) {
+      std::fprintf(stderr, "  %s: %lld bytes of shared memory: %s\n",
+                   kernel.c_str(), static_cast<long long>(smem),
+                   most ? "more than the device allows" : most.message().c_str());
+      return false;
+    }
   }
   Expected<cuda::CUevent> e0 = gDriver->createEvent(),
                           e1 = gDriver->createEvent();
@@ -121,7 +131,7 @@ bool timeKernel(const std::string &kernel, std::vector<Params> variants,
   for (int i = -10; i < gRuns; ++i) {
     Params &p = variants[static_cast<size_t>((i + 10)) % variants.size()];
     if (!gDriver->record(*e0, nullptr).isOk() ||
-        !gDriver->launch(*f, g, b, 0, nullptr, &p).isOk() ||
+        !gDriver->launch(*f, g, b, smem, nullptr, &p).isOk() ||
         !gDriver->record(*e1, nullptr).isOk())
       return false;
     Expected<float> t = gDriver->elapsedMs(*e0, *e1);
@@ -175,6 +185,39 @@ void benchLinear(std::vector<Result> &out, const std::string &label, int64_t n,
   // The plan's grid (codegen gemvGrid without a norm).
   if (timeKernel("linear", vs, std::max<int64_t>((n + 7) / 8, 264), us))
     out.push_back({label, us, wBytes + k * 2.0 + n * (f32Out ? 4.0 : 2.0)});
+}
+
+/// k3_linear_rows over `tokens` tokens (a decode batch or a prompt chunk):
+/// the bytes are the weights once per pass of kGemvRowsPerPass tokens plus
+/// the activations, so "of copy" says how near the HBM floor of the passes
+/// the launch is; the label gives µs per token too.
+void benchLinearRows(std::vector<Result> &out, const std::string &label,
+                     int64_t n, int64_t k, int tokens) {
+  const double wBytes = n * k * 2.0;
+  const int passes = (tokens + kGemvRowsPerPass - 1) / kGemvRowsPerPass;
+  std::vector<LinearRowsParams> vs;
+  void *x = randomDevice(tokens * k * 2);
+  void *y = zerosDevice(tokens * n * 2);
+  for (int c = 0; c < copiesFor(wBytes); ++c) {
+    LinearRowsParams p;
+    p.one.x = static_cast<uint16_t *>(x);
+    p.one.n = n;
+    p.one.k = k;
+    p.one.w.bf16 = static_cast<uint16_t *>(randomDevice(n * k * 2, 0.01f));
+    p.one.out = static_cast<uint16_t *>(y);
+    p.rows = tokens;
+    p.xStride = k;
+    p.outStride = n;
+    vs.push_back(p);
+  }
+  double us;
+  if (timeKernel("linear_rows", vs, std::max<int64_t>((n + 7) / 8, 264), us,
+                 256, gemvRowsSmemBytes(k, tokens))) {
+    char name[128];
+    std::snprintf(name, sizeof name, "%s x%d (%.2f us/token)", label.c_str(),
+                  tokens, us / tokens);
+    out.push_back({name, us, wBytes * passes + tokens * (k + n) * 2.0});
+  }
 }
 
 void benchKda(std::vector<Result> &out) {
@@ -644,6 +687,16 @@ int main(int argc, char **argv) {
            [](auto &o) {
              benchLinear(o, "linear bf16 2304 -> 163840 f32 (Kimi-Linear head)",
                          163840, 2304, false, true);
+           }},
+          // The multi-row form at decode-batch and prompt-chunk sizes.
+          {"linear_rows",
+           [](auto &o) {
+             for (int t : {1, 4, 8, 16, 64})
+               benchLinearRows(o, "linear_rows 2304 -> 4096", 4096, 2304, t);
+             for (int t : {1, 8, 16})
+               benchLinearRows(o, "linear_rows 4096 -> 2304", 2304, 4096, t);
+             for (int t : {1, 8})
+               benchLinearRows(o, "linear_rows 7168 -> 12288", C, D, t);
            }},
           {"kda", benchKda},
           {"mla", [](auto &o) { benchMla(o, 32, 72); }},

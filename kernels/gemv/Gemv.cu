@@ -550,6 +550,190 @@ __device__ void gemvBody(const Rows &rows, const uint16_t *x, int64_t k,
   }
 }
 
+//===----------------------------------------------------------------------===//
+// Several tokens per launch (the multi-row forms)
+//===----------------------------------------------------------------------===//
+
+/// Blocks of 256 threads an SM should hold of the multi-row forms (so at
+/// most 85 registers per thread): 24 warps streaming, as the single-row
+/// kernel's 4 blocks of 64-register threads keep 32.
+#ifdef K3C_TUNE_GEMV_ROWS_MIN_BLOCKS
+constexpr int kRowsMinBlocks = K3C_TUNE_GEMV_ROWS_MIN_BLOCKS;
+#else
+constexpr int kRowsMinBlocks = 2;
+#endif
+
+/// Where token t's activations are: the offsets (elements) of its x,
+/// residual and out / outF32 from token 0's.
+struct TokenStrides {
+  int64_t x = 0, residual = 0, out = 0;
+};
+
+/// `t` moved to token `tok`.
+__device__ __forceinline__ RowTarget atToken(RowTarget t, int tok,
+                                             const TokenStrides &s) {
+  if (t.out)
+    t.out += tok * s.out;
+  if (t.outF32)
+    t.outF32 += tok * s.out;
+  if (t.residual)
+    t.residual += tok * s.residual;
+  return t;
+}
+
+/// `rows` moved to token `tok` (for the per-token fallback).
+__device__ __forceinline__ LinearRows atToken(LinearRows r, int tok,
+                                              const TokenStrides &s) {
+  if (r.p.out)
+    r.p.out += tok * s.out;
+  if (r.p.outF32)
+    r.p.outF32 += tok * s.out;
+  if (r.p.residual)
+    r.p.residual += tok * s.residual;
+  return r;
+}
+__device__ __forceinline__ MultiRows atToken(MultiRows r, int tok,
+                                             const TokenStrides &s) {
+#pragma unroll
+  for (int e = 0; e < kLinearMultiMax; ++e)
+    if (e < r.p.count)
+      r.p.entries[e].out += tok * s.out;
+  return r;
+}
+
+/// Dynamic shared memory of this launch, in bytes.
+__device__ __forceinline__ unsigned dynamicSmemBytes() {
+  unsigned v;
+  asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(v));
+  return v;
+}
+
+/// y = W x̂_t for `tokens` tokens: streamRows with the tokens of a pass
+/// (up to kGemvRowsPerPass, x̂ of each staged in `xs`, gemvRowsTokenChunks(k)
+/// chunks apart) summed against each batch of weights a warp loads. Per token
+/// the lanes, the order and the reduction are streamRows', so every token's
+/// output is k3_linear's for that token bit for bit. A warp's rows are those
+/// of the single-row launch with the same grid; more tokens than a pass
+/// holds take more passes over the weights.
+template <typename Rows>
+__device__ void streamRowsTokens(const Rows &rows, int tokens,
+                                 const TokenStrides &ts, const uint16_t *x,
+                                 int64_t k, const uint16_t *normW, float eps,
+                                 int64_t first, int64_t rowStep, uint4 *xs,
+                                 float *scratch) {
+  const int lane = threadIdx.x & 31;
+  const int64_t total = rows.count();
+  const int chunks = static_cast<int>(k >> 3);
+  const int tokChunks = static_cast<int>(gemvRowsTokenChunks(k));
+  const bool active = first < total;
+  auto rowPtr = [&](int64_t r) {
+    const RowTarget t = rows.at(r);
+    return t.w.bf16 + t.row * k;
+  };
+  uint4 cur[kStreamUnroll], nxt[kStreamUnroll];
+  if (active)
+    loadBatch(cur, rowPtr(first), 0, chunks, lane);
+  dev::waitForPriorGrids();
+  for (int t0 = 0; t0 < tokens; t0 += kGemvRowsPerPass) {
+    const int n = min(kGemvRowsPerPass, tokens - t0);
+    if (t0 > 0) {
+      __syncthreads(); // every warp is done with the last pass's x̂
+      if (active)
+        loadBatch(cur, rowPtr(first), 0, chunks, lane);
+    }
+    for (int j = 0; j < n; ++j) {
+      const uint16_t *xt = x + (t0 + j) * ts.x;
+      const float r = normW ? rmsFactor(xt, k, eps, scratch) : 0.0f;
+      stageInput(xt, normW, r, 0, static_cast<int>(k), xs + j * tokChunks);
+    }
+    __syncthreads();
+    if (!active)
+      continue;
+    float acc[kGemvRowsPerPass][4];
+#pragma unroll
+    for (int j = 0; j < kGemvRowsPerPass; ++j)
+      acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.0f;
+    int64_t row = first;
+    for (int c = 0;;) {
+      int cn = c + 32 * kStreamUnroll;
+      int64_t rn = row;
+      if (cn >= chunks) {
+        cn = 0;
+        rn = row + rowStep;
+      }
+      const bool more = rn < total;
+      if (more)
+        loadBatch(nxt, rowPtr(rn), cn, chunks, lane);
+#pragma unroll
+      for (int j = 0; j < kGemvRowsPerPass; ++j)
+        if (j < n)
+          sumBatch(cur, xs + j * tokChunks, c, chunks, lane, acc[j]);
+      if (cn == 0) {
+#pragma unroll
+        for (int j = 0; j < kGemvRowsPerPass; ++j) {
+          if (j < n) {
+            const float y = dev::warpSum((acc[j][0] + acc[j][1]) +
+                                         (acc[j][2] + acc[j][3]));
+            if (lane == 0)
+              storeRow(atToken(rows.at(row), t0 + j, ts), y);
+          }
+          acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.0f;
+        }
+      }
+      if (!more)
+        break;
+      c = cn;
+      row = rn;
+#pragma unroll
+      for (int u = 0; u < kStreamUnroll; ++u)
+        cur[u] = nxt[u];
+    }
+  }
+}
+
+/// gemvBody once per token: the multi-row forms' fallback (out of line, so
+/// that its registers do not count against the streamed path's).
+template <typename Rows>
+__device__ __noinline__ void gemvTokens(const Rows &rows, int tokens,
+                                        const TokenStrides &ts,
+                                        const uint16_t *x, int64_t k,
+                                        const uint16_t *normW, float eps) {
+  for (int t = 0; t < tokens; ++t)
+    gemvBody(atToken(rows, t, ts), x + t * ts.x, k, normW, eps);
+}
+
+/// The body of both multi-row entry points: streamRowsTokens where the
+/// single-row launch with this grid takes the streamed path (one warp per
+/// row, bf16, k <= kChunk) and the launch has the shared memory a pass
+/// needs; otherwise gemvBody once per token (the single-row kernel's own
+/// path, so the same bits, without the shared weight reads).
+template <typename Rows>
+__device__ void gemvRowsBody(const Rows &rows, int tokens,
+                             const TokenStrides &ts, const uint16_t *x,
+                             int64_t k, const uint16_t *normW, float eps) {
+  extern __shared__ uint4 rowsStage[];
+  __shared__ float scratch[32];
+  const int warps = blockDim.x >> 5;
+  const int64_t total = rows.count();
+  const int64_t gridWarps = static_cast<int64_t>(gridDim.x) * warps;
+  // gemvBody's slices for this grid: > 1 when the grid has warps to spare.
+  const bool oneWarpPerRow = !(warps % 2 == 0 && gridWarps >= 2 * total);
+  const bool stream =
+      kStream && oneWarpPerRow && k <= kChunk && rows.streamable(k) &&
+      dynamicSmemBytes() >= static_cast<unsigned>(gemvRowsSmemBytes(k, tokens));
+  if (!stream) {
+    gemvTokens(rows, tokens, ts, x, k, normW, eps);
+    return;
+  }
+  dev::allowDependentLaunch();
+  const int64_t first = static_cast<int64_t>(blockIdx.x) * warps +
+                        (threadIdx.x >> 5);
+  if (static_cast<int64_t>(blockIdx.x) * warps >= total)
+    return; // the whole block: no row for it
+  streamRowsTokens(rows, tokens, ts, x, k, normW, eps, first, gridWarps,
+                   rowsStage, scratch);
+}
+
 } // namespace
 
 /// k3_linear: y = W · x̂ (bf16 or MXFP4 W), out = R(y) (+ residual, then R)
@@ -572,4 +756,26 @@ extern "C" __global__ void __launch_bounds__(kMaxThreads)
 extern "C" __global__ void __launch_bounds__(kMaxThreads)
     k3_linear_multi(const LinearMultiParams p) {
   gemvBody(MultiRows{p}, p.x, p.k, p.normWeight, p.normEps);
+}
+
+/// k3_linear_rows: k3_linear for `rows` tokens (LinearRowsParams), each
+/// token's output bit for bit the single-row launch's with the same grid.
+/// Grid: the plan's grid of the `linear` launch; dynamic shared memory
+/// gemvRowsSmemBytes(k, rows) (less, or an MXFP4 / unaligned / k > kChunk
+/// launch, runs the single-row path once per token). Limits as k3_linear,
+/// and blockDim.x <= 256.
+extern "C" __global__ void __launch_bounds__(256, kRowsMinBlocks)
+    k3_linear_rows(const LinearRowsParams p) {
+  const TokenStrides ts{p.xStride, p.residualStride, p.outStride};
+  gemvRowsBody(LinearRows{p.one}, p.rows, ts, p.one.x, p.one.k,
+               p.one.normWeight, p.one.normEps);
+}
+
+/// k3_linear_multi_rows: k3_linear_multi for `rows` tokens, as
+/// k3_linear_rows.
+extern "C" __global__ void __launch_bounds__(256, kRowsMinBlocks)
+    k3_linear_multi_rows(const LinearMultiRowsParams p) {
+  const TokenStrides ts{p.xStride, 0, p.outStride};
+  gemvRowsBody(MultiRows{p.one}, p.rows, ts, p.one.x, p.one.k,
+               p.one.normWeight, p.one.normEps);
 }

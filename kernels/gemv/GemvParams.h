@@ -2,8 +2,11 @@
 //-*-===//
 //
 // The contract between codegen, the runtime and the gemv kernels (CPU and
-// CUDA). Plain C types only. Batch 1: every projection of a decode step is a
-// matrix-vector product y[N] = W[N, K] · x[K] with fp32 accumulation.
+// CUDA). Plain C types only. A plan's launch is one token: every projection
+// of a decode step is a matrix-vector product y[N] = W[N, K] · x[K] with fp32
+// accumulation. The multi-row forms (the *RowsParams below) run one launch
+// for the several rows of a step (a decode batch, a prompt chunk): the
+// runtime's choice, not the plan's.
 //
 // Two fusions live here because every projection site can use them:
 //  * pre-norm: "RMSNorm folded into the following projection". x is first
@@ -15,6 +18,7 @@
 #ifndef K3C_KERNELS_GEMV_GEMVPARAMS_H
 #define K3C_KERNELS_GEMV_GEMVPARAMS_H
 
+#include "kernels/common/HostDevice.h"
 #include "kernels/common/WeightRef.h"
 
 #include <cstdint>
@@ -61,6 +65,48 @@ struct LinearMultiParams {
   float normEps = 1e-5f;
   int32_t count = 0; ///< 1 .. kLinearMultiMax
   LinearMultiEntry entries[kLinearMultiMax];
+};
+
+/// Tokens whose x̂ one pass of the multi-row forms stages in shared memory:
+/// each weight row read from HBM serves them all (more tokens take more
+/// passes, each reading the weights again).
+constexpr int kGemvRowsPerPass = 8;
+
+/// 16-byte chunks one token's staged x̂ takes in the multi-row forms (k / 8
+/// rounded up to whole swizzle groups of 4 chunks).
+K3C_HOST_DEVICE constexpr int64_t gemvRowsTokenChunks(int64_t k) {
+  return ((k + 7) / 8 + 3) / 4 * 4;
+}
+
+/// Dynamic shared memory a multi-row launch of `rows` tokens over k input
+/// columns needs (bytes): one pass's tokens.
+K3C_HOST_DEVICE constexpr int64_t gemvRowsSmemBytes(int64_t k, int64_t rows) {
+  return (rows < kGemvRowsPerPass ? rows : kGemvRowsPerPass) *
+         gemvRowsTokenChunks(k) * 16;
+}
+
+/// The multi-row form of `linear` (k3_linear_rows): the same projection for
+/// `rows` tokens in one launch, token t's x, residual and out (or outF32) at
+/// one's pointers + t times their stride. Each token's output is exactly
+/// what k3_linear with `one` moved to that token gives (same grid), bit for
+/// bit; the weights are read once per kGemvRowsPerPass tokens. The rows of
+/// a decode batch or a prompt chunk sit in per-row copies of the step arena,
+/// a fixed distance apart, hence the strides.
+struct LinearRowsParams {
+  LinearParams one;           ///< token 0's launch
+  int32_t rows = 1;           ///< tokens, >= 1
+  int64_t xStride = 0;        ///< elements between tokens' x
+  int64_t residualStride = 0; ///< elements between tokens' residual
+  int64_t outStride = 0;      ///< elements between tokens' out / outF32
+};
+
+/// The multi-row form of `linear_multi` (k3_linear_multi_rows), as
+/// LinearRowsParams: every entry's out moves by outStride per token.
+struct LinearMultiRowsParams {
+  LinearMultiParams one;
+  int32_t rows = 1;
+  int64_t xStride = 0;
+  int64_t outStride = 0;
 };
 
 } // namespace k3

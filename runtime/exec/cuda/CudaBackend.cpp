@@ -2,10 +2,12 @@
 #include "runtime/exec/cuda/CudaBackend.h"
 
 #include "kernels/PtxModules.h"
+#include "kernels/gemv/GemvParams.h"
 
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstddef>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -214,6 +216,36 @@ CudaBackend::bind(const PlanDoc &plan, const TensorStore &store,
     }
     g.smem = l.smem;
     be->grids_.push_back(g);
+  }
+
+  // The projections' multi-row forms (steps of several rows), from the same
+  // module as the launch's kernel; a PTX without them (an older plan's)
+  // leaves those launches row by row, and so does K3C_ROWS_FORMS=0 (to
+  // measure what they buy).
+  const char *formsEnv = std::getenv("K3C_ROWS_FORMS");
+  const bool useForms = !(formsEnv && std::string(formsEnv) == "0");
+  std::map<std::string, std::pair<cuda::CUfunction, int64_t>> rowsForms;
+  for (size_t i = 0; i < plan.launches.size(); ++i) {
+    const std::string &k = plan.launches[i].kernel;
+    std::pair<cuda::CUfunction, int64_t> form{nullptr, 0};
+    const bool hasForm =
+        std::find(std::begin(kCudaRowsForms), std::end(kCudaRowsForms), k) !=
+        std::end(kCudaRowsForms);
+    if (useForms && hasForm) {
+      auto known = rowsForms.find(k);
+      if (known == rowsForms.end()) {
+        Expected<cuda::CUfunction> f =
+            kernelFunction(d, k + "_rows", plan.ptxFor(k));
+        Expected<int64_t> smem =
+            f ? d.allowDynamicShared(*f) : Expected<int64_t>(f.status());
+        if (f && smem)
+          form = {*f, *smem};
+        known = rowsForms.emplace(k, form).first;
+      }
+      form = known->second;
+    }
+    be->rowsFunctions_.push_back(form.first);
+    be->rowsSmemCap_.push_back(form.second);
   }
 
   PlanMemory mem;
@@ -546,17 +578,25 @@ Status CudaBackend::resetSlot(int64_t slot) {
 //===----------------------------------------------------------------------===//
 
 Status CudaBackend::ensureRows(size_t n) {
-  while (rows_.size() < n) {
-    const size_t index = rows_.size();
+  if (rows_.size() >= n)
+    return Status::ok();
+  size_t count = 1;
+  while (count < n)
+    count *= 2;
+  rows_.clear();
+  rowArenaStride_ = (plan_.arenaBytes + 255) / 256 * 256;
+  K3_RETURN_IF_ERROR(alloc(rowArenaStride_ * count, rowArenas_)
+                         .withContext("the arenas of " + std::to_string(count) +
+                                      " step rows"));
+  for (size_t index = 0; index < count; ++index) {
     const std::string what = " of step row " + std::to_string(index);
     auto row = std::make_unique<Row>();
-    K3_RETURN_IF_ERROR(
-        alloc(plan_.arenaBytes, row->arena).withContext("the arena" + what));
+    row->arena = rowArenas_.get() + rowArenaStride_ * index;
     K3_RETURN_IF_ERROR(alloc(kStepWords * sizeof(int64_t), row->step)
                            .withContext("the step block" + what));
     row->local.resize(plan_.states.size());
     PlanMemory mem;
-    mem.arena = row->arena.as<uint8_t>();
+    mem.arena = reinterpret_cast<uint8_t *>(static_cast<uintptr_t>(row->arena));
     mem.stateBytes = stateBytes_;
     mem.weights = weightViews_;
     mem.step = row->step.as<int64_t>();
@@ -581,6 +621,89 @@ Status CudaBackend::ensureRows(size_t n) {
   return driver_->synchronize(nullptr).withContext("zeroing the rows' states");
 }
 
+namespace {
+
+/// `bytes` (a params struct) with the pointer at `offset` moved by `delta`
+/// bytes, unless it is null.
+void movePointer(std::vector<uint8_t> &bytes, size_t offset, uint64_t delta) {
+  uint64_t v;
+  std::memcpy(&v, bytes.data() + offset, sizeof(v));
+  if (v != 0)
+    v += delta;
+  std::memcpy(bytes.data() + offset, &v, sizeof(v));
+}
+
+} // namespace
+
+Expected<bool> CudaBackend::launchRows(size_t l, size_t n) {
+  const BoundLaunch &first = rows_[0]->launches[l];
+  const Grid &g = grids_[l];
+  if (!rowsFunctions_[l] || n < 2 || g.block[0] > 256 || g.block[1] != 1 ||
+      g.block[2] != 1)
+    return false;
+  // The pointer fields that move with a row's arena (the activations); the
+  // multi-row form has one stride per field group.
+  std::vector<size_t> moving;
+  int64_t k = 0;
+  const bool multi = first.kernel->name == "linear_multi";
+  if (multi) {
+    const auto &p = *static_cast<const LinearMultiParams *>(first.params->data());
+    k = p.k;
+    moving.push_back(offsetof(LinearMultiParams, x));
+    for (int e = 0; e < p.count && e < kLinearMultiMax; ++e)
+      moving.push_back(offsetof(LinearMultiParams, entries) +
+                       e * sizeof(LinearMultiEntry) +
+                       offsetof(LinearMultiEntry, out));
+  } else {
+    k = static_cast<const LinearParams *>(first.params->data())->k;
+    for (size_t off : {offsetof(LinearParams, x), offsetof(LinearParams, residual),
+                       offsetof(LinearParams, out), offsetof(LinearParams, outF32)})
+      moving.push_back(off);
+  }
+  const int64_t smem = gemvRowsSmemBytes(k, static_cast<int64_t>(n));
+  if (smem > rowsSmemCap_[l])
+    return false;
+  // Row r's params must be row 0's with those pointers r arenas on (not a
+  // state or step-local buffer of its own), everything else the same.
+  const size_t size = first.params->size();
+  const auto *base = static_cast<const uint8_t *>(first.params->data());
+  std::vector<uint8_t> expect(size);
+  for (size_t r = 1; r < n; ++r) {
+    expect.assign(base, base + size);
+    for (size_t off : moving)
+      movePointer(expect, off, rowArenaStride_ * r);
+    if (std::memcmp(expect.data(), rows_[r]->launches[l].params->data(),
+                    size) != 0)
+      return false;
+  }
+  const int64_t bf16Stride = static_cast<int64_t>(rowArenaStride_ / 2);
+  Status st;
+  if (multi) {
+    LinearMultiRowsParams p;
+    std::memcpy(&p.one, base, sizeof(p.one));
+    p.rows = static_cast<int32_t>(n);
+    p.xStride = bf16Stride;
+    p.outStride = bf16Stride;
+    st = driver_->launch(rowsFunctions_[l], g.grid, g.block, smem, stream_, &p,
+                         /*programmatic=*/true, g.cluster);
+  } else {
+    LinearRowsParams p;
+    std::memcpy(&p.one, base, sizeof(p.one));
+    p.rows = static_cast<int32_t>(n);
+    p.xStride = bf16Stride;
+    p.residualStride = bf16Stride;
+    p.outStride = p.one.outF32 ? bf16Stride / 2 : bf16Stride;
+    st = driver_->launch(rowsFunctions_[l], g.grid, g.block, smem, stream_, &p,
+                         /*programmatic=*/true, g.cluster);
+  }
+  if (!st)
+    return st.withContext("launch " + std::to_string(l) + " (" +
+                          first.kernel->name + "'s multi-row form) of " +
+                          std::to_string(n) + " rows");
+  ++launchesTogether_;
+  return true;
+}
+
 void CudaBackend::bindRowToSlot(Row &r, int64_t slot) {
   if (r.slot == slot)
     return;
@@ -591,8 +714,8 @@ void CudaBackend::bindRowToSlot(Row &r, int64_t slot) {
 }
 
 Status CudaBackend::stepSlots(const std::vector<SlotStep> &rows) {
-  if (slots_ == 1)
-    return Backend::stepSlots(rows); // step() per row: the graph's path
+  if (slots_ == 1 && rows.size() == 1)
+    return Backend::stepSlots(rows); // step(): the graph's path
   K3_RETURN_IF_ERROR(checkRows(rows));
   K3_RETURN_IF_ERROR(ensureRows(rows.size()));
   for (size_t i = 0; i < rows.size(); ++i) {
@@ -608,6 +731,11 @@ Status CudaBackend::stepSlots(const std::vector<SlotStep> &rows) {
   // states in position order.
   for (size_t l = 0; l < launches_.size(); ++l) {
     const Grid &g = grids_[l];
+    Expected<bool> together = launchRows(l, rows.size());
+    if (!together)
+      return together.status();
+    if (*together)
+      continue;
     for (size_t i = 0; i < rows.size(); ++i) {
       BoundLaunch &bl = rows_[i]->launches[l];
       bl.setInputs(rows[i].token, rows[i].pos);
@@ -623,7 +751,7 @@ Status CudaBackend::stepSlots(const std::vector<SlotStep> &rows) {
   for (size_t i = 0; i < rows.size(); ++i) {
     Row &r = *rows_[i];
     K3_RETURN_IF_ERROR(
-        driver_->copyToHostAsync(r.logits.data(), r.arena.get() + logitsOffset_,
+        driver_->copyToHostAsync(r.logits.data(), r.arena + logitsOffset_,
                                  r.logits.size() * sizeof(float), stream_));
   }
   if (Status st = driver_->synchronize(stream_); !st)

@@ -13,8 +13,13 @@
 // slot 0. A step of several rows (stepSlots) runs each row's own launches
 // (its arena, step block and step-local states, bound when a step first
 // needs that many rows, re-pointed at its slot's states before the step),
-// launch-major with the rows in order, one kernel launch per row: the same
-// kernels and params as step(), so a row computes what it computes alone.
+// launch-major with the rows in order: the same kernels and params as
+// step(), so a row computes what it computes alone. The projections
+// (`linear`, `linear_multi`) run once for all rows in their multi-row form
+// (GemvParams.h), which reads each weight once per pass of up to 8 rows and
+// gives each row the single-row kernel's bits; every other launch runs once
+// per row. A plan of one slot takes this path too for steps of several rows
+// (prompt chunks).
 //
 //===----------------------------------------------------------------------===//
 #ifndef K3C_RUNTIME_EXEC_CUDA_CUDABACKEND_H
@@ -51,6 +56,10 @@ Expected<double> measureDeviceCopyGBps(uint64_t bytes = 0);
 Expected<std::pair<cuda::CUdeviceptr, size_t>>
 findCudaGlobal(const std::string &kernel, const std::string &variable);
 
+/// The kernels whose PTX has a multi-row form `k3_<kernel>_rows` (one
+/// launch for the rows of a step; GemvParams.h), which stepSlots uses.
+inline constexpr const char *kCudaRowsForms[] = {"linear", "linear_multi"};
+
 class CudaBackend final : public Backend {
 public:
   ~CudaBackend() override;
@@ -81,8 +90,8 @@ public:
   bool chainsGreedy() const override { return chains_; }
   Expected<std::vector<GreedyChoice>> chainGreedy(int64_t more) override;
 
-  /// Steps of several rows (file comment); a plan of one slot takes the
-  /// Backend defaults (step() per row, graph and all).
+  /// Steps of several rows (file comment); a step of one row in a plan of
+  /// one slot is step() (graph and all).
   int64_t maxBatch() const override { return slots_; }
   Status resetSlot(int64_t slot) override;
   Status stepSlots(const std::vector<SlotStep> &rows) override;
@@ -107,6 +116,9 @@ public:
   Expected<double> measureCopyGBps(uint64_t bytes) override;
   std::string copyMethod(uint64_t bytes) const override;
 
+  /// Launches run in a multi-row form (one launch for several rows) since
+  /// bind: what the tests check the projections' fast path by.
+  int64_t launchesTogether() const { return launchesTogether_; }
   /// Device time of the last step's launches (ms), for benchmarks.
   float lastStepMs() const { return lastStepMs_; }
   /// Whether steps replay a CUDA graph (else one cuLaunchKernel per launch).
@@ -128,7 +140,8 @@ private:
 
   /// What one row of a several-row step runs on.
   struct Row {
-    cuda::DeviceBuffer arena, step;
+    cuda::CUdeviceptr arena = 0; ///< in rowArenas_, rowArenaStride_ apart
+    cuda::DeviceBuffer step;
     std::vector<cuda::DeviceBuffer> local; ///< step-local states (else empty)
     std::vector<BoundLaunch> launches;
     std::vector<std::vector<StatePatch>> patches; ///< per launch
@@ -141,8 +154,14 @@ private:
     return states_[state].get() +
            static_cast<uint64_t>(slot) * stateStride_[state];
   }
-  /// Makes rows [0, n) exist (binding the launches of the new ones).
+  /// Makes rows [0, n) exist: when there are fewer, every row is made
+  /// again (their arenas are one allocation, so it moves) for a power of
+  /// two >= n rows.
   Status ensureRows(size_t n);
+  /// Launch `l` once for the first `n` rows of the step (its multi-row
+  /// form, rowsFunctions_[l]) when the rows' params differ only by their
+  /// arenas; false when it cannot (the caller launches row by row).
+  Expected<bool> launchRows(size_t l, size_t n);
   /// Points row `r`'s launches at slot `slot`'s states.
   void bindRowToSlot(Row &r, int64_t slot);
 
@@ -160,6 +179,15 @@ private:
   PlanDoc plan_;
   std::vector<PlanMemory::Weight> weightViews_;
   std::vector<std::unique_ptr<Row>> rows_;
+  /// Every row's arena, row r at r · rowArenaStride_ (256-byte aligned).
+  cuda::DeviceBuffer rowArenas_;
+  uint64_t rowArenaStride_ = 0;
+  /// Per launch, the multi-row form of its kernel (kernels/gemv: `linear`,
+  /// `linear_multi`) when the PTX has one, else null; and the dynamic shared
+  /// memory its launches may ask for (bytes).
+  std::vector<cuda::CUfunction> rowsFunctions_;
+  std::vector<int64_t> rowsSmemCap_;
+  int64_t launchesTogether_ = 0;
   /// What logits() returns: logits_ after step(), the last row's after
   /// stepSlots().
   const float *lastLogits_ = nullptr;

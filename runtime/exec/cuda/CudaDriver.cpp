@@ -21,6 +21,9 @@ using CUdevice = int;
 constexpr int kAttrMultiprocessorCount = 16;
 constexpr int kAttrComputeMajor = 75;
 constexpr int kAttrComputeMinor = 76;
+constexpr int kAttrMaxSharedPerBlockOptin = 97;
+constexpr int kFuncAttrMaxDynamicShared = 8;
+constexpr int kFuncAttrStaticShared = 1;
 constexpr int kJitErrorLogBuffer = 5;
 constexpr int kJitErrorLogBufferSize = 6;
 constexpr unsigned kEventDefault = 0;
@@ -121,6 +124,8 @@ struct Driver::Api {
                                void **);
   CUresult (*moduleGetFunction)(CUfunction *, CUmodule, const char *);
   CUresult (*moduleGetGlobal)(CUdeviceptr *, size_t *, CUmodule, const char *);
+  CUresult (*funcSetAttribute)(CUfunction, int, int);
+  CUresult (*funcGetAttribute)(int *, int, CUfunction);
   CUresult (*launchKernel)(CUfunction, unsigned, unsigned, unsigned, unsigned,
                            unsigned, unsigned, unsigned, CUstream, void **,
                            void **);
@@ -198,6 +203,8 @@ Expected<Driver *> Driver::get() {
         {(void **)&a.moduleLoadDataEx, "cuModuleLoadDataEx"},
         {(void **)&a.moduleGetFunction, "cuModuleGetFunction"},
         {(void **)&a.moduleGetGlobal, "cuModuleGetGlobal_v2"},
+        {(void **)&a.funcSetAttribute, "cuFuncSetAttribute"},
+        {(void **)&a.funcGetAttribute, "cuFuncGetAttribute"},
         {(void **)&a.launchKernel, "cuLaunchKernel"},
         {(void **)&a.streamCreate, "cuStreamCreate"},
         {(void **)&a.streamSynchronize, "cuStreamSynchronize"},
@@ -270,6 +277,9 @@ Expected<Driver *> Driver::get() {
         !(st = d->check(
               a.deviceGetAttribute(&d->smCount_, kAttrMultiprocessorCount, dev),
               "cuDeviceGetAttribute")) ||
+        !(st = d->check(a.deviceGetAttribute(&d->maxSmemOptin_,
+                                             kAttrMaxSharedPerBlockOptin, dev),
+                        "cuDeviceGetAttribute")) ||
         !(st = d->check(a.primaryCtxRetain(&d->context_, dev),
                         "cuDevicePrimaryCtxRetain"))) {
       failure = st;
@@ -370,6 +380,18 @@ Expected<CUfunction> Driver::function(CUmodule module,
                            "cuModuleGetFunction")
                          .withContext("kernel '" + name + "'"));
   return f;
+}
+
+Expected<int64_t> Driver::allowDynamicShared(CUfunction f) {
+  int staticBytes = 0;
+  K3_RETURN_IF_ERROR(
+      check(api_->funcGetAttribute(&staticBytes, kFuncAttrStaticShared, f),
+            "cuFuncGetAttribute"));
+  const int most = maxSmemOptin_ - staticBytes;
+  K3_RETURN_IF_ERROR(
+      check(api_->funcSetAttribute(f, kFuncAttrMaxDynamicShared, most),
+            "cuFuncSetAttribute"));
+  return static_cast<int64_t>(most);
 }
 
 Status Driver::launch(CUfunction f, const int64_t grid[3],

@@ -49,6 +49,8 @@ public:
   int computeMinor() const { return minor_; }
   /// Number of SMs.
   int smCount() const { return smCount_; }
+  /// The most shared memory one block may opt in to (bytes).
+  int64_t maxSharedOptin() const { return maxSmemOptin_; }
 
   Expected<CUdeviceptr> alloc(size_t bytes);
   void free(CUdeviceptr p);
@@ -70,6 +72,10 @@ public:
   /// error carries the JIT log.
   Expected<CUmodule> loadModule(const std::string &ptx);
   Expected<CUfunction> function(CUmodule module, const std::string &name);
+  /// Lets launches of `f` ask for as much dynamic shared memory as the
+  /// device allows a block beside `f`'s static shared memory (beyond the
+  /// default 48 KiB), and returns that many bytes.
+  Expected<int64_t> allowDynamicShared(CUfunction f);
   /// A module-scope __device__ variable: its address and size.
   Expected<std::pair<CUdeviceptr, size_t>> global(CUmodule module,
                                                   const std::string &name);
@@ -130,7 +136,7 @@ private:
   std::unique_ptr<Api> api_;
   CUcontext context_ = nullptr;
   std::string deviceName_;
-  int major_ = 0, minor_ = 0, smCount_ = 0;
+  int major_ = 0, minor_ = 0, smCount_ = 0, maxSmemOptin_ = 0;
   bool hasPdl_ = false;
   bool hasGraphs_ = false;
 };

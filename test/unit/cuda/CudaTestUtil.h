@@ -138,6 +138,11 @@ template <typename Params>
     return d.status();
   const int64_t grid[3] = {gridX, 1, 1}, block[3] = {blockX, 1, 1},
                 cluster[3] = {clusterX, 1, 1};
+  if (smem > 0) { // static + dynamic beyond 48 KiB needs the opt-in
+    auto most = (*d)->allowDynamicShared(*f);
+    if (!most)
+      return most.status();
+  }
   K3_RETURN_IF_ERROR((*d)->launch(*f, grid, block, smem, nullptr, &params,
                                   /*programmatic=*/false, cluster));
   return (*d)->synchronize(nullptr);

@@ -20,6 +20,7 @@
 
 #include "runtime/exec/CpuBackend.h"
 #include "runtime/exec/Differential.h"
+#include "runtime/exec/cuda/CudaBackend.h"
 #include "tools/k3-mkmodel/ModelMaker.h"
 #include "runtime/model/ModelWeights.h"
 #include "runtime/model/Presets.h"
@@ -482,6 +483,11 @@ TEST(DecodeCudaBatch, SequencesAsAloneAndAsTheCpu) {
       EXPECT_EQ(g->maxActive, 4);
       EXPECT_GT(g->maxRows, 4); // prompt chunks beside other rows
       EXPECT_LE(g->sequences[4]->tokens.size(), size_t(3));
+      // The projections of several rows ran in their multi-row form.
+      const auto *cuda =
+          dynamic_cast<const k3::CudaBackend *>(&(*gpu)->backend());
+      ASSERT_NE(cuda, nullptr);
+      EXPECT_GT(cuda->launchesTogether(), 0);
       std::optional<k3::BatchResult> cpu;
       double bound = 0.0;
       if (!random) {

@@ -6,7 +6,9 @@
 // a multiple of 8 or 32, tiny n, k wider than one staged chunk), with and
 // without the folded norm and the residual epilogue, with the compiler's grid
 // ceil(n / 8), a one-block grid and grids large enough to split rows over
-// warps.
+// warps. The multi-row forms (k3_linear_rows, k3_linear_multi_rows) give
+// each token the single-row kernel's bits, checked against it at the same
+// shapes, and the CPU's values.
 //
 // Tolerances: the kernels differ from the CPU only in summation order, so a
 // bf16 output is the CPU's value or its bf16 neighbour (with a residual:
@@ -21,7 +23,9 @@
 
 #include "kernels/gemv/GemvCpu.h"
 
+#include <algorithm>
 #include <cstdio>
+#include <cstring>
 
 namespace {
 
@@ -468,6 +472,278 @@ TEST(LinearMultiCuda, MixedAndAnyGrid) {
   runMulti(entries, 3072, true, 1, 91, "mixed grid 1");
   runMulti(entries, 3072, false, 600, 92, "mixed split rows");
   runMulti({{37, false}, {5, false}}, 100, true, 0, 93, "k=100");
+}
+
+//===----------------------------------------------------------------------===//
+// The multi-row forms (k3_linear_rows, k3_linear_multi_rows)
+//===----------------------------------------------------------------------===//
+
+/// Downloads `n` elements at `offset` of a device buffer.
+template <typename T>
+std::vector<T> slice(const Dev &d, size_t offset, size_t n) {
+  const std::vector<T> all = d.download<T>(offset + n);
+  return std::vector<T>(all.begin() + offset, all.end());
+}
+
+/// Expects `got` to be `want` bit for bit (the multi-row form against the
+/// single-row kernel on the same token).
+template <typename T>
+void expectSameBits(const std::vector<T> &want, const std::vector<T> &got,
+                    const std::string &what) {
+  ASSERT_EQ(want.size(), got.size()) << what;
+  size_t differ = 0, first = 0;
+  for (size_t i = 0; i < want.size(); ++i)
+    if (std::memcmp(&want[i], &got[i], sizeof(T)) != 0 && differ++ == 0)
+      first = i;
+  EXPECT_EQ(differ, 0u) << what << ": " << differ
+                        << " elements differ from the single-row kernel's, "
+                           "first "
+                        << first;
+}
+
+/// `tokens` tokens of linear case `c` in one k3_linear_rows launch, their
+/// activations a few elements more than a row apart (x: k + 24, residual:
+/// n + 16, out: n + 40) so a wrong stride shows: every token's output
+/// equals k3_linear's launch on that token (same grid) bit for bit, and the
+/// CPU's within the linear tolerances; the gaps between the tokens' outputs
+/// stay poisoned. `smem` < 0: what the launch needs (gemvRowsSmemBytes);
+/// else that many bytes (too few: the per-token fallback must still be
+/// right).
+void runLinearRows(LinearCase c, int tokens, int64_t smem, uint64_t seed) {
+  if (c.grid == 0)
+    c.grid = (c.n + 7) / 8;
+  const std::string what =
+      describe(c) + " tokens=" + std::to_string(tokens) +
+      (smem >= 0 ? " smem=" + std::to_string(smem) : std::string());
+  SCOPED_TRACE(what);
+  const int64_t xs = c.k + 24, rs = c.n + 16;
+  const int64_t os = c.aliasResidual ? rs : c.n + 40;
+  Rand r(seed);
+  Matrix m = Matrix::make(c.mxfp4, c.n, c.k, seed + 1);
+  const std::vector<uint16_t> x = r.bf16(tokens * xs, c.norm ? 4.0f : 1.0f);
+  std::vector<uint16_t> normW(c.k);
+  for (auto &v : normW)
+    v = k3::floatToBf16(1.0f + 0.2f * r.f32(1)[0]);
+  const std::vector<uint16_t> residual = r.bf16(tokens * rs, 1.0f);
+  Dev dX = Dev::of(x), dNormW = Dev::of(normW), dRes = Dev::of(residual);
+  Dev dOut = c.aliasResidual ? Dev::of(residual)
+             : c.f32         ? Dev::poisoned<float>(tokens * os)
+                             : Dev::poisoned<uint16_t>(tokens * os);
+
+  k3::LinearRowsParams rp;
+  k3::LinearParams &p = rp.one;
+  p.x = dX.get<uint16_t>();
+  p.w = m.device();
+  p.n = c.n;
+  p.k = c.k;
+  p.normWeight = c.norm ? dNormW.get<uint16_t>() : nullptr;
+  p.normEps = c.eps;
+  if (c.f32) {
+    p.outF32 = dOut.get<float>();
+  } else {
+    p.out = dOut.get<uint16_t>();
+    if (c.residual)
+      p.residual = c.aliasResidual ? p.out : dRes.get<uint16_t>();
+  }
+  rp.rows = tokens;
+  rp.xStride = xs;
+  rp.residualStride = rs;
+  rp.outStride = os;
+  ASSERT_TRUE(launch("linear_rows", rp, c.grid, c.block,
+                     smem >= 0 ? smem : k3::gemvRowsSmemBytes(c.k, tokens))
+                  .isOk());
+
+  for (int t = 0; t < tokens; ++t) {
+    SCOPED_TRACE("token " + std::to_string(t));
+    // The single-row kernel on this token, into a buffer of its own.
+    k3::LinearParams one = p;
+    one.x = p.x + t * xs;
+    Dev dOne = c.aliasResidual
+                   ? Dev::of(std::vector<uint16_t>(residual.begin() + t * rs,
+                                                   residual.begin() + t * rs +
+                                                       c.n))
+               : c.f32 ? Dev::poisoned<float>(c.n)
+                       : Dev::poisoned<uint16_t>(c.n);
+    one.out = c.f32 ? nullptr : dOne.get<uint16_t>();
+    one.outF32 = c.f32 ? dOne.get<float>() : nullptr;
+    one.residual = !c.residual       ? nullptr
+                   : c.aliasResidual ? one.out
+                                     : p.residual + t * rs;
+    ASSERT_TRUE(launch("linear", one, c.grid, c.block).isOk());
+    // The CPU on this token.
+    k3::LinearParams cpu = one;
+    cpu.x = x.data() + t * xs;
+    cpu.w = m.host();
+    cpu.normWeight = c.norm ? normW.data() : nullptr;
+    const std::vector<uint16_t> res(residual.begin() + t * rs,
+                                    residual.begin() + t * rs + c.n);
+    std::vector<uint16_t> want = c.aliasResidual
+                                     ? res
+                                     : std::vector<uint16_t>(c.n, 0xFFFF);
+    std::vector<float> wantF32(c.n, NAN);
+    cpu.out = c.f32 ? nullptr : want.data();
+    cpu.outF32 = c.f32 ? wantF32.data() : nullptr;
+    cpu.residual = !c.residual       ? nullptr
+                   : c.aliasResidual ? cpu.out
+                                     : res.data();
+    k3::linearCpu(cpu);
+    if (c.f32) {
+      const std::vector<float> got = slice<float>(dOut, t * os, c.n);
+      expectSameBits(dOne.download<float>(c.n), got, what);
+      if (t == 0 || t == tokens - 1)
+        expectF32Close(wantF32, got, c.norm ? kF32NormRelErr : kF32RelErr,
+                       what);
+    } else {
+      const std::vector<uint16_t> got = slice<uint16_t>(dOut, t * os, c.n);
+      expectSameBits(dOne.download<uint16_t>(c.n), got, what);
+      if (t == 0 || t == tokens - 1)
+        expectBf16Close(want, got, c.residual ? &res : nullptr, what, c.norm);
+    }
+  }
+  // Nothing between the tokens' outputs was written.
+  if (!c.aliasResidual) {
+    const size_t elem = c.f32 ? 4 : 2;
+    const std::vector<uint8_t> all =
+        dOut.download<uint8_t>(static_cast<size_t>(tokens * os) * elem);
+    size_t written = 0;
+    for (int t = 0; t < tokens; ++t)
+      for (size_t b = (t * os + c.n) * elem; b < (t + 1) * os * elem; ++b)
+        written += all[b] != 0xFF;
+    EXPECT_EQ(written, 0u) << what << ": bytes between tokens written";
+  }
+}
+
+/// Kimi-Linear's and K3's projections, several tokens (one pass, a partial
+/// pass, several passes): o_proj with the residual added in place, the
+/// MLA / KDA widths with the folded norm, an lm_head slice in fp32.
+TEST(LinearRowsCuda, ProjectionsOfSeveralTokens) {
+  K3_REQUIRE_GPU();
+  LinearCase oProj{2304, 4096};
+  oProj.residual = oProj.aliasResidual = true;
+  for (int tokens : {1, 2, 8, 9, 16})
+    runLinearRows(oProj, tokens, -1, 200 + tokens);
+  LinearCase normed{4096, 2304};
+  normed.norm = true;
+  runLinearRows(normed, 5, -1, 220);
+  runLinearRows(normed, 64, -1, 221);
+  LinearCase k3Wide{1024, 7168};
+  k3Wide.norm = true;
+  k3Wide.residual = true;
+  runLinearRows(k3Wide, 8, -1, 230);
+  LinearCase head{2000, 2304};
+  head.f32 = true;
+  head.norm = true;
+  runLinearRows(head, 3, -1, 240);
+}
+
+/// Launches the multi-row form cannot stream take the single-row path per
+/// token and give its bits as well: MXFP4, k not a multiple of 8, k wider
+/// than a staged chunk, a grid that splits rows over warps, a one-block
+/// grid (looping), and too little shared memory for a pass.
+TEST(LinearRowsCuda, FallbacksAndAnyGrid) {
+  K3_REQUIRE_GPU();
+  LinearCase mx{512, 1024};
+  mx.mxfp4 = true;
+  runLinearRows(mx, 3, -1, 250);
+  LinearCase odd{77, 100};
+  odd.norm = true;
+  runLinearRows(odd, 4, -1, 251);
+  LinearCase wide{64, 16384};
+  runLinearRows(wide, 2, -1, 252);
+  LinearCase split{96, 2304};
+  split.grid = 64;
+  runLinearRows(split, 5, -1, 253);
+  LinearCase looping{600, 2304};
+  looping.grid = 1;
+  looping.residual = true;
+  runLinearRows(looping, 9, -1, 254);
+  LinearCase small{1000, 2304};
+  runLinearRows(small, 8, 1024, 255);
+}
+
+/// k3_linear_multi_rows: Kimi-Linear's KDA projections of h (q, k, v, f_a,
+/// b, g_a with the folded norm) for several tokens, each token's entries
+/// bit for bit k3_linear_multi's, the gaps between tokens untouched.
+TEST(LinearMultiRowsCuda, KdaProjectionsOfSeveralTokens) {
+  K3_REQUIRE_GPU();
+  const int64_t k = 2304;
+  const std::vector<int64_t> ns = {4096, 4096, 4096, 128, 32, 128};
+  for (int tokens : {3, 8, 16}) {
+    const std::string what = "kda tokens=" + std::to_string(tokens);
+    SCOPED_TRACE(what);
+    Rand r(300 + tokens);
+    const int64_t xs = k + 8, os = 4096 + 24;
+    const std::vector<uint16_t> x = r.bf16(tokens * xs, 4.0f);
+    std::vector<uint16_t> normW(k);
+    for (auto &v : normW)
+      v = k3::floatToBf16(1.0f + 0.2f * r.f32(1)[0]);
+    Dev dX = Dev::of(x), dNormW = Dev::of(normW);
+    std::vector<Matrix> m;
+    std::vector<Dev> dOut;
+    k3::LinearMultiRowsParams rp;
+    k3::LinearMultiParams &p = rp.one;
+    p.x = dX.get<uint16_t>();
+    p.k = k;
+    p.normWeight = dNormW.get<uint16_t>();
+    p.normEps = 1e-6f;
+    p.count = static_cast<int32_t>(ns.size());
+    int64_t total = 0;
+    for (size_t e = 0; e < ns.size(); ++e) {
+      m.push_back(Matrix::make(false, ns[e], k, 310 + e));
+      dOut.push_back(Dev::poisoned<uint16_t>(tokens * os));
+      p.entries[e].w = m[e].device();
+      p.entries[e].n = ns[e];
+      p.entries[e].out = dOut[e].get<uint16_t>();
+      total += ns[e];
+    }
+    rp.rows = tokens;
+    rp.xStride = xs;
+    rp.outStride = os;
+    const int64_t grid = std::min<int64_t>((total + 7) / 8, 528);
+    ASSERT_TRUE(launch("linear_multi_rows", rp, grid, 256,
+                       k3::gemvRowsSmemBytes(k, tokens))
+                    .isOk());
+    for (int t = 0; t < tokens; ++t) {
+      k3::LinearMultiParams one = p;
+      one.x = p.x + t * xs;
+      std::vector<Dev> dOne;
+      for (size_t e = 0; e < ns.size(); ++e) {
+        dOne.push_back(Dev::poisoned<uint16_t>(ns[e]));
+        one.entries[e].out = dOne[e].get<uint16_t>();
+      }
+      ASSERT_TRUE(launch("linear_multi", one, grid).isOk());
+      for (size_t e = 0; e < ns.size(); ++e)
+        expectSameBits(dOne[e].download<uint16_t>(ns[e]),
+                       slice<uint16_t>(dOut[e], t * os, ns[e]),
+                       what + " token " + std::to_string(t) + " entry " +
+                           std::to_string(e));
+      if (t == tokens - 1) {
+        // The CPU on the last token.
+        k3::LinearMultiParams cpu = one;
+        cpu.x = x.data() + t * xs;
+        cpu.normWeight = normW.data();
+        std::vector<std::vector<uint16_t>> want;
+        for (size_t e = 0; e < ns.size(); ++e) {
+          want.emplace_back(ns[e], 0xFFFF);
+          cpu.entries[e].w = m[e].host();
+          cpu.entries[e].out = want[e].data();
+        }
+        k3::linearMultiCpu(cpu);
+        for (size_t e = 0; e < ns.size(); ++e)
+          expectBf16Close(want[e], slice<uint16_t>(dOut[e], t * os, ns[e]),
+                          nullptr, what + " cpu entry " + std::to_string(e),
+                          true);
+      }
+    }
+    for (size_t e = 0; e < ns.size(); ++e) {
+      const std::vector<uint16_t> all = dOut[e].download<uint16_t>(tokens * os);
+      size_t written = 0;
+      for (int t = 0; t < tokens; ++t)
+        for (int64_t i = t * os + ns[e]; i < (t + 1) * os; ++i)
+          written += all[i] != 0xFFFF;
+      EXPECT_EQ(written, 0u) << what << " entry " << e;
+    }
+  }
 }
 
 } // namespace
