@@ -1219,7 +1219,11 @@ extern "C" __global__ void __launch_bounds__(1024)
 #endif
       continue;
     }
-    // A router item: one expert row per warp.
+    // A router item: one expert row per warp. The first also asks L2 for
+    // the bias, which the ranking block reads right after the scores (from
+    // HBM otherwise: the weights streamed since the last step evicted it).
+    if (ticket == 0 && rp.bias && threadIdx.x < 32)
+      prefetchL2Warp(rp.bias, 4 * E);
     const int64_t e = int64_t(ticket) * (blockDim.x >> 5) + (threadIdx.x >> 5);
     if (!haveX) {
       moeStageInput(ep, sh, xs, normParts);
