@@ -931,6 +931,12 @@ __device__ __noinline__ void attendAllHeads(const MlaAttendParams &p,
       const unsigned b = t - cut.nQ;
       attendRangeItem(p, cut, int(b / cut.ranges) * cut.quadsPerItem,
                       int(b % cut.ranges), s);
+#ifdef K3C_TUNE_MLA_RANGE_TWICE
+      // A measurement, not a form: the item again (same writes), so the
+      // trace shows what a second, warm run of it costs.
+      attendRangeItem(p, cut, int(b / cut.ranges) * cut.quadsPerItem,
+                      int(b % cut.ranges), s);
+#endif
       dev::finishItem(&gAttendDone[1]);
       K3C_TRACE(kMlaTraceRange, b);
     } else if (t < endM) {
