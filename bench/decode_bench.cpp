@@ -62,6 +62,7 @@ struct Options {
   std::string backend = "cpu", commit = K3C_GIT_COMMIT,
               outDir = "bench/results", json;
   int64_t context = 1024, promptLen = 64, steps = 50, warmup = 5;
+  int64_t batch = 1; ///< rows per step (--batch: a plan of >= N slots)
   uint64_t copyBytes = 0;
 };
 
@@ -95,6 +96,13 @@ void printHelp() {
       "  --prompt-len P     the state is filled with P prompt tokens, then\n"
       "                     greedy tokens up to position C-2 (default 64,\n"
       "                     at most C)\n"
+      "  --batch N          N sequences per step (a plan made with k3c\n"
+      "                     --max-batch >= N): each slot filled with its\n"
+      "                     own prompt, then steps of N rows at position\n"
+      "                     C-1 timed on the host clock (mode batch-N;\n"
+      "                     us/token is the step over N). Its floor is a\n"
+      "                     batch-1 step's bytes, each weight once: a lower\n"
+      "                     bound (the rows' other experts add to it)\n"
       "  --steps N          timed steps per row, the median is reported\n"
       "                     (default 50)\n"
       "  --warmup W         untimed steps before them (default 5)\n"
@@ -191,9 +199,77 @@ struct Row {
   /// back, Backend::chainGreedy: the decode a user runs, host wait included).
   std::string mode;
   int64_t launches = 0;
+  int64_t batch = 1; ///< rows per timed step
   double us = 0, usMin = 0, usMax = 0, floorUs = 0;
   uint64_t bytes = 0;
 };
+
+/// --batch N: slot s filled with prompt s (greedy after it) up to position
+/// context - 2, all slots stepping together; then steps of N rows, one per
+/// slot at position context - 1, timed on the host clock (stepSlots waits
+/// for its step). The floor counts every weight once (a batch-1 step's
+/// bytes): a lower bound of the batch's, whose rows also read the experts
+/// the others did not choose.
+k3::Status benchBatch(const Options &o, const ModelSpec &m, const PlanSpec &ps,
+                      const k3::PlanDoc &plan, k3::Backend &be,
+                      double copyGBps, std::vector<Row> &rows) {
+  if (be.maxBatch() < o.batch)
+    return k3::makeError(ps.path, ": --batch ", o.batch,
+                         " needs a plan of that many slots; it has ",
+                         be.maxBatch(), " (k3c --max-batch)");
+  const int64_t vocab = plan.config.vocabSize;
+  std::vector<std::vector<int64_t>> prompts;
+  for (int64_t s = 0; s < o.batch; ++s) {
+    std::vector<int64_t> p = promptIds(o.promptLen + s, vocab);
+    prompts.emplace_back(p.begin() + s, p.end()); // a different prompt per slot
+  }
+  std::vector<k3::SlotStep> step(static_cast<size_t>(o.batch));
+  auto tokenAt = [&](int64_t s, int64_t pos) {
+    if (pos < o.promptLen)
+      return prompts[static_cast<size_t>(s)][static_cast<size_t>(pos)];
+    const float *l = be.rowLogits(static_cast<size_t>(s));
+    return static_cast<int64_t>(std::max_element(l, l + vocab) - l);
+  };
+  for (int64_t s = 0; s < o.batch; ++s)
+    K3_RETURN_IF_ERROR(be.resetSlot(s));
+  for (int64_t pos = 0; pos + 1 < o.context; ++pos) {
+    for (int64_t s = 0; s < o.batch; ++s)
+      step[static_cast<size_t>(s)] = {s, tokenAt(s, pos), pos};
+    K3_RETURN_IF_ERROR(be.stepSlots(step));
+  }
+  for (int64_t s = 0; s < o.batch; ++s)
+    step[static_cast<size_t>(s)] = {s, tokenAt(s, o.context - 1),
+                                    o.context - 1};
+  std::vector<double> us;
+  for (int64_t i = -o.warmup; i < o.steps; ++i) {
+    const auto t0 = std::chrono::steady_clock::now();
+    K3_RETURN_IF_ERROR(be.stepSlots(step));
+    if (i >= 0)
+      us.push_back(std::chrono::duration<double, std::micro>(
+                       std::chrono::steady_clock::now() - t0)
+                       .count());
+  }
+  Row r;
+  r.model = m.name;
+  r.fusion = ps.label.empty() ? plan.fusion : ps.label;
+  r.plan = fs::path(ps.path).filename().string();
+  r.backend = be.name();
+  r.config = plan.config;
+  r.mode = "batch-" + std::to_string(o.batch);
+  r.batch = o.batch;
+  r.launches = static_cast<int64_t>(plan.launches.size());
+  const double n = static_cast<double>(o.batch);
+  r.us = k3::median(us) / n;
+  r.usMin = *std::min_element(us.begin(), us.end()) / n;
+  r.usMax = *std::max_element(us.begin(), us.end()) / n;
+  r.bytes = k3::stepBytes(plan, o.context).total();
+  r.floorUs = r.bytes / (copyGBps * 1e3) / n;
+  rows.push_back(r);
+  std::fprintf(stderr, "decode_bench: %s %s batch %lld: %.2f us per step\n",
+               r.model.c_str(), r.fusion.c_str(),
+               static_cast<long long>(o.batch), r.us * n);
+  return k3::Status::ok();
+}
 
 /// One model, one plan: bind, fill, time with and without the graph.
 k3::Status benchPlan(const Options &o, const ModelSpec &m, const PlanSpec &ps,
@@ -218,6 +294,9 @@ k3::Status benchPlan(const Options &o, const ModelSpec &m, const PlanSpec &ps,
     copyGBps = *c;
     copyMethod = be.copyMethod(o.copyBytes);
   }
+
+  if (o.batch > 1)
+    return benchBatch(o, m, ps, *plan, be, copyGBps, rows);
 
   // The state of a real decode at this context: the prompt, then the
   // greedy tokens after it.
@@ -303,7 +382,7 @@ ojson rowJson(const Row &r, const Options &o, double copyGBps,
                    {"experts", r.config.numExperts},
                    {"top_k", r.config.numExpertsPerToken},
                    {"vocab", r.config.vocabSize}};
-  j["batch"] = 1;
+  j["batch"] = r.batch;
   j["fusion"] = r.fusion;
   j["graph"] = r.graph;
   j["mode"] = r.mode;
@@ -404,6 +483,9 @@ int main(int argc, char **argv) {
     } else if (a == "--context") {
       if (!intValue(o.context, 1))
         return usageError("--context needs an integer >= 1");
+    } else if (a == "--batch") {
+      if (!intValue(o.batch, 1))
+        return usageError("--batch needs an integer >= 1");
     } else if (a == "--prompt-len") {
       if (!intValue(o.promptLen, 1))
         return usageError("--prompt-len needs an integer >= 1");
@@ -454,8 +536,9 @@ int main(int argc, char **argv) {
     }
   gpu = deviceName(kind);
 
-  std::printf("decode at batch 1, context %lld (prompt %lld), median of %lld "
-              "steps after %lld warm-up; %s, commit %s\n",
+  std::printf("decode at batch %lld, context %lld (prompt %lld), median of "
+              "%lld steps after %lld warm-up; %s, commit %s\n",
+              static_cast<long long>(o.batch),
               static_cast<long long>(o.context),
               static_cast<long long>(o.promptLen),
               static_cast<long long>(o.steps), static_cast<long long>(o.warmup),

@@ -212,6 +212,43 @@ TEST_F(ProfileToolTest, DecodeBenchWritesEveryField) {
       out + "/" + files[0].substr(0, files[0].size() - 5) + "-2.json"));
 }
 
+/// --batch N: a plan of N slots, each filled with its own prompt, then steps
+/// of N rows; the row reports the step over N and a floor of one batch-1
+/// step's bytes over N. Too few slots is an error naming the plan's.
+TEST_F(ProfileToolTest, DecodeBenchBatch) {
+  Expected<PlanDoc> b = test::compiledPlan(config, "default", kMaxSeq, 4);
+  ASSERT_TRUE(b.hasValue()) << b.message();
+  test::writeFile(dir->file("b4.plan"), serializePlan(*b));
+  const std::string w = " --weights " + dir->file("model");
+  const std::string p = " --plan " + dir->file("b4.plan");
+  const RunResult r = run(bench() + w + p +
+                              " --batch 4 --context 10 --prompt-len 3 "
+                              "--steps 3 --warmup 1 --copy-mb 8 --json " +
+                              dir->file("batch.json"),
+                          *dir);
+  ASSERT_EQ(r.exitCode, 0) << r.err;
+  EXPECT_TRUE(test::contains(r.out, "decode at batch 4, context 10")) << r.out;
+  const nlohmann::json j = nlohmann::json::parse(
+      test::readFile(dir->file("batch.json")), nullptr, false);
+  ASSERT_FALSE(j.is_discarded());
+  ASSERT_EQ(j["results"].size(), 1u);
+  const nlohmann::json &row = j["results"][0];
+  EXPECT_EQ(row["batch"], 4);
+  EXPECT_EQ(row["mode"], "batch-4");
+  EXPECT_GT(row["us_per_token"].get<double>(), 0.0);
+  EXPECT_NEAR(row["floor_us"].get<double>(),
+              stepBytes(*b, 10).total() /
+                  (row["copy_gbps"].get<double>() * 1e3) / 4.0,
+              1e-6);
+  RunResult bad = run(bench() + w + p + " --batch 5 --context 4 --copy-mb 8",
+                      *dir);
+  EXPECT_EQ(bad.exitCode, 1) << bad.err;
+  EXPECT_TRUE(test::contains(bad.err, "it has 4 (k3c --max-batch)"))
+      << bad.err;
+  bad = run(bench() + w + p + " --batch 0", *dir);
+  EXPECT_EQ(bad.exitCode, 2) << bad.err;
+}
+
 TEST_F(ProfileToolTest, DecodeBenchErrors) {
   const RunResult help = run(bench() + " --help", *dir);
   EXPECT_EQ(help.exitCode, 0);
