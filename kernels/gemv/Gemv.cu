@@ -608,174 +608,24 @@ __device__ __forceinline__ unsigned dynamicSmemBytes() {
   return v;
 }
 
-/// Stages x̂ of one token for streamRowsTokens in fp32: the values
-/// stageInput would stage (the same bf16 roundings), chunk c's first four
-/// columns at lo[c] and its last four at hi[c] (so the lanes of a warp,
-/// reading consecutive chunks, read consecutive float4s). The caller
-/// synchronises.
-__device__ void stageTokenF32(const uint16_t *x, const uint16_t *normW,
-                              float r, int64_t k, float4 *lo, float4 *hi) {
-  const int nv = static_cast<int>(k >> 3);
-  const bool vec = aligned16(x) && (!normW || aligned16(normW));
-  for (int c = threadIdx.x; c < nv; c += blockDim.x) {
-    uint4 v;
-    if (vec) {
-      v = __ldg(reinterpret_cast<const uint4 *>(x) + c);
-      if (normW) {
-        const uint4 w = __ldg(reinterpret_cast<const uint4 *>(normW) + c);
-        v = make_uint4(
-            dev::rmsNormPair(v.x, w.x, r), dev::rmsNormPair(v.y, w.y, r),
-            dev::rmsNormPair(v.z, w.z, r), dev::rmsNormPair(v.w, w.w, r));
-      }
-    } else {
-      uint16_t e[8];
-      for (int i = 0; i < 8; ++i) {
-        e[i] = __ldg(x + 8 * c + i);
-        if (normW)
-          e[i] = static_cast<uint16_t>(dev::rmsNormBf16(
-              dev::bf16ToF(e[i]), dev::bf16ToF(__ldg(normW + 8 * c + i)), r));
-      }
-      v = make_uint4(e[0] | uint32_t(e[1]) << 16, e[2] | uint32_t(e[3]) << 16,
-                     e[4] | uint32_t(e[5]) << 16, e[6] | uint32_t(e[7]) << 16);
-    }
-    lo[c] = make_float4(loF(v.x), hiF(v.x), loF(v.y), hiF(v.y));
-    hi[c] = make_float4(loF(v.z), hiF(v.z), loF(v.w), hiF(v.w));
-  }
-}
-
-/// Tokens whose input chunks stageTokensF32 loads at once.
-constexpr int kStageGroup = 2;
-
-/// Stages x̂ of the n <= kGemvRowsPerPass tokens x + j·xStride of a pass at
-/// once, as n stageTokenF32 calls with rmsFactor's factors would (the same
-/// bits: per token the same sums in the same order, the same block
-/// reduction), but with every token's loads in flight together and one
-/// pair of block barriers for all the norms, instead of a chain of
-/// dependent rounds per token. Needs 16-byte aligned rows (x, xStride % 8,
-/// normW) and k % 8 == 0; `scratch` holds kGemvRowsPerPass · 32 floats.
-/// The caller synchronises.
-__device__ void stageTokensF32(const uint16_t *x, int64_t xStride, int n,
-                               const uint16_t *normW, float eps, int64_t k,
-                               int tokChunks, float4 *xs, float *scratch) {
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int warps = (blockDim.x + 31) >> 5;
-  const int nv = static_cast<int>(k >> 3);
-  float r[kGemvRowsPerPass];
-  if (normW) {
-    float sum[kGemvRowsPerPass];
-#pragma unroll
-    for (int j = 0; j < kGemvRowsPerPass; ++j)
-      sum[j] = 0.0f;
-    for (int c = threadIdx.x; c < nv; c += blockDim.x) {
-#pragma unroll
-      for (int j0 = 0; j0 < kGemvRowsPerPass; j0 += kStageGroup) {
-        uint4 v[kStageGroup];
-#pragma unroll
-        for (int j = 0; j < kStageGroup; ++j)
-          if (j0 + j < n)
-            v[j] = __ldg(reinterpret_cast<const uint4 *>(x + (j0 + j) * xStride) +
-                         c);
-#pragma unroll
-        for (int j = 0; j < kStageGroup; ++j)
-          if (j0 + j < n)
-            sum[j0 + j] = dev::sumSquares8(v[j], sum[j0 + j]);
-      }
-    }
-    // blockSum for every token with its barriers shared.
-#pragma unroll
-    for (int j = 0; j < kGemvRowsPerPass; ++j)
-      sum[j] = dev::warpSum(sum[j]);
-    __syncthreads(); // scratch may still be read by a previous reduction
-    if (lane == 0)
-#pragma unroll
-      for (int j = 0; j < kGemvRowsPerPass; ++j)
-        if (j < n)
-          scratch[j * 32 + warp] = sum[j];
-    __syncthreads();
-#pragma unroll
-    for (int j = 0; j < kGemvRowsPerPass; ++j) {
-      const float t = lane < warps && j < n ? scratch[j * 32 + lane] : 0.0f;
-      r[j] = 1.0f / sqrtf(dev::warpSum(t) / static_cast<float>(k) + eps);
-    }
-  }
-  for (int c = threadIdx.x; c < nv; c += blockDim.x) {
-    uint4 w = make_uint4(0, 0, 0, 0);
-    if (normW)
-      w = __ldg(reinterpret_cast<const uint4 *>(normW) + c);
-#pragma unroll
-    for (int j0 = 0; j0 < kGemvRowsPerPass; j0 += kStageGroup) {
-      uint4 v[kStageGroup];
-#pragma unroll
-      for (int j = 0; j < kStageGroup; ++j)
-        if (j0 + j < n)
-          v[j] =
-              __ldg(reinterpret_cast<const uint4 *>(x + (j0 + j) * xStride) + c);
-#pragma unroll
-      for (int j = 0; j < kStageGroup; ++j) {
-        if (j0 + j >= n)
-          continue;
-        if (normW)
-          v[j] = make_uint4(dev::rmsNormPair(v[j].x, w.x, r[j0 + j]),
-                            dev::rmsNormPair(v[j].y, w.y, r[j0 + j]),
-                            dev::rmsNormPair(v[j].z, w.z, r[j0 + j]),
-                            dev::rmsNormPair(v[j].w, w.w, r[j0 + j]));
-        float4 *lo = xs + 2 * (j0 + j) * tokChunks;
-        lo[c] =
-            make_float4(loF(v[j].x), hiF(v[j].x), loF(v[j].y), hiF(v[j].y));
-        lo[tokChunks + c] =
-            make_float4(loF(v[j].z), hiF(v[j].z), loF(v[j].w), hiF(v[j].w));
-      }
-    }
-  }
-}
-
-/// acc += the batch at chunk c times one token's fp32 x̂: dot8's products
-/// in dot8's order (element e into acc[e % 4]), so sumBatch's bits.
-__device__ __forceinline__ void sumBatchF32(const uint4 (&w)[kStreamUnroll],
-                                            const float4 *lo, const float4 *hi,
-                                            int c, int chunks, int lane,
-                                            float *acc) {
-  const int rest = chunks - c - lane;
-#pragma unroll
-  for (int u = 0; u < kStreamUnroll; ++u) {
-    if (32 * u < rest) {
-      const float4 a = lo[c + lane + 32 * u], b = hi[c + lane + 32 * u];
-      acc[0] = fmaf(loF(w[u].x), a.x, acc[0]);
-      acc[1] = fmaf(hiF(w[u].x), a.y, acc[1]);
-      acc[2] = fmaf(loF(w[u].y), a.z, acc[2]);
-      acc[3] = fmaf(hiF(w[u].y), a.w, acc[3]);
-      acc[0] = fmaf(loF(w[u].z), b.x, acc[0]);
-      acc[1] = fmaf(hiF(w[u].z), b.y, acc[1]);
-      acc[2] = fmaf(loF(w[u].w), b.z, acc[2]);
-      acc[3] = fmaf(hiF(w[u].w), b.w, acc[3]);
-    }
-  }
-}
-
 /// y = W x̂_t for `tokens` tokens: streamRows with the tokens of a pass
-/// (gemvRowsPerPass(k) of them, x̂ staged in fp32 by stageTokenF32, token j
-/// at xs + 2·j·gemvRowsTokenChunks(k)) summed against each batch of weights
-/// a warp loads. Per token
-/// the lanes, the products and their order are streamRows', so every
-/// token's output is k3_linear's for that token bit for bit. A warp's rows
-/// are those of the single-row launch with the same grid; more tokens than
-/// a pass holds take more passes over the weights.
+/// (up to kGemvRowsPerPass, x̂ of each staged in `xs`, gemvRowsTokenChunks(k)
+/// chunks apart) summed against each batch of weights a warp loads. Per token
+/// the lanes, the order and the reduction are streamRows', so every token's
+/// output is k3_linear's for that token bit for bit. A warp's rows are those
+/// of the single-row launch with the same grid; more tokens than a pass
+/// holds take more passes over the weights.
 template <typename Rows>
 __device__ void streamRowsTokens(const Rows &rows, int tokens,
                                  const TokenStrides &ts, const uint16_t *x,
                                  int64_t k, const uint16_t *normW, float eps,
-                                 int64_t first, int64_t rowStep, float4 *xs,
+                                 int64_t first, int64_t rowStep, uint4 *xs,
                                  float *scratch) {
   const int lane = threadIdx.x & 31;
   const int64_t total = rows.count();
   const int chunks = static_cast<int>(k >> 3);
   const int tokChunks = static_cast<int>(gemvRowsTokenChunks(k));
-  const int perPass = gemvRowsPerPass(k);
   const bool active = first < total;
-  // All of a pass's tokens staged at once (stageTokensF32) when their rows
-  // are 16-byte aligned; else token by token.
-  const bool together = aligned16(x) && ts.x % 8 == 0 &&
-                        (!normW || aligned16(normW));
   auto rowPtr = [&](int64_t r) {
     const RowTarget t = rows.at(r);
     return t.w.bf16 + t.row * k;
@@ -784,23 +634,17 @@ __device__ void streamRowsTokens(const Rows &rows, int tokens,
   if (active)
     loadBatch(cur, rowPtr(first), 0, chunks, lane);
   dev::waitForPriorGrids();
-  for (int t0 = 0; t0 < tokens; t0 += perPass) {
-    const int n = min(perPass, tokens - t0);
+  for (int t0 = 0; t0 < tokens; t0 += kGemvRowsPerPass) {
+    const int n = min(kGemvRowsPerPass, tokens - t0);
     if (t0 > 0) {
       __syncthreads(); // every warp is done with the last pass's x̂
       if (active)
         loadBatch(cur, rowPtr(first), 0, chunks, lane);
     }
-    if (together) {
-      stageTokensF32(x + t0 * ts.x, ts.x, n, normW, eps, k, tokChunks, xs,
-                     scratch);
-    } else {
-      for (int j = 0; j < n; ++j) {
-        const uint16_t *xt = x + (t0 + j) * ts.x;
-        const float r = normW ? rmsFactor(xt, k, eps, scratch) : 0.0f;
-        float4 *lo = xs + 2 * j * tokChunks;
-        stageTokenF32(xt, normW, r, k, lo, lo + tokChunks);
-      }
+    for (int j = 0; j < n; ++j) {
+      const uint16_t *xt = x + (t0 + j) * ts.x;
+      const float r = normW ? rmsFactor(xt, k, eps, scratch) : 0.0f;
+      stageInput(xt, normW, r, 0, static_cast<int>(k), xs + j * tokChunks);
     }
     __syncthreads();
     if (!active)
@@ -821,11 +665,9 @@ __device__ void streamRowsTokens(const Rows &rows, int tokens,
       if (more)
         loadBatch(nxt, rowPtr(rn), cn, chunks, lane);
 #pragma unroll
-      for (int j = 0; j < kGemvRowsPerPass; ++j) {
-        const float4 *lo = xs + 2 * j * tokChunks;
+      for (int j = 0; j < kGemvRowsPerPass; ++j)
         if (j < n)
-          sumBatchF32(cur, lo, lo + tokChunks, c, chunks, lane, acc[j]);
-      }
+          sumBatch(cur, xs + j * tokChunks, c, chunks, lane, acc[j]);
       if (cn == 0) {
 #pragma unroll
         for (int j = 0; j < kGemvRowsPerPass; ++j) {
@@ -869,8 +711,8 @@ template <typename Rows>
 __device__ void gemvRowsBody(const Rows &rows, int tokens,
                              const TokenStrides &ts, const uint16_t *x,
                              int64_t k, const uint16_t *normW, float eps) {
-  extern __shared__ float4 rowsStage[];
-  __shared__ float scratch[kGemvRowsPerPass * 32];
+  extern __shared__ uint4 rowsStage[];
+  __shared__ float scratch[32];
   const int warps = blockDim.x >> 5;
   const int64_t total = rows.count();
   const int64_t gridWarps = static_cast<int64_t>(gridDim.x) * warps;

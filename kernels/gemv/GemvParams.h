@@ -67,40 +67,29 @@ struct LinearMultiParams {
   LinearMultiEntry entries[kLinearMultiMax];
 };
 
-/// The most tokens one pass of the multi-row forms takes: each weight row
-/// read from HBM serves them all (more tokens take more passes, each
-/// reading the weights again).
+/// Tokens whose x̂ one pass of the multi-row forms stages in shared memory:
+/// each weight row read from HBM serves them all (more tokens take more
+/// passes, each reading the weights again).
 constexpr int kGemvRowsPerPass = 8;
-/// Shared memory the staged tokens of one pass may take (bytes; x̂ is staged
-/// in fp32, so a wide input gets fewer tokens per pass).
-constexpr int64_t kGemvRowsStageBytes = 192 * 1024;
 
-/// 16-byte chunks of 8 bf16 one token's input has in the multi-row forms
-/// (k / 8 rounded up to whole swizzle groups of 4 chunks); its staged x̂
-/// takes 32 bytes per chunk.
+/// 16-byte chunks one token's staged x̂ takes in the multi-row forms (k / 8
+/// rounded up to whole swizzle groups of 4 chunks).
 K3C_HOST_DEVICE constexpr int64_t gemvRowsTokenChunks(int64_t k) {
   return ((k + 7) / 8 + 3) / 4 * 4;
-}
-
-/// Tokens per pass over k input columns: kGemvRowsPerPass, or fewer when
-/// their staged x̂ would pass kGemvRowsStageBytes (at least 1).
-K3C_HOST_DEVICE constexpr int gemvRowsPerPass(int64_t k) {
-  const int64_t fit = kGemvRowsStageBytes / (gemvRowsTokenChunks(k) * 32);
-  return fit < 1 ? 1 : fit > kGemvRowsPerPass ? kGemvRowsPerPass : int(fit);
 }
 
 /// Dynamic shared memory a multi-row launch of `rows` tokens over k input
 /// columns needs (bytes): one pass's tokens.
 K3C_HOST_DEVICE constexpr int64_t gemvRowsSmemBytes(int64_t k, int64_t rows) {
-  return (rows < gemvRowsPerPass(k) ? rows : gemvRowsPerPass(k)) *
-         gemvRowsTokenChunks(k) * 32;
+  return (rows < kGemvRowsPerPass ? rows : kGemvRowsPerPass) *
+         gemvRowsTokenChunks(k) * 16;
 }
 
 /// The multi-row form of `linear` (k3_linear_rows): the same projection for
 /// `rows` tokens in one launch, token t's x, residual and out (or outF32) at
 /// one's pointers + t times their stride. Each token's output is exactly
 /// what k3_linear with `one` moved to that token gives (same grid), bit for
-/// bit; the weights are read once per gemvRowsPerPass(k) tokens. The rows of
+/// bit; the weights are read once per kGemvRowsPerPass tokens. The rows of
 /// a decode batch or a prompt chunk sit in per-row copies of the step arena,
 /// a fixed distance apart, hence the strides.
 struct LinearRowsParams {
