@@ -583,6 +583,10 @@ Status CudaBackend::ensureRows(size_t n) {
   size_t count = 1;
   while (count < n)
     count *= 2;
+  // The rows (and their logits) go: nothing may point into them.
+  rowsStep_ = false;
+  lastRows_ = 1;
+  lastLogits_ = logits_.data();
   rows_.clear();
   rowArenaStride_ = (plan_.arenaBytes + 255) / 256 * 256;
   K3_RETURN_IF_ERROR(alloc(rowArenaStride_ * count, rowArenas_)
