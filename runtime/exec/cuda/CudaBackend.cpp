@@ -1,8 +1,8 @@
 //===- CudaBackend.cpp - Runs a plan with the CUDA kernels ----------------===//
 #include "runtime/exec/cuda/CudaBackend.h"
+#include "runtime/exec/cuda/RowsForms.h"
 
 #include "kernels/PtxModules.h"
-#include "kernels/gemv/GemvParams.h"
 
 #include <algorithm>
 #include <chrono>
@@ -228,10 +228,7 @@ CudaBackend::bind(const PlanDoc &plan, const TensorStore &store,
   for (size_t i = 0; i < plan.launches.size(); ++i) {
     const std::string &k = plan.launches[i].kernel;
     std::pair<cuda::CUfunction, int64_t> form{nullptr, 0};
-    const bool hasForm =
-        std::find(std::begin(kCudaRowsForms), std::end(kCudaRowsForms), k) !=
-        std::end(kCudaRowsForms);
-    if (useForms && hasForm) {
+    if (useForms && hasRowsForm(k)) {
       auto known = rowsForms.find(k);
       if (known == rowsForms.end()) {
         Expected<cuda::CUfunction> f =
@@ -625,81 +622,22 @@ Status CudaBackend::ensureRows(size_t n) {
   return driver_->synchronize(nullptr).withContext("zeroing the rows' states");
 }
 
-namespace {
-
-/// `bytes` (a params struct) with the pointer at `offset` moved by `delta`
-/// bytes, unless it is null.
-void movePointer(std::vector<uint8_t> &bytes, size_t offset, uint64_t delta) {
-  uint64_t v;
-  std::memcpy(&v, bytes.data() + offset, sizeof(v));
-  if (v != 0)
-    v += delta;
-  std::memcpy(bytes.data() + offset, &v, sizeof(v));
-}
-
-} // namespace
-
 Expected<bool> CudaBackend::launchRows(size_t l, size_t n) {
   const BoundLaunch &first = rows_[0]->launches[l];
   const Grid &g = grids_[l];
   if (!rowsFunctions_[l] || n < 2 || g.block[0] > 256 || g.block[1] != 1 ||
       g.block[2] != 1)
     return false;
-  // The pointer fields that move with a row's arena (the activations); the
-  // multi-row form has one stride per field group.
-  std::vector<size_t> moving;
-  int64_t k = 0;
-  const bool multi = first.kernel->name == "linear_multi";
-  if (multi) {
-    const auto &p = *static_cast<const LinearMultiParams *>(first.params->data());
-    k = p.k;
-    moving.push_back(offsetof(LinearMultiParams, x));
-    for (int e = 0; e < p.count && e < kLinearMultiMax; ++e)
-      moving.push_back(offsetof(LinearMultiParams, entries) +
-                       e * sizeof(LinearMultiEntry) +
-                       offsetof(LinearMultiEntry, out));
-  } else {
-    k = static_cast<const LinearParams *>(first.params->data())->k;
-    for (size_t off : {offsetof(LinearParams, x), offsetof(LinearParams, residual),
-                       offsetof(LinearParams, out), offsetof(LinearParams, outF32)})
-      moving.push_back(off);
-  }
-  const int64_t smem = gemvRowsSmemBytes(k, static_cast<int64_t>(n));
-  if (smem > rowsSmemCap_[l])
+  std::vector<const void *> params(n);
+  for (size_t r = 0; r < n; ++r)
+    params[r] = rows_[r]->launches[l].params->data();
+  std::optional<RowsLaunch> form = rowsLaunch(
+      first.kernel->name, params, first.params->size(), rowArenaStride_);
+  if (!form || form->smem > rowsSmemCap_[l])
     return false;
-  // Row r's params must be row 0's with those pointers r arenas on (not a
-  // state or step-local buffer of its own), everything else the same.
-  const size_t size = first.params->size();
-  const auto *base = static_cast<const uint8_t *>(first.params->data());
-  std::vector<uint8_t> expect(size);
-  for (size_t r = 1; r < n; ++r) {
-    expect.assign(base, base + size);
-    for (size_t off : moving)
-      movePointer(expect, off, rowArenaStride_ * r);
-    if (std::memcmp(expect.data(), rows_[r]->launches[l].params->data(),
-                    size) != 0)
-      return false;
-  }
-  const int64_t bf16Stride = static_cast<int64_t>(rowArenaStride_ / 2);
-  Status st;
-  if (multi) {
-    LinearMultiRowsParams p;
-    std::memcpy(&p.one, base, sizeof(p.one));
-    p.rows = static_cast<int32_t>(n);
-    p.xStride = bf16Stride;
-    p.outStride = bf16Stride;
-    st = driver_->launch(rowsFunctions_[l], g.grid, g.block, smem, stream_, &p,
-                         /*programmatic=*/true, g.cluster);
-  } else {
-    LinearRowsParams p;
-    std::memcpy(&p.one, base, sizeof(p.one));
-    p.rows = static_cast<int32_t>(n);
-    p.xStride = bf16Stride;
-    p.residualStride = bf16Stride;
-    p.outStride = p.one.outF32 ? bf16Stride / 2 : bf16Stride;
-    st = driver_->launch(rowsFunctions_[l], g.grid, g.block, smem, stream_, &p,
-                         /*programmatic=*/true, g.cluster);
-  }
+  Status st = driver_->launch(rowsFunctions_[l], g.grid, g.block, form->smem,
+                              stream_, form->params.data(),
+                              /*programmatic=*/true, g.cluster);
   if (!st)
     return st.withContext("launch " + std::to_string(l) + " (" +
                           first.kernel->name + "'s multi-row form) of " +

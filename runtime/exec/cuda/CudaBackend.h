@@ -29,6 +29,7 @@
 #include "runtime/exec/Backend.h"
 #include "runtime/exec/PlanBinding.h"
 #include "runtime/exec/cuda/CudaDriver.h"
+#include "runtime/exec/cuda/RowsForms.h"
 #include "runtime/io/Safetensors.h"
 #include "runtime/plan/Plan.h"
 
@@ -55,10 +56,6 @@ Expected<double> measureDeviceCopyGBps(uint64_t bytes = 0);
 /// build of its family).
 Expected<std::pair<cuda::CUdeviceptr, size_t>>
 findCudaGlobal(const std::string &kernel, const std::string &variable);
-
-/// The kernels whose PTX has a multi-row form `k3_<kernel>_rows` (one
-/// launch for the rows of a step; GemvParams.h), which stepSlots uses.
-inline constexpr const char *kCudaRowsForms[] = {"linear", "linear_multi"};
 
 class CudaBackend final : public Backend {
 public:

@@ -12,7 +12,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "runtime/exec/CpuKernels.h"
-#include "runtime/exec/cuda/CudaBackend.h"
+#include "runtime/exec/cuda/RowsForms.h"
 #include "runtime/plan/PlanKernels.h"
 
 #include <gtest/gtest.h>

@@ -1,0 +1,49 @@
+//===- RowsForms.h - Params of the CUDA multi-row forms ---------*- C++ -*-===//
+//
+// A step of several rows runs each launch once per row, each row bound to
+// its own copy of the arena; the projections have a multi-row form
+// (kernels/gemv/GemvParams.h: k3_linear_rows, k3_linear_multi_rows) that
+// runs all rows in one launch when the rows' activations sit a fixed number
+// of bytes apart. This builds that launch's params from the rows' bound
+// params, or says it cannot (a row's pointer is not its arena's: a state, a
+// step-local buffer), so that the CUDA backend launches row by row. Host
+// code only, so it is tested without a GPU.
+//
+//===----------------------------------------------------------------------===//
+#ifndef K3C_RUNTIME_EXEC_CUDA_ROWSFORMS_H
+#define K3C_RUNTIME_EXEC_CUDA_ROWSFORMS_H
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace k3 {
+
+/// The kernels whose PTX has a multi-row form `k3_<kernel>_rows`.
+inline constexpr const char *kCudaRowsForms[] = {"linear", "linear_multi"};
+
+/// Whether `kernel` has a multi-row form.
+bool hasRowsForm(const std::string &kernel);
+
+/// One launch of a multi-row form: its params struct (bytes, passed by
+/// value) and the dynamic shared memory it needs.
+struct RowsLaunch {
+  std::vector<uint8_t> params;
+  int64_t smem = 0;
+};
+
+/// The multi-row launch of `kernel` for rows whose bound params structs
+/// (`size` bytes each, row 0 first) are `rows`, their arenas `arenaStride`
+/// bytes apart: row r's params must be row 0's with each activation pointer
+/// (null stays null) moved by r · arenaStride, every other byte the same.
+/// None when they are not, when the kernel has no multi-row form, or for
+/// fewer than two rows.
+std::optional<RowsLaunch> rowsLaunch(const std::string &kernel,
+                                     const std::vector<const void *> &rows,
+                                     size_t size, uint64_t arenaStride);
+
+} // namespace k3
+
+#endif // K3C_RUNTIME_EXEC_CUDA_ROWSFORMS_H
