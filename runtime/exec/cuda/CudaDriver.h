@@ -49,8 +49,6 @@ public:
   int computeMinor() const { return minor_; }
   /// Number of SMs.
   int smCount() const { return smCount_; }
-  /// The most shared memory one block may opt in to (bytes).
-  int64_t maxSharedOptin() const { return maxSmemOptin_; }
 
   Expected<CUdeviceptr> alloc(size_t bytes);
   void free(CUdeviceptr p);
