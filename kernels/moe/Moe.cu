@@ -1252,3 +1252,645 @@ extern "C" __global__ void __launch_bounds__(1024)
       threadIdx.x == 0)
     atomicExch(&gFfnRouted, 0u);
 }
+
+//===----------------------------------------------------------------------===//
+// moe_ffn_rows
+//===----------------------------------------------------------------------===//
+
+namespace {
+
+/// Counters of k3_moe_ffn_rows (gRowsCounters), zeroed by the last block
+/// out; per union entry u, its finished gate/up items follow them.
+enum RowsCounter : int {
+  kRcScored = 0, ///< router items done
+  kRcRanked,     ///< rank items arrived (lastToArrive resets it)
+  kRcRouted,     ///< 1 once the union is built
+  kRcSharedUp,   ///< the shared expert's gate/up items done
+  kRcDown,       ///< down items done (shared and routed)
+  kRcUnion,      ///< experts in the union (written with the union)
+  kRcPairs,      ///< (row, rank) pairs of valid ids
+  kRowsCounters
+};
+
+__device__ dev::WorkQueue gRowsQueue;
+__device__ unsigned gRowsCounters[kRowsCounters + kMoeRowsPairCap];
+/// Router scores, token t's at t · E.
+__device__ float gRowsScores[kMoeRowsScoreCap];
+/// Activations: the shared expert's of token t at t · sharedStride, then
+/// routed pair p's at rows · sharedStride + p · aStride (bf16, 16 B rows).
+__device__ __align__(16) uint16_t gRowsAct[kMoeRowsActCap];
+/// Expert outputs (bf16 values as fp32): the shared expert's of token t at
+/// t · dim, routed pair p's at (rows + p) · dim.
+__device__ float gRowsY[kMoeRowsYCap];
+/// The union: expert of entry u (ascending ids), its first pair (its
+/// users in token order, then rank order; one past the last entry: the
+/// pair count), each pair's token and each (token, rank)'s pair (-1: an id
+/// outside [0, E), whose slot is NaN as in moe_ffn).
+__device__ int32_t gRowsUnionExpert[kMoeRowsPairCap];
+__device__ int32_t gRowsPairStart[kMoeRowsPairCap + 1];
+__device__ int32_t gRowsPairRow[kMoeRowsPairCap];
+__device__ int32_t gRowsPairOf[kMoeRowsPairCap];
+
+/// Tokens of one rowDotsTokens pass (accumulators: kRowsPass · streams).
+#ifdef K3C_TUNE_MOE_ROWS_PASS
+constexpr int kRowsPass = K3C_TUNE_MOE_ROWS_PASS;
+#else
+constexpr int kRowsPass = 8;
+#endif
+
+/// `p` moved by t · stride bytes (null stays null).
+template <class T>
+__device__ __forceinline__ T *rowPtr(T *p, int t, int64_t stride) {
+  return p ? reinterpret_cast<T *>(reinterpret_cast<char *>(
+                                       const_cast<void *>(
+                                           static_cast<const void *>(p))) +
+                                   t * stride)
+           : p;
+}
+
+/// rowDots for up to T tokens (n <= T, warp-uniform) at once: out[j][s] is
+/// rowDots(w, rows, k, x_j)'s out[s] bit for bit — each stream's per-lane
+/// sum runs over the same pieces in the same order, the MXFP4 scale path is
+/// chosen over the same streams — with each weight piece loaded once for
+/// all n tokens. xAt(j) is token j's bf16 vector (shared or global memory,
+/// 16-byte aligned), formed where it is read (no pointer array held in
+/// registers); its values are what rowDots' activation gives (x̂ is bf16).
+template <int NM, int NR, int T, class XAt>
+__device__ __forceinline__ void
+rowDotsTokens(const WeightRef (&w)[NM], const int64_t (&rows)[NR], int64_t k,
+              XAt xAt, int n, float (&out)[T][NM * NR]) {
+  constexpr int NS = NM * NR;
+  const int lane = threadIdx.x & 31;
+  prefetchHeads(w, rows, k);
+  float acc[T][NS];
+#pragma unroll
+  for (int j = 0; j < T; ++j)
+#pragma unroll
+    for (int s = 0; s < NS; ++s)
+      acc[j][s] = 0.0f;
+  bool mx = k % 32 == 0, bf = k % 8 == 0;
+#pragma unroll
+  for (int m = 0; m < NM; ++m) {
+    mx = mx && w[m].format == kWeightMxfp4 && aligned(w[m].packed, 8);
+    bf = bf && w[m].format == kWeightBf16 && aligned(w[m].bf16, 16);
+  }
+  if (mx) {
+    uint32_t off[NR];
+#pragma unroll
+    for (int r = 0; r < NR; ++r)
+      off[r] = static_cast<uint32_t>(rows[r] * (k / 32));
+    const int pieces = static_cast<int>(k / 16);
+    for (int p = lane; p < pieces; p += 32) {
+      uint2 q[NS];
+      uint32_t e[NS], eMax = 0;
+#pragma unroll
+      for (int s = 0; s < NS; ++s) {
+        const WeightRef &ws = w[s % NM];
+        const uint32_t o = off[s / NM];
+        q[s] = ldStream8(ws.packed + 16 * int64_t(o) + 8 * p);
+        e[s] = ldStreamU8(ws.scale + o + (p >> 1));
+        eMax = max(eMax, e[s]);
+      }
+#pragma unroll
+      for (int j = 0; j < T; ++j) {
+        if (j >= n)
+          break;
+        const uint4 *xv = reinterpret_cast<const uint4 *>(xAt(j)) + 2 * p;
+        float part[NS], v[8];
+        dev::bf16x8ToF(xv[0], v);
+#pragma unroll
+        for (int s = 0; s < NS; ++s)
+          part[s] = mxfp4Dot8(q[s].x, v, 0.0f);
+        dev::bf16x8ToF(xv[1], v);
+#pragma unroll
+        for (int s = 0; s < NS; ++s)
+          part[s] = mxfp4Dot8(q[s].y, v, part[s]);
+        if (eMax <= dev::kE8m0FastMax) {
+#pragma unroll
+          for (int s = 0; s < NS; ++s)
+            acc[j][s] = fmaf(part[s], dev::e8m0Times2p14(e[s]), acc[j][s]);
+        } else {
+#pragma unroll
+          for (int s = 0; s < NS; ++s)
+            acc[j][s] =
+                fmaf(part[s] * 16384.0f, dev::e8m0ToF(e[s]), acc[j][s]);
+        }
+      }
+    }
+  } else if (bf) {
+    const uint4 *wp[NS];
+#pragma unroll
+    for (int r = 0; r < NR; ++r)
+#pragma unroll
+      for (int m = 0; m < NM; ++m)
+        wp[r * NM + m] =
+            reinterpret_cast<const uint4 *>(w[m].bf16 + rows[r] * k);
+    const int pieces = static_cast<int>(k / 8);
+    for (int c = lane; c < pieces; c += 32) {
+      uint4 q[NS];
+#pragma unroll
+      for (int s = 0; s < NS; ++s)
+        q[s] = ldStream16(wp[s] + c);
+#pragma unroll
+      for (int j = 0; j < T; ++j) {
+        if (j >= n)
+          break;
+        float v[8];
+        dev::bf16x8ToF(reinterpret_cast<const uint4 *>(xAt(j))[c], v);
+#pragma unroll
+        for (int s = 0; s < NS; ++s)
+          acc[j][s] = bf16Dot8(q[s], v, acc[j][s]);
+      }
+    }
+  } else {
+#pragma unroll
+    for (int j = 0; j < T; ++j) {
+      if (j >= n)
+        break;
+#pragma unroll
+      for (int s = 0; s < NS; ++s)
+#pragma unroll 1
+        for (int64_t c = lane; c < k; c += 32)
+          acc[j][s] = fmaf(dev::weightAt(w[s % NM], k, rows[s / NM], c),
+                           dev::bf16ToF(xAt(j)[c]), acc[j][s]);
+    }
+  }
+#pragma unroll
+  for (int j = 0; j < T; ++j) {
+    if (j >= n)
+      break;
+#pragma unroll
+    for (int s = 0; s < NS; ++s)
+      out[j][s] = dev::warpSum(acc[j][s]);
+  }
+}
+
+/// The launch-wide numbers of a k3_moe_ffn_rows launch (shared memory).
+struct RowsShape {
+  int rows;               ///< tokens M
+  unsigned router;        ///< router items R (tickets 0 .. R-1)
+  unsigned guShared;      ///< the shared expert's gate/up items (after the
+                          ///< M rank items)
+  unsigned downPer;       ///< down items per expert
+  unsigned guRouted;      ///< gate/up items per routed expert
+  unsigned firstRouted;   ///< the first ticket that needs the union
+  unsigned combinePerRow; ///< combine items per token
+  unsigned unionSize;     ///< experts in the union, once routed
+  unsigned items;         ///< all tickets, once routed
+  unsigned item;          ///< the block's current ticket
+  int routed;             ///< this block has read the union
+  int64_t aStride, sharedStride;
+};
+
+/// Stages x̂ of every token (bf16, token t at xs + t · n) from x (token t
+/// at x + t · stride bytes): x itself, or RMSNorm(x, normW) with each
+/// token's factor summed in stageNormed's order (kMoeNormParts 8-column
+/// chunk parts, then warp sums), so every x̂ value is the one moe_ffn
+/// stages for that token. Needs n % 8 == 0 and 16-byte aligned x, stride
+/// and normW; synchronises. (Not inlined, as the other item bodies here:
+/// each gets its own register allocation.)
+__device__ __noinline__ void stageRows(uint16_t *xs, float *parts,
+                                       const uint16_t *x, int64_t stride,
+                                       const uint16_t *normW, float eps,
+                                       int64_t n, int M) {
+  __shared__ float factor[kMoeRowsMax];
+  const int chunks = static_cast<int>(n >> 3);
+  uint4 *xv = reinterpret_cast<uint4 *>(xs);
+  if (!normW) {
+    for (int i = threadIdx.x; i < M * chunks; i += blockDim.x) {
+      const int t = i / chunks, c = i - t * chunks;
+      xv[i] = reinterpret_cast<const uint4 *>(rowPtr(x, t, stride))[c];
+    }
+    __syncthreads();
+    return;
+  }
+  for (int i = threadIdx.x; i < M * kMoeNormParts; i += blockDim.x) {
+    const int t = i / kMoeNormParts, v = i - t * kMoeNormParts;
+    const uint4 *xt = reinterpret_cast<const uint4 *>(rowPtr(x, t, stride));
+    float s = 0.0f;
+    for (int c = v; c < chunks; c += kMoeNormParts) {
+      const uint4 raw = xt[c];
+      float o[8];
+      dev::bf16x8ToF(raw, o);
+#pragma unroll
+      for (int j = 0; j < 8; ++j)
+        s = fmaf(o[j], o[j], s);
+      xv[t * chunks + c] = raw;
+    }
+    parts[i] = s;
+  }
+  __syncthreads();
+  const int lane = threadIdx.x & 31;
+  for (int t = threadIdx.x >> 5; t < M; t += blockDim.x >> 5) {
+    float s = 0.0f;
+    for (int v = lane; v < kMoeNormParts; v += 32)
+      s += parts[t * kMoeNormParts + v];
+    s = dev::warpSum(s);
+    if (lane == 0)
+      factor[t] = 1.0f / sqrtf(s / static_cast<float>(n) + eps);
+  }
+  __syncthreads();
+  const uint4 *wv = reinterpret_cast<const uint4 *>(normW);
+  for (int i = threadIdx.x; i < M * chunks; i += blockDim.x) {
+    const int t = i / chunks, c = i - t * chunks;
+    const float r = factor[t];
+    const uint4 wq = __ldg(wv + c);
+    const uint32_t m[4] = {wq.x, wq.y, wq.z, wq.w};
+    float o[8];
+    dev::bf16x8ToF(xv[i], o);
+    uint32_t packed[4];
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const uint32_t lo = dev::rmsNormBf16(o[2 * j], loF(m[j]), r);
+      const uint32_t hi = dev::rmsNormBf16(o[2 * j + 1], hiF(m[j]), r);
+      packed[j] = (lo & 0xffffu) | (hi << 16);
+    }
+    xv[i] = make_uint4(packed[0], packed[1], packed[2], packed[3]);
+  }
+  __syncthreads();
+}
+
+/// The union of the tokens' experts, by the last rank item (every token's
+/// ids written): ascending expert ids, each expert's pairs in token then
+/// rank order; then the routed flag rises. `stage` holds E counts and the
+/// M · topK ids (kMoeRowsRankWords words). Token t's ids are at idsRow0 +
+/// t · stride bytes.
+__device__ __noinline__ void buildUnion(const int32_t *idsRow0, int64_t stride,
+                                        int64_t E, int K, int M,
+                                        unsigned *stage) {
+  const int n = M * K;
+  unsigned *cnt = stage;
+  int32_t *ids = reinterpret_cast<int32_t *>(stage + ((E + 3) & ~int64_t(3)));
+  for (int64_t e = threadIdx.x; e < E; e += blockDim.x)
+    cnt[e] = 0;
+  for (int i = threadIdx.x; i < n; i += blockDim.x) {
+    const int t = i / K;
+    // Through L2: written by other blocks' rank items.
+    ids[i] = __ldcg(rowPtr(idsRow0, t, stride) + (i - t * K));
+  }
+  __syncthreads();
+  for (int i = threadIdx.x; i < n; i += blockDim.x)
+    if (ids[i] >= 0 && ids[i] < E)
+      atomicAdd(&cnt[ids[i]], 1u);
+  __syncthreads();
+  // Warp 0 scans the counts: entry and first pair of each used expert;
+  // cnt[e] becomes that first pair.
+  if (threadIdx.x < 32) {
+    const int lane = threadIdx.x;
+    unsigned entries = 0, pairs = 0;
+    for (int64_t base = 0; base < E; base += 32) {
+      const int64_t e = base + lane;
+      const unsigned c = e < E ? cnt[e] : 0u;
+      const unsigned used = __ballot_sync(0xffffffffu, c > 0);
+      unsigned incl = c;
+#pragma unroll
+      for (int d = 1; d < 32; d <<= 1) {
+        const unsigned y = __shfl_up_sync(0xffffffffu, incl, d);
+        if (lane >= d)
+          incl += y;
+      }
+      const unsigned first = pairs + incl - c;
+      if (c > 0) {
+        const unsigned u = entries + __popc(used & ((1u << lane) - 1u));
+        gRowsUnionExpert[u] = static_cast<int32_t>(e);
+        gRowsPairStart[u] = static_cast<int32_t>(first);
+        cnt[e] = first;
+      }
+      entries += __popc(used);
+      pairs += __shfl_sync(0xffffffffu, incl, 31);
+    }
+    if (lane == 0) {
+      gRowsPairStart[entries] = static_cast<int32_t>(pairs);
+      gRowsCounters[kRcUnion] = entries;
+      gRowsCounters[kRcPairs] = pairs;
+    }
+  }
+  __syncthreads();
+  for (int i = threadIdx.x; i < n; i += blockDim.x) {
+    const int32_t id = ids[i];
+    int32_t pair = -1;
+    if (id >= 0 && id < E) {
+      int32_t before = 0;
+      for (int j = 0; j < i; ++j)
+        before += ids[j] == id;
+      pair = static_cast<int32_t>(cnt[id]) + before;
+      gRowsPairRow[pair] = i / K;
+    }
+    gRowsPairOf[i] = pair;
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    __threadfence();
+    addRelease(&gRowsCounters[kRcRouted], 1u);
+  }
+}
+
+/// The gated activation's constants (moe_experts' fields).
+struct ActArgs {
+  int32_t activation;
+  float beta1;
+  int32_t hasBeta2;
+  float beta2;
+};
+
+/// Gate/up rows i0, i0 + 1 (this warp's) of an expert (W1, W3: I rows of
+/// D columns) for `n` tokens: token j's x̂ is `xs` row pairRow[j] (token j
+/// when pairRow is null), its activations a go to dst + j · dstStride + i0.
+__device__ __noinline__ void rowsGateUp(WeightRef w1, WeightRef w3, int64_t I,
+                                        int64_t D, int64_t i0,
+                                        const uint16_t *xs,
+                                        const int32_t *pairRow, int n,
+                                        uint16_t *dst, int64_t dstStride,
+                                        ActArgs act) {
+  const int lane = threadIdx.x & 31;
+  const WeightRef w13[2] = {w1, w3};
+  const int64_t rows[2] = {min(i0, I - 1), min(i0 + 1, I - 1)};
+  for (int j0 = 0; j0 < n; j0 += kRowsPass) {
+    const int m = min(kRowsPass, n - j0);
+    int row[kRowsPass]; // the pass's tokens' stage offsets
+#pragma unroll
+    for (int j = 0; j < kRowsPass; ++j) {
+      const int jj = j0 + min(j, m - 1);
+      row[j] = (pairRow ? __ldcg(pairRow + jj) : jj) * static_cast<int>(D);
+    }
+    float d[kRowsPass][4];
+    rowDotsTokens<2, 2, kRowsPass>(
+        w13, rows, D, [&](int j) { return xs + row[j]; }, m, d);
+    if (lane < 2 && i0 + lane < I) {
+#pragma unroll
+      for (int j = 0; j < kRowsPass; ++j) {
+        if (j >= m)
+          break;
+        const float g = dev::roundBf16(lane ? d[j][2] : d[j][0]);
+        const float u = dev::roundBf16(lane ? d[j][3] : d[j][1]);
+        dst[int64_t(j0 + j) * dstStride + i0 + lane] = dev::fToBf16(
+            dev::gatedActF(act.activation, act.beta1, act.hasBeta2, act.beta2,
+                           g, u));
+      }
+    }
+  }
+}
+
+/// Down rows r0 .. r0 + kDownRows - 1 (this warp's) of W2 (D rows of I
+/// columns) for `n` tokens: token j's activations at a + j · aStride,
+/// y = R(W2 a) to y + j · yStride + r0.
+__device__ __noinline__ void rowsDown(WeightRef w2, int64_t D, int64_t I,
+                                      int64_t r0, int n, const uint16_t *a,
+                                      int64_t aStride, float *y,
+                                      int64_t yStride) {
+  const int lane = threadIdx.x & 31;
+  const WeightRef w[1] = {w2};
+  int64_t rows[kDownRows];
+#pragma unroll
+  for (int r = 0; r < kDownRows; ++r)
+    rows[r] = min(r0 + r, D - 1);
+  for (int j0 = 0; j0 < n; j0 += kRowsPass) {
+    const int m = min(kRowsPass, n - j0);
+    const uint16_t *a0 = a + int64_t(j0) * aStride;
+    float d[kRowsPass][kDownRows];
+    rowDotsTokens<1, kDownRows, kRowsPass>(
+        w, rows, I, [&](int j) { return a0 + j * aStride; }, m, d);
+    if (lane < kDownRows && r0 + lane < D) {
+#pragma unroll
+      for (int j = 0; j < kRowsPass; ++j) {
+        if (j >= m)
+          break;
+        float v = d[j][0];
+#pragma unroll
+        for (int r = 1; r < kDownRows; ++r)
+          v = lane == r ? d[j][r] : v;
+        y[int64_t(j0 + j) * yStride + r0 + lane] = dev::roundBf16(v);
+      }
+    }
+  }
+}
+
+/// Router scores of expert e (gate row e, D columns) against all M staged
+/// tokens, into gRowsScores (token t's at t · E).
+__device__ __noinline__ void rowsScore(const uint16_t *gate, int64_t e,
+                                       int64_t D, int64_t E,
+                                       const uint16_t *xs, int M) {
+  WeightRef g[1];
+  g[0].format = kWeightBf16;
+  g[0].bf16 = gate;
+  const int64_t rows[1] = {e};
+  float d[kMoeRowsMax][1];
+  rowDotsTokens<1, 1, kMoeRowsMax>(
+      g, rows, D, [&](int j) { return xs + j * static_cast<int>(D); }, M, d);
+  if ((threadIdx.x & 31) == 0) {
+#pragma unroll
+    for (int j = 0; j < kMoeRowsMax; ++j)
+      if (j < M)
+        gRowsScores[int64_t(j) * E + e] = dev::sigmoidF(d[j][0]);
+  }
+}
+
+} // namespace
+
+// k3_moe_ffn_rows: k3_moe_ffn for M tokens (MoeFfnRowsParams) in one launch
+// over the union of the experts they choose; every token's ids, weights and
+// output are the single-row kernel's bit for bit (same dot products, lanes
+// and orders; same ranking and combine code). One work queue, tickets in
+// this order:
+//  * router items (ceil(E / warps)): each block stages every token's x̂ once
+//    (bf16, dynamic shared memory; stageRows); warp w of item i scores
+//    expert i · warps + w against all M tokens (the gate row read once);
+//  * M rank items: token t's top k (rankTopK, on its scores) into its
+//    outIds / outWeights once every router item is counted; the last to
+//    arrive builds the union (buildUnion) and raises the routed flag;
+//  * the shared expert's gate/up items (2 · warps rows for all M tokens)
+//    and down items (kDownRows · warps rows), which need no routing;
+//  * then, once the routed flag is up (the count is known only then): per
+//    union entry its gate/up items (for the tokens that chose the expert),
+//    its down items, and M · ceil(dim / block) combine items, each token's
+//    slots summed in its own rank order (moe_ffn's combine).
+// A ticket past the last item ends the block. Deadlock-free for the queue's
+// reason: every wait is on items of lower tickets. Any grid; blocks of at
+// most 256 threads; dynamic shared memory moeFfnRowsSmemBytes.
+// Limits: moeFfnRowsFit, x / normWeight / stride 16-byte aligned, and
+// moe_ffn's (the router reads the experts' input); else every token's
+// output is NaN.
+extern "C" __global__ void __launch_bounds__(256, 2)
+    k3_moe_ffn_rows(const MoeFfnRowsParams p) {
+  extern __shared__ __align__(16) unsigned char rowsSmem[];
+  __shared__ RowsShape sh;
+  const RouterParams &rp = p.one.router;
+  const MoeExpertsParams &ep = p.one.experts;
+  const int warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
+  const int64_t E = rp.numExperts, D = ep.dim;
+  const int M = p.rows;
+  uint16_t *xs = reinterpret_cast<uint16_t *>(rowsSmem);
+  float *parts = reinterpret_cast<float *>(rowsSmem + int64_t(M) * D * 2);
+  dev::allowDependentLaunch();
+  dev::prefetchL2Share(p.one.l2Prefetch);
+  if (int64_t e = int64_t(blockIdx.x) * warps + warp;
+      e < E && E <= kRouterCap && D <= kMoeRowsDimCap)
+    prefetchL2Warp(rp.gate + e * rp.dim, 2 * rp.dim);
+  dev::waitForPriorGrids();
+  const bool sameInput = rp.h == ep.x && rp.normWeight == ep.normWeight &&
+                         rp.normEps == ep.normEps && rp.dim == ep.dim;
+  if (!moeFfnRowsFit(p.one, M) || !sameInput || p.stride % 16 != 0 ||
+      !aligned(ep.x, 16) || (ep.normWeight && !aligned(ep.normWeight, 16))) {
+    for (int t = 0; t < M && t < kMoeRowsMax; ++t)
+      fillNaN(rowPtr(ep.out, t, p.stride), D);
+    return;
+  }
+  if (threadIdx.x == 0) {
+    sh.rows = M;
+    sh.router = static_cast<unsigned>((E + warps - 1) / warps);
+    const int64_t guRows = 2 * warps, downRows = kDownRows * warps;
+    sh.guShared = ep.sharedInterDim > 0
+                      ? static_cast<unsigned>(
+                            (ep.sharedInterDim + guRows - 1) / guRows)
+                      : 0u;
+    sh.downPer = static_cast<unsigned>((D + downRows - 1) / downRows);
+    sh.guRouted = static_cast<unsigned>((ep.interDim + guRows - 1) / guRows);
+    sh.firstRouted = sh.router + M + sh.guShared +
+                     (ep.sharedInterDim > 0 ? sh.downPer : 0u);
+    sh.combinePerRow = static_cast<unsigned>((D + blockDim.x - 1) / blockDim.x);
+    sh.unionSize = 0;
+    sh.items = 0;
+    sh.routed = 0;
+    sh.aStride = (ep.interDim + 7) & ~int64_t(7);
+    sh.sharedStride = (ep.sharedInterDim + 7) & ~int64_t(7);
+  }
+  const ActArgs act{ep.activation, ep.beta1, ep.hasBeta2, ep.beta2};
+  bool haveX = false;
+  for (;;) {
+    const unsigned t = nextItem(gRowsQueue, &sh.item);
+    if (t >= sh.firstRouted) {
+      if (!sh.routed) {
+        // (Thread 0 waits; the barrier in awaitCount publishes.)
+        awaitCount(&gRowsCounters[kRcRouted], 1u);
+        if (threadIdx.x == 0) {
+          const unsigned u = __ldcg(&gRowsCounters[kRcUnion]);
+          sh.unionSize = u;
+          sh.items = sh.firstRouted + u * (sh.guRouted + sh.downPer) +
+                     static_cast<unsigned>(M) * sh.combinePerRow;
+          sh.routed = 1;
+        }
+        __syncthreads();
+      }
+      if (t >= sh.items)
+        break;
+    }
+    if (t < sh.router) {
+      // Router item: one expert per warp against every token.
+      if (!haveX) {
+        stageRows(xs, parts, ep.x, p.stride, ep.normWeight, ep.normEps, D, M);
+        haveX = true;
+      }
+      const int64_t e = int64_t(t) * warps + warp;
+      if (e < E)
+        rowsScore(rp.gate, e, D, E, xs, M);
+      finishItem(&gRowsCounters[kRcScored]);
+      continue;
+    }
+    if (t < sh.router + M) {
+      // Rank item: token t - R's top k; the last one builds the union.
+      const int row = static_cast<int>(t - sh.router);
+      awaitCount(&gRowsCounters[kRcScored], sh.router);
+      RouterParams r = rp;
+      r.outIds = rowPtr(rp.outIds, row, p.stride);
+      r.outWeights = rowPtr(rp.outWeights, row, p.stride);
+      rankTopK(r, gRowsScores + int64_t(row) * E,
+               reinterpret_cast<unsigned *>(rowsSmem));
+      haveX = false; // the stage held the ranks
+      if (lastToArrive(&gRowsCounters[kRcRanked], static_cast<unsigned>(M)))
+        buildUnion(ep.ids, p.stride, E, ep.topK, M,
+                   reinterpret_cast<unsigned *>(rowsSmem));
+      continue;
+    }
+    unsigned i = t - sh.router - M;
+    if (i < sh.guShared) {
+      // The shared expert's gate/up rows for every token.
+      if (!haveX) {
+        stageRows(xs, parts, ep.x, p.stride, ep.normWeight, ep.normEps, D, M);
+        haveX = true;
+      }
+      const int64_t i0 = int64_t(i) * (2 * warps) + 2 * warp;
+      rowsGateUp(ep.sharedW1, ep.sharedW3, ep.sharedInterDim, D, i0, xs,
+                 nullptr, M, gRowsAct, sh.sharedStride, act);
+      finishItem(&gRowsCounters[kRcSharedUp]);
+      continue;
+    }
+    i -= sh.guShared;
+    if (t < sh.firstRouted) {
+      // The shared expert's down rows for every token.
+      awaitCount(&gRowsCounters[kRcSharedUp], sh.guShared);
+      const int64_t r0 = int64_t(i) * (kDownRows * warps) + kDownRows * warp;
+      rowsDown(ep.sharedW2, D, ep.sharedInterDim, r0, M, gRowsAct,
+               sh.sharedStride, gRowsY, D);
+      finishItem(&gRowsCounters[kRcDown]);
+      continue;
+    }
+    i = t - sh.firstRouted;
+    const unsigned U = sh.unionSize;
+    const int64_t actBase = int64_t(M) * sh.sharedStride;
+    const int64_t as = sh.aStride;
+    if (i < U * sh.guRouted) {
+      // A union expert's gate/up rows for the tokens that chose it.
+      if (!haveX) {
+        stageRows(xs, parts, ep.x, p.stride, ep.normWeight, ep.normEps, D, M);
+        haveX = true;
+      }
+      const unsigned u = i / sh.guRouted;
+      const int e = __ldcg(&gRowsUnionExpert[u]);
+      const int first = __ldcg(&gRowsPairStart[u]);
+      const int n = __ldcg(&gRowsPairStart[u + 1]) - first;
+      const int64_t i0 =
+          int64_t(i - u * sh.guRouted) * (2 * warps) + 2 * warp;
+      rowsGateUp(ep.w1[e], ep.w3[e], ep.interDim, D, i0, xs,
+                 gRowsPairRow + first, n,
+                 gRowsAct + actBase + int64_t(first) * as, as, act);
+      finishItem(&gRowsCounters[kRowsCounters + u]);
+      continue;
+    }
+    i -= U * sh.guRouted;
+    if (i < U * sh.downPer) {
+      // A union expert's down rows for the tokens that chose it.
+      const unsigned u = i / sh.downPer;
+      awaitCount(&gRowsCounters[kRowsCounters + u], sh.guRouted);
+      const int e = __ldcg(&gRowsUnionExpert[u]);
+      const int first = __ldcg(&gRowsPairStart[u]);
+      const int n = __ldcg(&gRowsPairStart[u + 1]) - first;
+      const int64_t r0 = int64_t(i - u * sh.downPer) * (kDownRows * warps) +
+                         kDownRows * warp;
+      rowsDown(ep.w2[e], D, ep.interDim, r0, n,
+               gRowsAct + actBase + int64_t(first) * as, as,
+               gRowsY + int64_t(M + first) * D, D);
+      finishItem(&gRowsCounters[kRcDown]);
+      continue;
+    }
+    i -= U * sh.downPer;
+    {
+      // Combine: token `row`'s slots in its rank order (moe_ffn's sum).
+      const bool shared = ep.sharedInterDim > 0;
+      awaitCount(&gRowsCounters[kRcDown],
+                 U * sh.downPer + (shared ? sh.downPer : 0u));
+      const int row = static_cast<int>(i / sh.combinePerRow);
+      const int64_t j =
+          int64_t(i - row * sh.combinePerRow) * blockDim.x + threadIdx.x;
+      if (j < D) {
+        const float *w = rowPtr(ep.weights, row, p.stride);
+        const int K = ep.topK;
+        float acc = 0.0f;
+        for (int k = 0; k < K; ++k) {
+          const int pair = __ldcg(&gRowsPairOf[row * K + k]);
+          const float y = pair >= 0
+                              ? __ldcg(&gRowsY[int64_t(M + pair) * D + j])
+                              : __int_as_float(0x7fc00000);
+          acc = __fadd_rn(acc, __fmul_rn(__ldcg(w + k), y));
+        }
+        float v = dev::roundBf16(acc);
+        if (shared)
+          v = dev::roundBf16(__fadd_rn(v, __ldcg(&gRowsY[int64_t(row) * D + j])));
+        if (const uint16_t *res = rowPtr(ep.residual, row, p.stride))
+          v = __fadd_rn(v, dev::bf16ToF(res[j]));
+        rowPtr(ep.out, row, p.stride)[j] = dev::fToBf16(v);
+      }
+    }
+  }
+  leaveQueue(gRowsQueue, gRowsCounters,
+             kRowsCounters + static_cast<int>(sh.unionSize));
+}

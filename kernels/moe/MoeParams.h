@@ -10,6 +10,7 @@
 #ifndef K3C_KERNELS_MOE_MOEPARAMS_H
 #define K3C_KERNELS_MOE_MOEPARAMS_H
 
+#include "kernels/common/HostDevice.h"
 #include "kernels/common/WeightRef.h"
 
 #include <cstdint>
@@ -117,6 +118,73 @@ struct MoeFfnParams {
   /// L2 while the routing leaves the HBM idle; none when empty.
   L2Prefetch l2Prefetch;
 };
+
+/// The multi-row form of `moe_ffn` (k3_moe_ffn_rows): the FFN of `rows`
+/// tokens in one launch over the union of the experts they choose. Token
+/// t's activation pointers (router.h, outIds, outWeights; experts.x, ids,
+/// weights, residual, out) are one's plus t · stride bytes (the rows' step
+/// arenas are one allocation, a fixed distance apart); every other field is
+/// shared. Each token's ids, weights and output are exactly what k3_moe_ffn
+/// with `one` moved to that token gives, bit for bit: every (expert, token)
+/// dot product has the single-row kernel's lanes and order; each chosen
+/// expert's weights are streamed once for all the tokens that chose it.
+struct MoeFfnRowsParams {
+  MoeFfnParams one;   ///< token 0's launch
+  int32_t rows = 1;   ///< tokens, 1 .. kMoeRowsMax
+  int64_t stride = 0; ///< bytes between consecutive tokens' pointers
+};
+
+/// Tokens of one k3_moe_ffn_rows launch (the runtime launches larger
+/// batches in groups).
+constexpr int32_t kMoeRowsMax = 16;
+/// Module scratch of k3_moe_ffn_rows: router scores (rows · E floats),
+/// (row, rank) pairs (rows · topK), activations (bf16: rows · topK routed
+/// rows of interDim padded to 8, then rows shared rows) and expert outputs
+/// (floats: (rows + rows · topK) · dim).
+constexpr int64_t kMoeRowsScoreCap = int64_t(kMoeRowsMax) * 8192;
+constexpr int64_t kMoeRowsPairCap = 1024;
+constexpr int64_t kMoeRowsActCap = int64_t(1) << 21;
+constexpr int64_t kMoeRowsYCap = int64_t(1) << 21;
+/// Widest expert input the form stages (as moe_ffn's kStageCap) and the
+/// ranking stage's words (rankTopK, as k3_router's).
+constexpr int64_t kMoeRowsDimCap = 8192;
+constexpr int64_t kMoeRowsRankWords = 8192;
+/// Partial sums per token of the staged RMSNorm factor (moe_ffn's fixed
+/// split, so each token's factor has its bits).
+constexpr int64_t kMoeNormParts = 256;
+
+/// Dynamic shared memory of a k3_moe_ffn_rows launch (bytes): every
+/// token's x̂ (bf16) and its norm partial sums; at least the ranking's
+/// stage and the union's expert counts and ids.
+K3C_HOST_DEVICE constexpr int64_t moeFfnRowsSmemBytes(int64_t dim,
+                                                      int64_t numExperts,
+                                                      int64_t topK,
+                                                      int64_t rows) {
+  const int64_t stage = rows * dim * 2 + rows * kMoeNormParts * 4;
+  const int64_t rank = kMoeRowsRankWords * 4;
+  const int64_t un = (((numExperts + 3) / 4) * 4 + rows * topK) * 4;
+  const int64_t m = stage > rank ? stage : rank;
+  return m > un ? m : un;
+}
+
+/// Whether k3_moe_ffn_rows takes `rows` tokens of `p`'s shape (sizes only;
+/// the pointers' alignment is checked beside it). The kernel writes NaN
+/// to every token's output when not.
+K3C_HOST_DEVICE constexpr bool moeFfnRowsFit(const MoeFfnParams &p,
+                                             int64_t rows) {
+  const MoeExpertsParams &e = p.experts;
+  const int64_t aStride = (e.interDim + 7) / 8 * 8;
+  const int64_t sStride = (e.sharedInterDim + 7) / 8 * 8;
+  const int64_t pairs = rows * e.topK;
+  return rows >= 1 && rows <= kMoeRowsMax && e.dim % 8 == 0 &&
+         e.dim > 0 && e.dim <= kMoeRowsDimCap && e.topK >= 1 &&
+         e.topK == p.router.topK && e.numExperts == p.router.numExperts &&
+         e.dim == p.router.dim && p.router.topK <= 256 &&
+         rows * e.numExperts <= kMoeRowsScoreCap && pairs <= kMoeRowsPairCap &&
+         pairs * aStride + rows * sStride <= kMoeRowsActCap &&
+         (rows + pairs) * e.dim <= kMoeRowsYCap &&
+         ((e.numExperts + 3) / 4) * 4 + pairs <= kMoeRowsRankWords;
+}
 
 /// What an event of a traced moe_ffn is (TraceEvent::kind, a
 /// -DK3C_KERNEL_TRACE build: kernels/common/TraceEvent.h): a work

@@ -631,17 +631,22 @@ Expected<bool> CudaBackend::launchRows(size_t l, size_t n) {
   std::vector<const void *> params(n);
   for (size_t r = 0; r < n; ++r)
     params[r] = rows_[r]->launches[l].params->data();
-  std::optional<RowsLaunch> form = rowsLaunch(
+  std::vector<RowsLaunch> forms = rowsLaunches(
       first.kernel->name, params, first.params->size(), rowArenaStride_);
-  if (!form || form->smem > rowsSmemCap_[l])
+  if (forms.empty())
     return false;
-  Status st = driver_->launch(rowsFunctions_[l], g.grid, g.block, form->smem,
-                              stream_, form->params.data(),
-                              /*programmatic=*/true, g.cluster);
-  if (!st)
-    return st.withContext("launch " + std::to_string(l) + " (" +
-                          first.kernel->name + "'s multi-row form) of " +
-                          std::to_string(n) + " rows");
+  for (const RowsLaunch &form : forms)
+    if (form.smem > rowsSmemCap_[l])
+      return false;
+  for (RowsLaunch &form : forms) {
+    Status st = driver_->launch(rowsFunctions_[l], g.grid, g.block, form.smem,
+                                stream_, form.params.data(),
+                                /*programmatic=*/true, g.cluster);
+    if (!st)
+      return st.withContext("launch " + std::to_string(l) + " (" +
+                            first.kernel->name + "'s multi-row form) of " +
+                            std::to_string(n) + " rows");
+  }
   ++launchesTogether_;
   return true;
 }

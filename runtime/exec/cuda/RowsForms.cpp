@@ -2,6 +2,7 @@
 #include "runtime/exec/cuda/RowsForms.h"
 
 #include "kernels/gemv/GemvParams.h"
+#include "kernels/moe/MoeParams.h"
 
 #include <algorithm>
 #include <cstring>
@@ -25,6 +26,22 @@ bool movingFields(const std::string &kernel, const void *params,
                        offsetof(LinearMultiEntry, out));
     return true;
   }
+  if (kernel == "moe_ffn") {
+    k = static_cast<const MoeFfnParams *>(params)->experts.dim;
+    for (size_t off :
+         {offsetof(MoeFfnParams, router) + offsetof(RouterParams, h),
+          offsetof(MoeFfnParams, router) + offsetof(RouterParams, outIds),
+          offsetof(MoeFfnParams, router) + offsetof(RouterParams, outWeights),
+          offsetof(MoeFfnParams, experts) + offsetof(MoeExpertsParams, x),
+          offsetof(MoeFfnParams, experts) + offsetof(MoeExpertsParams, ids),
+          offsetof(MoeFfnParams, experts) +
+              offsetof(MoeExpertsParams, weights),
+          offsetof(MoeFfnParams, experts) +
+              offsetof(MoeExpertsParams, residual),
+          offsetof(MoeFfnParams, experts) + offsetof(MoeExpertsParams, out)})
+      moving.push_back(off);
+    return true;
+  }
   if (kernel == "linear") {
     k = static_cast<const LinearParams *>(params)->k;
     for (size_t off :
@@ -45,6 +62,22 @@ void movePointer(std::vector<uint8_t> &bytes, size_t offset, uint64_t delta) {
   std::memcpy(bytes.data() + offset, &v, sizeof(v));
 }
 
+/// Whether `rows` rows of the moe_ffn launch `params`, their pointers
+/// `stride` bytes apart, fit one k3_moe_ffn_rows launch: its sizes
+/// (moeFfnRowsFit), 16-byte aligned input, norm weight and stride, and one
+/// input for the router and the experts (as k3.moe_ffn binds them).
+bool moeRowsGroup(const void *params, size_t rows, uint64_t stride) {
+  const auto &p = *static_cast<const MoeFfnParams *>(params);
+  const MoeExpertsParams &e = p.experts;
+  const auto aligned16 = [](const void *q) {
+    return reinterpret_cast<uintptr_t>(q) % 16 == 0;
+  };
+  return moeFfnRowsFit(p, static_cast<int64_t>(rows)) && stride % 16 == 0 &&
+         aligned16(e.x) && aligned16(e.normWeight) && p.router.h == e.x &&
+         p.router.normWeight == e.normWeight &&
+         p.router.normEps == e.normEps;
+}
+
 template <typename P> std::vector<uint8_t> bytesOf(const P &p) {
   std::vector<uint8_t> b(sizeof(P));
   std::memcpy(b.data(), &p, sizeof(P));
@@ -58,17 +91,23 @@ bool hasRowsForm(const std::string &kernel) {
                    kernel) != std::end(kCudaRowsForms);
 }
 
-std::optional<RowsLaunch> rowsLaunch(const std::string &kernel,
-                                     const std::vector<const void *> &rows,
-                                     size_t size, uint64_t arenaStride) {
+namespace {
+
+/// rowsLaunch for one or more rows (a moe_ffn group may hold one).
+std::optional<RowsLaunch> formOf(const std::string &kernel,
+                                 const std::vector<const void *> &rows,
+                                 size_t size, uint64_t arenaStride) {
   std::vector<size_t> moving;
   int64_t k = 0;
-  if (rows.size() < 2 || !hasRowsForm(kernel) ||
+  if (rows.empty() || !hasRowsForm(kernel) ||
       !movingFields(kernel, rows[0], moving, k))
     return std::nullopt;
-  const size_t expectSize =
-      kernel == "linear" ? sizeof(LinearParams) : sizeof(LinearMultiParams);
+  const size_t expectSize = kernel == "linear"    ? sizeof(LinearParams)
+                            : kernel == "moe_ffn" ? sizeof(MoeFfnParams)
+                                                  : sizeof(LinearMultiParams);
   if (size != expectSize || arenaStride % 4 != 0)
+    return std::nullopt;
+  if (kernel == "moe_ffn" && !moeRowsGroup(rows[0], rows.size(), arenaStride))
     return std::nullopt;
   const auto *base = static_cast<const uint8_t *>(rows[0]);
   std::vector<uint8_t> expect(size);
@@ -83,7 +122,15 @@ std::optional<RowsLaunch> rowsLaunch(const std::string &kernel,
   const int64_t n = static_cast<int64_t>(rows.size());
   out.smem = gemvRowsSmemBytes(k, n);
   const int64_t bf16Stride = static_cast<int64_t>(arenaStride / 2);
-  if (kernel == "linear_multi") {
+  if (kernel == "moe_ffn") {
+    MoeFfnRowsParams p;
+    std::memcpy(&p.one, base, sizeof(p.one));
+    p.rows = static_cast<int32_t>(n);
+    p.stride = static_cast<int64_t>(arenaStride);
+    out.smem = moeFfnRowsSmemBytes(p.one.experts.dim, p.one.experts.numExperts,
+                                   p.one.experts.topK, n);
+    out.params = bytesOf(p);
+  } else if (kernel == "linear_multi") {
     LinearMultiRowsParams p;
     std::memcpy(&p.one, base, sizeof(p.one));
     p.rows = static_cast<int32_t>(n);
@@ -98,6 +145,42 @@ std::optional<RowsLaunch> rowsLaunch(const std::string &kernel,
     p.residualStride = bf16Stride;
     p.outStride = p.one.outF32 ? bf16Stride / 2 : bf16Stride;
     out.params = bytesOf(p);
+  }
+  return out;
+}
+
+} // namespace
+
+std::optional<RowsLaunch> rowsLaunch(const std::string &kernel,
+                                     const std::vector<const void *> &rows,
+                                     size_t size, uint64_t arenaStride) {
+  if (rows.size() < 2)
+    return std::nullopt;
+  return formOf(kernel, rows, size, arenaStride);
+}
+
+std::vector<RowsLaunch> rowsLaunches(const std::string &kernel,
+                                     const std::vector<const void *> &rows,
+                                     size_t size, uint64_t arenaStride) {
+  if (kernel != "moe_ffn" || rows.size() < 2 || size != sizeof(MoeFfnParams)) {
+    std::optional<RowsLaunch> one = rowsLaunch(kernel, rows, size, arenaStride);
+    return one ? std::vector<RowsLaunch>{std::move(*one)}
+               : std::vector<RowsLaunch>{};
+  }
+  // The largest group whose scratch fits; then the rows in such groups.
+  size_t group = std::min<size_t>(rows.size(), kMoeRowsMax);
+  while (group >= 2 && !moeRowsGroup(rows[0], group, arenaStride))
+    --group;
+  if (group < 2)
+    return {};
+  std::vector<RowsLaunch> out;
+  for (size_t g = 0; g < rows.size(); g += group) {
+    std::vector<const void *> part(
+        rows.begin() + g, rows.begin() + std::min(rows.size(), g + group));
+    std::optional<RowsLaunch> l = formOf(kernel, part, size, arenaStride);
+    if (!l)
+      return {};
+    out.push_back(std::move(*l));
   }
   return out;
 }

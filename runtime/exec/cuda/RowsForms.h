@@ -4,7 +4,8 @@
 // its own copy of the arena; the projections have a multi-row form
 // (kernels/gemv/GemvParams.h: k3_linear_rows, k3_linear_multi_rows) that
 // runs all rows in one launch when the rows' activations sit a fixed number
-// of bytes apart. This builds that launch's params from the rows' bound
+// of bytes apart, and so has the MoE FFN (kernels/moe/MoeParams.h:
+// k3_moe_ffn_rows, over the union of the rows' experts, in groups). This builds that launch's params from the rows' bound
 // params, or says it cannot (a row's pointer is not its arena's: a state, a
 // step-local buffer), so that the CUDA backend launches row by row. Host
 // code only, so it is tested without a GPU.
@@ -22,7 +23,8 @@
 namespace k3 {
 
 /// The kernels whose PTX has a multi-row form `k3_<kernel>_rows`.
-inline constexpr const char *kCudaRowsForms[] = {"linear", "linear_multi"};
+inline constexpr const char *kCudaRowsForms[] = {"linear", "linear_multi",
+                                                 "moe_ffn"};
 
 /// Whether `kernel` has a multi-row form.
 bool hasRowsForm(const std::string &kernel);
@@ -38,9 +40,18 @@ struct RowsLaunch {
 /// (`size` bytes each, row 0 first) are `rows`, their arenas `arenaStride`
 /// bytes apart: row r's params must be row 0's with each activation pointer
 /// (null stays null) moved by r · arenaStride, every other byte the same.
-/// None when they are not, when the kernel has no multi-row form, or for
-/// fewer than two rows.
+/// None when they are not, when the kernel has no multi-row form, for
+/// fewer than two rows, or for more than one launch of the form takes.
 std::optional<RowsLaunch> rowsLaunch(const std::string &kernel,
+                                     const std::vector<const void *> &rows,
+                                     size_t size, uint64_t arenaStride);
+
+/// The launches that run all `rows` (as rowsLaunch): one for the
+/// projections; for moe_ffn, groups of consecutive rows, each as many as
+/// one k3_moe_ffn_rows launch takes (kMoeRowsMax at most, fewer when the
+/// shapes exceed its scratch; a last group may hold one row). Empty when
+/// the rows cannot run together.
+std::vector<RowsLaunch> rowsLaunches(const std::string &kernel,
                                      const std::vector<const void *> &rows,
                                      size_t size, uint64_t arenaStride);
 

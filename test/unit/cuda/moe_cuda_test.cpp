@@ -32,6 +32,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <numeric>
 #include <string>
 #include <tuple>
@@ -962,3 +963,133 @@ TEST(MoeCuda, RouterThenExperts) {
 }
 
 } // namespace
+
+//===----------------------------------------------------------------------===//
+// moe_ffn_rows
+//===----------------------------------------------------------------------===//
+
+/// moe_ffn's multi-row form (k3_moe_ffn_rows): M tokens in one launch over
+/// the union of the experts they choose, each token's h, ids, weights and
+/// out in its own arena, the arenas a fixed stride apart (as the CUDA
+/// backend lays out a batch). Every byte of the arenas after the launch is
+/// what M single-row moe_ffn launches leave (ids, weights, outputs bit for
+/// bit; the gaps untouched), at any grid; each token's output is near the
+/// CPU's. Shapes: Kimi-Linear's router (256 experts top-8) with a shared
+/// expert, Kimi-Linear's width with 32 experts (tokens share experts),
+/// MXFP4 routed experts, no shared expert; 1, 2, 7 and 16 tokens.
+TEST(MoeFfnRowsCuda, EveryTokenAsTheSingleRowLaunch) {
+  K3_REQUIRE_GPU();
+  struct Shape {
+    int64_t E, D, inter;
+    int32_t topK;
+    int64_t shared;
+    char formats;
+    const char *name;
+  };
+  const Shape shapes[] = {
+      {256, 2304, 32, 8, 256, 'b', "Kimi router 256 x 2304 top-8 + shared"},
+      {32, 2304, 512, 8, 1024, 'b', "Kimi FFN 32 experts 2304-512 + shared"},
+      {16, 512, 160, 4, 320, 'm', "MXFP4 routed 16 experts 512-160 + shared"},
+      {12, 256, 96, 3, 0, 'b', "12 experts top-3, no shared expert"},
+  };
+  uint64_t seed = 900;
+  for (const Shape &s : shapes) {
+    RouterCase r = randomRouter(s.E, s.D, s.topK, true, seed++, true);
+    r.scaling = 2.446f;
+    ExpertsCase c =
+        makeExperts(s.D, s.inter, s.E, s.topK, s.formats, k3::kActSwiGLU,
+                    seed++);
+    addFfnParts(c, s.shared, seed++);
+    // A token's arena: h (= x = residual), ids, weights, out, a gap.
+    auto up16 = [](int64_t b) { return (b + 15) / 16 * 16; };
+    const int64_t offIds = up16(s.D * 2), offW = offIds + up16(s.topK * 4),
+                  offOut = offW + up16(s.topK * 4),
+                  stride = up16(offOut + s.D * 2) + 48;
+    for (int M : {1, 2, 7, 16}) {
+      const std::string what = std::string(s.name) + ", " +
+                               std::to_string(M) + " tokens";
+      // Each token's h with well-separated ranks (the CPU check).
+      std::vector<std::vector<uint16_t>> hs;
+      Rand rh(seed * 7919 + M);
+      while (int(hs.size()) < M) {
+        r.h = rh.bf16(size_t(s.D), 7.0f);
+        if (r.clearMargins(1e-4))
+          hs.push_back(r.h);
+      }
+      std::vector<uint8_t> arena(size_t(M * stride), 0xFF);
+      for (int t = 0; t < M; ++t)
+        std::memcpy(arena.data() + t * stride, hs[t].data(), s.D * 2);
+      const k3::RouterParams rp = r.params(true);
+      const k3::MoeExpertsParams ep = c.params(true);
+      // Token t's params within the arena at `base`.
+      auto tokenParams = [&](uint8_t *base, int t) {
+        uint8_t *a = base + t * stride;
+        k3::MoeFfnParams p;
+        p.router = rp;
+        p.router.h = reinterpret_cast<const uint16_t *>(a);
+        p.router.outIds = reinterpret_cast<int32_t *>(a + offIds);
+        p.router.outWeights = reinterpret_cast<float *>(a + offW);
+        p.experts = ep;
+        p.experts.x = p.router.h;
+        p.experts.normWeight = p.router.normWeight;
+        p.experts.normEps = p.router.normEps;
+        p.experts.residual = p.router.h;
+        p.experts.ids = p.router.outIds;
+        p.experts.weights = p.router.outWeights;
+        p.experts.out = reinterpret_cast<uint16_t *>(a + offOut);
+        return p;
+      };
+      // M single-row launches.
+      Dev single = Dev::of(arena);
+      for (int t = 0; t < M; ++t) {
+        k3::Status st =
+            launch("moe_ffn", tokenParams(single.get<uint8_t>(), t), 528, 256);
+        ASSERT_TRUE(st.isOk()) << st.message();
+      }
+      const std::vector<uint8_t> want = single.download<uint8_t>(arena.size());
+      auto rows = [&](int64_t grid, int64_t block) {
+        Dev d = Dev::of(arena);
+        k3::MoeFfnRowsParams p;
+        p.one = tokenParams(d.get<uint8_t>(), 0);
+        p.rows = M;
+        p.stride = stride;
+        const int64_t smem = k3::moeFfnRowsSmemBytes(s.D, s.E, s.topK, M);
+        k3::Status st = launch("moe_ffn_rows", p, grid, block, smem);
+        EXPECT_TRUE(st.isOk()) << (st.isOk() ? "" : st.message());
+        return d.download<uint8_t>(arena.size());
+      };
+      const std::vector<uint8_t> got = rows(528, 256);
+      EXPECT_TRUE(got == want) << what << ": not the single-row launches' bytes";
+      EXPECT_TRUE(rows(1, 256) == want) << what << ": grid 1";
+      EXPECT_TRUE(rows(41, 128) == want) << what << ": grid 41 block 128";
+      // Each token against the CPU (router then experts).
+      for (int t = 0; t < M; ++t) {
+        std::vector<int32_t> ids(size_t(s.topK), -1);
+        std::vector<float> w(size_t(s.topK));
+        std::vector<uint16_t> out(size_t(s.D), 0xffff);
+        k3::MoeFfnParams p;
+        p.router = r.params(false);
+        p.router.h = hs[t].data();
+        p.router.outIds = ids.data();
+        p.router.outWeights = w.data();
+        p.experts = c.params(false);
+        p.experts.x = hs[t].data();
+        p.experts.normWeight = p.router.normWeight;
+        p.experts.normEps = p.router.normEps;
+        p.experts.residual = hs[t].data();
+        p.experts.ids = ids.data();
+        p.experts.weights = w.data();
+        p.experts.out = out.data();
+        k3::moeFfnCpu(p);
+        std::vector<int32_t> gotIds(size_t(s.topK));
+        std::memcpy(gotIds.data(), got.data() + t * stride + offIds,
+                    s.topK * 4);
+        EXPECT_EQ(gotIds, ids) << what << ", token " << t;
+        std::vector<uint16_t> gotOut(size_t(s.D));
+        std::memcpy(gotOut.data(), got.data() + t * stride + offOut, s.D * 2);
+        if (t == 0 || t == M - 1)
+          expectBf16Close(out, gotOut, what + ", token " + std::to_string(t));
+      }
+    }
+  }
+}

@@ -11,6 +11,7 @@
 #include "runtime/exec/cuda/RowsForms.h"
 
 #include "kernels/gemv/GemvParams.h"
+#include "kernels/moe/MoeParams.h"
 
 #include <gtest/gtest.h>
 
@@ -103,7 +104,8 @@ TEST(RowsForms, LinearRowsThatDifferOtherwiseRunRowByRow) {
   EXPECT_FALSE(launchOf("linear", std::vector<LinearParams>{rows[0]}));
   EXPECT_FALSE(launchOf("rms_norm", rows).has_value());
   EXPECT_TRUE(hasRowsForm("linear_multi"));
-  EXPECT_FALSE(hasRowsForm("moe_ffn"));
+  EXPECT_TRUE(hasRowsForm("moe_ffn"));
+  EXPECT_FALSE(hasRowsForm("kda_decode"));
 }
 
 TEST(RowsForms, LinearMultiMovesEveryEntrysOut) {
@@ -133,6 +135,145 @@ TEST(RowsForms, LinearMultiMovesEveryEntrysOut) {
   // The last entry's out not moved with its row: row by row.
   rows[3].entries[2].out = rows[0].entries[2].out;
   EXPECT_FALSE(launchOf("linear_multi", rows).has_value());
+}
+
+/// Row r's `moe_ffn` params at Kimi-Linear's shape: h (= x = residual),
+/// the router's ids and weights (= the experts'), out in its arena; gate,
+/// bias, norm, expert tables and shared expert shared.
+MoeFfnParams moeRow(int r) {
+  MoeFfnParams p{};
+  const uint64_t arena = 0x30000000ull + r * kStride;
+  RouterParams &q = p.router;
+  MoeExpertsParams &e = p.experts;
+  q.h = at<const uint16_t>(arena + 0x100);
+  q.normWeight = at<const uint16_t>(0x71000000ull);
+  q.normEps = 1e-6f;
+  q.gate = at<const uint16_t>(0x72000000ull);
+  q.bias = at<const float>(0x73000000ull);
+  q.numExperts = 256;
+  q.dim = 2304;
+  q.topK = 8;
+  q.scaling = 2.446f;
+  q.outIds = at<int32_t>(arena + 0x2000);
+  q.outWeights = at<float>(arena + 0x2100);
+  e.x = q.h;
+  e.ids = q.outIds;
+  e.weights = q.outWeights;
+  e.topK = 8;
+  e.numExperts = 256;
+  e.w1 = at<const WeightRef>(0x74000000ull);
+  e.w3 = at<const WeightRef>(0x75000000ull);
+  e.w2 = at<const WeightRef>(0x76000000ull);
+  e.dim = 2304;
+  e.interDim = 1024;
+  e.normWeight = q.normWeight;
+  e.normEps = q.normEps;
+  e.sharedInterDim = 1024;
+  e.sharedW1.bf16 = at<const uint16_t>(0x77000000ull);
+  e.residual = q.h;
+  e.out = at<uint16_t>(arena + 0x3000);
+  return p;
+}
+
+TEST(RowsForms, MoeFfnInGroupsOfTheUnionKernel) {
+  std::vector<MoeFfnParams> rows;
+  for (int r = 0; r < 37; ++r)
+    rows.push_back(moeRow(r));
+  std::vector<const void *> ptrs;
+  for (const MoeFfnParams &p : rows)
+    ptrs.push_back(&p);
+  // 37 rows: groups of 16, 16 and 5, each from its first row's params.
+  const std::vector<RowsLaunch> forms =
+      rowsLaunches("moe_ffn", ptrs, sizeof(MoeFfnParams), kStride);
+  ASSERT_EQ(forms.size(), 3u);
+  const int sizes[] = {16, 16, 5};
+  for (size_t g = 0; g < 3; ++g) {
+    MoeFfnRowsParams p;
+    ASSERT_EQ(forms[g].params.size(), sizeof(p));
+    std::memcpy(&p, forms[g].params.data(), sizeof(p));
+    EXPECT_EQ(p.rows, sizes[g]);
+    EXPECT_EQ(p.stride, int64_t(kStride));
+    EXPECT_EQ(std::memcmp(&p.one, &rows[g * 16], sizeof(MoeFfnParams)), 0);
+    EXPECT_EQ(forms[g].smem, moeFfnRowsSmemBytes(2304, 256, 8, sizes[g]));
+  }
+  // One launch takes at most kMoeRowsMax rows; a group of one is fine.
+  EXPECT_FALSE(rowsLaunch("moe_ffn", ptrs, sizeof(MoeFfnParams), kStride));
+  std::vector<const void *> seventeen(ptrs.begin(), ptrs.begin() + 17);
+  EXPECT_EQ(rowsLaunches("moe_ffn", seventeen, sizeof(MoeFfnParams), kStride)
+                .size(),
+            2u);
+  // K3's shape (896 experts top-16, 3584 wide, 3072 + 6144 rows): its
+  // activations and outputs cap the group below kMoeRowsMax.
+  for (MoeFfnParams &p : rows) {
+    p.router.numExperts = p.experts.numExperts = 896;
+    p.router.topK = p.experts.topK = 16;
+    p.router.dim = p.experts.dim = 3584;
+    p.experts.interDim = 3072;
+    p.experts.sharedInterDim = 6144;
+  }
+  const std::vector<RowsLaunch> k3 =
+      rowsLaunches("moe_ffn", ptrs, sizeof(MoeFfnParams), kStride);
+  ASSERT_FALSE(k3.empty());
+  MoeFfnRowsParams first;
+  std::memcpy(&first, k3[0].params.data(), sizeof(first));
+  EXPECT_TRUE(moeFfnRowsFit(first.one, first.rows));
+  EXPECT_FALSE(moeFfnRowsFit(first.one, first.rows + 1));
+}
+
+TEST(RowsForms, MoeFfnRowsThatCannotRunTogether) {
+  std::vector<MoeFfnParams> rows = {moeRow(0), moeRow(1), moeRow(2)};
+  auto together = [](const std::vector<MoeFfnParams> &v, uint64_t stride) {
+    std::vector<const void *> ptrs;
+    for (const MoeFfnParams &p : v)
+      ptrs.push_back(&p);
+    return !rowsLaunches("moe_ffn", ptrs, sizeof(MoeFfnParams), stride)
+                .empty();
+  };
+  ASSERT_TRUE(together(rows, kStride));
+  auto with = [&](auto change) {
+    std::vector<MoeFfnParams> v = rows;
+    change(v[2]);
+    return together(v, kStride);
+  };
+  // A row's ids in another row's arena, its output not moved, its weights
+  // shared with row 0 (each would mix rows).
+  EXPECT_FALSE(with([&](MoeFfnParams &p) { p.router.outIds = rows[1].router.outIds; }));
+  EXPECT_FALSE(with([&](MoeFfnParams &p) { p.experts.out = rows[0].experts.out; }));
+  EXPECT_FALSE(
+      with([&](MoeFfnParams &p) { p.experts.weights = rows[0].experts.weights; }));
+  // Another expert table or bias.
+  EXPECT_FALSE(with([&](MoeFfnParams &p) { p.experts.w2 += 1; }));
+  EXPECT_FALSE(with([&](MoeFfnParams &p) { p.router.bias += 4; }));
+  auto all = [&](auto change) {
+    std::vector<MoeFfnParams> v = rows;
+    for (MoeFfnParams &p : v)
+      change(p);
+    return together(v, kStride);
+  };
+  // The router reading another input than the experts; a misaligned input;
+  // a width the stage does not take.
+  EXPECT_FALSE(all([](MoeFfnParams &p) { p.experts.x += 8; p.experts.residual += 8; }));
+  EXPECT_FALSE(all([](MoeFfnParams &p) {
+    p.router.h += 4;
+    p.experts.x += 4;
+  }));
+  EXPECT_FALSE(all([](MoeFfnParams &p) { p.router.dim = p.experts.dim = 2300; }));
+  // Arenas not 16 bytes apart.
+  std::vector<MoeFfnParams> odd;
+  for (int r = 0; r < 3; ++r) {
+    MoeFfnParams p = moeRow(0);
+    const uint64_t d = r * (kStride + 8);
+    for (const uint16_t **q : {&p.router.h, &p.experts.x, &p.experts.residual})
+      *q = at<const uint16_t>(reinterpret_cast<uintptr_t>(*q) + d);
+    p.router.outIds = at<int32_t>(reinterpret_cast<uintptr_t>(p.router.outIds) + d);
+    p.experts.ids = p.router.outIds;
+    p.router.outWeights =
+        at<float>(reinterpret_cast<uintptr_t>(p.router.outWeights) + d);
+    p.experts.weights = p.router.outWeights;
+    p.experts.out = at<uint16_t>(reinterpret_cast<uintptr_t>(p.experts.out) + d);
+    odd.push_back(p);
+  }
+  EXPECT_FALSE(together(odd, kStride + 8));
 }
 
 } // namespace
