@@ -59,6 +59,10 @@ done
 # The stand-in with 16 slots (batch decode, k3-run --prompts --batch 16).
 "$BUILD_DIR"/bin/k3c "$cfg/kl" --fusion=default --max-seq 2048 \
   --max-batch 16 -o "$STAGE/plans/kimi-linear-48b-e32-default-b16.plan"
+# The full geometry with 16 slots: issue 12's batch-16 measurement (the union
+# of the 16 rows' experts out of 256).
+"$BUILD_DIR"/bin/k3c preset:kimi-linear-48b --fusion=default --max-seq 2048 \
+  --max-batch 16 -o "$STAGE/plans/kimi-linear-48b-default-b16.plan"
 # A real-geometry slice small enough for the CPU backend (Kimi-Linear-48B,
 # 4 layers, 8 experts: its KDA heads take kda_decode's clustered path, which
 # no tiny preset does) for gpu-check.sh's --check-against cpu.
