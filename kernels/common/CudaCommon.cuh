@@ -427,6 +427,31 @@ __device__ __forceinline__ void enterStep() {
   waitForPriorGrids();
 }
 
+//===--- Multi-row forms over a params array ------------------------------===//
+
+/// Shared-memory room for one params struct T, copied as 32-bit words.
+template <class T> struct RowParams {
+  static_assert(sizeof(T) % 4 == 0, "params are copied as words");
+  uint32_t words[sizeof(T) / 4];
+  __device__ __forceinline__ const T &get() const {
+    return *reinterpret_cast<const T *>(words);
+  }
+};
+
+/// Copies row blockIdx.y's params from `rows` (device memory) into `dst`
+/// (shared memory) and synchronises: the multi-row forms over a params
+/// array (a batch's rows, each bound to its own slot's states) run the
+/// single-row body on that copy. Before the PDL wait is fine: the runtime
+/// writes the rows' params before the step's first launch.
+template <class T>
+__device__ __forceinline__ void loadRowParams(const T *rows,
+                                              RowParams<T> &dst) {
+  const uint32_t *src = reinterpret_cast<const uint32_t *>(rows + blockIdx.y);
+  for (int i = threadIdx.x; i < int(sizeof(T) / 4); i += blockDim.x)
+    dst.words[i] = src[i];
+  __syncthreads();
+}
+
 } // namespace dev
 } // namespace k3
 

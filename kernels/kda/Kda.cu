@@ -706,8 +706,10 @@ __device__ __forceinline__ SliceGeom clusterGeom() {
 }
 
 /// Whether a clustered launch has the one shape the path takes (uniform
-/// over the grid: every block of every cluster agrees).
-__device__ __forceinline__ bool clusterShapeOk(const KdaDecodeParams &p) {
+/// over the grid: every block of every cluster agrees); `rows`: the grid's
+/// y (the multi-row form's rows, else 1).
+__device__ __forceinline__ bool clusterShapeOk(const KdaDecodeParams &p,
+                                               unsigned rows) {
   auto rankOk = [](const uint16_t *b, int64_t r) {
     return !b || (r > 0 && r <= kKdaMaxFoldedRank);
   };
@@ -715,7 +717,7 @@ __device__ __forceinline__ bool clusterShapeOk(const KdaDecodeParams &p) {
          p.headDim == kClusterHeadDim && p.numHeads > 0 &&
          p.numHeads <= kMaxHeads &&
          gridDim.x == static_cast<unsigned>(p.numHeads * kClusterSlices) &&
-         gridDim.y == 1 && gridDim.z == 1 && blockDim.x == kClusterThreads &&
+         gridDim.y == rows && gridDim.z == 1 && blockDim.x == kClusterThreads &&
          blockDim.y == 1 && blockDim.z == 1 && p.convWidth >= 1 &&
          p.convWidth <= kClusterMaxTaps && vecState(p.state, kClusterHeadDim) &&
          rankOk(p.fB, p.fRank) && rankOk(p.gB, p.gRank);
@@ -923,13 +925,19 @@ union DecodeShared {
 // with several slices per head, numHeads <= kMaxCountedHeads and no
 // concurrent kda_decode in the context.
 //===----------------------------------------------------------------------===//
-extern "C" __global__ void __launch_bounds__(512)
-    k3_kda_decode(const KdaDecodeParams p) {
-  __shared__ DecodeShared shared;
+namespace {
+
+/// k3_kda_decode's body for `p` (a kernel parameter, or a row's params in
+/// shared memory); `rows`: the grid's y (1, or the multi-row form's rows,
+/// block row blockIdx.y); the sliced path counts a head's slices in
+/// gDecodeArrivals[blockIdx.y · numHeads + h].
+__device__ __forceinline__ void kdaDecodeBody(const KdaDecodeParams &p,
+                                              DecodeShared &shared,
+                                              unsigned rows) {
   dev::allowDependentLaunch();
   dev::prefetchL2Share(p.l2Prefetch);
   if (dev::clusterBlocks() > 1) {
-    if (clusterShapeOk(p)) {
+    if (clusterShapeOk(p, rows)) {
       decodeClustered(p, shared.cluster);
     } else {
       dev::waitForPriorGrids();
@@ -964,7 +972,8 @@ extern "C" __global__ void __launch_bounds__(512)
   auto badRank = [](const uint16_t *b, int64_t r) {
     return b && (r <= 0 || r > kKdaMaxFoldedRank);
   };
-  if ((!whole && H > kMaxCountedHeads) || badRank(p.fB, p.fRank) ||
+  if ((!whole && int64_t(H) * rows > kMaxCountedHeads) ||
+      badRank(p.fB, p.fRank) ||
       badRank(p.gB, p.gRank)) {
     fillNaN(p.out, p.numHeads * p.headDim);
     return;
@@ -1039,7 +1048,7 @@ extern "C" __global__ void __launch_bounds__(512)
     if (!whole) {
       // Publish this slice's o and v conv state and count the slice; the
       // head's last slice finishes it.
-      if (!dev::lastToArrive(&gDecodeArrivals[h],
+      if (!dev::lastToArrive(&gDecodeArrivals[blockIdx.y * H + h],
                              static_cast<unsigned>(g.slices)))
         return;
       // Every other block of the head has read the q/k conv state by now.
@@ -1057,4 +1066,26 @@ extern "C" __global__ void __launch_bounds__(512)
     fillNaN(p.out, p.numHeads * p.headDim);
   else
     forEachSlice<false>(p.state, p.out, H, d, g, sm, stage, finish);
+}
+
+} // namespace
+
+extern "C" __global__ void __launch_bounds__(512)
+    k3_kda_decode(const KdaDecodeParams p) {
+  __shared__ DecodeShared shared;
+  kdaDecodeBody(p, shared, 1);
+}
+
+// k3_kda_decode_rows: k3_kda_decode for several rows (KdaDecodeRowsParams):
+// block (x, y) is block x of row y's launch, its params rows[y] copied to
+// shared memory first (before the PDL wait: the runtime writes the rows'
+// params before the step's first launch). Every row's results are its own
+// launch's bit for bit (same grid.x, same code). Limits: k3_kda_decode's,
+// with rows · numHeads <= kMaxCountedHeads on the sliced path.
+extern "C" __global__ void __launch_bounds__(512)
+    k3_kda_decode_rows(const KdaDecodeRowsParams rp) {
+  __shared__ DecodeShared shared;
+  __shared__ __align__(16) dev::RowParams<KdaDecodeParams> row;
+  dev::loadRowParams(rp.rows, row);
+  kdaDecodeBody(row.get(), shared, static_cast<unsigned>(rp.count));
 }

@@ -200,6 +200,18 @@ struct KdaDecodeParams {
   L2Prefetch l2Prefetch;
 };
 
+/// The multi-row form of `kda_decode` (k3_kda_decode_rows): the KDA token of
+/// `count` rows in one launch, grid (the single launch's x, count, 1),
+/// clusters as its. Row y's whole params are rows[y] in device memory (the
+/// rows' states are their own slots', anywhere), so each row's output and
+/// states are exactly its own k3_kda_decode launch's at that grid.x. The
+/// rows must be different sequences (a sequence's tokens meet its state in
+/// order: a prompt chunk's rows run one by one).
+struct KdaDecodeRowsParams {
+  const KdaDecodeParams *rows = nullptr; ///< [count] in device memory
+  int32_t count = 0;
+};
+
 } // namespace k3
 
 #endif // K3C_KERNELS_KDA_KDAPARAMS_H

@@ -973,7 +973,11 @@ __device__ __noinline__ void attendAllHeads(const MlaAttendParams &p,
 /// Grid: any (codegen: 1). Every block sums the L squares itself (block
 /// reduction, 1 KB read for K3); the row's L + R elements are then written
 /// grid-stride, so any grid writes each element exactly once.
-extern "C" __global__ void k3_mla_cache_append(const MlaCacheAppendParams p) {
+namespace {
+
+/// k3_mla_cache_append's body (its params a kernel parameter, or a row's
+/// in shared memory).
+__device__ __forceinline__ void cacheAppend(const MlaCacheAppendParams &p) {
   dev::enterStep();
   __shared__ float scratch[32];
   const int64_t L = p.kvLoraRank, R = p.ropeDim;
@@ -994,6 +998,21 @@ extern "C" __global__ void k3_mla_cache_append(const MlaCacheAppendParams p) {
       row[i] = p.kv[i];
     }
   }
+}
+
+} // namespace
+
+extern "C" __global__ void k3_mla_cache_append(const MlaCacheAppendParams p) {
+  cacheAppend(p);
+}
+
+/// k3_mla_cache_append_rows: k3_mla_cache_append for several rows
+/// (MlaCacheAppendRowsParams), block (x, y) block x of row y's launch.
+extern "C" __global__ void
+k3_mla_cache_append_rows(const MlaCacheAppendRowsParams rp) {
+  __shared__ __align__(16) dev::RowParams<MlaCacheAppendParams> row;
+  dev::loadRowParams(rp.rows, row);
+  cacheAppend(row.get());
 }
 
 /// k3_mla_attend: absorbed decode attention over cache rows [0, length) with

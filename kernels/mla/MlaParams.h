@@ -34,6 +34,14 @@ struct MlaCacheAppendParams {
   const int64_t *step = nullptr;
 };
 
+/// The multi-row form of `mla_cache_append` (k3_mla_cache_append_rows):
+/// grid (the single launch's x, count, 1), row y's whole params at rows[y]
+/// in device memory (each row's own cache: its sequence's slot).
+struct MlaCacheAppendRowsParams {
+  const MlaCacheAppendParams *rows = nullptr; ///< [count] in device memory
+  int32_t count = 0;
+};
+
 /// `mla_attend`: absorbed decode attention over cache rows [0, length)
 /// (length = pos + 1 after the append), per head h, all in fp32:
 ///   q̂ = W_UK,hᵀ q_nope,h [L];  s_j = (q̂·c_j + q_r,h·k_r_j) · scale;

@@ -15,6 +15,7 @@
 #include <fstream>
 #include <iterator>
 #include <mutex>
+#include <set>
 
 namespace k3 {
 
@@ -228,7 +229,7 @@ CudaBackend::bind(const PlanDoc &plan, const TensorStore &store,
   for (size_t i = 0; i < plan.launches.size(); ++i) {
     const std::string &k = plan.launches[i].kernel;
     std::pair<cuda::CUfunction, int64_t> form{nullptr, 0};
-    if (useForms && hasRowsForm(k)) {
+    if (useForms && (hasRowsForm(k) || hasRowsArrayForm(k))) {
       auto known = rowsForms.find(k);
       if (known == rowsForms.end()) {
         Expected<cuda::CUfunction> f =
@@ -243,6 +244,7 @@ CudaBackend::bind(const PlanDoc &plan, const TensorStore &store,
     }
     be->rowsFunctions_.push_back(form.first);
     be->rowsSmemCap_.push_back(form.second);
+    be->rowsArray_.push_back(hasRowsArrayForm(k));
   }
 
   PlanMemory mem;
@@ -619,14 +621,62 @@ Status CudaBackend::ensureRows(size_t n) {
     row->logits.assign(static_cast<size_t>(vocab_), 0.0f);
     rows_.push_back(std::move(row));
   }
+  // The params arrays of the array forms: `count` rows each.
+  size_t bytes = 0;
+  rowParamsOffset_.assign(launches_.size(), 0);
+  for (size_t l = 0; l < launches_.size(); ++l)
+    if (rowsArray_[l] && rowsFunctions_[l]) {
+      rowParamsOffset_[l] = bytes;
+      bytes += (count * launches_[l].params->size() + 255) / 256 * 256;
+    }
+  rowParamsHost_.assign(bytes, 0);
+  if (bytes > 0)
+    K3_RETURN_IF_ERROR(alloc(bytes, rowParams_)
+                           .withContext("the step rows' params arrays"));
   return driver_->synchronize(nullptr).withContext("zeroing the rows' states");
 }
 
-Expected<bool> CudaBackend::launchRows(size_t l, size_t n) {
+Status CudaBackend::uploadRowParams(size_t n) {
+  size_t end = 0;
+  for (size_t l = 0; l < launches_.size(); ++l) {
+    if (!rowsArray_[l] || !rowsFunctions_[l])
+      continue;
+    const size_t size = launches_[l].params->size();
+    for (size_t i = 0; i < n; ++i)
+      std::memcpy(rowParamsHost_.data() + rowParamsOffset_[l] + i * size,
+                  rows_[i]->launches[l].params->data(), size);
+    end = rowParamsOffset_[l] + n * size;
+  }
+  if (end == 0)
+    return Status::ok();
+  return driver_->copyToDeviceAsync(rowParams_.get(), rowParamsHost_.data(),
+                                    end, stream_);
+}
+
+Expected<bool> CudaBackend::launchRows(size_t l, size_t n,
+                                       bool distinctSlots) {
   const BoundLaunch &first = rows_[0]->launches[l];
   const Grid &g = grids_[l];
-  if (!rowsFunctions_[l] || n < 2 || g.block[0] > 256 || g.block[1] != 1 ||
-      g.block[2] != 1)
+  if (!rowsFunctions_[l] || n < 2)
+    return false;
+  if (rowsArray_[l]) {
+    // Every row's own params (uploaded by uploadRowParams), grid y = rows.
+    if (!distinctSlots || g.grid[1] != 1 || g.grid[2] != 1)
+      return false;
+    RowsArrayParams p;
+    p.rows = rowParams_.get() + rowParamsOffset_[l];
+    p.count = static_cast<int32_t>(n);
+    const int64_t grid[3] = {g.grid[0], static_cast<int64_t>(n), 1};
+    Status st = driver_->launch(rowsFunctions_[l], grid, g.block, g.smem,
+                                stream_, &p, /*programmatic=*/true, g.cluster);
+    if (!st)
+      return st.withContext("launch " + std::to_string(l) + " (" +
+                            first.kernel->name + "'s multi-row form) of " +
+                            std::to_string(n) + " rows");
+    ++launchesTogether_;
+    return true;
+  }
+  if (g.block[0] > 256 || g.block[1] != 1 || g.block[2] != 1)
     return false;
   std::vector<const void *> params(n);
   for (size_t r = 0; r < n; ++r)
@@ -674,11 +724,24 @@ Status CudaBackend::stepSlots(const std::vector<SlotStep> &rows) {
     K3_RETURN_IF_ERROR(driver_->copyToDeviceAsync(r.step.get(), r.stepHost,
                                                   sizeof(r.stepHost), stream_));
   }
+  // The forms that run several rows' states at once need the rows to be
+  // different sequences; their params (inputs set) go up in one copy.
+  std::set<int64_t> slots;
+  for (const SlotStep &row : rows)
+    slots.insert(row.slot);
+  const bool distinctSlots = slots.size() == rows.size();
+  if (distinctSlots && rows.size() > 1) {
+    for (size_t i = 0; i < rows.size(); ++i)
+      for (size_t l = 0; l < launches_.size(); ++l)
+        if (rowsArray_[l])
+          rows_[i]->launches[l].setInputs(rows[i].token, rows[i].pos);
+    K3_RETURN_IF_ERROR(uploadRowParams(rows.size()));
+  }
   // Launch-major, the rows in order (Backend.h): a slot's rows meet its
   // states in position order.
   for (size_t l = 0; l < launches_.size(); ++l) {
     const Grid &g = grids_[l];
-    Expected<bool> together = launchRows(l, rows.size());
+    Expected<bool> together = launchRows(l, rows.size(), distinctSlots);
     if (!together)
       return together.status();
     if (*together)

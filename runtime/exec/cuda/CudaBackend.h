@@ -158,7 +158,10 @@ private:
   /// Launch `l` once for the first `n` rows of the step (its multi-row
   /// form, rowsFunctions_[l]) when the rows' params differ only by their
   /// arenas; false when it cannot (the caller launches row by row).
-  Expected<bool> launchRows(size_t l, size_t n);
+  Expected<bool> launchRows(size_t l, size_t n, bool distinctSlots);
+  /// Writes, for each launch with a params-array form (rowsArray_), the
+  /// first `n` rows' bound params into rowParams_ (one copy per step).
+  Status uploadRowParams(size_t n);
   /// Points row `r`'s launches at slot `slot`'s states.
   void bindRowToSlot(Row &r, int64_t slot);
 
@@ -184,6 +187,13 @@ private:
   /// memory its launches may ask for (bytes).
   std::vector<cuda::CUfunction> rowsFunctions_;
   std::vector<int64_t> rowsSmemCap_;
+  /// Per launch, whether rowsFunctions_[l] takes a params array
+  /// (kCudaRowsArrayForms); the arrays of all rows (rows_.size() of them
+  /// per such launch, at rowParamsOffset_[l]) and their host copy.
+  std::vector<bool> rowsArray_;
+  std::vector<size_t> rowParamsOffset_;
+  cuda::DeviceBuffer rowParams_;
+  std::vector<uint8_t> rowParamsHost_;
   int64_t launchesTogether_ = 0;
   /// What logits() returns: logits_ after step(), the last row's after
   /// stepSlots().

@@ -2,6 +2,8 @@
 #include "runtime/exec/cuda/RowsForms.h"
 
 #include "kernels/gemv/GemvParams.h"
+#include "kernels/kda/KdaParams.h"
+#include "kernels/mla/MlaParams.h"
 #include "kernels/moe/MoeParams.h"
 
 #include <algorithm>
@@ -150,6 +152,26 @@ std::optional<RowsLaunch> formOf(const std::string &kernel,
 }
 
 } // namespace
+
+bool hasRowsArrayForm(const std::string &kernel) {
+  return std::find(std::begin(kCudaRowsArrayForms),
+                   std::end(kCudaRowsArrayForms),
+                   kernel) != std::end(kCudaRowsArrayForms);
+}
+
+// RowsArrayParams is each array form's params struct, byte for byte.
+static_assert(sizeof(RowsArrayParams) == sizeof(KdaDecodeRowsParams) &&
+                  offsetof(RowsArrayParams, rows) ==
+                      offsetof(KdaDecodeRowsParams, rows) &&
+                  offsetof(RowsArrayParams, count) ==
+                      offsetof(KdaDecodeRowsParams, count),
+              "KdaDecodeRowsParams is {rows, count}");
+static_assert(sizeof(RowsArrayParams) == sizeof(MlaCacheAppendRowsParams) &&
+                  offsetof(RowsArrayParams, rows) ==
+                      offsetof(MlaCacheAppendRowsParams, rows) &&
+                  offsetof(RowsArrayParams, count) ==
+                      offsetof(MlaCacheAppendRowsParams, count),
+              "MlaCacheAppendRowsParams is {rows, count}");
 
 std::optional<RowsLaunch> rowsLaunch(const std::string &kernel,
                                      const std::vector<const void *> &rows,

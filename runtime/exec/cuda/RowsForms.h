@@ -29,6 +29,24 @@ inline constexpr const char *kCudaRowsForms[] = {"linear", "linear_multi",
 /// Whether `kernel` has a multi-row form.
 bool hasRowsForm(const std::string &kernel);
 
+/// The kernels whose PTX has a multi-row form `k3_<kernel>_rows` that takes
+/// every row's whole params from a device array ({rows, count}: e.g.
+/// KdaDecodeRowsParams, grid y = the rows), for kernels whose rows differ
+/// by more than their arenas (their slots' states). Only for rows of
+/// different sequences: a sequence's rows meet its states in order.
+inline constexpr const char *kCudaRowsArrayForms[] = {"kda_decode",
+                                                      "mla_cache_append"};
+
+/// Whether `kernel` has a multi-row form over a params array.
+bool hasRowsArrayForm(const std::string &kernel);
+
+/// The params of such a form: the device address of the rows' params
+/// array and the row count, as the kernels' `<Kernel>RowsParams` lay them out.
+struct RowsArrayParams {
+  uint64_t rows = 0;
+  int32_t count = 0;
+};
+
 /// One launch of a multi-row form: its params struct (bytes, passed by
 /// value) and the dynamic shared memory it needs.
 struct RowsLaunch {

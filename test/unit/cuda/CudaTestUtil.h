@@ -125,18 +125,19 @@ struct Dev {
 };
 
 /// Launches `k3_<kernel>` with `params` (device pointers inside) and waits;
-/// clusterX > 1: in thread-block clusters of that many blocks.
+/// clusterX > 1: in thread-block clusters of that many blocks; gridY: the
+/// grid's y (a multi-row form's rows).
 template <typename Params>
 ::k3::Status launch(const std::string &kernel, Params params, int64_t gridX,
                     int64_t blockX = 256, int64_t smem = 0,
-                    int64_t clusterX = 1) {
+                    int64_t clusterX = 1, int64_t gridY = 1) {
   auto f = ::k3::findCudaKernel(kernel);
   if (!f)
     return f.status();
   auto d = ::k3::cuda::Driver::get();
   if (!d)
     return d.status();
-  const int64_t grid[3] = {gridX, 1, 1}, block[3] = {blockX, 1, 1},
+  const int64_t grid[3] = {gridX, gridY, 1}, block[3] = {blockX, 1, 1},
                 cluster[3] = {clusterX, 1, 1};
   if (smem > 0) { // static + dynamic beyond 48 KiB needs the opt-in
     auto most = (*d)->allowDynamicShared(*f);

@@ -629,9 +629,62 @@ k3::KdaDecodeParams decodeParams(const DecodeLayer &l, int32_t hasLowerBound) {
   return p;
 }
 
-/// kda_decode on the GPU for one token; returns y.
+/// One token's kda_decode inputs on the device and the params bound to
+/// them (and to a layer's device copies); out (and gateOut) poisoned.
 /// With lr.rank > 0, f and the gate come from the folded low-rank form (f
-/// and gate unbound) and *gateOut receives the computed gate.
+/// and gate unbound) and gateOut receives the computed gate.
+struct DecodeBound {
+  Dev uq, uk, uv, f, bl, gate, out, fA, gA, fB, gB, gOut;
+  k3::KdaDecodeParams p;
+  DecodeBound(const DecodeLayer &l, const DecodeToken &t, DecodeDev &dv,
+              int32_t hasLowerBound, const LowRankWeights *lr,
+              k3::L2Prefetch prefetch)
+      : uq(Dev::of(t.uq)), uk(Dev::of(t.uk)), uv(Dev::of(t.uv)),
+        f(Dev::of(t.f)), bl(Dev::of(t.betaLogit)), gate(Dev::of(t.gate)),
+        out(Dev::poisoned<uint16_t>(l.C)) {
+    const bool low = lr && lr->rank > 0;
+    if (low) {
+      fA = Dev::of(t.fA);
+      gA = Dev::of(t.gA);
+      fB = Dev::of(lr->fB);
+      gB = Dev::of(lr->gB);
+      gOut = Dev::poisoned<uint16_t>(l.C);
+    }
+    p = decodeParams(l, hasLowerBound);
+    p.uq = uq.get<uint16_t>();
+    p.uk = uk.get<uint16_t>();
+    p.uv = uv.get<uint16_t>();
+    p.convQ = l.convQ.on(dv.convQ);
+    p.convK = l.convK.on(dv.convK);
+    p.convV = l.convV.on(dv.convV);
+    p.convStateQ = dv.sQ.get<float>();
+    p.convStateK = dv.sK.get<float>();
+    p.convStateV = dv.sV.get<float>();
+    p.f = f.get<uint16_t>();
+    p.betaLogit = bl.get<uint16_t>();
+    p.dtBias = dv.dtBias.get<float>();
+    p.aLog = dv.aLog.get<float>();
+    p.state = dv.state.get<float>();
+    p.gate = gate.get<uint16_t>();
+    p.normWeight = l.normWeight.on(dv.normWeight);
+    p.out = out.get<uint16_t>();
+    if (low) {
+      p.f = nullptr;
+      p.gate = nullptr;
+      p.fA = fA.get<uint16_t>();
+      p.fB = fB.get<uint16_t>();
+      p.fRank = lr->rank;
+      p.gA = gA.get<uint16_t>();
+      p.gB = gB.get<uint16_t>();
+      p.gRank = lr->rank;
+      p.gateOut = gOut.get<uint16_t>();
+    }
+    p.l2Prefetch = prefetch;
+  }
+};
+
+/// kda_decode on the GPU for one token; returns y (DecodeBound's inputs;
+/// *gateOut receives the folded gate when there is one).
 std::vector<uint16_t> runDecodeGpu(const DecodeLayer &l, const DecodeToken &t,
                                    DecodeDev &dv, int32_t hasLowerBound,
                                    int64_t grid, int64_t block,
@@ -639,53 +692,12 @@ std::vector<uint16_t> runDecodeGpu(const DecodeLayer &l, const DecodeToken &t,
                                    std::vector<uint16_t> *gateOut = nullptr,
                                    int64_t cluster = 1,
                                    k3::L2Prefetch prefetch = {}) {
-  Dev uq = Dev::of(t.uq), uk = Dev::of(t.uk), uv = Dev::of(t.uv),
-      f = Dev::of(t.f), bl = Dev::of(t.betaLogit), gate = Dev::of(t.gate),
-      out = Dev::poisoned<uint16_t>(l.C);
-  const bool low = lr && lr->rank > 0;
-  Dev fA, gA, fB, gB, gOut;
-  if (low) {
-    fA = Dev::of(t.fA);
-    gA = Dev::of(t.gA);
-    fB = Dev::of(lr->fB);
-    gB = Dev::of(lr->gB);
-    gOut = Dev::poisoned<uint16_t>(l.C);
-  }
-  k3::KdaDecodeParams p = decodeParams(l, hasLowerBound);
-  p.uq = uq.get<uint16_t>();
-  p.uk = uk.get<uint16_t>();
-  p.uv = uv.get<uint16_t>();
-  p.convQ = l.convQ.on(dv.convQ);
-  p.convK = l.convK.on(dv.convK);
-  p.convV = l.convV.on(dv.convV);
-  p.convStateQ = dv.sQ.get<float>();
-  p.convStateK = dv.sK.get<float>();
-  p.convStateV = dv.sV.get<float>();
-  p.f = f.get<uint16_t>();
-  p.betaLogit = bl.get<uint16_t>();
-  p.dtBias = dv.dtBias.get<float>();
-  p.aLog = dv.aLog.get<float>();
-  p.state = dv.state.get<float>();
-  p.gate = gate.get<uint16_t>();
-  p.normWeight = l.normWeight.on(dv.normWeight);
-  p.out = out.get<uint16_t>();
-  if (low) {
-    p.f = nullptr;
-    p.gate = nullptr;
-    p.fA = fA.get<uint16_t>();
-    p.fB = fB.get<uint16_t>();
-    p.fRank = lr->rank;
-    p.gA = gA.get<uint16_t>();
-    p.gB = gB.get<uint16_t>();
-    p.gRank = lr->rank;
-    p.gateOut = gOut.get<uint16_t>();
-  }
-  p.l2Prefetch = prefetch;
-  k3::Status s = launch("kda_decode", p, grid, block, 0, cluster);
+  DecodeBound b(l, t, dv, hasLowerBound, lr, prefetch);
+  k3::Status s = launch("kda_decode", b.p, grid, block, 0, cluster);
   EXPECT_TRUE(s.isOk()) << (s.isOk() ? "" : s.message());
-  if (low && gateOut)
-    *gateOut = gOut.download<uint16_t>(l.C);
-  return out.download<uint16_t>(l.C);
+  if (lr && lr->rank > 0 && gateOut)
+    *gateOut = b.gOut.download<uint16_t>(l.C);
+  return b.out.download<uint16_t>(l.C);
 }
 
 struct DecodeCase {
@@ -999,3 +1011,65 @@ TEST(KdaCuda, ClusteredDecodeOutsideItsShapeWritesNaN) {
 }
 
 } // namespace
+
+/// kda_decode's multi-row form (k3_kda_decode_rows): M rows — each its own
+/// states (a batch's slots) and inputs — in one launch, each row's params
+/// read from a device array; every row's output, folded gate and states
+/// bit for bit its own k3_kda_decode launch's at the same grid. Kimi-Linear
+/// as planned (clusters of 4, folded low-rank gates), K3's sliced grid (a
+/// head over 4 blocks, the slices counted per row), whole heads, a head of
+/// 130 over 7 blocks; 2 and 5 rows.
+TEST(KdaCuda, DecodeRowsAsOneLaunchPerRow) {
+  K3_REQUIRE_GPU();
+  for (const DecodeCase &c : {DecodeCase{32, 128, 4, 0, 128, 256, 128, 4},
+                              DecodeCase{32, 128, 4, 1, 128, 256, 0, 4},
+                              DecodeCase{96, 128, 4, 1, 384, 256},
+                              DecodeCase{4, 64, 4, 0, 4, 256, 64},
+                              DecodeCase{2, 130, 4, 0, 7, 256}}) {
+    for (int M : {2, 5}) {
+      const std::string name = c.name() + ", " + std::to_string(M) + " rows";
+      const int64_t H = c.heads, d = c.headDim;
+      Rand r(static_cast<uint64_t>(H * 31 + d + M + c.rank));
+      DecodeLayer l(r, H, d, c.width);
+      const LowRankWeights lr(r, l.C, c.rank);
+      const int64_t conv = l.C * (c.width - 1);
+      std::vector<std::unique_ptr<DecodeDev>> single, rows;
+      std::vector<std::unique_ptr<DecodeBound>> bs, br;
+      std::vector<k3::KdaDecodeParams> params;
+      for (int i = 0; i < M; ++i) {
+        const std::vector<float> sConv = bf16Valued(r, conv, 1.0f),
+                                 state = r.f32(H * d * d, 0.5f);
+        single.push_back(std::make_unique<DecodeDev>(l, sConv, state));
+        rows.push_back(std::make_unique<DecodeDev>(l, sConv, state));
+        const DecodeToken t(r, l, c.rank);
+        bs.push_back(std::make_unique<DecodeBound>(l, t, *single.back(),
+                                                   c.hasLowerBound, &lr,
+                                                   k3::L2Prefetch{}));
+        br.push_back(std::make_unique<DecodeBound>(l, t, *rows.back(),
+                                                   c.hasLowerBound, &lr,
+                                                   k3::L2Prefetch{}));
+        params.push_back(br.back()->p);
+        k3::Status s =
+            launch("kda_decode", bs.back()->p, c.grid, c.block, 0, c.cluster);
+        ASSERT_TRUE(s.isOk()) << s.message();
+      }
+      Dev array = Dev::of(params);
+      k3::KdaDecodeRowsParams rp;
+      rp.rows = array.get<k3::KdaDecodeParams>();
+      rp.count = M;
+      k3::Status s =
+          launch("kda_decode_rows", rp, c.grid, c.block, 0, c.cluster, M);
+      ASSERT_TRUE(s.isOk()) << s.message();
+      for (int i = 0; i < M; ++i) {
+        const std::string row = name + ", row " + std::to_string(i);
+        expectSameBits(bs[i]->out.download<uint16_t>(l.C),
+                       br[i]->out.download<uint16_t>(l.C), row + " out");
+        if (c.rank > 0)
+          expectSameBits(bs[i]->gOut.download<uint16_t>(l.C),
+                         br[i]->gOut.download<uint16_t>(l.C),
+                         row + " gate");
+        expectSameStates(*single[i], *rows[i], l, row);
+      }
+    }
+  }
+}

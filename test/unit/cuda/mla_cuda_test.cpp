@@ -12,6 +12,7 @@
 //===----------------------------------------------------------------------===//
 #include "test/unit/cuda/CudaTestUtil.h"
 
+#include "kernels/common/StepInputs.h"
 #include "kernels/mla/MlaCpu.h"
 
 #include <algorithm>
@@ -102,6 +103,64 @@ TEST(MlaCuda, CacheAppendAnyGrid) {
   runAppend({512, 64, 16, 9, /*gridX=*/3, /*blockX=*/256});
   runAppend({512, 64, 16, 9, /*gridX=*/1, /*blockX=*/64});
   runAppend({37, 5, 3, 2, /*gridX=*/5, /*blockX=*/32});
+}
+
+/// mla_cache_append's multi-row form (k3_mla_cache_append_rows): M rows,
+/// each its own cache (a batch's slots), kv and position — one row reading
+/// its position from a step block — in one launch, each row's params from a
+/// device array: every cache byte as M single-row launches leave it, at
+/// K3's widths and odd ones, grids 1 and 3.
+TEST(MlaCuda, CacheAppendRowsAsOneLaunchPerRow) {
+  K3_REQUIRE_GPU();
+  for (const AppendCase &c : {AppendCase{512, 64, 16, 0, 1, 256},
+                              AppendCase{37, 5, 8, 0, 3, 32}}) {
+    for (int M : {2, 5}) {
+      const int64_t width = c.L + c.R;
+      Rand r(static_cast<uint64_t>(c.L * 7 + M));
+      const std::vector<uint16_t> w = bf16Around(r, c.L, 1.0f, 0.2f);
+      Dev dW = Dev::of(w);
+      std::vector<std::vector<uint16_t>> caches;
+      std::vector<Dev> kvs, single, rows, steps;
+      std::vector<k3::MlaCacheAppendParams> params;
+      for (int i = 0; i < M; ++i) {
+        caches.push_back(r.bf16(c.maxSeq * width));
+        kvs.push_back(Dev::of(r.bf16(width, 1.5f)));
+        single.push_back(Dev::of(caches.back()));
+        rows.push_back(Dev::of(caches.back()));
+        std::vector<int64_t> step(k3::kStepWords, 0);
+        step[k3::kStepPos] = (3 * i + 1) % c.maxSeq;
+        steps.push_back(Dev::of(step));
+      }
+      for (int i = 0; i < M; ++i) {
+        k3::MlaCacheAppendParams p;
+        p.kv = kvs[i].get<uint16_t>();
+        p.normWeight = dW.get<uint16_t>();
+        p.eps = 1e-6f;
+        p.pos = (5 * i + 2) % c.maxSeq;
+        p.kvLoraRank = c.L;
+        p.ropeDim = c.R;
+        if (i == 1) // this row's position from its step block
+          p.step = steps[i].get<int64_t>();
+        p.cache = single[i].get<uint16_t>();
+        ASSERT_TRUE(launch("mla_cache_append", p, c.gridX, c.blockX).isOk());
+        p.cache = rows[i].get<uint16_t>();
+        params.push_back(p);
+      }
+      Dev array = Dev::of(params);
+      k3::MlaCacheAppendRowsParams rp;
+      rp.rows = array.get<k3::MlaCacheAppendParams>();
+      rp.count = M;
+      ASSERT_TRUE(launch("mla_cache_append_rows", rp, c.gridX, c.blockX, 0, 1,
+                         M)
+                      .isOk());
+      for (int i = 0; i < M; ++i) {
+        const auto want = single[i].download<uint16_t>(caches[i].size());
+        EXPECT_EQ(rows[i].download<uint16_t>(caches[i].size()), want)
+            << "append rows L " << c.L << ", " << M << " rows, row " << i;
+        EXPECT_NE(want, caches[i]) << "row " << i << " appended nothing";
+      }
+    }
+  }
 }
 
 //===----------------------------------------------------------------------===//
