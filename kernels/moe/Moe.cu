@@ -1315,6 +1315,9 @@ __device__ __forceinline__ T *rowPtr(T *p, int t, int64_t stride) {
 /// all n tokens. xAt(j) is token j's bf16 vector (shared or global memory,
 /// 16-byte aligned), formed where it is read (no pointer array held in
 /// registers); its values are what rowDots' activation gives (x̂ is bf16).
+/// (rowDots is not this with T = 1 on purpose: its unrolled loads are the
+/// single-row kernels' measured form, and folding the two changes their
+/// PTX; merge them with a GPU measurement.)
 template <int NM, int NR, int T, class XAt>
 __device__ __forceinline__ void
 rowDotsTokens(const WeightRef (&w)[NM], const int64_t (&rows)[NR], int64_t k,

@@ -659,6 +659,14 @@ Expected<bool> CudaBackend::launchRows(size_t l, size_t n,
   const Grid &g = grids_[l];
   if (!rowsFunctions_[l] || n < 2)
     return false;
+  auto launchForm = [&](const int64_t grid[3], int64_t smem, void *params) {
+    Status st = driver_->launch(rowsFunctions_[l], grid, g.block, smem, stream_,
+                                params, /*programmatic=*/true, g.cluster);
+    return st ? st
+              : st.withContext("launch " + std::to_string(l) + " (" +
+                               first.kernel->name + "'s multi-row form) of " +
+                               std::to_string(n) + " rows");
+  };
   if (rowsArray_[l]) {
     // Every row's own params (uploaded by uploadRowParams), grid y = rows.
     if (!distinctSlots || g.grid[1] != 1 || g.grid[2] != 1)
@@ -667,12 +675,7 @@ Expected<bool> CudaBackend::launchRows(size_t l, size_t n,
     p.rows = rowParams_.get() + rowParamsOffset_[l];
     p.count = static_cast<int32_t>(n);
     const int64_t grid[3] = {g.grid[0], static_cast<int64_t>(n), 1};
-    Status st = driver_->launch(rowsFunctions_[l], grid, g.block, g.smem,
-                                stream_, &p, /*programmatic=*/true, g.cluster);
-    if (!st)
-      return st.withContext("launch " + std::to_string(l) + " (" +
-                            first.kernel->name + "'s multi-row form) of " +
-                            std::to_string(n) + " rows");
+    K3_RETURN_IF_ERROR(launchForm(grid, g.smem, &p));
     ++launchesTogether_;
     return true;
   }
@@ -688,15 +691,8 @@ Expected<bool> CudaBackend::launchRows(size_t l, size_t n,
   for (const RowsLaunch &form : forms)
     if (form.smem > rowsSmemCap_[l])
       return false;
-  for (RowsLaunch &form : forms) {
-    Status st = driver_->launch(rowsFunctions_[l], g.grid, g.block, form.smem,
-                                stream_, form.params.data(),
-                                /*programmatic=*/true, g.cluster);
-    if (!st)
-      return st.withContext("launch " + std::to_string(l) + " (" +
-                            first.kernel->name + "'s multi-row form) of " +
-                            std::to_string(n) + " rows");
-  }
+  for (RowsLaunch &form : forms)
+    K3_RETURN_IF_ERROR(launchForm(g.grid, form.smem, form.params.data()));
   ++launchesTogether_;
   return true;
 }

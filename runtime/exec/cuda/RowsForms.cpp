@@ -160,18 +160,14 @@ bool hasRowsArrayForm(const std::string &kernel) {
 }
 
 // RowsArrayParams is each array form's params struct, byte for byte.
-static_assert(sizeof(RowsArrayParams) == sizeof(KdaDecodeRowsParams) &&
-                  offsetof(RowsArrayParams, rows) ==
-                      offsetof(KdaDecodeRowsParams, rows) &&
-                  offsetof(RowsArrayParams, count) ==
-                      offsetof(KdaDecodeRowsParams, count),
-              "KdaDecodeRowsParams is {rows, count}");
-static_assert(sizeof(RowsArrayParams) == sizeof(MlaCacheAppendRowsParams) &&
-                  offsetof(RowsArrayParams, rows) ==
-                      offsetof(MlaCacheAppendRowsParams, rows) &&
-                  offsetof(RowsArrayParams, count) ==
-                      offsetof(MlaCacheAppendRowsParams, count),
-              "MlaCacheAppendRowsParams is {rows, count}");
+template <typename P> constexpr bool isRowsArray() {
+  return sizeof(RowsArrayParams) == sizeof(P) &&
+         offsetof(RowsArrayParams, rows) == offsetof(P, rows) &&
+         offsetof(RowsArrayParams, count) == offsetof(P, count);
+}
+static_assert(isRowsArray<KdaDecodeRowsParams>() &&
+                  isRowsArray<MlaCacheAppendRowsParams>(),
+              "the array forms' params are {rows, count}");
 
 std::optional<RowsLaunch> rowsLaunch(const std::string &kernel,
                                      const std::vector<const void *> &rows,
