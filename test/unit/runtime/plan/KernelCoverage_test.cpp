@@ -81,13 +81,21 @@ TEST(KernelCoverage, NoEntryPointOutsideTheTable) {
        it != std::sregex_iterator(); ++it)
     defined.insert((*it)[1].str());
   ASSERT_GE(defined.size(), 20u) << "the entry-point pattern matched too few";
-  // The multi-row forms the CUDA backend launches for a table kernel.
+  // The multi-row forms the CUDA backend launches for a table kernel (both
+  // kinds: one params struct for all rows, and a params array per row).
   std::set<std::string> forms;
   for (const char *k : kCudaRowsForms) {
     EXPECT_NE(findKernel(k), nullptr) << k;
     EXPECT_TRUE(defined.count(std::string(k) + "_rows"))
         << "kCudaRowsForms names " << k << ", but no kernels/*/*.cu defines k3_"
         << k << "_rows";
+    forms.insert(std::string(k) + "_rows");
+  }
+  for (const char *k : kCudaRowsArrayForms) {
+    EXPECT_NE(findKernel(k), nullptr) << k;
+    EXPECT_TRUE(defined.count(std::string(k) + "_rows"))
+        << "kCudaRowsArrayForms names " << k
+        << ", but no kernels/*/*.cu defines k3_" << k << "_rows";
     forms.insert(std::string(k) + "_rows");
   }
   for (const std::string &name : defined)
