@@ -298,9 +298,13 @@ void Lowering::lowerWeight(WeightOp op) {
       format = "f32";
     shape.assign(tt.getShape().begin(), tt.getShape().end());
   }
+  DenseI64ArrayAttr split;
+  if (std::optional<SplitAttr> s = op.getSplit())
+    split =
+        b_.getDenseI64ArrayAttr({s->getAxis(), s->getRank(), s->getRanks()});
   ptrs_[op.getResult()] = k3l::WeightOp::create(
       b_, loc_, k3l::PtrType::get(b_.getContext()), op.getNameAttr(),
-      b_.getStringAttr(format), b_.getDenseI64ArrayAttr(shape));
+      b_.getStringAttr(format), b_.getDenseI64ArrayAttr(shape), split);
 }
 
 void Lowering::lowerState(StateOp op) {
@@ -506,6 +510,18 @@ LogicalResult Lowering::lower(Operation *op) {
       })
       .Case<LinearGroupOp>([&](LinearGroupOp o) {
         lowerLinearGroup(o);
+        return success();
+      })
+      .Case<AllReduceOp>([&](AllReduceOp o) {
+        Value out = alloc(o.getResult(), "all_reduce");
+        launch("all_reduce", o, {{"x", ptr(o.getPartial())}, {"out", out}},
+               {I("n", len(o.getPartial()))}, {}, 1);
+        return success();
+      })
+      .Case<AllGatherOp>([&](AllGatherOp o) {
+        Value out = alloc(o.getResult(), "all_gather");
+        launch("all_gather", o, {{"x", ptr(o.getPart())}, {"out", out}},
+               {I("n", len(o.getPart())), I("ranks", o.getRanks())}, {}, 1);
         return success();
       })
       .Case<AddOp>([&](AddOp o) {

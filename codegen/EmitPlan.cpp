@@ -41,6 +41,10 @@ LogicalResult mlir::k3::emitPlan(ModuleOp module, llvm::StringRef fusion,
   doc.maxSeq = maxSeq.getInt();
   if (auto batch = module->getAttrOfType<IntegerAttr>(kMaxBatchAttrName))
     doc.maxBatch = batch.getInt();
+  if (auto ranks = module->getAttrOfType<IntegerAttr>(kRanksAttrName))
+    doc.ranks = ranks.getInt();
+  if (auto rank = module->getAttrOfType<IntegerAttr>(kRankAttrName))
+    doc.rank = rank.getInt();
   doc.config = *config;
   doc.arenaBytes = arena.getInt();
 
@@ -69,9 +73,16 @@ LogicalResult mlir::k3::emitPlan(ModuleOp module, llvm::StringRef fusion,
       bound[s.getResult()] = ::k3::PlanArg::state(doc.states.size());
       doc.states.push_back(st);
     } else if (auto w = dyn_cast<k3l::WeightOp>(op)) {
+      ::k3::TensorSplit split;
+      if (std::optional<ArrayRef<int64_t>> s = w.getSplit()) {
+        split.axis = static_cast<int>((*s)[0]);
+        split.rank = (*s)[1];
+        split.ranks = (*s)[2];
+      }
       bound[w.getResult()] = ::k3::PlanArg::weight(doc.addWeight(
           w.getName().str(), w.getFormat().str(),
-          std::vector<int64_t>(w.getShape().begin(), w.getShape().end())));
+          std::vector<int64_t>(w.getShape().begin(), w.getShape().end()),
+          split));
     } else if (auto l = dyn_cast<k3l::LaunchOp>(op)) {
       ::k3::PlanLaunch &pl =
           doc.addLaunch(l.getKernel().str(), l.getOp().str());

@@ -56,6 +56,17 @@ LogicalResult WeightOp::verify() {
            << "expects format bf16, f32, vector or mxfp4 but got '" << f << "'";
   if (getShape().empty())
     return emitOpError() << "expects a non-empty shape";
+  if (std::optional<ArrayRef<int64_t>> s = getSplit()) {
+    if (s->size() != 3)
+      return emitOpError() << "expects split = [axis, rank, ranks] but got "
+                           << s->size() << " values";
+    const int64_t axis = (*s)[0], rank = (*s)[1], ranks = (*s)[2];
+    if (axis < 0 || axis >= static_cast<int64_t>(getShape().size()) ||
+        ranks < 1 || rank < 0 || rank >= ranks)
+      return emitOpError() << "expects a split axis inside the shape and "
+                              "0 <= rank < ranks but got axis "
+                           << axis << ", rank " << rank << ", ranks " << ranks;
+  }
   return success();
 }
 

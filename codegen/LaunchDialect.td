@@ -61,9 +61,12 @@ def K3L_WeightOp : K3L_Op<"weight", [Pure]> {
     %w = k3l.weight "model.layers.0.mlp.gate_proj.weight" {format = "bf16", shape = array<i64: 512, 256>} : !k3l.ptr
     %c = k3l.weight "model.layers.0.self_attn.q_conv1d.weight" {format = "vector", shape = array<i64: 256, 1, 4>} : !k3l.ptr
     ```
+    `split = array<i64: axis, rank, ranks>` (a tensor-parallel plan): `shape`
+    is rank `rank`'s part of the checkpoint tensor along `axis`.
   }];
   let arguments = (ins StrAttr:$name, StrAttr:$format,
-                       DenseI64ArrayAttr:$shape);
+                       DenseI64ArrayAttr:$shape,
+                       OptionalAttr<DenseI64ArrayAttr>:$split);
   let results = (outs K3L_PtrType:$ptr);
   let assemblyFormat = "$name attr-dict `:` type($ptr)";
   let hasVerifier = 1;

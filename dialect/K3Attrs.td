@@ -75,4 +75,22 @@ def K3_MoeConfigAttr : K3_Attr<"MoeConfig", "moe"> {
   let genVerifyDecl = 1;
 }
 
+def K3_SplitAttr : K3_Attr<"Split", "split"> {
+  let summary = "one rank's equal part of a checkpoint tensor";
+  let description = [{
+    Part `rank` of `ranks` equal parts along dimension `axis` of the logical
+    shape (a stacked `{e}` weight counts the expert dimension as 0). The
+    weight's type is the part's shape; the runtime reads only that part of
+    the checkpoint tensor (runtime/io/TensorSlice.h). Placed by
+    `k3-partition-ranks`.
+    ```mlir
+    %o = k3.weight "model.layers.0.self_attn.o_proj.weight"
+           {split = #k3.split<axis = 1, rank = 0, ranks = 2>} : tensor<256x128xbf16>
+    ```
+  }];
+  let parameters = (ins "int64_t":$axis, "int64_t":$rank, "int64_t":$ranks);
+  let assemblyFormat = "`<` struct(params) `>`";
+  let genVerifyDecl = 1;
+}
+
 #endif // K3_ATTRS_TD

@@ -191,6 +191,18 @@ MlaConfigAttr::verify(function_ref<InFlightDiagnostic()> emitError,
                          {"nope", nope}, {"rope", rope}, {"v_dim", vDim}});
 }
 
+LogicalResult SplitAttr::verify(function_ref<InFlightDiagnostic()> emitError,
+                                int64_t axis, int64_t rank, int64_t ranks) {
+  if (ranks < 1)
+    return emitError() << "split ranks must be >= 1, got " << ranks;
+  if (rank < 0 || rank >= ranks)
+    return emitError() << "split rank must be in [0, " << ranks << "), got "
+                       << rank;
+  if (axis < 0)
+    return emitError() << "split axis must be >= 0, got " << axis;
+  return success();
+}
+
 LogicalResult
 MoeConfigAttr::verify(function_ref<InFlightDiagnostic()> emitError,
                       int64_t experts, int64_t topK, int64_t intermediate,

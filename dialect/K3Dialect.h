@@ -40,6 +40,11 @@ inline constexpr llvm::StringLiteral kMaxSeqAttrName = "k3.max_seq";
 /// one). @decode_step stays one sequence's step; the runtime holds this many
 /// slots, each with its own arena and state (docs/PLAN.md "max_batch").
 inline constexpr llvm::StringLiteral kMaxBatchAttrName = "k3.max_batch";
+/// Optional module attributes of a tensor-parallel module (k3-partition-ranks):
+/// the number of ranks and which of them this module computes (absent: one
+/// rank, rank 0). docs/PLAN.md "Tensor-parallel plans".
+inline constexpr llvm::StringLiteral kRanksAttrName = "k3.ranks";
+inline constexpr llvm::StringLiteral kRankAttrName = "k3.rank";
 /// Name of the decode-step function.
 inline constexpr llvm::StringLiteral kDecodeStepName = "decode_step";
 

@@ -146,6 +146,15 @@ LogicalResult WeightOp::verify() {
     return emitOpError() << "expects an mxfp4 weight to be named by its "
                             "prefix (without '.weight'): the checkpoint holds "
                             "'<prefix>.weight_packed' and '<prefix>.weight_scale'";
+  if (std::optional<SplitAttr> split = getSplit()) {
+    if (split->getAxis() >= static_cast<int64_t>(shape.size()))
+      return emitOpError() << "expects split axis " << split->getAxis()
+                           << " inside the weight's rank " << shape.size();
+    if (stacked && split->getAxis() == 0)
+      return emitOpError() << "expects a stacked ('{e}') weight to be split "
+                              "inside each expert (axis 1 or 2), not over "
+                              "the experts";
+  }
   return success();
 }
 
@@ -388,6 +397,29 @@ LogicalResult LmHeadOp::verify() {
 
 LogicalResult ArgmaxOp::verify() {
   return failure(failed(vectorLength(*this, "logits", getLogits())));
+}
+
+//===----------------------------------------------------------------------===//
+// Collectives
+//===----------------------------------------------------------------------===//
+
+LogicalResult AllReduceOp::verify() {
+  if (getRanks() < 2)
+    return emitOpError() << "expects ranks >= 2 but got " << getRanks();
+  FailureOr<int64_t> n = vectorLength(*this, "partial", getPartial());
+  if (failed(n))
+    return failure();
+  return expectShape(*this, "result", getResult().getType(), {*n});
+}
+
+LogicalResult AllGatherOp::verify() {
+  if (getRanks() < 2)
+    return emitOpError() << "expects ranks >= 2 but got " << getRanks();
+  FailureOr<int64_t> n = vectorLength(*this, "part", getPart());
+  if (failed(n))
+    return failure();
+  return expectShape(*this, "result", getResult().getType(),
+                     {*n * static_cast<int64_t>(getRanks())});
 }
 
 //===----------------------------------------------------------------------===//

@@ -56,8 +56,11 @@ def K3_WeightOp : K3_Op<"weight", [Pure]> {
     %e = k3.weight "model.layers.1.block_sparse_moe.experts.{e}.w1" : !k3.mxfp4<16x128x128>
     %c = k3.weight "model.layers.0.self_attn.q_conv1d.weight" : !k3.vector_weight<256x1x4>
     ```
+    With `split` (a tensor-parallel plan), the type is one rank's part of the
+    checkpoint tensor, whose full shape is the type's with `axis` times
+    `ranks` (`#k3.split`).
   }];
-  let arguments = (ins StrAttr:$name);
+  let arguments = (ins StrAttr:$name, OptionalAttr<K3_SplitAttr>:$split);
   let results = (outs K3_WeightType:$result);
   let assemblyFormat = "$name attr-dict `:` type($result)";
   let hasVerifier = 1;
@@ -334,6 +337,43 @@ def K3_ArgmaxOp : K3_Op<"argmax", [Pure]> {
   let arguments = (ins K3_F32Tensor:$logits);
   let results = (outs I32:$token);
   let assemblyFormat = "$logits attr-dict `:` type($logits)";
+  let hasVerifier = 1;
+}
+
+//===----------------------------------------------------------------------===//
+// Collectives (tensor-parallel plans, placed by k3-partition-ranks)
+//===----------------------------------------------------------------------===//
+
+def K3_AllReduceOp : K3_Op<"all_reduce"> {
+  let summary = "the sum of every rank's partial value, rounded once";
+  let description = [{
+    Each of `ranks` ranks holds a partial sum (the output of a row-parallel
+    projection: its part of o_proj's or w2's inputs); every rank gets
+    `R(sum over ranks r = 0 .. ranks-1 of partial_r)`, summed in fp32 in rank
+    order, so all ranks hold the same bits. A communication, not a pure
+    computation: no pass may duplicate, move or drop it on one rank alone.
+    ```mlir
+    %y = k3.all_reduce %partial {ranks = 2 : i64} : tensor<256xbf16> -> tensor<256xbf16>
+    ```
+  }];
+  let arguments = (ins K3_BF16Tensor:$partial, I64Attr:$ranks);
+  let results = (outs K3_BF16Tensor:$result);
+  let assemblyFormat = "$partial attr-dict `:` type($partial) `->` type($result)";
+  let hasVerifier = 1;
+}
+
+def K3_AllGatherOp : K3_Op<"all_gather"> {
+  let summary = "every rank's part of a vector, concatenated in rank order";
+  let description = [{
+    The logits of a vocabulary-parallel lm_head: rank r computed rows
+    `[r·n, (r+1)·n)`; every rank gets all `ranks · n`.
+    ```mlir
+    %l = k3.all_gather %part {ranks = 2 : i64} : tensor<512xf32> -> tensor<1024xf32>
+    ```
+  }];
+  let arguments = (ins K3_F32Tensor:$part, I64Attr:$ranks);
+  let results = (outs K3_F32Tensor:$result);
+  let assemblyFormat = "$part attr-dict `:` type($part) `->` type($result)";
   let hasVerifier = 1;
 }
 

@@ -48,7 +48,8 @@ private:
 
   // Leaves.
   Value weight(const std::string &name, Type type) {
-    return WeightOp::create(b_, loc_, type, b_.getStringAttr(name));
+    return WeightOp::create(b_, loc_, type, b_.getStringAttr(name),
+                            /*split=*/nullptr);
   }
   /// Tensor `id` of layer `layer` (-1 for the model's own), typed by the
   /// dtypes the table allows: bf16; a small weight bound in the dtype the

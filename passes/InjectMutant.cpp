@@ -78,9 +78,13 @@ public:
       r = skipLayer(fn);
     else if (kind == "router-expert0")
       r = routerExpert0(fn);
+    else if (kind == "tp-no-all-reduce")
+      r = tpNoAllReduce(fn);
     else
       r = fn.emitError("k3-inject-mutant: unknown kind '")
-          << kind << "' (expected attn-res-skip | router-expert0 | skip-layer)";
+          << kind
+          << "' (expected attn-res-skip | router-expert0 | skip-layer | "
+             "tp-no-all-reduce)";
     if (failed(r))
       signalPassFailure();
   }
@@ -150,6 +154,26 @@ private:
     return success();
   }
 
+  /// C7: each split mixer's partial output (its rank's part of o_proj's
+  /// inputs) is used as the whole: its all-reduce is dropped.
+  LogicalResult tpNoAllReduce(func::FuncOp fn) {
+    SmallVector<AllReduceOp> ops;
+    fn.walk([&](AllReduceOp op) {
+      if (isa_and_nonnull<KdaOp, MlaOp>(op.getPartial().getDefiningOp()))
+        ops.push_back(op);
+    });
+    if (ops.empty())
+      return fn.emitError("k3-inject-mutant: tp-no-all-reduce found no "
+                          "k3.all_reduce after a k3.kda or k3.mla; run it "
+                          "after k3-partition-ranks with ranks > 1, on the "
+                          "coarse IR");
+    for (AllReduceOp op : ops) {
+      op.getResult().replaceAllUsesWith(op.getPartial());
+      op.erase();
+    }
+    return success();
+  }
+
   /// Every router picks expert 0 in every slot.
   LogicalResult routerExpert0(func::FuncOp fn) {
     Builder b(fn.getContext());
@@ -177,7 +201,8 @@ LogicalResult mlir::k3::buildK3MutantPipeline(OpPassManager &pm,
   K3InjectMutantOptions options;
   options.kind = kind.str();
   options.layer = layer;
-  if (kind == "attn-res-skip" || kind == "skip-layer") {
+  if (kind == "attn-res-skip" || kind == "skip-layer" ||
+      kind == "tp-no-all-reduce") {
     pm.nest<func::FuncOp>().addPass(createK3InjectMutant(options));
     buildK3FusionPipeline(pm, strategy);
     return success();

@@ -173,6 +173,55 @@ def K3FuseProjections : Pass<"k3-fuse-projections", "::mlir::func::FuncOp"> {
   }];
 }
 
+def K3PartitionRanks : Pass<"k3-partition-ranks", "::mlir::ModuleOp"> {
+  let summary = "Split the decode step over tensor-parallel ranks";
+  let description = [{
+    Makes rank `rank`'s part of a decode step split over `ranks` ranks, on
+    the coarse IR (before `k3-decompose-layers`). Each weight that is split
+    gets the part's type and `split = #k3.split<axis, rank, ranks>`, so the
+    runtime reads only that part of the checkpoint:
+
+    - `k3.kda`: heads split (column-parallel q/k/v, their conv filters, f_b,
+      dt_bias, A_log, b and the output gate g / g_b; a rank's conv and
+      recurrent state hold its heads), row-parallel `o_proj`;
+    - `k3.mla`: heads split (q or q_b, kv_b, the output gate column-parallel,
+      `o_proj` row-parallel); the latent projection, its norm and the latent
+      cache are the same on every rank;
+    - `k3.dense_mlp`, and each routed and shared expert of `k3.moe`: the
+      intermediate dimension split (w1 / w3 column-, w2 row-parallel); the
+      router is the same on every rank, so every rank picks the same experts;
+    - `k3.lm_head`: the vocabulary split, the logits gathered.
+
+    After each split mixer and FFN a `k3.all_reduce` sums the ranks' partial
+    outputs (bf16 partials, summed in fp32 in rank order), after the lm_head
+    a `k3.all_gather` joins the logits. The embedding, the norms, AttnRes
+    and K3's `k3.latent_moe` (not split yet) are computed whole on every
+    rank. Sets the module attributes `k3.ranks` and `k3.rank`. Fails, naming
+    the op, when a split dimension does not divide over the ranks (an MXFP4
+    input split must also keep whole 32-value blocks).
+
+    Before (`ranks=2 rank=1`):
+    ```mlir
+    %o = k3.weight "model.layers.0.self_attn.o_proj.weight" : tensor<256x256xbf16>
+    %y = k3.kda %h, %cs, %s weights(..., %o) {config = #k3.kda<heads = 4, ...>} : ...
+    ```
+    After:
+    ```mlir
+    %o = k3.weight "model.layers.0.self_attn.o_proj.weight"
+           {split = #k3.split<axis = 1, rank = 1, ranks = 2>} : tensor<256x128xbf16>
+    %p = k3.kda %h, %cs, %s weights(..., %o) {config = #k3.kda<heads = 2, ...>} : ...
+    %y = k3.all_reduce %p {ranks = 2 : i64} : tensor<256xbf16> -> tensor<256xbf16>
+    ```
+  }];
+  let options = [
+    Option<"ranks", "ranks", "int64_t", /*default=*/"1",
+           "the number of tensor-parallel ranks (1: nothing to do)">,
+    Option<"rank", "rank", "int64_t", /*default=*/"0",
+           "the rank whose part this module computes, in [0, ranks)">,
+  ];
+  let dependentDialects = ["::mlir::k3::K3Dialect"];
+}
+
 def K3InjectMutant : Pass<"k3-inject-mutant", "::mlir::func::FuncOp"> {
   let summary = "Make a deliberately wrong decode step (a test mutant)";
   let description = [{
@@ -188,6 +237,10 @@ def K3InjectMutant : Pass<"k3-inject-mutant", "::mlir::func::FuncOp"> {
       operand. Layers are found by the `layers.N.` part of the ops' NameLoc.
       Fails when the layer is out of range, or when one of its sublayers
       feeds no residual add (an AttnRes commit layer, where `p = a`).
+    - `tp-no-all-reduce` (after `k3-partition-ranks`, the graph mutant
+      C7): the `k3.all_reduce` after each split mixer (`k3.kda` / `k3.mla`)
+      is dropped, so its rank-local partial o_proj output flows on as if it
+      were the whole.
     - `router-expert0` (decomposed or fused IR, after `k3-decompose-layers`
       and any fusion): every `k3.router` and `k3.routed_experts` gets
       `k3.mutant.force_expert = 0 : i64`, which `convert-k3-to-launch` lowers
@@ -196,7 +249,7 @@ def K3InjectMutant : Pass<"k3-inject-mutant", "::mlir::func::FuncOp"> {
   }];
   let options = [
     Option<"kind", "kind", "std::string", /*default=*/"\"\"",
-           "attn-res-skip | router-expert0 | skip-layer">,
+           "attn-res-skip | router-expert0 | skip-layer | tp-no-all-reduce">,
     Option<"layer", "layer", "int64_t", /*default=*/"1",
            "the layer that skip-layer removes">,
   ];

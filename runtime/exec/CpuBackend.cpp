@@ -39,11 +39,24 @@ uint64_t rounded(uint64_t bytes) {
 }
 } // namespace
 
-Expected<std::unique_ptr<CpuBackend>>
-CpuBackend::bind(const PlanDoc &plan, const TensorStore &store) {
+Expected<std::unique_ptr<CpuBackend>> CpuBackend::bind(const PlanDoc &plan,
+                                                       const TensorStore &store,
+                                                       Communicator *comm) {
   K3_RETURN_IF_ERROR(validatePlan(plan));
+  if (plan.ranks > 1) {
+    if (!comm)
+      return makeError("the plan is rank ", plan.rank, " of ", plan.ranks,
+                       " of a tensor-parallel plan: run it together with "
+                       "its other ranks (k3-run RANK0.plan RANK1.plan ...: one "
+                       "plan per rank)");
+    if (comm->ranks() != plan.ranks || comm->rank() != plan.rank)
+      return makeError("the plan is rank ", plan.rank, " of ", plan.ranks,
+                       ", but its communicator is rank ", comm->rank(), " of ",
+                       comm->ranks());
+  }
   std::unique_ptr<CpuBackend> be(new CpuBackend());
   be->plan_ = plan;
+  be->comm_ = plan.ranks > 1 ? comm : nullptr;
   be->plan_.ptxModules.clear(); // the CPU never reads it
   be->vocab_ = plan.config.vocabSize;
   be->maxSeq_ = plan.maxSeq;
@@ -168,8 +181,9 @@ Expected<std::vector<GreedyChoice>> CpuBackend::chainGreedy(int64_t more) {
   };
   record();
   for (int64_t i = 0; i < more; ++i) {
-    for (BoundLaunch &l : r.launches)
-      l.runCpu(); // the token and position come from the step block
+    // The token and position come from the step block.
+    for (size_t l = 0; l < r.launches.size(); ++l)
+      K3_RETURN_IF_ERROR(run(r.launches[l], l));
     record();
   }
   return out;
@@ -192,11 +206,22 @@ Status CpuBackend::resetSlot(int64_t slot) {
 Status CpuBackend::step(int64_t token, int64_t pos) {
   K3_RETURN_IF_ERROR(checkStepInputs(token, pos, vocab_, maxSeq_));
   Row &r = rowZero(token, pos);
-  for (BoundLaunch &l : r.launches) {
-    l.setInputs(token, pos);
-    l.runCpu();
+  for (size_t i = 0; i < r.launches.size(); ++i) {
+    r.launches[i].setInputs(token, pos);
+    K3_RETURN_IF_ERROR(run(r.launches[i], i));
   }
   return Status::ok();
+}
+
+Status CpuBackend::run(const BoundLaunch &l, size_t index) {
+  if (!l.kernel->collective) {
+    l.runCpu();
+    return Status::ok();
+  }
+  if (!comm_)
+    return makeError("launch ", index, " (", l.kernel->name,
+                     ") is a collective, and this plan has no other ranks");
+  return comm_->run(*l.kernel, l.params->data(), index);
 }
 
 Status CpuBackend::stepSlots(const std::vector<SlotStep> &rows) {
@@ -224,7 +249,7 @@ Status CpuBackend::stepSlots(const std::vector<SlotStep> &rows) {
       if (together && rows.size() > 1)
         params[i] = bl.params->data();
       else
-        bl.runCpu();
+        K3_RETURN_IF_ERROR(run(bl, l));
     }
     if (together && rows.size() > 1)
       together(params.data(), rows.size());
@@ -243,8 +268,7 @@ Status CpuBackend::runLaunch(size_t index, int64_t token, int64_t pos) {
     return makeError("launch ", index, " is out of range");
   BoundLaunch &l = rowZero(token, pos).launches[index];
   l.setInputs(token, pos);
-  l.runCpu();
-  return Status::ok();
+  return run(l, index);
 }
 
 Status CpuBackend::readArena(std::vector<uint8_t> &out) {
@@ -290,7 +314,7 @@ Expected<std::vector<double>> CpuBackend::timeLaunches(int64_t token,
     BoundLaunch &l = r.launches[i];
     l.setInputs(token, pos);
     const Clock::time_point t0 = Clock::now();
-    l.runCpu();
+    K3_RETURN_IF_ERROR(run(l, i));
     us[i] = microsecondsSince(t0);
   }
   return us;
@@ -301,9 +325,9 @@ Expected<double> CpuBackend::timeStep(int64_t token, int64_t pos, bool replay) {
   K3_RETURN_IF_ERROR(checkStepInputs(token, pos, vocab_, maxSeq_));
   const Clock::time_point t0 = Clock::now();
   Row &r = rowZero(token, pos);
-  for (BoundLaunch &l : r.launches) {
-    l.setInputs(token, pos);
-    l.runCpu();
+  for (size_t i = 0; i < r.launches.size(); ++i) {
+    r.launches[i].setInputs(token, pos);
+    K3_RETURN_IF_ERROR(run(r.launches[i], i));
   }
   return microsecondsSince(t0);
 }

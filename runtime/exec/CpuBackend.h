@@ -21,12 +21,13 @@
 
 #include "kernels/common/StepInputs.h"
 #include "kernels/common/WeightRef.h"
-#include "runtime/exec/Backend.h"
-#include "runtime/plan/Plan.h"
-#include "runtime/exec/PlanBinding.h"
-#include "runtime/plan/PlanKernels.h"
-#include "runtime/io/Safetensors.h"
 #include "runtime/Status.h"
+#include "runtime/exec/Backend.h"
+#include "runtime/exec/PlanBinding.h"
+#include "runtime/exec/RankGroup.h"
+#include "runtime/io/Safetensors.h"
+#include "runtime/plan/Plan.h"
+#include "runtime/plan/PlanKernels.h"
 
 #include <cstdint>
 #include <memory>
@@ -44,9 +45,12 @@ public:
 
   /// Validates `plan` (validatePlan), resolves its weights in `store` and
   /// fills every launch's params. Errors name the weight or the launch and
-  /// field. The state starts zeroed.
-  static Expected<std::unique_ptr<CpuBackend>> bind(const PlanDoc &plan,
-                                                    const TensorStore &store);
+  /// field. The state starts zeroed. A rank of a tensor-parallel plan needs
+  /// `comm`, its end of the rank group, for its collectives (it must
+  /// outlive the backend); a plan of one rank ignores it.
+  static Expected<std::unique_ptr<CpuBackend>>
+  bind(const PlanDoc &plan, const TensorStore &store,
+       Communicator *comm = nullptr);
 
   /// Zeroes every resident state (start of a sequence).
   Status resetState() override;
@@ -93,6 +97,10 @@ public:
 private:
   CpuBackend() = default;
 
+  /// Runs launch `index` of a row: its CPU kernel, or a collective through
+  /// comm_.
+  Status run(const BoundLaunch &l, size_t index);
+
   struct Aligned {
     void operator()(uint8_t *p) const;
   };
@@ -133,6 +141,8 @@ private:
 
   /// The plan (without its PTX), for binding rows as they are needed.
   PlanDoc plan_;
+  /// The rank's end of its group (a tensor-parallel plan), else null.
+  Communicator *comm_ = nullptr;
   int64_t vocab_ = 0, maxSeq_ = 0, slots_ = 1;
   uint64_t arenaBytes_ = 0;
   /// Per plan state, every slot's copy, slot s at s * stateStride_[i].

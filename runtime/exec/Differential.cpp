@@ -458,6 +458,10 @@ runDifferential(const PlanDoc &plan, const TensorStore &store,
                      " backend is not bound to this plan (vocab ",
                      candidate.vocab(), ", max_seq ", candidate.maxSeq(),
                      "; the plan has ", vocab, ", ", plan.maxSeq, ")");
+  if (plan.ranks > 1)
+    return makeError("the plan is rank ", plan.rank, " of ", plan.ranks,
+                     " of a tensor-parallel plan: the differential check "
+                     "runs plans of one rank");
   if (prompt.empty())
     return makeError("the prompt is empty; it needs at least one token");
   if (maxNew < 1)

@@ -12,6 +12,7 @@
 
 #include "kernels/common/BF16.h"
 #include "runtime/io/Tensor.h"
+#include "runtime/io/TensorSlice.h"
 
 #include <cstring>
 #include <map>
@@ -62,10 +63,60 @@ std::string expertName(const std::string &name, int64_t e) {
 
 namespace {
 
+/// Where a plan weight's checkpoint tensors are found: the store, or for a
+/// split weight this rank's part of each (gathered into `parts`).
+class WeightLookup {
+public:
+  WeightLookup(const TensorStore &store, const PlanWeight &w,
+               std::vector<std::unique_ptr<TensorSlice>> &parts)
+      : store_(store), w_(w), parts_(parts) {}
+
+  /// The tensor `name` whose logical part shape is `shape` (per expert for
+  /// a stacked weight): null when missing, the part when split.
+  /// `padded`: a 1-D tensor may be longer than the whole (K3's A_log).
+  Expected<const TensorView *> find(const std::string &name,
+                                    std::vector<int64_t> shape,
+                                    bool padded = false) const {
+    const TensorView *t = store_.find(name);
+    if (!t || !w_.isSplit())
+      return t;
+    // The split axis in this tensor's own coordinates (an expert's tensor
+    // lacks the stacked dimension).
+    TensorSplit split = w_.split;
+    if (w_.stacked())
+      split.axis -= 1;
+    shape[static_cast<size_t>(split.axis)] *= split.ranks;
+    TensorView whole = *t;
+    const bool sameShape = squeezed(t->shape) == squeezed(shape);
+    if (sameShape) {
+      whole.shape = shape;
+    } else if (padded && squeezed(t->shape).size() <= 1 &&
+               squeezed(shape).size() <= 1 && t->numel() >= numelOf(shape)) {
+      whole.shape = shape;
+      whole.nbytes = static_cast<size_t>(numelOf(shape)) * dtypeSize(t->dtype);
+    } else {
+      return makeError("weight '", name, "': the plan splits ",
+                       shapeString(shape), " over ", split.ranks,
+                       " ranks, the checkpoint has ", dtypeName(t->dtype), " ",
+                       shapeString(t->shape));
+    }
+    Expected<TensorSlice> part = sliceTensor(whole, split);
+    if (!part)
+      return makeError("weight '", name, "': ", part.message());
+    parts_.push_back(std::make_unique<TensorSlice>(part.take()));
+    return &parts_.back()->view;
+  }
+
+private:
+  const TensorStore &store_;
+  const PlanWeight &w_;
+  std::vector<std::unique_ptr<TensorSlice>> &parts_;
+};
+
 /// Resolves one plan weight (one expert's when stacked) in the store.
 Status resolveMatrixOrVector(const PlanWeight &w, const std::string &name,
                              const std::vector<int64_t> &shape,
-                             const TensorStore &store, WeightRef &ref,
+                             const WeightLookup &store, WeightRef &ref,
                              const uint8_t *&data, uint64_t &bytes,
                              int32_t &dtype, std::vector<float> &widened) {
   auto missing = [&](const std::string &n) {
@@ -81,13 +132,20 @@ Status resolveMatrixOrVector(const PlanWeight &w, const std::string &name,
   ref = WeightRef();
   if (w.format == "mxfp4") {
     const int64_t rows = shape[0], cols = shape[1];
-    const TensorView *packed = store.find(name + ".weight_packed");
-    const TensorView *scale = store.find(name + ".weight_scale");
+    const std::vector<int64_t> ps = {rows, cols / 2}, ss = {rows, cols / 32};
+    Expected<const TensorView *> packedOr =
+        store.find(name + ".weight_packed", ps);
+    if (!packedOr)
+      return packedOr.status();
+    Expected<const TensorView *> scaleOr =
+        store.find(name + ".weight_scale", ss);
+    if (!scaleOr)
+      return scaleOr.status();
+    const TensorView *packed = *packedOr, *scale = *scaleOr;
     if (!packed)
       return missing(name + ".weight_packed");
     if (!scale)
       return missing(name + ".weight_scale");
-    const std::vector<int64_t> ps = {rows, cols / 2}, ss = {rows, cols / 32};
     if (packed->dtype != DType::U8 || packed->shape != ps)
       return mismatch(packed, "U8 " + shapeString(ps));
     if (scale->dtype != DType::U8 || scale->shape != ss)
@@ -98,7 +156,11 @@ Status resolveMatrixOrVector(const PlanWeight &w, const std::string &name,
     return Status::ok();
   }
 
-  const TensorView *t = store.find(name);
+  Expected<const TensorView *> found =
+      store.find(name, shape, /*padded=*/w.format == "f32");
+  if (!found)
+    return found.status();
+  const TensorView *t = *found;
   if (!t)
     return missing(name);
   if (w.format == "bf16") {
@@ -164,8 +226,9 @@ Status resolveMatrixOrVector(const PlanWeight &w, const std::string &name,
 
 } // namespace
 
-Status resolveWeight(const PlanWeight &w, const TensorStore &store,
+Status resolveWeight(const PlanWeight &w, const TensorStore &checkpoint,
                      ResolvedWeight &out) {
+  const WeightLookup store(checkpoint, w, out.parts);
   if (!w.stacked()) {
     K3_RETURN_IF_ERROR(resolveMatrixOrVector(w, w.name, w.shape, store, out.ref,
                                              out.data, out.bytes, out.dtype,
@@ -359,7 +422,8 @@ Status bindLaunch(const PlanDoc &plan, size_t index, const PlanMemory &mem,
                             ")";
   const KernelInfo *kernel = findKernel(l.kernel);
   const CpuEntry cpu = kernel ? findCpuKernel(kernel->name) : nullptr;
-  if (!kernel || !kernel->make || !cpu)
+  // A collective has no CPU kernel: the backend's communicator runs it.
+  if (!kernel || !kernel->make || (!cpu && !kernel->collective))
     return makeError(where, ": kernel '", l.kernel,
                      "' has no implementation in this build");
   launch.kernel = kernel;

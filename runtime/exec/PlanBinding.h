@@ -38,6 +38,10 @@ struct ResolvedWeight {
   /// An aligned host copy when the checkpoint's bytes cannot be used in
   /// place: an f32 weight stored bf16 (widened) or a misaligned tensor.
   std::vector<float> widened;
+  /// A split weight's parts (PlanWeight::split): views into the checkpoint
+  /// where the part is contiguous there, else gathered copies. `data`,
+  /// `ref` and `table` point into them.
+  std::vector<std::unique_ptr<TensorSlice>> parts;
 };
 
 /// Finds `w` in `store` and checks its format and shape. Errors name the

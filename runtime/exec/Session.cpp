@@ -113,12 +113,15 @@ Expected<TensorStore> openWeightsFor(const PlanDoc &plan,
   return TensorStore::open(weightsDir);
 }
 
-Expected<std::unique_ptr<Backend>> bindBackend(const PlanDoc &plan,
-                                               const TensorStore &store,
-                                               BackendKind kind,
-                                               bool cudaGraph,
-                                               const std::string &weightsDir) {
+Expected<std::unique_ptr<Backend>>
+bindBackend(const PlanDoc &plan, const TensorStore &store, BackendKind kind,
+            bool cudaGraph, const std::string &weightsDir, Communicator *comm) {
   if (kind == BackendKind::Cuda) {
+    if (plan.ranks > 1)
+      return makeError("the plan is rank ", plan.rank, " of ", plan.ranks,
+                       " of a tensor-parallel plan: the CUDA backend has no "
+                       "collectives yet (NCCL); run the ranks on the CPU "
+                       "backend");
     Expected<std::unique_ptr<CudaBackend>> be =
         CudaBackend::bind(plan, store, cudaGraph);
     if (!be)
@@ -126,16 +129,16 @@ Expected<std::unique_ptr<Backend>> bindBackend(const PlanDoc &plan,
                                      " on the GPU");
     return std::unique_ptr<Backend>(be.take());
   }
-  Expected<std::unique_ptr<CpuBackend>> be = CpuBackend::bind(plan, store);
+  Expected<std::unique_ptr<CpuBackend>> be =
+      CpuBackend::bind(plan, store, comm);
   if (!be)
     return be.status().withContext("binding the plan to " + weightsDir);
   return std::unique_ptr<Backend>(be.take());
 }
 
-Expected<std::unique_ptr<Session>> Session::open(PlanDoc plan,
-                                                 const std::string &weightsDir,
-                                                 BackendKind kind,
-                                                 bool cudaGraph) {
+Expected<std::unique_ptr<Session>>
+Session::open(PlanDoc plan, const std::string &weightsDir, BackendKind kind,
+              bool cudaGraph, Communicator *comm) {
   Expected<TensorStore> store = openWeightsFor(plan, weightsDir);
   if (!store)
     return store.status();
@@ -143,7 +146,7 @@ Expected<std::unique_ptr<Session>> Session::open(PlanDoc plan,
   s->plan_ = std::move(plan);
   s->store_ = store.take();
   Expected<std::unique_ptr<Backend>> be =
-      bindBackend(s->plan_, s->store_, kind, cudaGraph, weightsDir);
+      bindBackend(s->plan_, s->store_, kind, cudaGraph, weightsDir, comm);
   if (!be)
     return be.status();
   s->backend_ = be.take();

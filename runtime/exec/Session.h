@@ -27,6 +27,8 @@
 
 namespace k3 {
 
+class Communicator;
+
 /// Compares the plan's config with the weights' config through their
 /// canonical writeConfigJson text; on a difference the error names the
 /// first differing field with both values.
@@ -41,12 +43,13 @@ Expected<TensorStore> openWeightsFor(const PlanDoc &plan,
                                      const std::string &weightsDir);
 
 /// `plan` bound to `store` on `kind` (`cudaGraph`: the CUDA backend builds
-/// its graph); errors say where (`weightsDir`, "on the GPU").
+/// its graph); errors say where (`weightsDir`, "on the GPU"). `comm`: the
+/// rank's end of its group, for a tensor-parallel plan (RankGroup.h).
 Expected<std::unique_ptr<Backend>> bindBackend(const PlanDoc &plan,
                                                const TensorStore &store,
-                                               BackendKind kind,
-                                               bool cudaGraph,
-                                               const std::string &weightsDir);
+                                               BackendKind kind, bool cudaGraph,
+                                               const std::string &weightsDir,
+                                               Communicator *comm = nullptr);
 
 /// Called with each generated token as soon as it is chosen (index s =
 /// 0 .. maxNew-1).
@@ -176,9 +179,12 @@ public:
   /// (errors of the CUDA backend: no GPU or driver, a kernel without a CUDA
   /// implementation). `cudaGraph`: the CUDA backend replays one CUDA graph
   /// per step (else it launches kernel by kernel).
+  /// `comm`: the rank's communicator when `plan` is one rank of a
+  /// tensor-parallel plan (runRanks in RankGroup.h opens those).
   static Expected<std::unique_ptr<Session>>
   open(PlanDoc plan, const std::string &weightsDir,
-       BackendKind kind = BackendKind::Cpu, bool cudaGraph = true);
+       BackendKind kind = BackendKind::Cpu, bool cudaGraph = true,
+       Communicator *comm = nullptr);
 
   /// Decodes one sequence (see the file comment). Errors, before anything
   /// runs: those of checkPrompt(), a prefix that does not start the prompt,

@@ -9,6 +9,7 @@
 //===----------------------------------------------------------------------===//
 #include "runtime/plan/Plan.h"
 
+#include "kernels/collective/CollectiveParams.h"
 #include "runtime/io/AtomicFile.h"
 #include "runtime/io/JsonCheck.h"
 #include "runtime/plan/PlanKernels.h"
@@ -231,13 +232,29 @@ int64_t PlanDoc::addState(const std::string &name, const std::string &kind,
   return static_cast<int64_t>(states.size()) - 1;
 }
 
+namespace {
+bool sameSplit(const TensorSplit &a, const TensorSplit &b) {
+  return a.ranks == b.ranks &&
+         (a.ranks == 1 || (a.axis == b.axis && a.rank == b.rank));
+}
+} // namespace
+
+std::vector<int64_t> PlanWeight::fullShape() const {
+  std::vector<int64_t> s = shape;
+  if (isSplit() && split.axis >= 0 &&
+      split.axis < static_cast<int64_t>(s.size()))
+    s[split.axis] *= split.ranks;
+  return s;
+}
+
 int64_t PlanDoc::addWeight(const std::string &name, const std::string &format,
-                           const std::vector<int64_t> &shape) {
+                           const std::vector<int64_t> &shape,
+                           const TensorSplit &split) {
   for (size_t i = 0; i < weights.size(); ++i)
     if (weights[i].name == name && weights[i].format == format &&
-        weights[i].shape == shape)
+        weights[i].shape == shape && sameSplit(weights[i].split, split))
       return static_cast<int64_t>(i);
-  weights.push_back(PlanWeight{name, format, shape});
+  weights.push_back(PlanWeight{name, format, shape, split});
   return static_cast<int64_t>(weights.size()) - 1;
 }
 
@@ -260,7 +277,8 @@ bool operator==(const PlanDoc &a, const PlanDoc &b) {
            x.shape == y.shape;
   };
   auto weightsEq = [](const PlanWeight &x, const PlanWeight &y) {
-    return x.name == y.name && x.format == y.format && x.shape == y.shape;
+    return x.name == y.name && x.format == y.format && x.shape == y.shape &&
+           sameSplit(x.split, y.split);
   };
   auto launchesEq = [](const PlanLaunch &x, const PlanLaunch &y) {
     return x.kernel == y.kernel && x.op == y.op && x.grid == y.grid &&
@@ -268,9 +286,9 @@ bool operator==(const PlanDoc &a, const PlanDoc &b) {
            x.args == y.args;
   };
   return a.version == b.version && a.fusion == b.fusion &&
-         a.maxSeq == b.maxSeq && a.maxBatch == b.maxBatch &&
-         a.config == b.config && a.arenaBytes == b.arenaBytes &&
-         a.logitsBuffer == b.logitsBuffer &&
+         a.maxSeq == b.maxSeq && a.maxBatch == b.maxBatch && a.rank == b.rank &&
+         a.ranks == b.ranks && a.config == b.config &&
+         a.arenaBytes == b.arenaBytes && a.logitsBuffer == b.logitsBuffer &&
          std::equal(a.probes.begin(), a.probes.end(), b.probes.begin(),
                     b.probes.end(),
                     [](const PlanProbe &x, const PlanProbe &y) {
@@ -579,6 +597,12 @@ Status validatePlan(const PlanDoc &plan) {
   if (plan.maxBatch < 1 || plan.maxBatch > kMaxPlanBatch)
     return makeError("max_batch ", plan.maxBatch, " is out of range [1, ",
                      kMaxPlanBatch, "]");
+  if (plan.ranks < 1 || plan.ranks > kMaxRanks)
+    return makeError("ranks ", plan.ranks, " is out of range [1, ", kMaxRanks,
+                     "]");
+  if (plan.rank < 0 || plan.rank >= plan.ranks)
+    return makeError("rank ", plan.rank, " is out of range [0, ", plan.ranks,
+                     ") (the plan's ranks)");
   K3_RETURN_IF_ERROR(plan.config.validate().withContext("plan config"));
   if (plan.arenaBytes > kMaxPlanBytes)
     return makeError("arena_bytes ", plan.arenaBytes, " is too large");
@@ -664,6 +688,22 @@ Status validatePlan(const PlanDoc &plan) {
     if (w.stacked() && w.shape[0] > kMaxPlanExperts)
       return makeError(at, ": ", w.shape[0], " experts exceed the limit of ",
                        kMaxPlanExperts);
+    if (w.split.ranks != 1) {
+      if (w.split.ranks != plan.ranks || w.split.rank != plan.rank)
+        return makeError(at, ": split as rank ", w.split.rank, " of ",
+                         w.split.ranks, ", but the plan is rank ", plan.rank,
+                         " of ", plan.ranks);
+      if (w.split.axis < 0 || w.split.axis >= static_cast<int64_t>(rank))
+        return makeError(at, ": split axis ", w.split.axis,
+                         " is outside the shape's ", rank, " dimensions");
+      if (w.stacked() && w.split.axis == 0)
+        return makeError(at, ": a stacked ({e}) weight is split inside each "
+                             "expert (axis 1 or 2), not over the experts");
+      uint64_t full = 1;
+      for (int64_t d : w.fullShape())
+        if (!mulBytes(full, d, full))
+          return makeError(at, ": bad or too large shape");
+    }
     if (w.format == "mxfp4") {
       if (rank != (w.stacked() ? 3u : 2u))
         return makeError(at, ": an mxfp4 weight is [out, in]",
@@ -706,6 +746,14 @@ Status validatePlan(const PlanDoc &plan) {
     if (!k)
       return makeError(launchName(plan, i), ": unknown kernel '", l.kernel,
                        "'");
+    if (k->collective && plan.ranks < 2)
+      return makeError(launchName(plan, i), ": the collective '", l.kernel,
+                       "' in a plan of one rank (ranks = ", plan.ranks, ")");
+    if (const PlanArg *r = l.find("ranks"); k->collective && r &&
+                                            r->kind == PlanArg::Kind::Int &&
+                                            r->intValue != plan.ranks)
+      return makeError(launchName(plan, i), ": ", l.kernel, " over ",
+                       r->intValue, " ranks in a plan of ", plan.ranks);
     for (size_t a = 0; a < l.args.size(); ++a) {
       for (size_t b = 0; b < a; ++b)
         if (l.args[a].first == l.args[b].first)
@@ -832,6 +880,10 @@ std::string serializePlanBody(const PlanDoc &plan) {
   j["fusion"] = plan.fusion;
   j["max_seq"] = plan.maxSeq;
   j["max_batch"] = plan.maxBatch;
+  if (plan.ranks > 1) {
+    j["rank"] = plan.rank;
+    j["ranks"] = plan.ranks;
+  }
   j["config"] = ojson::parse(writeConfigJson(plan.config));
   j["arena_bytes"] = plan.arenaBytes;
   ojson buffers = ojson::array();
@@ -850,9 +902,14 @@ std::string serializePlanBody(const PlanDoc &plan) {
                       {"shape", s.shape}});
   j["states"] = std::move(states);
   ojson weights = ojson::array();
-  for (const PlanWeight &w : plan.weights)
-    weights.push_back(
-        {{"name", w.name}, {"format", w.format}, {"shape", w.shape}});
+  for (const PlanWeight &w : plan.weights) {
+    ojson o = {{"name", w.name}, {"format", w.format}, {"shape", w.shape}};
+    if (w.split.ranks != 1)
+      o["split"] = {{"axis", w.split.axis},
+                    {"rank", w.split.rank},
+                    {"ranks", w.split.ranks}};
+    weights.push_back(std::move(o));
+  }
   j["weights"] = std::move(weights);
   j["logits"] = {{"buffer", plan.logitsBuffer}};
   if (!plan.probes.empty()) {
@@ -1084,6 +1141,13 @@ bool parseBody(Reader &r, const ojson &j, PlanDoc &plan, Status &status) {
   if (j.contains("max_batch") &&
       !r.intMember(j, "", "max_batch", [&](int64_t v) { plan.maxBatch = v; }))
     return false;
+  // Optional within version 1: only tensor-parallel plans carry them.
+  if (j.contains("ranks") &&
+      !r.intMember(j, "", "ranks", [&](int64_t v) { plan.ranks = v; }))
+    return false;
+  if (j.contains("rank") &&
+      !r.intMember(j, "", "rank", [&](int64_t v) { plan.rank = v; }))
+    return false;
   const ojson *config = r.member(j, "", "config");
   if (!config)
     return false;
@@ -1173,6 +1237,19 @@ bool parseBody(Reader &r, const ojson &j, PlanDoc &plan, Status &status) {
     if (!(v = r.member(w, p, "shape")) ||
         !r.getShape(*v, p + ".shape", wt.shape))
       return false;
+    if (const ojson *sp = r.member(w, p, "split", false)) {
+      const std::string ps = p + ".split";
+      if (!sp->is_object())
+        return r.fail(ps, "expected {\"axis\": a, \"rank\": r, \"ranks\": n}");
+      if (!r.intMember(
+              *sp, ps, "axis",
+              [&](int64_t x) { wt.split.axis = static_cast<int>(x); }) ||
+          !r.intMember(*sp, ps, "rank",
+                       [&](int64_t x) { wt.split.rank = x; }) ||
+          !r.intMember(*sp, ps, "ranks",
+                       [&](int64_t x) { wt.split.ranks = x; }))
+        return false;
+    }
     plan.weights.push_back(std::move(wt));
   }
 

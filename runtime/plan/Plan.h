@@ -18,6 +18,7 @@
 #define K3C_RUNTIME_PLAN_PLAN_H
 
 #include "runtime/Status.h"
+#include "runtime/io/TensorSlice.h"
 #include "runtime/model/Config.h"
 #include "runtime/plan/PlanKernels.h"
 
@@ -134,7 +135,14 @@ struct PlanWeight {
   std::string name;
   std::string format;         ///< "bf16", "f32", "vector" or "mxfp4"
   std::vector<int64_t> shape; ///< logical shape ([E, ...] when stacked)
+  /// A tensor-parallel plan's part of the checkpoint tensor (ranks > 1):
+  /// `shape` is the part's, the checkpoint's is `shape` with dimension
+  /// `split.axis` times `split.ranks` (PLAN.md "Tensor-parallel plans").
+  TensorSplit split;
   bool stacked() const { return name.find("{e}") != std::string::npos; }
+  bool isSplit() const { return split.ranks > 1; }
+  /// The checkpoint tensor's logical shape (`shape` unless split).
+  std::vector<int64_t> fullShape() const;
 };
 
 /// One kernel launch. `args` keep their order (the writer emits them so).
@@ -176,6 +184,10 @@ struct PlanDoc {
   /// The sequences decoded together (PLAN.md "max_batch"): the runtime holds
   /// this many slots, each a copy of the arena and of every state.
   int64_t maxBatch = 1;
+  /// A tensor-parallel plan is one of `ranks` plans, this one rank `rank`'s
+  /// (PLAN.md "Tensor-parallel plans"); 1 and 0 otherwise.
+  int64_t rank = 0;
+  int64_t ranks = 1;
   ModelConfig config;
   uint64_t arenaBytes = 0;
   std::vector<PlanBuffer> buffers;
@@ -199,7 +211,8 @@ struct PlanDoc {
   int64_t addState(const std::string &name, const std::string &kind,
                    const std::vector<int64_t> &shape);
   int64_t addWeight(const std::string &name, const std::string &format,
-                    const std::vector<int64_t> &shape);
+                    const std::vector<int64_t> &shape,
+                    const TensorSplit &split = TensorSplit());
   PlanLaunch &addLaunch(const std::string &kernel, const std::string &op = "");
 };
 /// Field-by-field equality (config via ModelConfig ==).

@@ -19,6 +19,7 @@
 #include "runtime/io/Tensor.h"
 
 #include "kernels/attnres/AttnResParams.h"
+#include "kernels/collective/CollectiveParams.h"
 #include "kernels/common/StepInputs.h"
 #include "kernels/elementwise/ElementwiseParams.h"
 #include "kernels/embed/EmbedParams.h"
@@ -580,6 +581,21 @@ Status checkKdaStep(const KdaStepParams &p, ExtentChecker &x) {
   return x.need("state", S);
 }
 
+Status checkAllReduce(const AllReduceParams &p, ExtentChecker &x) {
+  K3_RETURN_IF_ERROR(positive("all_reduce", "n", p.n));
+  K3_RETURN_IF_ERROR(x.need("x", p.n));
+  return x.need("out", p.n);
+}
+Status checkAllGather(const AllGatherParams &p, ExtentChecker &x) {
+  K3_RETURN_IF_ERROR(positive("all_gather", "n", p.n));
+  K3_RETURN_IF_ERROR(positive("all_gather", "ranks", p.ranks));
+  if (p.ranks > kMaxRanks)
+    return makeError("all_gather: ranks = ", p.ranks, " is above the limit ",
+                     kMaxRanks);
+  K3_RETURN_IF_ERROR(x.need("x", p.n));
+  return x.need("out", p.n * p.ranks);
+}
+
 Status checkArgmax(const ArgmaxParams &p, ExtentChecker &x) {
   K3_RETURN_IF_ERROR(positive("argmax", "n", p.n));
   K3_RETURN_IF_ERROR(x.need("logits", p.n));
@@ -896,6 +912,20 @@ std::vector<KernelInfo> buildTable() {
         {K3_FIELD(P, logits), K3_FIELD(P, n), K3_FIELD(P, outId),
          K3_FIELD(P, step)},
         K3_HOLDER(P), K3_CHECK(P, checkArgmax));
+  }
+  {
+    using P = AllReduceParams;
+    add("all_reduce", "AllReduceParams",
+        {K3_FIELD(P, x), K3_FIELD(P, out), K3_FIELD(P, n)}, K3_HOLDER(P),
+        K3_CHECK(P, checkAllReduce));
+    t.back().collective = true;
+  }
+  {
+    using P = AllGatherParams;
+    add("all_gather", "AllGatherParams",
+        {K3_FIELD(P, x), K3_FIELD(P, out), K3_FIELD(P, n), K3_FIELD(P, ranks)},
+        K3_HOLDER(P), K3_CHECK(P, checkAllGather));
+    t.back().collective = true;
   }
   applyScalarNeeds(t);
   // moe_ffn is router + moe_experts in one params struct: their fields (and

@@ -121,6 +121,10 @@ struct KernelInfo {
   /// Fields bound to inputs hold their largest value (token: vocab - 1, pos:
   /// max_seq - 1, length: max_seq) when this runs.
   Status (*check)(const void *params, ExtentChecker &ext) = nullptr;
+  /// A collective of a tensor-parallel plan (all_reduce, all_gather): no
+  /// kernel computes it, the backend's communicator does
+  /// (kernels/collective/CollectiveParams.h).
+  bool collective = false;
 
   /// The field called `name`, or null.
   const KernelField *field(const std::string &name) const;

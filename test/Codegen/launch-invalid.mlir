@@ -361,3 +361,17 @@ func.func @f() {
       smem = 0 : i64, op = "k3.kda_decode"} : !k3l.ptr, !k3l.ptr
   return
 }
+
+// -----
+func.func @f() {
+  // expected-error @+1 {{'k3l.weight' op expects split = [axis, rank, ranks] but got 2 values}}
+  %w = k3l.weight "w" {format = "bf16", shape = array<i64: 8, 4>, split = array<i64: 0, 1>} : !k3l.ptr
+  return
+}
+
+// -----
+func.func @f() {
+  // expected-error @+1 {{'k3l.weight' op expects a split axis inside the shape and 0 <= rank < ranks but got axis 2, rank 0, ranks 2}}
+  %w = k3l.weight "w" {format = "bf16", shape = array<i64: 8, 4>, split = array<i64: 2, 0, 2>} : !k3l.ptr
+  return
+}

@@ -24,13 +24,14 @@
 // line, 3 a launch out of tolerance.
 //
 //===----------------------------------------------------------------------===//
-#include "runtime/io/AtomicFile.h"
 #include "runtime/exec/Differential.h"
-#include "runtime/plan/Executable.h"
-#include "runtime/io/Npy.h"
-#include "runtime/plan/Plan.h"
 #include "runtime/exec/Profile.h"
+#include "runtime/exec/RankGroup.h"
 #include "runtime/exec/Session.h"
+#include "runtime/io/AtomicFile.h"
+#include "runtime/io/Npy.h"
+#include "runtime/plan/Executable.h"
+#include "runtime/plan/Plan.h"
 #include "tools/k3-run/PromptFile.h"
 #include "tools/k3-run/SnapshotFile.h"
 
@@ -79,6 +80,8 @@ struct Args {
   bool ignoreEos = false, noCudaGraph = false, profile = false, quiet = false,
        hostGreedy = false;
   std::vector<std::string> extras; ///< what CLI11 did not recognise
+  /// Plans after the first: the other ranks of a tensor-parallel model.
+  std::vector<std::string> rankPlans;
 };
 
 /// CLI11's layout with our usage line, since the plan is positional only
@@ -124,6 +127,11 @@ std::string footer(bool embedded) {
         "--prompt-ids 1,2,3,9 --max-new 8 --snapshot-in prefix.snap",
         "--prompt-ids 1,2,3 --max-new 8 --backend cuda --check-against cpu"})
     examples += run + e + "\n";
+  if (!embedded)
+    examples += "  " + g_prog +
+                " rank0.plan rank1.plan --weights /tmp/tiny --prompt-ids "
+                "1,2,3 --max-new 8\n"
+                "      (a model split by k3c --tp 2 --rank 0 / --rank 1)\n";
   return "How it decodes:\n"
          "  Each prompt is fed --prefill-chunk tokens per step (a row per\n"
          "  token, launch by launch over the chunk), then tokens are chosen\n"
@@ -158,7 +166,10 @@ void declareOptions(CLI::App &app, Args &a, bool embedded) {
   app.footer(footer(embedded));
   const char *model = "Model and prompts";
   if (!embedded)
-    app.add_option("PLAN", a.plan, "a plan made by k3c (model.plan)")
+    app.add_option("PLAN", a.plan,
+                   "a plan made by k3c (model.plan); a tensor-parallel\n"
+                   "model (k3c --tp N --rank R) is its N plans,\n"
+                   "in any order, run together on the CPU")
         ->type_name("")
         ->group(model);
   app.add_option("--weights", a.weights,
@@ -357,14 +368,29 @@ struct Request {
 };
 
 /// The checks that need nothing but the command line; "" when all pass.
-std::string checkArgs(const Args &a, Request &r) {
+std::string checkArgs(Args &a, Request &r) {
   for (const std::string &x : a.extras) {
     if (!x.empty() && x[0] == '-')
       return "unknown option '" + x + "'";
     if (r.embedded)
       return "this executable carries its own plan; unexpected argument '" + x +
              "'";
-    return "unexpected argument '" + x + "' (one PLAN only)";
+    a.rankPlans.push_back(x); // the other ranks' plans
+  }
+  if (!a.rankPlans.empty()) {
+    // A tensor-parallel model runs its ranks as threads on the CPU backend,
+    // one prompt after another.
+    const std::pair<bool, const char *> unsupported[] = {
+        {a.backend == "cuda", "--backend cuda"},
+        {!a.checkAgainst.empty(), "--check-against"},
+        {a.profile || !a.profileSteps.empty(), "--profile"},
+        {!a.snapshotIn.empty() || !a.snapshotOut.empty(), "snapshots"},
+        {!a.batch.empty(), "--batch"}};
+    for (const auto &[given, what] : unsupported)
+      if (given)
+        return std::string(what) +
+               " does not run a tensor-parallel model (several PLANs, one "
+               "per rank) yet";
   }
   if (!r.embedded && a.plan.empty())
     return "no PLAN given";
@@ -648,6 +674,94 @@ std::string idList(const std::vector<int64_t> &ids) {
   return s;
 }
 
+/// Several PLANs: the ranks of a tensor-parallel model (k3c --tp N --rank R),
+/// `first` already read. Every rank decodes every prompt on its own thread
+/// of the CPU backend (runRanks); rank 0 prints, and every rank must have
+/// chosen the same tokens.
+int runRanksCli(const Args &a, const Request &req, k3::PlanDoc first,
+                const std::vector<int64_t> &stopIds) {
+  const int64_t vocab = first.config.vocabSize;
+  std::vector<std::string> paths = {a.plan};
+  paths.insert(paths.end(), a.rankPlans.begin(), a.rankPlans.end());
+  std::vector<k3::PlanDoc> plans;
+  plans.push_back(std::move(first));
+  for (size_t i = 1; i < paths.size(); ++i) {
+    std::string bytes;
+    if (k3::Status s = k3::readRegularFile(paths[i], k3::kMaxPlanFileBytes,
+                                           bytes, "plan file");
+        !s)
+      return runtimeError(s.message());
+    k3::Expected<k3::PlanDoc> p = k3::parsePlan(bytes, paths[i]);
+    if (!p)
+      return runtimeError(p.message());
+    plans.push_back(p.take());
+  }
+  k3::Expected<std::vector<k3::PlanDoc>> ordered =
+      k3::orderRankPlans(std::move(plans), paths);
+  if (!ordered)
+    return runtimeError(ordered.message());
+  k3::Expected<std::chrono::milliseconds> timeout = k3::rankGroupTimeout();
+  if (!timeout)
+    return runtimeError(timeout.message());
+  const int64_t ranks = static_cast<int64_t>(ordered->size());
+  const bool numbered = req.prompts.size() > 1;
+  Totals totals;
+  std::vector<float> logits;
+  std::vector<std::vector<std::vector<int64_t>>> chosen(
+      static_cast<size_t>(ranks));
+  k3::Status st = k3::runRanks(
+      ordered.take(), a.weights, *timeout,
+      [&](int64_t rank, k3::Session &ses) -> k3::Status {
+        // Every request is checked before the first step.
+        for (const k3::Prompt &p : req.prompts)
+          if (k3::Status s = ses.checkPrompt(p.ids, req.maxNew); !s)
+            return inContext(s, where(a, p));
+        for (const k3::Prompt &p : req.prompts) {
+          k3::GenerateOptions opt;
+          opt.maxNew = req.maxNew;
+          opt.keepLogits = rank == 0 && !a.logitsOut.empty();
+          opt.stopIds = stopIds;
+          opt.sampling = req.sampling;
+          opt.prefillChunk = req.prefillChunk;
+          std::optional<IdPrinter> print;
+          if (rank == 0) {
+            print.emplace(p, numbered, stopIds);
+            opt.onToken = [&](int64_t i, int64_t t) { (*print)(i, t); };
+          }
+          k3::Expected<k3::GenerateResult> g = ses.generate(p.ids, opt);
+          if (print && (g || print->any()))
+            print->finish();
+          if (!g)
+            return inContext(g.status(), where(a, p));
+          chosen[static_cast<size_t>(rank)].push_back(g->tokens);
+          if (rank == 0) {
+            totals.add(*g);
+            logits.insert(logits.end(), g->logits.begin(), g->logits.end());
+          }
+        }
+        return k3::Status::ok();
+      });
+  if (!st)
+    return runtimeError(st.message());
+  for (int64_t r = 1; r < ranks; ++r)
+    if (chosen[static_cast<size_t>(r)] != chosen[0])
+      return runtimeError("rank " + std::to_string(r) +
+                          " chose other tokens than rank 0: the ranks' "
+                          "collectives did not give them the same logits");
+  if (!a.logitsOut.empty())
+    if (k3::Status s =
+            k3::writeNpyF32(a.logitsOut, logits.data(),
+                            static_cast<int64_t>(logits.size()) / vocab, vocab);
+        !s)
+      return runtimeError(s.message());
+  if (!a.quiet)
+    std::fprintf(stderr, "%s: %s\n", g_prog.c_str(),
+                 summary(totals, "cpu, " + std::to_string(ranks) +
+                                     " tensor-parallel ranks")
+                     .c_str());
+  return 0;
+}
+
 } // namespace
 
 /// The whole run; main() adds the check that the tokens reached stdout.
@@ -757,6 +871,9 @@ int run(int argc, char **argv) {
 
   if (!a.checkAgainst.empty())
     return runCheck(a, req, *plan, stopIds);
+
+  if (!a.rankPlans.empty())
+    return runRanksCli(a, req, plan.take(), stopIds);
 
   k3::Expected<std::unique_ptr<k3::Session>> session =
       k3::Session::open(plan.take(), a.weights, req.kind, !a.noCudaGraph);

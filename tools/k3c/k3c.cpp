@@ -15,6 +15,7 @@
 //===----------------------------------------------------------------------===//
 #include "codegen/Codegen.h"
 #include "import/Importer.h"
+#include "kernels/collective/CollectiveParams.h"
 #include "passes/Passes.h"
 
 #include "runtime/io/AtomicFile.h"
@@ -105,6 +106,18 @@ static cl::opt<int64_t> maxBatch(
     cl::desc("Sequences the plan decodes together (slots, each with its own "
              "state), 1 to 1024"),
     cl::init(1), cl::cat(k3cCat));
+static cl::opt<int64_t> tensorParallel(
+    "tp",
+    cl::desc("Tensor-parallel ranks: split the model's heads, MLP and expert "
+             "intermediate dimensions and vocabulary over N ranks, one plan "
+             "per rank (--rank), with all-reduce / all-gather collectives "
+             "(docs/PLAN.md \"Tensor-parallel plans\"); default 1"),
+    cl::init(1), cl::cat(k3cCat));
+static cl::opt<int64_t> tensorRank(
+    "rank",
+    cl::desc("With --tp N: the rank whose plan to emit, 0 to N-1 (run k3c "
+             "once per rank)"),
+    cl::init(-1), cl::cat(k3cCat));
 static cl::opt<bool> kdaClusters(
     "kda-clusters",
     cl::desc("Launch kda_decode of 128-wide heads as a cluster of 4 blocks "
@@ -270,7 +283,7 @@ int main(int argc, char **argv) {
       "  k3c MODEL_DIR|config.json|preset:NAME -o OUT "
       "[--emit=mlir|fused|launch|plan|exe]\n"
       "      [--fusion=none|default|max] [--max-seq N] [--max-batch B] "
-      "[--report]\n\n"
+      "[--tp N --rank R] [--report]\n\n"
       "  The executable (--emit=exe) runs as: ./OUT --weights DIR --prompt-ids "
       "1,2,3 --max-new N\n");
   if (inputPath.empty()) {
@@ -297,6 +310,28 @@ int main(int argc, char **argv) {
   if (maxBatch < 1 || maxBatch > ::k3::kMaxPlanBatch) {
     llvm::errs() << "k3c: --max-batch must be in [1, " << ::k3::kMaxPlanBatch
                  << "], got " << maxBatch << "\n";
+    return 2;
+  }
+  if (tensorParallel < 1 || tensorParallel > ::k3::kMaxRanks) {
+    llvm::errs() << "k3c: --tp must be in [1, " << ::k3::kMaxRanks << "], got "
+                 << tensorParallel << "\n";
+    return 2;
+  }
+  if (tensorParallel > 1 && (tensorRank < 0 || tensorRank >= tensorParallel)) {
+    llvm::errs() << "k3c: --tp " << tensorParallel << " needs --rank R in [0, "
+                 << tensorParallel
+                 << "): one plan per rank, run k3c once for each\n";
+    return 2;
+  }
+  if (tensorParallel == 1 && tensorRank > 0) {
+    llvm::errs() << "k3c: --rank " << tensorRank << " needs --tp N with N > "
+                 << tensorRank << "\n";
+    return 2;
+  }
+  if (tensorParallel > 1 && emit == Emit::Exe) {
+    llvm::errs() << "k3c: --emit=exe makes an executable of one plan; a "
+                    "tensor-parallel model is one plan per rank (--emit=plan) "
+                    "that k3-run runs together\n";
     return 2;
   }
   if (emit == Emit::Exe && outputPath == "-") {
@@ -374,6 +409,12 @@ int main(int argc, char **argv) {
   if (failed(applyPassManagerCLOptions(pm)))
     return 1;
   pm.enableTiming(timing);
+  if (tensorParallel > 1) {
+    mlir::k3::K3PartitionRanksOptions split;
+    split.ranks = tensorParallel;
+    split.rank = tensorRank;
+    pm.addPass(mlir::k3::createK3PartitionRanks(split));
+  }
   if (!k3Pipeline.empty()) {
     if (failed(parsePassPipeline(k3Pipeline, pm, llvm::errs())))
       return 2;
@@ -381,7 +422,8 @@ int main(int argc, char **argv) {
     if (failed(mlir::k3::buildK3MutantPipeline(pm, strategy, mutant,
                                                mutantLayer))) {
       llvm::errs() << "k3c: unknown --mutant '" << mutant
-                   << "'; use attn-res-skip, router-expert0 or skip-layer\n";
+                   << "'; use attn-res-skip, router-expert0, skip-layer or "
+                      "tp-no-all-reduce\n";
       return 2;
     }
   } else {

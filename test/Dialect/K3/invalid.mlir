@@ -862,3 +862,80 @@ func.func @f(%x: tensor<8xbf16>, %n: tensor<4xbf16>, %gate: tensor<4x8xbf16>, %b
             tensor<4x8x16xbf16>) -> tensor<8xbf16>
   return
 }
+
+// -----
+func.func @f() {
+  // expected-error @+1 {{split rank must be in [0, 2), got 2}}
+  %w = k3.weight "w" {split = #k3.split<axis = 0, rank = 2, ranks = 2>} : tensor<4x8xbf16>
+  return
+}
+
+// -----
+func.func @f() {
+  // expected-error @+1 {{split ranks must be >= 1, got 0}}
+  %w = k3.weight "w" {split = #k3.split<axis = 0, rank = 0, ranks = 0>} : tensor<4x8xbf16>
+  return
+}
+
+// -----
+func.func @f() {
+  // expected-error @+1 {{split axis must be >= 0, got -1}}
+  %w = k3.weight "w" {split = #k3.split<axis = -1, rank = 0, ranks = 2>} : tensor<4x8xbf16>
+  return
+}
+
+// -----
+func.func @f() {
+  // expected-error @+1 {{'k3.weight' op expects split axis 2 inside the weight's rank 2}}
+  %w = k3.weight "w" {split = #k3.split<axis = 2, rank = 0, ranks = 2>} : tensor<4x8xbf16>
+  return
+}
+
+// -----
+func.func @f() {
+  // expected-error @+1 {{'k3.weight' op expects a stacked ('{e}') weight to be split inside each expert (axis 1 or 2), not over the experts}}
+  %w = k3.weight "e.{e}.w1" {split = #k3.split<axis = 0, rank = 0, ranks = 2>} : tensor<4x8x8xbf16>
+  return
+}
+
+// -----
+func.func @f(%x: tensor<8xbf16>) {
+  // expected-error @+1 {{'k3.all_reduce' op expects ranks >= 2 but got 1}}
+  %y = k3.all_reduce %x {ranks = 1 : i64} : tensor<8xbf16> -> tensor<8xbf16>
+  return
+}
+
+// -----
+func.func @f(%x: tensor<2x4xbf16>) {
+  // expected-error @+1 {{'k3.all_reduce' op expects partial to be a vector (rank 1) but got rank 2}}
+  %y = k3.all_reduce %x {ranks = 2 : i64} : tensor<2x4xbf16> -> tensor<8xbf16>
+  return
+}
+
+// -----
+func.func @f(%x: tensor<8xbf16>) {
+  // expected-error @+1 {{'k3.all_reduce' op expects result of shape [8] but got [16]}}
+  %y = k3.all_reduce %x {ranks = 2 : i64} : tensor<8xbf16> -> tensor<16xbf16>
+  return
+}
+
+// -----
+func.func @f(%x: tensor<8xf32>) {
+  // expected-error @+1 {{'k3.all_gather' op expects ranks >= 2 but got 0}}
+  %y = k3.all_gather %x {ranks = 0 : i64} : tensor<8xf32> -> tensor<8xf32>
+  return
+}
+
+// -----
+func.func @f(%x: tensor<2x4xf32>) {
+  // expected-error @+1 {{'k3.all_gather' op expects part to be a vector (rank 1) but got rank 2}}
+  %y = k3.all_gather %x {ranks = 2 : i64} : tensor<2x4xf32> -> tensor<16xf32>
+  return
+}
+
+// -----
+func.func @f(%x: tensor<8xf32>) {
+  // expected-error @+1 {{'k3.all_gather' op expects result of shape [16] but got [8]}}
+  %y = k3.all_gather %x {ranks = 2 : i64} : tensor<8xf32> -> tensor<8xf32>
+  return
+}

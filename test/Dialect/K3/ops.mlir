@@ -8,6 +8,8 @@ func.func @leaves() {
   %0 = k3.weight "model.embed_tokens.weight" : tensor<16x8xbf16>
   // CHECK: k3.weight "model.layers.1.block_sparse_moe.experts.{e}.w1" : !k3.mxfp4<4x32x32>
   %1 = k3.weight "model.layers.1.block_sparse_moe.experts.{e}.w1" : !k3.mxfp4<4x32x32>
+  // CHECK: k3.weight "model.layers.0.self_attn.o_proj.weight" {split = #k3.split<axis = 1, rank = 1, ranks = 2>} : tensor<16x4xbf16>
+  %s = k3.weight "model.layers.0.self_attn.o_proj.weight" {split = #k3.split<axis = 1, rank = 1, ranks = 2>} : tensor<16x4xbf16>
   // CHECK: k3.weight "model.layers.0.self_attn.A_log" : tensor<1x1x2x1xf32>
   %2 = k3.weight "model.layers.0.self_attn.A_log" : tensor<1x1x2x1xf32>
   // CHECK: k3.weight "model.layers.0.self_attn.q_conv1d.weight" : !k3.vector_weight<8x1x4>
@@ -241,4 +243,13 @@ func.func @linear_group(%x: tensor<32xbf16>, %w: tensor<16x32xbf16>, %mx: !k3.mx
   // CHECK: k3.linear_group %[[X]], %[[W]] : (tensor<32xbf16>, tensor<16x32xbf16>) -> tensor<16xbf16>
   %b = k3.linear_group %x, %w : (tensor<32xbf16>, tensor<16x32xbf16>) -> tensor<16xbf16>
   return
+}
+
+// CHECK-LABEL: func.func @collectives
+func.func @collectives(%p: tensor<8xbf16>, %l: tensor<4xf32>) -> (tensor<8xbf16>, tensor<8xf32>) {
+  // CHECK: k3.all_reduce %{{.*}} {ranks = 2 : i64} : tensor<8xbf16> -> tensor<8xbf16>
+  %y = k3.all_reduce %p {ranks = 2 : i64} : tensor<8xbf16> -> tensor<8xbf16>
+  // CHECK: k3.all_gather %{{.*}} {ranks = 2 : i64} : tensor<4xf32> -> tensor<8xf32>
+  %g = k3.all_gather %l {ranks = 2 : i64} : tensor<4xf32> -> tensor<8xf32>
+  return %y, %g : tensor<8xbf16>, tensor<8xf32>
 }

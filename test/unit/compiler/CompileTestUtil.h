@@ -35,11 +35,13 @@ namespace k3test {
 
 /// Compiles `config` to plan text with `strategy` and, unless `mutant` is
 /// empty, the k3-inject-mutant kind `mutant` (skip-layer removes `layer`);
-/// "" on failure.
+/// with `ranks` > 1, rank `rank`'s plan of a tensor-parallel split
+/// (k3-partition-ranks, as k3c --tp --rank). "" on failure.
 inline std::string compilePlan(const ::k3::ModelConfig &config,
                                mlir::k3::FusionStrategy strategy,
                                int64_t maxSeq, const std::string &mutant = "",
-                               int64_t layer = 1) {
+                               int64_t layer = 1, int64_t ranks = 1,
+                               int64_t rank = 0) {
   using namespace mlir;
   DialectRegistry registry;
   registry.insert<mlir::k3::K3Dialect, func::FuncDialect>();
@@ -48,6 +50,12 @@ inline std::string compilePlan(const ::k3::ModelConfig &config,
   ctx.loadAllAvailableDialects();
   OwningOpRef<ModuleOp> module = mlir::k3::importModel(ctx, config, maxSeq);
   PassManager pm(&ctx);
+  if (ranks > 1) {
+    mlir::k3::K3PartitionRanksOptions split;
+    split.ranks = ranks;
+    split.rank = rank;
+    pm.addPass(mlir::k3::createK3PartitionRanks(split));
+  }
   if (mutant.empty())
     mlir::k3::buildK3FusionPipeline(pm, strategy);
   else if (failed(mlir::k3::buildK3MutantPipeline(pm, strategy, mutant, layer)))

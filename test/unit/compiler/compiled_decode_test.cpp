@@ -121,10 +121,11 @@ TEST_P(CompiledDecode, EveryLaunchGivesExactlyTheScalarsItsKernelReads) {
       EXPECT_FALSE(st.isOk()) << "launch " << i << " (" << k->name
                               << ") gives '" << field
                               << "', which its kernel does not need";
-      if (!st.isOk())
+      if (!st.isOk()) {
         EXPECT_NE(st.message().find("scalar '" + field + "' is missing"),
                   std::string::npos)
             << st.message();
+      }
     }
   }
   EXPECT_GT(scalars, 3 * static_cast<int64_t>(plan->launches.size()) / 2);

@@ -166,8 +166,9 @@ TEST_P(StoredDtypesForced, F32AndBf16SmallWeightsEachFollowTheirReference) {
                                             double(runs[1][s].logits[v])));
   std::cout << "[stored dtypes] " << preset << "/" << strategyName
             << ": max |logit(bf16) - logit(published)| " << maxDiff << "\n";
-  if (k3Form)
+  if (k3Form) {
     EXPECT_GT(maxDiff, 0.0) << "the F32 conv / o_norm values were rounded";
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(

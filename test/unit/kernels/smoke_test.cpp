@@ -346,7 +346,7 @@ TEST(AttnRes, PrefersTheSourceWithTheLargerLogit) {
   EXPECT_NEAR(bf16ToFloat(out[0]), 2 * alpha - 1, 4e-3f);
 }
 
-TEST(RealDims, K3SizedOpsRunInSeconds) {
+TEST(RealDims, K3SizedOpsRunAndWriteEveryOutput) {
   Rng rng(27);
   auto start = std::chrono::steady_clock::now();
   // One KDA projection (C = 12288 from D = 7168) and the KDA step of 96 heads.
@@ -412,8 +412,9 @@ TEST(RealDims, K3SizedOpsRunInSeconds) {
   double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
           .count();
+  // Printed, never asserted: speed is bench/'s business, and a sanitizer
+  // build on a busy CI machine is no measure of it.
   std::printf("K3-sized linear + kda_decode + 16 experts: %.2f s\n", seconds);
-  EXPECT_LT(seconds, 20.0);
   // Written, finite, and not all zero (a kernel that returned early would
   // leave NaN; one that dropped its inputs, zeros).
   for (const std::vector<uint16_t> *out : {&y, &r}) {

@@ -21,11 +21,10 @@
 #include "kernels/common/BF16.h"
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
-#include <set>
 #include <cstring>
 #include <fstream>
+#include <set>
 
 namespace k3 {
 namespace {
@@ -186,8 +185,9 @@ INSTANTIATE_TEST_SUITE_P(
 
 /// A greedy decode through a Session: every logits row is the one that chose
 /// its token (its argmax, ties to the lowest id), finite; the decode is not
-/// one token repeated, the same twice, and 64 tokens take well under a
-/// second.
+/// one token repeated, and the same twice. (No time bound: speed is measured
+/// by bench/, never asserted here — a sanitizer build on a busy CI machine
+/// tripped the 5 s bound this test once had.)
 class SessionGreedy : public ::testing::TestWithParam<const char *> {};
 
 TEST_P(SessionGreedy, RowsChooseTheirTokens) {
@@ -197,13 +197,8 @@ TEST_P(SessionGreedy, RowsChooseTheirTokens) {
   const int64_t V = s->plan().config.vocabSize;
   const std::vector<int64_t> prompt = {1, 17, 42, 5};
   const int64_t maxNew = 56; // prompt + maxNew - 1 < kMaxSeq
-  auto start = std::chrono::steady_clock::now();
   Expected<GenerateResult> r = s->generate(prompt, maxNew, true);
-  const double seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
-          .count();
   ASSERT_TRUE(r.hasValue()) << r.message();
-  EXPECT_LT(seconds, 5.0); // the budget is well under 1 s; CI machines vary
   ASSERT_EQ(r->tokens.size(), static_cast<size_t>(maxNew));
   ASSERT_EQ(r->logits.size(), static_cast<size_t>(maxNew * V));
   std::set<int64_t> distinct;

@@ -203,6 +203,77 @@ TEST(PlanTest, MaxBatch) {
                         "(1024 slots)");
 }
 
+/// Moves the launch just added to the front (the plan's argmax must stay
+/// its last launch).
+void firstLaunch(PlanDoc &p) {
+  std::rotate(p.launches.begin(), p.launches.end() - 1, p.launches.end());
+}
+
+TEST(PlanTest, TensorParallelFields) {
+  K3C_SKIP_WITHOUT_COMPILER();
+  // A rank's plan: rank, ranks and each split weight's part survive the
+  // round trip.
+  const std::string two = edited([](PlanDoc &p) {
+    p.rank = 1;
+    p.ranks = 2;
+    p.weights[0].split = {0, 1, 2};
+  });
+  Expected<PlanDoc> back = parsePlan(two);
+  ASSERT_TRUE(back.hasValue()) << back.message();
+  EXPECT_EQ(back->rank, 1);
+  EXPECT_EQ(back->ranks, 2);
+  EXPECT_TRUE(back->weights[0].isSplit());
+  EXPECT_EQ(back->weights[0].fullShape()[0], 2 * back->weights[0].shape[0]);
+  EXPECT_TRUE(*back == *parsePlan(serializePlan(*back)));
+  // A plan of one rank writes neither field.
+  EXPECT_EQ(serializePlanBody(tinyPlan()).find("\"ranks\""), std::string::npos);
+
+  EXPECT_ERROR_CONTAINS(parsePlan(edited([](PlanDoc &p) { p.ranks = 65; })),
+                        "ranks 65 is out of range [1, 64]");
+  EXPECT_ERROR_CONTAINS(parsePlan(edited([](PlanDoc &p) {
+                          p.ranks = 2;
+                          p.rank = 2;
+                        })),
+                        "rank 2 is out of range [0, 2)");
+  EXPECT_ERROR_CONTAINS(parsePlan(edited([](PlanDoc &p) {
+                          p.ranks = 2;
+                          p.weights[0].split = {0, 0, 4};
+                        })),
+                        "split as rank 0 of 4, but the plan is rank 0 of 2");
+  EXPECT_ERROR_CONTAINS(parsePlan(edited([](PlanDoc &p) {
+                          p.ranks = 2;
+                          p.weights[0].split = {5, 0, 2};
+                        })),
+                        "split axis 5 is outside the shape's");
+  // A collective needs other ranks; an all_gather over the plan's ranks.
+  EXPECT_ERROR_CONTAINS(parsePlan(edited([](PlanDoc &p) {
+                          PlanLaunch &l = p.addLaunch("all_reduce");
+                          l.arg("x", PlanArg::buffer(0));
+                          l.arg("out", PlanArg::buffer(0));
+                          l.arg("n", PlanArg::integer(1));
+                          firstLaunch(p); // the argmax stays last
+                        })),
+                        "the collective 'all_reduce' in a plan of one rank");
+  EXPECT_ERROR_CONTAINS(parsePlan(edited([](PlanDoc &p) {
+                          p.ranks = 2;
+                          PlanLaunch &l = p.addLaunch("all_gather");
+                          l.arg("x", PlanArg::buffer(0));
+                          l.arg("out", PlanArg::buffer(0));
+                          l.arg("n", PlanArg::integer(1));
+                          l.arg("ranks", PlanArg::integer(4));
+                          firstLaunch(p);
+                        })),
+                        "all_gather over 4 ranks in a plan of 2");
+  // A split that is not an object.
+  std::string body = serializePlanBody(tinyPlan());
+  // (The weights' first key is "name"; the config has a "format" too.)
+  const std::string key = "\"weights\": [\n  {";
+  const size_t at = body.find(key);
+  ASSERT_NE(at, std::string::npos);
+  body.insert(at + key.size(), "\"split\": 3, ");
+  EXPECT_ERROR_CONTAINS(parsePlan(withHeader(body)), "weights[0].split");
+}
+
 TEST(PlanTest, PtxModules) {
   K3C_SKIP_WITHOUT_COMPILER();
   // A kernel naming a module the plan does not carry.
