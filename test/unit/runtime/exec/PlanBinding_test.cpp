@@ -195,5 +195,107 @@ TEST_F(VectorWeights, ExtentsAreCountedInTheStoredDtype) {
   }
 }
 
+/// A tensor-parallel rank's weights: each split plan weight binds exactly
+/// its part of the checkpoint tensor (TensorSlice), whatever the format.
+class SplitWeights : public ::testing::Test {
+protected:
+  void SetUp() override {
+    for (int i = 0; i < 4 * 64; ++i)
+      m.push_back(floatToBf16(0.01f * static_cast<float>(i % 97) - 0.4f));
+    for (int i = 0; i < 4 * 32; ++i)
+      packed.push_back(static_cast<uint8_t>((i * 37 + 11) & 0xFF));
+    for (int i = 0; i < 4 * 2; ++i)
+      scale.push_back(static_cast<uint8_t>(118 + i % 5));
+    for (int e = 0; e < 2; ++e)
+      for (int i = 0; i < 4 * 8; ++i)
+        experts[e].push_back(floatToBf16(static_cast<float>(100 * e + i)));
+    for (int i = 0; i < 8; ++i)
+      aLog.push_back(0.5f * static_cast<float>(i) + 0.25f);
+    std::vector<TensorData> ts = {
+        {"m", DType::BF16, {4, 64}, bytesOf(m)},
+        {"x.weight_packed", DType::U8, {4, 32}, packed},
+        {"x.weight_scale", DType::U8, {4, 2}, scale},
+        {"s.0", DType::BF16, {4, 8}, bytesOf(experts[0])},
+        {"s.1", DType::BF16, {4, 8}, bytesOf(experts[1])},
+        {"a", DType::F32, {8}, bytesOf(aLog)}};
+    ASSERT_TRUE(writeSafetensors(dir.file("model.safetensors"), ts));
+    Expected<TensorStore> s = TensorStore::open(dir.path());
+    ASSERT_TRUE(s) << s.message();
+    store = s.take();
+  }
+  static PlanWeight split(const std::string &name, const std::string &format,
+                          std::vector<int64_t> shape, int axis, int64_t rank) {
+    PlanWeight w;
+    w.name = name;
+    w.format = format;
+    w.shape = std::move(shape);
+    w.split = {axis, rank, 2};
+    return w;
+  }
+  test::TempDir dir;
+  TensorStore store;
+  std::vector<uint16_t> m, experts[2];
+  std::vector<uint8_t> packed, scale;
+  std::vector<float> aLog;
+};
+
+TEST_F(SplitWeights, EachRankBindsItsPart) {
+  for (int64_t rank : {0, 1}) {
+    SCOPED_TRACE(rank);
+    // bf16 by rows (a column-parallel projection): rows 2r, 2r+1, in place.
+    ResolvedWeight rows;
+    ASSERT_TRUE(resolveWeight(split("m", "bf16", {2, 64}, 0, rank), store,
+                              rows));
+    EXPECT_EQ(rows.bytes, 2u * 64 * 2);
+    EXPECT_EQ(std::memcmp(rows.ref.bf16, m.data() + rank * 2 * 64, rows.bytes),
+              0);
+    // bf16 by inputs (a row-parallel projection): columns 32r .. 32r+31.
+    ResolvedWeight cols;
+    ASSERT_TRUE(resolveWeight(split("m", "bf16", {4, 32}, 1, rank), store,
+                              cols));
+    for (int64_t row = 0; row < 4; ++row)
+      for (int64_t c = 0; c < 32; ++c)
+        ASSERT_EQ(cols.ref.bf16[row * 32 + c], m[row * 64 + rank * 32 + c])
+            << row << ", " << c;
+    // MXFP4 by inputs: each row's 16 packed bytes and 1 scale of the part.
+    ResolvedWeight mx;
+    ASSERT_TRUE(resolveWeight(split("x", "mxfp4", {4, 32}, 1, rank), store,
+                              mx));
+    ASSERT_EQ(mx.ref.format, kWeightMxfp4);
+    for (int64_t row = 0; row < 4; ++row) {
+      for (int64_t b = 0; b < 16; ++b)
+        ASSERT_EQ(mx.ref.packed[row * 16 + b], packed[row * 32 + rank * 16 + b]);
+      ASSERT_EQ(mx.ref.scale[row], scale[row * 2 + rank]);
+    }
+    // Stacked experts, split inside each expert (axis 1 of [E, rows, in]).
+    ResolvedWeight st;
+    ASSERT_TRUE(resolveWeight(split("s.{e}", "bf16", {2, 2, 8}, 1, rank),
+                              store, st));
+    ASSERT_EQ(st.table.size(), 2u);
+    for (int e = 0; e < 2; ++e)
+      EXPECT_EQ(std::memcmp(st.table[e].bf16, experts[e].data() + rank * 16,
+                            16 * sizeof(uint16_t)),
+                0);
+    // A padded f32 vector (K3's A_log): its first 2 x 2 values are split.
+    ResolvedWeight a;
+    ASSERT_TRUE(resolveWeight(split("a", "f32", {2}, 0, rank), store, a));
+    const float *v = reinterpret_cast<const float *>(a.data);
+    EXPECT_EQ(v[0], aLog[rank * 2]);
+    EXPECT_EQ(v[1], aLog[rank * 2 + 1]);
+  }
+}
+
+TEST_F(SplitWeights, APartThatIsNotTheCheckpointsIsRefusedByName) {
+  ResolvedWeight r;
+  Status s = resolveWeight(split("m", "bf16", {4, 48}, 1, 0), store, r);
+  ASSERT_FALSE(s);
+  EXPECT_EQ(s.message(), "weight 'm': the plan splits [4, 96] over 2 ranks, "
+                         "the checkpoint has BF16 [4, 64]");
+  s = resolveWeight(split("x", "mxfp4", {4, 64}, 1, 1), store, r);
+  ASSERT_FALSE(s);
+  EXPECT_TRUE(test::contains(s.message(), "weight 'x.weight_packed'"))
+      << s.message();
+}
+
 } // namespace
 } // namespace k3
