@@ -78,6 +78,18 @@ for model in tiny tiny-linear tiny-odd; do
   done
 done
 
+# A tensor-parallel model (k3c --tp 2): both ranks' plans on the one GPU,
+# their collectives host-staged; k3-run fails unless every rank chose the
+# same ids (cuda_test compares them with the whole plan's).
+for model in tiny tiny-linear; do
+  r0="$STAGE/plans/$model-default-tp2-r0.plan"
+  [ -f "$r0" ] || continue
+  runLogged "$model-tp2" "$OUTDIR/k3-run-$model-tp2.log" \
+    "$STAGE"/bin/k3-run "$r0" "$STAGE/plans/$model-default-tp2-r1.plan" \
+    --weights /tmp/k3-models/$model --prompt-ids 1,17,300,42 --max-new 64 \
+    --backend cuda
+done
+
 # The real-geometry slice (gpu-stage.sh): every kernel of a Kimi-Linear
 # layer at its real shapes, the clustered kda_decode among them, against the
 # CPU kernels launch by launch, over synthetic weights.

@@ -25,6 +25,13 @@ for preset in tiny tiny-linear tiny-odd; do
       -o "$STAGE/plans/$preset-$fusion.plan"
   done
 done
+# Tensor-parallel plans (k3c --tp 2) for cuda_test's two ranks on one GPU.
+for preset in tiny tiny-linear; do
+  for r in 0 1; do
+    "$BUILD_DIR"/bin/k3c "preset:$preset" --fusion=default --max-seq 512 \
+      --tp 2 --rank $r -o "$STAGE/plans/$preset-default-tp2-r$r.plan"
+  done
+done
 # Batched plans (k3c --max-batch 4) for cuda_test's batch test.
 for preset in tiny tiny-linear tiny-odd; do
   "$BUILD_DIR"/bin/k3c "preset:$preset" --fusion=default --max-seq 512 \

@@ -43,17 +43,7 @@ Expected<std::unique_ptr<CpuBackend>> CpuBackend::bind(const PlanDoc &plan,
                                                        const TensorStore &store,
                                                        Communicator *comm) {
   K3_RETURN_IF_ERROR(validatePlan(plan));
-  if (plan.ranks > 1) {
-    if (!comm)
-      return makeError("the plan is rank ", plan.rank, " of ", plan.ranks,
-                       " of a tensor-parallel plan: run it together with "
-                       "its other ranks (k3-run RANK0.plan RANK1.plan ...: one "
-                       "plan per rank)");
-    if (comm->ranks() != plan.ranks || comm->rank() != plan.rank)
-      return makeError("the plan is rank ", plan.rank, " of ", plan.ranks,
-                       ", but its communicator is rank ", comm->rank(), " of ",
-                       comm->ranks());
-  }
+  K3_RETURN_IF_ERROR(checkPlanCommunicator(plan, comm));
   std::unique_ptr<CpuBackend> be(new CpuBackend());
   be->plan_ = plan;
   be->comm_ = plan.ranks > 1 ? comm : nullptr;

@@ -157,6 +157,21 @@ Status RankGroup::run(int64_t r, const KernelInfo &kernel, const void *params,
   return Status::ok();
 }
 
+Status checkPlanCommunicator(const PlanDoc &plan, const Communicator *comm) {
+  if (plan.ranks <= 1)
+    return Status::ok();
+  if (!comm)
+    return makeError("the plan is rank ", plan.rank, " of ", plan.ranks,
+                     " of a tensor-parallel plan: run it together with its "
+                     "other ranks (k3-run RANK0.plan RANK1.plan ...: one plan "
+                     "per rank)");
+  if (comm->ranks() != plan.ranks || comm->rank() != plan.rank)
+    return makeError("the plan is rank ", plan.rank, " of ", plan.ranks,
+                     ", but its communicator is rank ", comm->rank(), " of ",
+                     comm->ranks());
+  return Status::ok();
+}
+
 Expected<std::chrono::milliseconds> rankGroupTimeout() {
   const char *env = std::getenv("K3C_COLLECTIVE_TIMEOUT_S");
   if (!env || !*env)
@@ -239,7 +254,8 @@ orderRankPlans(std::vector<PlanDoc> plans,
 
 Status runRanks(std::vector<PlanDoc> plans, const std::string &weightsDir,
                 std::chrono::milliseconds timeout,
-                const std::function<Status(int64_t rank, Session &)> &fn) {
+                const std::function<Status(int64_t rank, Session &)> &fn,
+                BackendKind kind) {
   const int64_t n = static_cast<int64_t>(plans.size());
   RankGroup group(n, timeout);
   std::vector<Status> results(plans.size(), Status::ok());
@@ -251,7 +267,7 @@ Status runRanks(std::vector<PlanDoc> plans, const std::string &weightsDir,
       Status st = [&]() -> Status {
         Expected<std::unique_ptr<Session>> s = Session::open(
             std::move(plans[static_cast<size_t>(r)]), weightsDir,
-            BackendKind::Cpu, /*cudaGraph=*/false, &group.rank(r));
+            kind, /*cudaGraph=*/false, &group.rank(r));
         if (!s)
           return s.status();
         return fn(r, **s);

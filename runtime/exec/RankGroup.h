@@ -47,6 +47,11 @@ public:
                      size_t launch) = 0;
 };
 
+/// Checks that `comm` can run `plan`'s collectives: none for a plan of one
+/// rank; for a rank's plan, a communicator of the same rank and ranks.
+/// Errors name both.
+Status checkPlanCommunicator(const PlanDoc &plan, const Communicator *comm);
+
 /// Ranks as threads of one process.
 class RankGroup {
 public:
@@ -119,13 +124,15 @@ Expected<std::vector<PlanDoc>>
 orderRankPlans(std::vector<PlanDoc> plans,
                const std::vector<std::string> &names);
 
-/// Opens one CPU session per rank plan (rank order, orderRankPlans) over
-/// `weightsDir` and runs `fn(rank, session)` on each rank's own thread. A
-/// rank whose `fn` fails fails the group, so the others stop at their next
-/// collective; returns the first failure (rank 0's result otherwise).
+/// Opens one session per rank plan (rank order, orderRankPlans) over
+/// `weightsDir` on `kind`'s backend (CUDA: every rank on the one GPU, its
+/// collectives host-staged, CudaBackend::bind) and runs `fn(rank, session)`
+/// on each rank's own thread. A rank whose `fn` fails fails the group, so
+/// the others stop at their next collective; returns the first failure.
 Status runRanks(std::vector<PlanDoc> plans, const std::string &weightsDir,
                 std::chrono::milliseconds timeout,
-                const std::function<Status(int64_t rank, Session &)> &fn);
+                const std::function<Status(int64_t rank, Session &)> &fn,
+                BackendKind kind = BackendKind::Cpu);
 
 } // namespace k3
 

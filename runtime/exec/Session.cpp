@@ -117,13 +117,8 @@ Expected<std::unique_ptr<Backend>>
 bindBackend(const PlanDoc &plan, const TensorStore &store, BackendKind kind,
             bool cudaGraph, const std::string &weightsDir, Communicator *comm) {
   if (kind == BackendKind::Cuda) {
-    if (plan.ranks > 1)
-      return makeError("the plan is rank ", plan.rank, " of ", plan.ranks,
-                       " of a tensor-parallel plan: the CUDA backend has no "
-                       "collectives yet (NCCL); run the ranks on the CPU "
-                       "backend");
     Expected<std::unique_ptr<CudaBackend>> be =
-        CudaBackend::bind(plan, store, cudaGraph);
+        CudaBackend::bind(plan, store, cudaGraph, comm);
     if (!be)
       return be.status().withContext("binding the plan to " + weightsDir +
                                      " on the GPU");

@@ -169,7 +169,8 @@ void declareOptions(CLI::App &app, Args &a, bool embedded) {
     app.add_option("PLAN", a.plan,
                    "a plan made by k3c (model.plan); a tensor-parallel\n"
                    "model (k3c --tp N --rank R) is its N plans,\n"
-                   "in any order, run together on the CPU")
+                   "in any order, run together (each rank a thread;\n"
+                   "with --backend cuda all on the one GPU)")
         ->type_name("")
         ->group(model);
   app.add_option("--weights", a.weights,
@@ -381,7 +382,6 @@ std::string checkArgs(Args &a, Request &r) {
     // A tensor-parallel model runs its ranks as threads on the CPU backend,
     // one prompt after another.
     const std::pair<bool, const char *> unsupported[] = {
-        {a.backend == "cuda", "--backend cuda"},
         {!a.checkAgainst.empty(), "--check-against"},
         {a.profile || !a.profileSteps.empty(), "--profile"},
         {!a.snapshotIn.empty() || !a.snapshotOut.empty(), "snapshots"},
@@ -676,8 +676,9 @@ std::string idList(const std::vector<int64_t> &ids) {
 
 /// Several PLANs: the ranks of a tensor-parallel model (k3c --tp N --rank R),
 /// `first` already read. Every rank decodes every prompt on its own thread
-/// of the CPU backend (runRanks); rank 0 prints, and every rank must have
-/// chosen the same tokens.
+/// (runRanks; with --backend cuda all ranks on the one GPU, collectives
+/// host-staged); rank 0 prints, and every rank must have chosen the same
+/// tokens.
 int runRanksCli(const Args &a, const Request &req, k3::PlanDoc first,
                 const std::vector<int64_t> &stopIds) {
   const int64_t vocab = first.config.vocabSize;
@@ -740,7 +741,8 @@ int runRanksCli(const Args &a, const Request &req, k3::PlanDoc first,
           }
         }
         return k3::Status::ok();
-      });
+      },
+      a.backend == "cuda" ? k3::BackendKind::Cuda : k3::BackendKind::Cpu);
   if (!st)
     return runtimeError(st.message());
   for (int64_t r = 1; r < ranks; ++r)
@@ -756,7 +758,7 @@ int runRanksCli(const Args &a, const Request &req, k3::PlanDoc first,
       return runtimeError(s.message());
   if (!a.quiet)
     std::fprintf(stderr, "%s: %s\n", g_prog.c_str(),
-                 summary(totals, "cpu, " + std::to_string(ranks) +
+                 summary(totals, a.backend + ", " + std::to_string(ranks) +
                                      " tensor-parallel ranks")
                      .c_str());
   return 0;

@@ -3,6 +3,8 @@
 #include "runtime/exec/cuda/RowsForms.h"
 
 #include "kernels/PtxModules.h"
+#include "kernels/collective/CollectiveParams.h"
+#include "runtime/plan/PlanKernels.h"
 
 #include <algorithm>
 #include <chrono>
@@ -176,8 +178,12 @@ std::string CudaBackend::name() const {
 
 Expected<std::unique_ptr<CudaBackend>>
 CudaBackend::bind(const PlanDoc &plan, const TensorStore &store,
-                  bool useGraph) {
+                  bool useGraph, Communicator *comm) {
   K3_RETURN_IF_ERROR(validatePlan(plan));
+  K3_RETURN_IF_ERROR(checkPlanCommunicator(plan, comm));
+  // Host-staged collectives stop the stream: no graph, no chained steps.
+  if (plan.ranks > 1)
+    useGraph = false;
   Expected<cuda::Driver *> driver = cuda::Driver::get();
   if (!driver)
     return driver.status();
@@ -192,6 +198,7 @@ CudaBackend::bind(const PlanDoc &plan, const TensorStore &store,
   be->slots_ = plan.maxBatch;
   be->plan_ = plan;
   be->plan_.ptxModules.clear(); // the functions are resolved below
+  be->comm_ = plan.ranks > 1 ? comm : nullptr;
 
   // Every kernel first: a missing one is the most likely error. The plan's
   // own PTX wins over the binary's (it is what the plan was compiled with).
@@ -201,7 +208,11 @@ CudaBackend::bind(const PlanDoc &plan, const TensorStore &store,
   for (size_t i = 0; i < plan.launches.size(); ++i) {
     const PlanLaunch &l = plan.launches[i];
     auto known = byKernel.find(l.kernel);
-    if (known == byKernel.end()) {
+    const KernelInfo *info = findKernel(l.kernel);
+    if (known == byKernel.end() && info && info->collective) {
+      // No kernel: the communicator runs it (runCollective).
+      known = byKernel.emplace(l.kernel, nullptr).first;
+    } else if (known == byKernel.end()) {
       Expected<cuda::CUfunction> f =
           kernelFunction(d, l.kernel, plan.ptxFor(l.kernel));
       if (!f)
@@ -253,7 +264,7 @@ CudaBackend::bind(const PlanDoc &plan, const TensorStore &store,
   K3_RETURN_IF_ERROR(alloc(kStepWords * sizeof(int64_t), be->step_)
                          .withContext("the step block"));
   mem.step = be->step_.as<int64_t>();
-  be->chains_ = planChainsGreedy(plan);
+  be->chains_ = planChainsGreedy(plan) && !be->comm_;
   be->states_.resize(plan.states.size());
   for (size_t i = 0; i < plan.states.size(); ++i) {
     StateKind kind = StateKind::KdaState;
@@ -745,6 +756,11 @@ Status CudaBackend::stepSlots(const std::vector<SlotStep> &rows) {
     for (size_t i = 0; i < rows.size(); ++i) {
       BoundLaunch &bl = rows_[i]->launches[l];
       bl.setInputs(rows[i].token, rows[i].pos);
+      if (bl.kernel->collective) {
+        K3_RETURN_IF_ERROR(runCollective(l, bl).withContext(
+            "step row " + std::to_string(i)));
+        continue;
+      }
       Status st = driver_->launch(functions_[l], g.grid, g.block, g.smem,
                                   stream_, bl.params->data(),
                                   /*programmatic=*/true, g.cluster);
@@ -785,6 +801,8 @@ Status CudaBackend::launchDirect(size_t index, int64_t token, int64_t pos) {
 
 Status CudaBackend::launchBound(size_t index) {
   const BoundLaunch &l = launches_[index];
+  if (l.kernel->collective)
+    return runCollective(index, l);
   const Grid &g = grids_[index];
   Status st = driver_->launch(functions_[index], g.grid, g.block, g.smem,
                               stream_, l.params->data(),
@@ -793,6 +811,45 @@ Status CudaBackend::launchBound(size_t index) {
     return st.withContext("launch " + std::to_string(index) + " (" +
                           l.kernel->name + ")");
   return Status::ok();
+}
+
+Status CudaBackend::runCollective(size_t index, const BoundLaunch &l) {
+  auto where = [&] {
+    return "launch " + std::to_string(index) + " (" + l.kernel->name + ")";
+  };
+  if (!comm_)
+    return makeError(where(), ": a collective in a plan bound without a "
+                              "communicator");
+  // Every launch before it has written its input.
+  K3_RETURN_IF_ERROR(driver_->synchronize(stream_).withContext(where()));
+  auto device = [](const void *p) {
+    return static_cast<cuda::CUdeviceptr>(reinterpret_cast<uintptr_t>(p));
+  };
+  if (l.kernel->name == "all_reduce") {
+    AllReduceParams p;
+    std::memcpy(&p, l.params->data(), sizeof(p));
+    const size_t bytes = static_cast<size_t>(p.n) * sizeof(uint16_t);
+    std::vector<uint16_t> x(static_cast<size_t>(p.n)), out(x.size());
+    K3_RETURN_IF_ERROR(driver_->copyToHost(x.data(), device(p.x), bytes));
+    AllReduceParams host{x.data(), out.data(), p.n};
+    K3_RETURN_IF_ERROR(comm_->run(*l.kernel, &host, index));
+    return driver_->copyToDevice(device(p.out), out.data(), bytes)
+        .withContext(where());
+  }
+  if (l.kernel->name == "all_gather") {
+    AllGatherParams p;
+    std::memcpy(&p, l.params->data(), sizeof(p));
+    std::vector<float> x(static_cast<size_t>(p.n)),
+        out(static_cast<size_t>(p.n * p.ranks));
+    K3_RETURN_IF_ERROR(
+        driver_->copyToHost(x.data(), device(p.x), x.size() * sizeof(float)));
+    AllGatherParams host{x.data(), out.data(), p.n, p.ranks};
+    K3_RETURN_IF_ERROR(comm_->run(*l.kernel, &host, index));
+    return driver_
+        ->copyToDevice(device(p.out), out.data(), out.size() * sizeof(float))
+        .withContext(where());
+  }
+  return makeError(where(), ": not a collective the CUDA backend runs");
 }
 
 Status CudaBackend::queueGate() {

@@ -28,6 +28,7 @@
 #include "kernels/common/StepInputs.h"
 #include "runtime/exec/Backend.h"
 #include "runtime/exec/PlanBinding.h"
+#include "runtime/exec/RankGroup.h"
 #include "runtime/exec/cuda/CudaDriver.h"
 #include "runtime/exec/cuda/RowsForms.h"
 #include "runtime/io/Safetensors.h"
@@ -68,8 +69,18 @@ public:
   /// implementation in this build (named), the binding errors of CpuBackend.
   /// With `useGraph` (and a driver that has CUDA graphs) a step replays one
   /// graph of all launches, updating only the nodes that take step inputs.
+  ///
+  /// A tensor-parallel rank's plan needs `comm` (checkPlanCommunicator). Its
+  /// collectives are host-staged: at each one the stream is drained, the
+  /// rank's input is copied to the host, `comm` combines the ranks' inputs
+  /// there (RankGroup: ranks as threads, which may share one GPU), and the
+  /// result is copied back. Such a plan runs launch by launch (no graph, no
+  /// chained greedy steps): a way to run a rank's kernels, at its split
+  /// shapes, on a GPU, not a fast one (collectives on the device, NCCL, are
+  /// not built yet).
   static Expected<std::unique_ptr<CudaBackend>>
-  bind(const PlanDoc &plan, const TensorStore &store, bool useGraph = true);
+  bind(const PlanDoc &plan, const TensorStore &store, bool useGraph = true,
+       Communicator *comm = nullptr);
 
   Status resetState() override;
   Status step(int64_t token, int64_t pos) override;
@@ -130,6 +141,9 @@ private:
   Status launchDirect(size_t index, int64_t token, int64_t pos);
   /// Launches `index` on the stream with its params as they are bound.
   Status launchBound(size_t index);
+  /// Runs collective launch `index` whose bound params are `l`'s (bind's
+  /// comment: host-staged through comm_).
+  Status runCollective(size_t index, const BoundLaunch &l);
   /// Queues the copies that keep the GPU busy ahead of timeLaunches.
   Status queueGate();
   /// Queues the write of a host-driven step's inputs into the step block.
@@ -218,6 +232,8 @@ private:
   int64_t stepPos_ = 0; ///< the position the step block holds next
   bool chains_ = false;
   float lastStepMs_ = 0;
+  /// The rank's communicator (a tensor-parallel plan's), else null.
+  Communicator *comm_ = nullptr;
   // Profiling, made on first use: an event per launch boundary, and the
   // gate's copy buffers with the device time of one copy and the copies the
   // next timeLaunches queues.

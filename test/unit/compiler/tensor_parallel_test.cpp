@@ -99,7 +99,6 @@ TEST_P(TensorParallel, DecodesAsTheWholePlan) {
   ASSERT_NO_FATAL_FAILURE(k3test::runPlan(whole, dir, kPrompt, kMaxNew, want));
   std::vector<::k3::PlanDoc> plans = rankPlans(config, strategy, ranks);
   ASSERT_EQ(plans.size(), static_cast<size_t>(ranks));
-  // Each rank holds its part: fewer weight bytes than the whole plan.
   ASSERT_NO_FATAL_FAILURE(runSplit(std::move(plans), dir, got));
   ::k3::ref::DecodeCompareOptions opt;
   opt.maxRowRelErr = kLogitsTol;

@@ -20,6 +20,7 @@
 
 #include "runtime/exec/CpuBackend.h"
 #include "runtime/exec/Differential.h"
+#include "runtime/exec/RankGroup.h"
 #include "runtime/exec/cuda/CudaBackend.h"
 #include "tools/k3-mkmodel/ModelMaker.h"
 #include "runtime/model/ModelWeights.h"
@@ -515,6 +516,73 @@ TEST(DecodeCudaBatch, SequencesAsAloneAndAsTheCpu) {
                                   bound);
         }
       }
+    }
+  }
+}
+
+/// A tensor-parallel plan (k3c --tp 2, staged by scripts/gpu-stage.sh) with
+/// both ranks on the one GPU, their collectives host-staged
+/// (CudaBackend::bind): every rank chooses the same tokens, and they decode
+/// as the whole plan on the GPU and as the same ranks on the CPU (greedy
+/// tokens equal up to a near-tie, each logits row within the e2e bound).
+/// The kernels run at the ranks' split shapes: half the heads, half the
+/// intermediate rows, half the vocabulary.
+TEST(DecodeCudaTensorParallel, RanksOnOneGpuDecodeAsTheWholePlan) {
+  K3_REQUIRE_PLANS();
+  const std::string plans = std::getenv("K3C_CUDA_TEST_PLANS");
+  for (const std::string preset : {"tiny", "tiny-linear"}) {
+    SCOPED_TRACE(preset);
+    const std::string &dir =
+        modelDir(preset, k3::StoredDtypes::Simple, k3::Structure::Random);
+    DecodeRun whole;
+    ASSERT_NO_FATAL_FAILURE(decode(plans + "/" + preset + "-default.plan", dir,
+                                   k3::BackendKind::Cuda, true, whole));
+    DecodeRun split[2]; // CUDA, CPU
+    for (int b = 0; b < 2; ++b) {
+      const k3::BackendKind kind =
+          b == 0 ? k3::BackendKind::Cuda : k3::BackendKind::Cpu;
+      std::vector<k3::PlanDoc> ranks;
+      for (int r = 0; r < 2; ++r) {
+        const std::string path = plans + "/" + preset + "-default-tp2-r" +
+                                 std::to_string(r) + ".plan";
+        auto plan = k3::readPlanFile(path);
+        ASSERT_TRUE(plan.hasValue()) << plan.message();
+        ranks.push_back(plan.take());
+      }
+      std::vector<k3::GenerateResult> results(2);
+      k3::Status st = k3::runRanks(
+          std::move(ranks), dir, std::chrono::seconds(120),
+          [&](int64_t rank, k3::Session &s) -> k3::Status {
+            auto g = s.generate(kPrompt, kMaxNew, /*keepLogits=*/true);
+            if (!g)
+              return g.status();
+            results[static_cast<size_t>(rank)] = g.take();
+            return k3::Status::ok();
+          },
+          kind);
+      ASSERT_TRUE(st.isOk()) << st.message();
+      EXPECT_EQ(results[1].tokens, results[0].tokens);
+      EXPECT_EQ(results[1].logits, results[0].logits);
+      split[b].tokens = results[0].tokens;
+      split[b].logits =
+          k3::ref::logitRowsFromFlat(results[0].logits, results[0].vocab);
+    }
+    k3::ref::DecodeCompareOptions opt;
+    opt.maxRowRelErr = kRefRowTol;
+    for (const auto &[what, want] :
+         {std::pair<const char *, const DecodeRun *>{"the whole plan (CUDA)",
+                                                     &whole},
+          {"the ranks on the CPU", &split[1]}}) {
+      const k3::ref::DecodeCompareResult cmp = k3::ref::compareDecode(
+          want->tokens, want->logits, split[0].tokens, split[0].logits, opt);
+      EXPECT_TRUE(cmp.ok) << "against " << what << ": first token mismatch "
+                          << cmp.firstTokenMismatch << ", max row error "
+                          << cmp.maxRowRelErr << " (row " << cmp.worstRow
+                          << ")";
+      std::printf("[tp cuda] %s against %s: max row error %.3g over %lld "
+                  "rows\n",
+                  preset.c_str(), what, cmp.maxRowRelErr,
+                  static_cast<long long>(cmp.rowsCompared));
     }
   }
 }
