@@ -825,6 +825,15 @@ Status CudaBackend::runCollective(size_t index, const BoundLaunch &l) {
   auto device = [](const void *p) {
     return static_cast<cuda::CUdeviceptr>(reinterpret_cast<uintptr_t>(p));
   };
+  // The result goes up on the step's stream, which is then drained: a
+  // synchronous copy from pageable memory may return before its DMA is done,
+  // and it would not be ordered before the stream's next kernel.
+  auto writeBack = [&](cuda::CUdeviceptr dst, const void *src,
+                       size_t bytes) -> Status {
+    K3_RETURN_IF_ERROR(driver_->copyToDeviceAsync(dst, src, bytes, stream_)
+                           .withContext(where()));
+    return driver_->synchronize(stream_).withContext(where());
+  };
   if (l.kernel->name == "all_reduce") {
     AllReduceParams p;
     std::memcpy(&p, l.params->data(), sizeof(p));
@@ -833,8 +842,7 @@ Status CudaBackend::runCollective(size_t index, const BoundLaunch &l) {
     K3_RETURN_IF_ERROR(driver_->copyToHost(x.data(), device(p.x), bytes));
     AllReduceParams host{x.data(), out.data(), p.n};
     K3_RETURN_IF_ERROR(comm_->run(*l.kernel, &host, index));
-    return driver_->copyToDevice(device(p.out), out.data(), bytes)
-        .withContext(where());
+    return writeBack(device(p.out), out.data(), bytes);
   }
   if (l.kernel->name == "all_gather") {
     AllGatherParams p;
@@ -845,9 +853,7 @@ Status CudaBackend::runCollective(size_t index, const BoundLaunch &l) {
         driver_->copyToHost(x.data(), device(p.x), x.size() * sizeof(float)));
     AllGatherParams host{x.data(), out.data(), p.n, p.ranks};
     K3_RETURN_IF_ERROR(comm_->run(*l.kernel, &host, index));
-    return driver_
-        ->copyToDevice(device(p.out), out.data(), out.size() * sizeof(float))
-        .withContext(where());
+    return writeBack(device(p.out), out.data(), out.size() * sizeof(float));
   }
   return makeError(where(), ": not a collective the CUDA backend runs");
 }
