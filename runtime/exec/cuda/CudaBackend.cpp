@@ -15,6 +15,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <iterator>
 #include <mutex>
 #include <set>
@@ -748,10 +749,15 @@ Status CudaBackend::stepSlots(const std::vector<SlotStep> &rows) {
   // states in position order.
   for (size_t l = 0; l < launches_.size(); ++l) {
     const Grid &g = grids_[l];
-    Expected<bool> together = launchRows(l, rows.size(), distinctSlots);
-    if (!together)
-      return together.status();
-    if (*together)
+    bool together = false;
+    K3_RETURN_IF_ERROR(exclusive([&]() -> Status {
+      Expected<bool> t = launchRows(l, rows.size(), distinctSlots);
+      if (!t)
+        return t.status();
+      together = *t;
+      return Status::ok();
+    }));
+    if (together)
       continue;
     for (size_t i = 0; i < rows.size(); ++i) {
       BoundLaunch &bl = rows_[i]->launches[l];
@@ -761,9 +767,11 @@ Status CudaBackend::stepSlots(const std::vector<SlotStep> &rows) {
             "step row " + std::to_string(i)));
         continue;
       }
-      Status st = driver_->launch(functions_[l], g.grid, g.block, g.smem,
-                                  stream_, bl.params->data(),
-                                  /*programmatic=*/true, g.cluster);
+      Status st = exclusive([&] {
+        return driver_->launch(functions_[l], g.grid, g.block, g.smem, stream_,
+                               bl.params->data(),
+                               /*programmatic=*/true, g.cluster);
+      });
       if (!st)
         return st.withContext("launch " + std::to_string(l) + " (" +
                               bl.kernel->name + ") of step row " +
@@ -804,13 +812,27 @@ Status CudaBackend::launchBound(size_t index) {
   if (l.kernel->collective)
     return runCollective(index, l);
   const Grid &g = grids_[index];
-  Status st = driver_->launch(functions_[index], g.grid, g.block, g.smem,
-                              stream_, l.params->data(),
-                              /*programmatic=*/true, g.cluster);
+  Status st = exclusive([&] {
+    return driver_->launch(functions_[index], g.grid, g.block, g.smem, stream_,
+                           l.params->data(),
+                           /*programmatic=*/true, g.cluster);
+  });
   if (!st)
     return st.withContext("launch " + std::to_string(index) + " (" +
                           l.kernel->name + ")");
   return Status::ok();
+}
+
+Status CudaBackend::exclusive(const std::function<Status()> &launch) {
+  if (!comm_)
+    return launch();
+  // The kernels keep scratch and arrival counters in module globals (one
+  // copy per context), so two backends' kernels must never overlap: a rank
+  // runs each launch alone and waits for it.
+  static std::mutex oneKernelAtATime;
+  std::lock_guard<std::mutex> lock(oneKernelAtATime);
+  K3_RETURN_IF_ERROR(launch());
+  return driver_->synchronize(stream_);
 }
 
 Status CudaBackend::runCollective(size_t index, const BoundLaunch &l) {

@@ -34,6 +34,7 @@
 #include "runtime/io/Safetensors.h"
 #include "runtime/plan/Plan.h"
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -75,9 +76,10 @@ public:
   /// rank's input is copied to the host, `comm` combines the ranks' inputs
   /// there (RankGroup: ranks as threads, which may share one GPU), and the
   /// result is copied back. Such a plan runs launch by launch (no graph, no
-  /// chained greedy steps): a way to run a rank's kernels, at its split
-  /// shapes, on a GPU, not a fast one (collectives on the device, NCCL, are
-  /// not built yet).
+  /// chained greedy steps), one kernel at a time across the process's
+  /// ranks (exclusive()): a way to run a rank's kernels, at its split
+  /// shapes, on a GPU, not a fast one (collectives on the device, NCCL, one
+  /// GPU per rank, are not built yet).
   static Expected<std::unique_ptr<CudaBackend>>
   bind(const PlanDoc &plan, const TensorStore &store, bool useGraph = true,
        Communicator *comm = nullptr);
@@ -141,6 +143,11 @@ private:
   Status launchDirect(size_t index, int64_t token, int64_t pos);
   /// Launches `index` on the stream with its params as they are bound.
   Status launchBound(size_t index);
+  /// Queues `launch`; in a tensor-parallel rank (comm_ set) under a
+  /// process-wide lock and waited for, so that no other rank's kernel runs
+  /// beside it (the kernels' module-global scratch is shared by every
+  /// backend of the process).
+  Status exclusive(const std::function<Status()> &launch);
   /// Runs collective launch `index` whose bound params are `l`'s (bind's
   /// comment: host-staged through comm_).
   Status runCollective(size_t index, const BoundLaunch &l);
