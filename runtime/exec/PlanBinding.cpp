@@ -63,6 +63,14 @@ std::string expertName(const std::string &name, int64_t e) {
 
 namespace {
 
+/// Whether `t` is a vector holding at least the elements of the vector
+/// `shape`: a checkpoint may pad an f32 vector (K3 stores A_log as 128
+/// values); the plan reads the first ones.
+bool holdsPadded(const TensorView &t, const std::vector<int64_t> &shape) {
+  return squeezed(t.shape).size() <= 1 && squeezed(shape).size() <= 1 &&
+         t.numel() >= numelOf(shape);
+}
+
 /// Where a plan weight's checkpoint tensors are found: the store, or for a
 /// split weight this rank's part of each (gathered into `parts`).
 class WeightLookup {
@@ -90,8 +98,7 @@ public:
     const bool sameShape = squeezed(t->shape) == squeezed(shape);
     if (sameShape) {
       whole.shape = shape;
-    } else if (padded && squeezed(t->shape).size() <= 1 &&
-               squeezed(shape).size() <= 1 && t->numel() >= numelOf(shape)) {
+    } else if (padded && holdsPadded(*t, shape)) {
       whole.shape = shape;
       whole.nbytes = static_cast<size_t>(numelOf(shape)) * dtypeSize(t->dtype);
     } else {
@@ -203,10 +210,8 @@ Status resolveMatrixOrVector(const PlanWeight &w, const std::string &name,
   // the plan's element count as fp32.
   const int64_t want = numelOf(shape);
   const bool sameShape = squeezed(t->shape) == squeezed(shape);
-  const bool padded = squeezed(t->shape).size() <= 1 &&
-                      squeezed(shape).size() <= 1 && t->numel() >= want;
   if ((t->dtype != DType::F32 && t->dtype != DType::BF16) ||
-      (!sameShape && !padded))
+      (!sameShape && !holdsPadded(*t, shape)))
     return mismatch(t, "F32 (or BF16) " + shapeString(shape));
   bytes = static_cast<uint64_t>(want) * 4;
   dtype = kVectorF32;

@@ -15,7 +15,6 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <functional>
 #include <iterator>
 #include <mutex>
 #include <set>
@@ -718,6 +717,18 @@ void CudaBackend::bindRowToSlot(Row &r, int64_t slot) {
   r.slot = slot;
 }
 
+template <typename Launch> Status CudaBackend::exclusive(const Launch &launch) {
+  if (!comm_)
+    return launch();
+  // The kernels keep scratch and arrival counters in module globals (one
+  // copy per context), so two backends' kernels must never overlap: a rank
+  // runs each launch alone and waits for it.
+  static std::mutex oneKernelAtATime;
+  std::lock_guard<std::mutex> lock(oneKernelAtATime);
+  K3_RETURN_IF_ERROR(launch());
+  return driver_->synchronize(stream_);
+}
+
 Status CudaBackend::stepSlots(const std::vector<SlotStep> &rows) {
   if (slots_ == 1 && rows.size() == 1)
     return Backend::stepSlots(rows); // step(): the graph's path
@@ -823,18 +834,6 @@ Status CudaBackend::launchBound(size_t index) {
   return Status::ok();
 }
 
-Status CudaBackend::exclusive(const std::function<Status()> &launch) {
-  if (!comm_)
-    return launch();
-  // The kernels keep scratch and arrival counters in module globals (one
-  // copy per context), so two backends' kernels must never overlap: a rank
-  // runs each launch alone and waits for it.
-  static std::mutex oneKernelAtATime;
-  std::lock_guard<std::mutex> lock(oneKernelAtATime);
-  K3_RETURN_IF_ERROR(launch());
-  return driver_->synchronize(stream_);
-}
-
 Status CudaBackend::runCollective(size_t index, const BoundLaunch &l) {
   auto where = [&] {
     return "launch " + std::to_string(index) + " (" + l.kernel->name + ")";
@@ -844,38 +843,37 @@ Status CudaBackend::runCollective(size_t index, const BoundLaunch &l) {
                               "communicator");
   // Every launch before it has written its input.
   K3_RETURN_IF_ERROR(driver_->synchronize(stream_).withContext(where()));
-  auto device = [](const void *p) {
-    return static_cast<cuda::CUdeviceptr>(reinterpret_cast<uintptr_t>(p));
-  };
-  // The result goes up on the step's stream, which is then drained: a
-  // synchronous copy from pageable memory may return before its DMA is done,
-  // and it would not be ordered before the stream's next kernel.
-  auto writeBack = [&](cuda::CUdeviceptr dst, const void *src,
-                       size_t bytes) -> Status {
-    K3_RETURN_IF_ERROR(driver_->copyToDeviceAsync(dst, src, bytes, stream_)
-                           .withContext(where()));
+  // The input comes down; `comm_` combines the ranks' copies on the host;
+  // the result goes up on the step's stream, which is then drained (a
+  // synchronous copy from pageable memory may return before its DMA is
+  // done, unordered with the stream's next kernel).
+  auto staged = [&](auto p, size_t inBytes, size_t outBytes) -> Status {
+    auto device = [](const void *q) {
+      return static_cast<cuda::CUdeviceptr>(reinterpret_cast<uintptr_t>(q));
+    };
+    const cuda::CUdeviceptr x = device(p.x), out = device(p.out);
+    std::vector<uint8_t> hostX(inBytes), hostOut(outBytes);
+    K3_RETURN_IF_ERROR(
+        driver_->copyToHost(hostX.data(), x, inBytes).withContext(where()));
+    p.x = reinterpret_cast<decltype(p.x)>(hostX.data());
+    p.out = reinterpret_cast<decltype(p.out)>(hostOut.data());
+    K3_RETURN_IF_ERROR(comm_->run(*l.kernel, &p, index));
+    K3_RETURN_IF_ERROR(
+        driver_->copyToDeviceAsync(out, hostOut.data(), outBytes, stream_)
+            .withContext(where()));
     return driver_->synchronize(stream_).withContext(where());
   };
   if (l.kernel->name == "all_reduce") {
     AllReduceParams p;
     std::memcpy(&p, l.params->data(), sizeof(p));
     const size_t bytes = static_cast<size_t>(p.n) * sizeof(uint16_t);
-    std::vector<uint16_t> x(static_cast<size_t>(p.n)), out(x.size());
-    K3_RETURN_IF_ERROR(driver_->copyToHost(x.data(), device(p.x), bytes));
-    AllReduceParams host{x.data(), out.data(), p.n};
-    K3_RETURN_IF_ERROR(comm_->run(*l.kernel, &host, index));
-    return writeBack(device(p.out), out.data(), bytes);
+    return staged(p, bytes, bytes);
   }
   if (l.kernel->name == "all_gather") {
     AllGatherParams p;
     std::memcpy(&p, l.params->data(), sizeof(p));
-    std::vector<float> x(static_cast<size_t>(p.n)),
-        out(static_cast<size_t>(p.n * p.ranks));
-    K3_RETURN_IF_ERROR(
-        driver_->copyToHost(x.data(), device(p.x), x.size() * sizeof(float)));
-    AllGatherParams host{x.data(), out.data(), p.n, p.ranks};
-    K3_RETURN_IF_ERROR(comm_->run(*l.kernel, &host, index));
-    return writeBack(device(p.out), out.data(), out.size() * sizeof(float));
+    const size_t part = static_cast<size_t>(p.n) * sizeof(float);
+    return staged(p, part, part * static_cast<size_t>(p.ranks));
   }
   return makeError(where(), ": not a collective the CUDA backend runs");
 }

@@ -34,7 +34,6 @@
 #include "runtime/io/Safetensors.h"
 #include "runtime/plan/Plan.h"
 
-#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -143,11 +142,12 @@ private:
   Status launchDirect(size_t index, int64_t token, int64_t pos);
   /// Launches `index` on the stream with its params as they are bound.
   Status launchBound(size_t index);
-  /// Queues `launch`; in a tensor-parallel rank (comm_ set) under a
-  /// process-wide lock and waited for, so that no other rank's kernel runs
-  /// beside it (the kernels' module-global scratch is shared by every
-  /// backend of the process).
-  Status exclusive(const std::function<Status()> &launch);
+  /// Queues `launch()` (a Status-returning callable); in a tensor-parallel
+  /// rank (comm_ set) under a process-wide lock and waited for, so that no
+  /// other rank's kernel runs beside it (the kernels' module-global scratch
+  /// is shared by every backend of the process). A template, not a
+  /// std::function: it wraps every launch of the launch-by-launch paths.
+  template <typename Launch> Status exclusive(const Launch &launch);
   /// Runs collective launch `index` whose bound params are `l`'s (bind's
   /// comment: host-staged through comm_).
   Status runCollective(size_t index, const BoundLaunch &l);
