@@ -182,18 +182,9 @@ void benchLinear(std::vector<Result> &out, const std::string &label, int64_t n,
     vs.push_back(p);
   }
   double us;
-  const double bytes = wBytes + k * 2.0 + n * (f32Out ? 4.0 : 2.0);
-  // The plan's grid (codegen gemvGrid without a norm), register path.
-  const int64_t grid = std::max<int64_t>((n + 7) / 8, 264);
-  if (timeKernel("linear", vs, grid, us))
-    out.push_back({label + " (registers)", us, bytes});
-  if (mxfp4 || k > kGemvChunk)
-    return;
-  // With the weight ring, as the plan launches a bf16 projection now.
-  const int64_t ringGrid =
-      std::min<int64_t>(grid, kGemvRingBlocksPerSm * gDriver->smCount());
-  if (timeKernel("linear", vs, ringGrid, us, 256, gemvRingSmemBytes(256)))
-    out.push_back({label + " (ring)", us, bytes});
+  // The plan's grid (codegen gemvGrid without a norm).
+  if (timeKernel("linear", vs, std::max<int64_t>((n + 7) / 8, 264), us))
+    out.push_back({label, us, wBytes + k * 2.0 + n * (f32Out ? 4.0 : 2.0)});
 }
 
 /// k3_linear_rows over `tokens` tokens (a decode batch or a prompt chunk):

@@ -83,11 +83,6 @@ int64_t numel(Type t) {
 int64_t dimOf(Value v, unsigned i) { return shapeOf(v.getType())[i]; }
 int64_t len(Value v) { return numel(v.getType()); }
 int64_t ceilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
-/// Whether a weight is a plain bf16 tensor (not MXFP4).
-bool isBf16Matrix(Value w) {
-  auto t = dyn_cast<RankedTensorType>(w.getType());
-  return t && t.getElementType().isBF16();
-}
 
 /// SMs of the target (H100 / H200 SXM). Grids below are a speed choice only:
 /// every kernel is correct for any grid (kernels/common/CudaCommon.cuh).
@@ -100,24 +95,6 @@ constexpr int64_t kTargetSms = 132;
 int64_t gemvGrid(int64_t n, bool norm) {
   int64_t g = std::max(ceilDiv(n, 8), 2 * kTargetSms);
   return norm ? std::min(g, 4 * kTargetSms) : g;
-}
-
-/// The launch shape of a `linear` / `linear_multi` over n rows of k
-/// columns: with the weight ring (all weights bf16, k % 8 == 0, k <=
-/// kGemvChunk, and the pass option on) its dynamic shared memory and at
-/// most the blocks that fit at once, so no block waits for a second wave
-/// and each warp's ring streams its rows back to back; otherwise
-/// gemvGrid and none.
-struct GemvShape {
-  int64_t grid, smem;
-};
-GemvShape gemvShape(int64_t n, int64_t k, bool norm, bool allBf16,
-                    bool ring) {
-  const int64_t g = gemvGrid(n, norm);
-  if (!ring || !allBf16 || k % 8 != 0 || k > ::k3::kGemvChunk)
-    return {g, 0};
-  return {std::min(g, ::k3::kGemvRingBlocksPerSm * kTargetSms),
-          ::k3::gemvRingSmemBytes(256)};
 }
 
 /// `mla_attend` over `heads` heads of a cache of up to `maxSeq` rows. With
@@ -184,9 +161,8 @@ void activationArgs(std::optional<Activation> act, std::optional<APFloat> b1,
 
 class Lowering {
 public:
-  Lowering(func::FuncOp fn, bool kdaClusters, bool gemvRing)
-      : fn_(fn), b_(fn.getContext()), kdaClusters_(kdaClusters),
-        gemvRing_(gemvRing) {}
+  Lowering(func::FuncOp fn, bool kdaClusters)
+      : fn_(fn), b_(fn.getContext()), kdaClusters_(kdaClusters) {}
 
   LogicalResult run();
 
@@ -212,7 +188,7 @@ private:
   void launch(StringRef kernel, Operation *op, ArrayRef<PtrArg> args,
               ArrayRef<ScalarArg> scalars,
               ArrayRef<std::pair<StringRef, StringRef>> inputs, int64_t gridX,
-              int64_t blockX = 256, int64_t clusterX = 1, int64_t smem = 0) {
+              int64_t blockX = 256, int64_t clusterX = 1) {
     SmallVector<Value> vals;
     SmallVector<Attribute> names;
     SmallVector<int64_t> offsets;
@@ -236,7 +212,7 @@ private:
         b_.getDenseI64ArrayAttr(offsets), b_.getDictionaryAttr(sc),
         b_.getDictionaryAttr(in),
         b_.getDenseI64ArrayAttr({std::max<int64_t>(gridX, 1), 1, 1}),
-        b_.getDenseI64ArrayAttr({blockX, 1, 1}), b_.getI64IntegerAttr(smem),
+        b_.getDenseI64ArrayAttr({blockX, 1, 1}), b_.getI64IntegerAttr(0),
         b_.getStringAttr(op->getName().getStringRef()),
         clusterX > 1 ? b_.getDenseI64ArrayAttr({clusterX, 1, 1})
                      : DenseI64ArrayAttr());
@@ -299,8 +275,6 @@ private:
   OpBuilder b_;
   /// The pass option kda-clusters.
   bool kdaClusters_;
-  /// The pass option gemv-ring.
-  bool gemvRing_;
   Location loc_ = UnknownLoc::get(fn_.getContext());
   DenseMap<Value, Value> ptrs_;
   /// Storage of the prefixed field names (the launch op copies them).
@@ -371,16 +345,13 @@ void Lowering::lowerLinear(LinearOp op, StringRef name) {
   SmallVector<ScalarArg> sc = {I("n", n), I("k", k)};
   if (op.getNorm())
     sc.push_back(F("normEps", op.getEps()->convertToDouble()));
-  const GemvShape shape =
-      gemvShape(n, k, static_cast<bool>(op.getNorm()),
-                isBf16Matrix(op.getWeight()), gemvRing_);
   launch("linear", op,
          {{"x", x},
           {"w", w},
           {"normWeight", opt(op.getNorm())},
           {"residual", opt(op.getResidual())},
           {f32 ? "outF32" : "out", out}},
-         sc, {}, shape.grid, 256, 1, shape.smem);
+         sc, {}, gemvGrid(n, static_cast<bool>(op.getNorm())));
 }
 
 void Lowering::lowerLinearGroup(LinearGroupOp op) {
@@ -404,19 +375,16 @@ void Lowering::lowerLinearGroup(LinearGroupOp op) {
   SmallVector<ScalarArg> sc = {I("k", k), I("count", count)};
   if (op.getNorm())
     sc.push_back(F("normEps", op.getEps()->convertToDouble()));
-  bool allBf16 = true;
   for (auto [i, w] : llvm::enumerate(op.getWeights())) {
     int64_t n = dimOf(w, 0);
     rows += n;
-    allBf16 = allBf16 && isBf16Matrix(w);
     args.push_back({kW[i], ptr(w)});
     args.push_back({kOut[i], outs[i]});
     sc.push_back(I(kN[i], n));
   }
   // One index space over every entry's rows (k3_linear_multi).
-  const GemvShape shape = gemvShape(
-      rows, k, static_cast<bool>(op.getNorm()), allBf16, gemvRing_);
-  launch("linear_multi", op, args, sc, {}, shape.grid, 256, 1, shape.smem);
+  launch("linear_multi", op, args, sc, {},
+         gemvGrid(rows, static_cast<bool>(op.getNorm())));
 }
 
 void Lowering::lowerMlaAttend(Operation *op, MlaConfigAttr c, Value q,
@@ -908,7 +876,7 @@ struct ConvertK3ToLaunchPass
   using ConvertK3ToLaunchBase::ConvertK3ToLaunchBase;
   void runOnOperation() override {
     for (auto fn : getOperation().getOps<func::FuncOp>())
-      if (failed(Lowering(fn, kdaClusters, gemvRing).run()))
+      if (failed(Lowering(fn, kdaClusters).run()))
         return signalPassFailure();
   }
 };

@@ -27,11 +27,6 @@ def ConvertK3ToLaunch : Pass<"convert-k3-to-launch", "::mlir::ModuleOp"> {
     blocks (`cluster = array<i64: 4, 1, 1>`): the blocks of a head trade
     its q, k, decay and norm sums through distributed shared memory
     instead of global memory and a counter (kernels/kda/Kda.cu).
-    With `gemv-ring` (the default), a `linear` or `linear_multi` whose
-    weights are all bf16 with k <= 12288, k % 8 == 0 gets `smem` for the
-    weight ring of its CUDA kernel (each warp copies its rows into shared
-    memory ahead of its sums) and at most the blocks that fit on the GPU at
-    once (three per SM), its warps striding over the rows.
   }];
   let dependentDialects = ["::mlir::k3l::K3LDialect"];
   let options = [
@@ -39,11 +34,6 @@ def ConvertK3ToLaunch : Pass<"convert-k3-to-launch", "::mlir::ModuleOp"> {
            "Launch kda_decode of 128-wide heads as a cluster of 4 blocks "
            "per head (false: one block per head slice, finished through "
            "global memory)">,
-    Option<"gemvRing", "gemv-ring", "bool", /*default=*/"true",
-           "Give bf16 linear / linear_multi launches the dynamic shared "
-           "memory of the weight ring (kernels/gemv/GemvParams.h) and a grid "
-           "of the blocks that fit at once (false: the register path, a "
-           "warp per row)">,
   ];
 }
 

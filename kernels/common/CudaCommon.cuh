@@ -397,25 +397,6 @@ __device__ __forceinline__ void copyAsync16(void *smem, const void *gmem) {
 __device__ __forceinline__ void waitAsyncCopies() {
   asm volatile("cp.async.wait_all;" ::: "memory");
 }
-/// copyAsync16 that also asks L2 for the whole 256-byte segment (for rows a
-/// warp copies contiguously), into the thread's current group.
-__device__ __forceinline__ void copyAsync16Seg256(void *smem,
-                                                  const void *gmem) {
-  asm volatile("cp.async.cg.shared.global.L2::256B [%0], [%1], 16;" ::"r"(
-                   static_cast<unsigned>(__cvta_generic_to_shared(smem))),
-               "l"(__cvta_generic_to_global(gmem))
-               : "memory");
-}
-/// Closes this thread's current group of async copies (an empty group is
-/// fine: it completes at once).
-__device__ __forceinline__ void commitAsyncCopies() {
-  asm volatile("cp.async.commit_group;" ::: "memory");
-}
-/// Waits until at most `Pending` of this thread's committed groups are
-/// still in flight (the older ones have landed).
-template <int Pending> __device__ __forceinline__ void waitAsyncGroups() {
-  asm volatile("cp.async.wait_group %0;" ::"n"(Pending) : "memory");
-}
 
 //===--- Programmatic dependent launch (Hopper) ---------------------------===//
 //

@@ -24,8 +24,10 @@ namespace {
 
 /// Most warps of a block (blockDim.x <= 1024).
 constexpr int kMaxWarps = 32;
-/// Columns of x̂ staged at once (GemvParams.h).
-constexpr int kChunk = static_cast<int>(kGemvChunk);
+/// Columns of x̂ staged at once (bf16, 24 KiB of shared memory). Every K3
+/// projection input fits (7168, 12288, 3584, 3072, 6144); only an unfused
+/// dense down_proj (33792) takes several chunks.
+constexpr int kChunk = 12288;
 /// 16-byte weight loads in flight per lane: a warp keeps 3 KiB (bf16) or
 /// 2 KiB + scales (MXFP4) outstanding, 96 / 64 KiB per SM at the 4 blocks
 /// of 256 threads an SM holds (64 registers), well over what HBM latency
@@ -303,107 +305,6 @@ __device__ __forceinline__ void storeRow(const RowTarget &t, float y) {
 }
 
 //===----------------------------------------------------------------------===//
-// The ring path: a warp's rows copied into shared memory ahead of its sums
-//===----------------------------------------------------------------------===//
-
-/// Dynamic shared memory of this launch, in bytes.
-__device__ __forceinline__ unsigned dynamicSmemBytes() {
-  unsigned v;
-  asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(v));
-  return v;
-}
-
-/// 16-byte chunks one lane copies per ring stage, and a warp's stage.
-constexpr int kRingUnroll = kGemvRingUnroll;
-constexpr int kRingStageChunks = 32 * kRingUnroll;
-
-/// streamRows with the weights copied into this warp's ring (`ring`,
-/// kGemvRingStages stages of kRingStageChunks 16-byte chunks) by cp.async
-/// instead of loaded into registers: the warp's next kGemvRingStages
-/// batches (of this row or the next ones) are in flight while it sums one,
-/// the first of them before the PDL wait. Lane l copies, and later reads,
-/// only its own chunks c + l, c + 32 + l, ... of each batch, so a lane's
-/// wait for its own copy groups is the only synchronisation. The chunks, the
-/// lanes and the summation order are dotBf16's, so the three bf16 paths
-/// agree bit for bit.
-template <typename Rows>
-__device__ void streamRowsRing(const Rows &rows, const uint16_t *x, int64_t k,
-                               const uint16_t *normW, float eps, int64_t row,
-                               int64_t rowStep, uint4 *xs, float *scratch,
-                               uint4 *ring) {
-  const int lane = threadIdx.x & 31;
-  const int64_t total = rows.count();
-  const int chunks = static_cast<int>(k >> 3);
-  const bool active = row < total;
-  auto rowPtr = [&](int64_t r) {
-    const RowTarget t = rows.at(r);
-    return reinterpret_cast<const uint4 *>(t.w.bf16 + t.row * k);
-  };
-  // The copies run kGemvRingStages batches ahead of the sums: (cr, cc) is
-  // the next batch to copy (row, first chunk); past the last row a stage's
-  // group is empty.
-  int64_t cr = row;
-  int cc = 0;
-  auto copyNext = [&](int stage) {
-    if (cr < total) {
-      const uint4 *src = rowPtr(cr) + cc + lane;
-      uint4 *dst = ring + stage * kRingStageChunks + lane;
-      const int rest = chunks - cc - lane;
-#pragma unroll
-      for (int u = 0; u < kRingUnroll; ++u)
-        if (32 * u < rest)
-          dev::copyAsync16Seg256(dst + 32 * u, src + 32 * u);
-      cc += kRingStageChunks;
-      if (cc >= chunks) {
-        cc = 0;
-        cr += rowStep;
-      }
-    }
-    dev::commitAsyncCopies();
-  };
-  if (active)
-#pragma unroll
-    for (int s = 0; s < kGemvRingStages; ++s)
-      copyNext(s);
-  dev::waitForPriorGrids();
-  const float r = normW ? rmsFactor(x, k, eps, scratch) : 0.0f;
-  stageInput(x, normW, r, 0, static_cast<int>(k), xs);
-  __syncthreads();
-  if (!active)
-    return;
-  float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-  for (int c = 0, stage = 0;;) {
-    dev::waitAsyncGroups<kGemvRingStages - 1>(); // this stage has landed
-    const int rest = chunks - c - lane;
-    const uint4 *xv = xs + swz(c + lane);
-    const uint4 *wv = ring + stage * kRingStageChunks + lane;
-#pragma unroll
-    for (int u = 0; u < kRingUnroll; ++u)
-      if (32 * u < rest)
-        dot8(wv[32 * u], xv[32 * u], acc);
-    int cn = c + kRingStageChunks;
-    int64_t rn = row;
-    if (cn >= chunks) {
-      const float y = dev::warpSum((acc[0] + acc[1]) + (acc[2] + acc[3]));
-      if (lane == 0)
-        storeRow(rows.at(row), y);
-      acc[0] = acc[1] = acc[2] = acc[3] = 0.0f;
-      cn = 0;
-      rn = row + rowStep;
-    }
-    if (rn >= total)
-      break;
-    // The stage is summed (its values are in registers): refill it.
-    copyNext(stage);
-    c = cn;
-    row = rn;
-    stage = stage + 1 == kGemvRingStages ? 0 : stage + 1;
-  }
-  // Nothing is in flight past the last row, but leave no copy behind.
-  dev::waitAsyncCopies();
-}
-
-//===----------------------------------------------------------------------===//
 // The shared body of both entry points
 //===----------------------------------------------------------------------===//
 
@@ -600,17 +501,8 @@ __device__ void gemvBody(const Rows &rows, const uint16_t *x, int64_t k,
   if (first >= total)
     return; // the whole block: no row for it
   if (kStream && slices == 1 && k <= kChunk && rows.streamable(k)) {
-    const int64_t rowStep = static_cast<int64_t>(gridDim.x) * perBlock;
-    if (dynamicSmemBytes() >= static_cast<unsigned>(gemvRingSmemBytes(
-                                  static_cast<int64_t>(blockDim.x)))) {
-      extern __shared__ uint4 gemvRing[];
-      streamRowsRing(rows, x, k, normW, eps, first + slot, rowStep, xs,
-                     scratch,
-                     gemvRing + static_cast<int64_t>(warp) * kGemvRingStages *
-                                    kRingStageChunks);
-    } else {
-      streamRows(rows, x, k, normW, eps, first + slot, rowStep, xs, scratch);
-    }
+    streamRows(rows, x, k, normW, eps, first + slot,
+               static_cast<int64_t>(gridDim.x) * perBlock, xs, scratch);
     return;
   }
 
@@ -707,6 +599,13 @@ __device__ __forceinline__ MultiRows atToken(MultiRows r, int tok,
     if (e < r.p.count)
       r.p.entries[e].out += tok * s.out;
   return r;
+}
+
+/// Dynamic shared memory of this launch, in bytes.
+__device__ __forceinline__ unsigned dynamicSmemBytes() {
+  unsigned v;
+  asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(v));
+  return v;
 }
 
 /// y = W x̂_t for `tokens` tokens: streamRows with the tokens of a pass

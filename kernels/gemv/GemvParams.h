@@ -67,36 +67,6 @@ struct LinearMultiParams {
   LinearMultiEntry entries[kLinearMultiMax];
 };
 
-/// Input columns k3_linear / k3_linear_multi stage at once (bf16 in
-/// shared memory, 24 KiB). Every K3 projection input fits (7168, 12288,
-/// 3584, 3072, 6144); only an unfused dense down_proj (33792) takes several
-/// chunks, and only a launch with k <= kGemvChunk can take the ring below.
-constexpr int64_t kGemvChunk = 12288;
-
-/// The weight ring of k3_linear / k3_linear_multi: on the bf16 path (16-byte
-/// aligned rows, k % 8 == 0, k <= kGemvChunk, a warp per row) each warp
-/// copies its rows into shared memory (cp.async) in stages of
-/// kGemvRingUnroll 16-byte chunks per lane, kGemvRingStages stages ahead of
-/// its sums, the first stages before the dependent-launch wait. The copies
-/// hold no registers, so a warp keeps more bytes in flight than the
-/// register path's 64-register budget allows. A launch gets the ring when
-/// its dynamic shared memory is at least gemvRingSmemBytes(block threads);
-/// with less (an older plan's 0) it takes the register path, same bits.
-constexpr int kGemvRingStages = 3;
-constexpr int kGemvRingUnroll = 4;
-
-/// Dynamic shared memory the ring of a block of `threads` threads takes
-/// (bytes): 48 KiB at 256 threads, beside the 24 KiB staged input.
-K3C_HOST_DEVICE constexpr int64_t gemvRingSmemBytes(int64_t threads) {
-  return threads / 32 * kGemvRingStages * kGemvRingUnroll * 32 * 16;
-}
-
-/// Blocks of 256 threads with the ring that one SM holds at once: 48 KiB of
-/// ring beside the kernel's 24 KiB staged input leave room for three (of
-/// 227 KiB). A ring launch's grid is at most this many per SM, so no block
-/// waits for a second wave and each warp streams its rows back to back.
-constexpr int64_t kGemvRingBlocksPerSm = 3;
-
 /// Tokens whose x̂ one pass of the multi-row forms stages in shared memory:
 /// each weight row read from HBM serves them all (more tokens take more
 /// passes, each reading the weights again).

@@ -124,12 +124,6 @@ static cl::opt<bool> kdaClusters(
              "per head (Hopper; default on; =false for the global-memory "
              "form, to compare)"),
     cl::init(true), cl::cat(k3cCat));
-static cl::opt<bool> gemvRing(
-    "gemv-ring",
-    cl::desc("Give bf16 projections the weight ring of the CUDA GEMV (each "
-             "warp copies its rows into shared memory ahead of its sums; "
-             "default on; =false for the register path, to compare)"),
-    cl::init(true), cl::cat(k3cCat));
 static cl::opt<std::string> l2Prefetch(
     "l2-prefetch",
     cl::desc("Kernels whose launches fetch the next large weight into L2 "
@@ -438,7 +432,6 @@ int main(int argc, char **argv) {
   if (emit != Emit::Fused) {
     mlir::k3::ConvertK3ToLaunchOptions lowering;
     lowering.kdaClusters = kdaClusters;
-    lowering.gemvRing = gemvRing;
     pm.addPass(mlir::k3::createConvertK3ToLaunch(lowering));
     if (l2Prefetch != "none") {
       mlir::k3::K3PrefetchWeightsOptions prefetch;

@@ -205,9 +205,6 @@ CudaBackend::bind(const PlanDoc &plan, const TensorStore &store,
   // Resolved once per distinct kernel (a plan launches the same few kernels
   // many times; each lookup keys on a module's whole PTX text).
   std::map<std::string, cuda::CUfunction> byKernel;
-  // Dynamic shared memory each function may take (the opt-in beyond 48 KiB
-  // is asked once per function, for the first launch that needs it).
-  std::map<cuda::CUfunction, int64_t> smemCap;
   for (size_t i = 0; i < plan.launches.size(); ++i) {
     const PlanLaunch &l = plan.launches[i];
     auto known = byKernel.find(l.kernel);
@@ -223,21 +220,6 @@ CudaBackend::bind(const PlanDoc &plan, const TensorStore &store,
       known = byKernel.emplace(l.kernel, *f).first;
     }
     be->functions_.push_back(known->second);
-    if (l.smem > 0 && known->second) {
-      auto cap = smemCap.find(known->second);
-      if (cap == smemCap.end()) {
-        Expected<int64_t> most = d.allowDynamicShared(known->second);
-        if (!most)
-          return most.status().withContext("launch " + std::to_string(i) +
-                                           " (" + l.kernel + ")");
-        cap = smemCap.emplace(known->second, *most).first;
-      }
-      if (l.smem > cap->second)
-        return makeError("launch ", i, " (", l.kernel, "): ", l.smem,
-                         " bytes of dynamic shared memory, more than the ",
-                         cap->second, " the device leaves beside the "
-                         "kernel's own");
-    }
     Grid g;
     for (int a = 0; a < 3; ++a) {
       g.grid[a] = l.grid[a];

@@ -183,26 +183,22 @@ struct LinearCase {
   int64_t wOffset = 0;        ///< misalign the matrix by this much
   int64_t xOffset = 0;        ///< misalign x (and the norm weight)
   float eps = 1e-5f;
-  int64_t smem = 0; ///< dynamic shared memory (the weight ring's, or 0)
 };
 
 std::string describe(const LinearCase &c) {
   char buf[256];
   std::snprintf(buf, sizeof buf,
-                "linear n=%lld k=%lld %s%s%s%s grid=%lld block=%lld%s%s%s%s",
+                "linear n=%lld k=%lld %s%s%s%s grid=%lld block=%lld%s%s%s",
                 (long long)c.n, (long long)c.k, c.mxfp4 ? "mxfp4" : "bf16",
                 c.norm ? " +norm" : "", c.residual ? " +residual" : "",
                 c.f32 ? " f32" : "", (long long)c.grid, (long long)c.block,
                 c.aliasResidual ? " residual==out" : "",
                 c.wOffset ? " misaligned-w" : "",
-                c.xOffset ? " misaligned-x" : "", c.smem ? " ring" : "");
+                c.xOffset ? " misaligned-x" : "");
   return buf;
 }
 
-/// Runs linear case `c` on random inputs of `seed` against linearCpu; with
-/// `bits`, also returns the GPU's output bits (bf16 or fp32 words).
-void runLinear(LinearCase c, uint64_t seed,
-               std::vector<uint32_t> *bits = nullptr) {
+void runLinear(LinearCase c, uint64_t seed) {
   if (c.grid == 0)
     c.grid = (c.n + 7) / 8;
   const std::string what = describe(c);
@@ -247,39 +243,14 @@ void runLinear(LinearCase c, uint64_t seed,
   p.residual = !c.residual       ? nullptr
                : c.aliasResidual ? p.out
                                  : dResidual.get<uint16_t>();
-  ASSERT_TRUE(launch("linear", p, c.grid, c.block, c.smem).isOk());
+  ASSERT_TRUE(launch("linear", p, c.grid, c.block).isOk());
   if (c.f32) {
-    const std::vector<float> got = dOutF32.download<float>(c.n);
-    expectF32Close(wantF32, got, c.norm ? kF32NormRelErr : kF32RelErr, what);
-    if (bits) {
-      bits->resize(got.size());
-      std::memcpy(bits->data(), got.data(), got.size() * sizeof(float));
-    }
+    expectF32Close(wantF32, dOutF32.download<float>(c.n),
+                   c.norm ? kF32NormRelErr : kF32RelErr, what);
   } else {
-    const std::vector<uint16_t> got = dOut.download<uint16_t>(c.n);
-    expectBf16Close(want, got, c.residual ? &residual : nullptr, what,
-                    c.norm);
-    if (bits)
-      bits->assign(got.begin(), got.end());
+    expectBf16Close(want, dOut.download<uint16_t>(c.n),
+                    c.residual ? &residual : nullptr, what, c.norm);
   }
-}
-
-/// Case `c` through the weight ring (the compiler's ring smem and `ringGrid`
-/// blocks) and through the register path (no dynamic shared memory, c's
-/// grid): both against the CPU, and bit for bit against each other (the
-/// same lanes, chunks and order).
-void ringAgainstRegisters(LinearCase c, int64_t ringGrid, uint64_t seed) {
-  std::vector<uint32_t> regs, ring;
-  runLinear(c, seed, &regs);
-  c.smem = k3::gemvRingSmemBytes(c.block);
-  c.grid = ringGrid;
-  runLinear(c, seed, &ring);
-  ASSERT_EQ(regs.size(), ring.size());
-  int64_t differ = 0;
-  for (size_t i = 0; i < regs.size(); ++i)
-    differ += regs[i] != ring[i];
-  EXPECT_EQ(differ, 0) << describe(c) << ": " << differ << " of "
-                       << regs.size() << " rows differ from the register path";
 }
 
 //===----------------------------------------------------------------------===//
@@ -399,47 +370,6 @@ TEST(LinearCuda, AnyGrid) {
   runLinear(c, 50);
 }
 
-/// The weight ring at the bf16 shapes of Kimi-Linear and K3, with the
-/// compiler's ring grid (at most 3 blocks per SM: warps stride over rows)
-/// and with grids that give a warp one row, several, or none; odd widths
-/// (a partial last stage, fewer chunks than lanes), the fused norm, the
-/// residual epilogue and fp32 logits.
-TEST(LinearCuda, RingMatchesRegisterPathBitForBit) {
-  K3_REQUIRE_GPU();
-  ringAgainstRegisters({4096, 2304}, 396, 300);                 // q/k/v
-  ringAgainstRegisters({2304, 4096, false, false, true}, 288, 301); // o_proj
-  ringAgainstRegisters({1024, 2304, false, true}, 264, 302);
-  ringAgainstRegisters({12288, 7168, false, true}, 396, 303);
-  ringAgainstRegisters({7168, 12288, false, false, true}, 396, 304);
-  LinearCase head{20000, 2304, false, true};
-  head.f32 = true;
-  ringAgainstRegisters(head, 396, 305); // rows of the lm_head
-  ringAgainstRegisters({333, 1000, false, true, true}, 5, 306);
-  ringAgainstRegisters({37, 200}, 1, 307);
-  ringAgainstRegisters({9, 8, false, true}, 3, 308);
-  ringAgainstRegisters({100, 2304}, 400, 309); // blocks with no row
-  LinearCase alias{2304, 4096, false, false, true};
-  alias.aliasResidual = true;
-  ringAgainstRegisters(alias, 100, 310);
-  LinearCase big{77, 7168, false, true};
-  big.block = 1024; // a 192 KiB ring
-  ringAgainstRegisters(big, 2, 311);
-}
-
-/// Shapes the ring does not take run the general paths whatever the
-/// dynamic shared memory: MXFP4, k > 12288, k % 8 != 0, misaligned rows,
-/// and a grid that splits rows over warps.
-TEST(LinearCuda, RingSmemElsewhereChangesNothing) {
-  K3_REQUIRE_GPU();
-  ringAgainstRegisters({3072, 3584, /*mxfp4=*/true}, 396, 320);
-  ringAgainstRegisters({256, 33792, false, false, true}, 32, 321);
-  ringAgainstRegisters({37, 100, false, true}, 5, 322);
-  LinearCase mis{300, 7168, false, true, true};
-  mis.wOffset = 1;
-  ringAgainstRegisters(mis, 38, 323);
-  ringAgainstRegisters({576, 7168}, 4 * 72, 324); // 4 warps per row
-}
-
 /// The residual may alias the output (the in-place residual add).
 TEST(LinearCuda, ResidualAliasesOut) {
   K3_REQUIRE_GPU();
@@ -472,9 +402,7 @@ TEST(LinearCuda, Misaligned) {
 //===----------------------------------------------------------------------===//
 
 void runMulti(const std::vector<std::pair<int64_t, bool>> &entries, int64_t k,
-              bool norm, int64_t grid, uint64_t seed, const std::string &what,
-              int64_t smem = 0,
-              std::vector<std::vector<uint16_t>> *got = nullptr) {
+              bool norm, int64_t grid, uint64_t seed, const std::string &what) {
   SCOPED_TRACE(what);
   Rand r(seed);
   std::vector<uint16_t> x = r.bf16(k, norm ? 4.0f : 1.0f);
@@ -511,17 +439,10 @@ void runMulti(const std::vector<std::pair<int64_t, bool>> &entries, int64_t k,
     p.entries[e].w = m[e].device();
     p.entries[e].out = dOut[e].get<uint16_t>();
   }
-  ASSERT_TRUE(
-      launch("linear_multi", p, grid ? grid : (total + 7) / 8, 256, smem)
-          .isOk());
-  for (size_t e = 0; e < entries.size(); ++e) {
-    std::vector<uint16_t> out =
-        dOut[e].download<uint16_t>(entries[e].first);
-    expectBf16Close(want[e], out, nullptr, what + " entry " + std::to_string(e),
-                    norm);
-    if (got)
-      got->push_back(std::move(out));
-  }
+  ASSERT_TRUE(launch("linear_multi", p, grid ? grid : (total + 7) / 8).isOk());
+  for (size_t e = 0; e < entries.size(); ++e)
+    expectBf16Close(want[e], dOut[e].download<uint16_t>(entries[e].first),
+                    nullptr, what + " entry " + std::to_string(e), norm);
 }
 
 /// KDA's projections of h (q, k, v slices, f_a, b, g_a) with the folded
@@ -538,35 +459,6 @@ TEST(LinearMultiCuda, K3Mixers) {
   runMulti({{1536, false}, {576, false}, {1024, false}}, 7168, true, 0, 81,
            "mla");
   runMulti({{4096, false}}, 7168, false, 0, 82, "single entry, no norm");
-}
-
-/// The weight ring over the entries of a launch (a warp's rows cross from
-/// one matrix into the next): Kimi-Linear's KDA group (q, k, v, f_a, b,
-/// g_a over 2304 with the norm) and K3's, bit for bit the register path.
-TEST(LinearMultiCuda, RingMatchesRegisterPathBitForBit) {
-  K3_REQUIRE_GPU();
-  const std::vector<std::pair<int64_t, bool>> kimi = {
-      {4096, false}, {4096, false}, {4096, false},
-      {128, false},  {32, false},   {128, false}};
-  const std::vector<std::pair<int64_t, bool>> k3 = {
-      {2048, false}, {2048, false}, {2048, false},
-      {128, false},  {96, false},   {128, false}};
-  struct Case {
-    const std::vector<std::pair<int64_t, bool>> &entries;
-    int64_t k, grid;
-  } cases[] = {{kimi, 2304, 396}, {kimi, 2304, 7}, {k3, 7168, 396}};
-  uint64_t seed = 330;
-  for (const Case &c : cases) {
-    std::vector<std::vector<uint16_t>> regs, ring;
-    runMulti(c.entries, c.k, true, 0, seed, "registers", 0, &regs);
-    runMulti(c.entries, c.k, true, c.grid, seed, "ring",
-             k3::gemvRingSmemBytes(256), &ring);
-    ASSERT_EQ(regs.size(), ring.size());
-    for (size_t e = 0; e < regs.size(); ++e)
-      EXPECT_EQ(regs[e], ring[e]) << "k=" << c.k << " grid=" << c.grid
-                                  << " entry " << e;
-    ++seed;
-  }
 }
 
 /// Eight entries of odd sizes, mixed bf16 / MXFP4, with the compiler-like
