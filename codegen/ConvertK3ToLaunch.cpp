@@ -126,6 +126,14 @@ int64_t routerGrid(Value gate) { return ceilDiv(dimOf(gate, 0), 8); }
 /// kernels), so about four resident blocks per SM keep every SM streaming.
 constexpr int64_t kWorkQueueGrid = 4 * kTargetSms;
 
+/// moe_ffn draws from the same queue, but three blocks per SM beat four in
+/// the whole step (H200, the 32-expert Kimi-Linear stand-in: 2666 against
+/// 2701 µs in two sweeps, docs/PERF.md 2026-12-03): the free slot lets the
+/// next launch's blocks start their pre-wait work while the queue drains,
+/// and fewer blocks spin on the routing flag. Two or five per SM, or blocks
+/// of 512 or 1024 threads, measured no better.
+constexpr int64_t kMoeFfnGrid = 3 * kTargetSms;
+
 /// The KDA state kernels (kda_step, kda_decode): one block
 /// per (head, 32 value columns), so a K3 layer's 96 heads stream their state
 /// from 384 blocks at once. The unfused and fused forms get the same grid,
@@ -797,7 +805,7 @@ LogicalResult Lowering::lower(Operation *op) {
                         out, o.getAct(), o.getSituBeta(),
                         o.getSituLinearBeta()),
             a);
-        launch("moe_ffn", o, a.ptrs, a.scalars, {}, kWorkQueueGrid);
+        launch("moe_ffn", o, a.ptrs, a.scalars, {}, kMoeFfnGrid);
         return success();
       })
       .Case<GatedMlpOp>([&](GatedMlpOp o) {
