@@ -69,9 +69,6 @@ constexpr int64_t kMoeActCap = int64_t(1) << 20;
 constexpr int64_t kMoeYCap = int64_t(1) << 20;
 /// Expert slots of a `moe_experts` launch (topK + the shared expert).
 constexpr int kMoeMaxSlots = 257;
-/// Ranges of output rows of a `moe_experts` launch (one per down item of a
-/// slot: kDownRows · warps rows each).
-constexpr int kMoeMaxRanges = 8192;
 /// The first kHeadMxfp4 bytes of an MXFP4 row are asked of L2 up front.
 /// bf16 rows are not prefetched: keeping the loads 1 KiB ahead in L2 made
 /// the Kimi-Linear moe_ffn slower (61.4 against 59.4 µs on the H200), 4.5
@@ -99,9 +96,6 @@ __device__ __align__(16) uint16_t gMoeAct[kMoeActCap];
 /// kept as fp32), and the finished gate/up items of each slot.
 __device__ float gMoeY[kMoeYCap];
 __device__ unsigned gMoeSlotDone[kMoeMaxSlots];
-/// Down items finished per range of output rows (the last of a range's
-/// `slots` sums it, and resets its counter: dev::lastToArrive).
-__device__ unsigned gMoeRangeDone[kMoeMaxRanges];
 
 //===----------------------------------------------------------------------===//
 // Memory helpers
@@ -830,7 +824,8 @@ struct MoeShape {
   unsigned shared;       ///< 1 when slot 0 is the shared expert
   unsigned guShared;     ///< gate/up items of the shared slot
   unsigned guRouted;     ///< gate/up items of a routed slot
-  unsigned down;         ///< down items of every slot (= row ranges)
+  unsigned down;         ///< down items of every slot
+  unsigned firstCombine; ///< ticket of the first combine item
   unsigned items;        ///< all items
   unsigned item;         ///< the block's current item
   int stageX;            ///< x̂ staged in shared memory
@@ -839,9 +834,9 @@ struct MoeShape {
 
 /// What a ticket of `moe_experts` is (see the kernel for the order).
 struct MoeItem {
-  enum Kind { GateUp, Down } kind;
-  unsigned slot;  ///< its slot
-  unsigned index; ///< within its slot (a down item: its range of rows)
+  enum Kind { GateUp, Down, Combine } kind;
+  unsigned slot;  ///< of GateUp / Down
+  unsigned index; ///< within its slot (or among the combine items)
 };
 
 __device__ __forceinline__ unsigned guItems(const MoeShape &sh, unsigned j) {
@@ -851,7 +846,7 @@ __device__ __forceinline__ unsigned guItems(const MoeShape &sh, unsigned j) {
 /// Tickets: G(0) and, with a shared expert (slot 0), D(0), which need no
 /// routing; then every routed slot's gate/up items G(1) .. G(n-1), then their
 /// down items D(1) .. D(n-1) (without a shared expert: G(0) .. G(n-1), then
-/// D(0) .. D(n-1)). So all routed gate/up rows stream
+/// D(0) .. D(n-1)), then the combine items. So all routed gate/up rows stream
 /// at once when the routing is known, and a slot's down items come after
 /// every gate/up item: they rarely wait. (The earlier order G(j+1), D(j)
 /// slot by slot left the last slot's gate/up, down and combine as a tail of
@@ -860,6 +855,8 @@ __device__ __forceinline__ unsigned guItems(const MoeShape &sh, unsigned j) {
 /// (Not inlined: inlined, its divisions made the item loops of moe_experts
 /// and moe_ffn spill under the 64-register bound; it runs once per item.)
 __device__ __noinline__ MoeItem decodeItem(const MoeShape &sh, unsigned t) {
+  if (t >= sh.firstCombine)
+    return {MoeItem::Combine, 0, t - sh.firstCombine};
   const unsigned g0 = guItems(sh, 0);
   if (t < g0)
     return {MoeItem::GateUp, 0, t};
@@ -1002,10 +999,8 @@ __device__ bool moeSetup(const MoeExpertsParams &p, MoeShape &sh) {
   const int64_t aStride = (p.interDim + 7) & ~int64_t(7);
   const int64_t sharedStride = (p.sharedInterDim + 7) & ~int64_t(7);
   const int64_t slots = int64_t(K) + (hasShared ? 1 : 0);
-  const int64_t downRows = kDownRows * (blockDim.x >> 5);
   if (int64_t(K) * aStride + sharedStride > kMoeActCap ||
-      slots * p.dim > kMoeYCap || slots > kMoeMaxSlots ||
-      (p.dim + downRows - 1) / downRows > kMoeMaxRanges)
+      slots * p.dim > kMoeYCap || slots > kMoeMaxSlots)
     return false;
   if (threadIdx.x == 0) {
     sh.aStride = aStride;
@@ -1015,9 +1010,12 @@ __device__ bool moeSetup(const MoeExpertsParams &p, MoeShape &sh) {
     sh.guShared = sharedGateUpItems(p);
     sh.guRouted =
         static_cast<unsigned>((p.interDim + rowsPerItem - 1) / rowsPerItem);
+    const int64_t downRows = kDownRows * (blockDim.x >> 5);
     sh.down = static_cast<unsigned>((p.dim + downRows - 1) / downRows);
-    sh.items = sh.guShared + sh.guRouted * static_cast<unsigned>(K) +
-               sh.down * sh.slots;
+    sh.firstCombine = sh.guShared + sh.guRouted * static_cast<unsigned>(K) +
+                      sh.down * sh.slots;
+    sh.items = sh.firstCombine +
+               static_cast<unsigned>((p.dim + blockDim.x - 1) / blockDim.x);
     sh.stageX = p.dim <= kStageCap;
   }
   return true;
@@ -1032,37 +1030,6 @@ __device__ void moeStageInput(const MoeExpertsParams &p, MoeShape &sh,
   if (threadIdx.x == 0)
     sh.normR = r;
   __syncthreads();
-}
-
-/// Sums rows [range · kDownRows · warps, +kDownRows · warps) of the output
-/// (one thread per row): r = R(Σ_k weights[k] · y_k) in slot order with
-/// separate multiply and add, then R(r + s) with the shared expert's y
-/// (`shared`: slot 0) and + residual, as moeExpertsCpu. Every slot's down
-/// item of the range has finished (the caller is the last of them to
-/// arrive). Out of line, with scalar arguments: inlined into the item loops
-/// it made moe_ffn spill under their 64-register bound.
-__device__ __noinline__ void moeCombine(const float *weights, int32_t topK,
-                                        unsigned shared,
-                                        const uint16_t *residual,
-                                        uint16_t *out, int64_t dim,
-                                        unsigned range) {
-  const int64_t downRows = kDownRows * (blockDim.x >> 5);
-  const int64_t row = int64_t(range) * downRows + threadIdx.x;
-  if (threadIdx.x >= downRows || row >= dim)
-    return;
-  // y was written by other blocks of this launch (and, in moe_ffn, the
-  // weights too): read via L2.
-  const float *y = gMoeY + row;
-  float acc = 0.0f;
-  for (int32_t k = 0; k < topK; ++k)
-    acc = __fadd_rn(acc, __fmul_rn(__ldcg(weights + k),
-                                   __ldcg(y + int64_t(k + shared) * dim)));
-  float v = dev::roundBf16(acc);
-  if (shared)
-    v = dev::roundBf16(__fadd_rn(v, __ldcg(y)));
-  if (residual)
-    v = __fadd_rn(v, dev::bf16ToF(residual[row]));
-  out[row] = dev::fToBf16(v);
 }
 
 /// Runs `moe_experts` item `ticket` (see the kernel). `routed`, when given,
@@ -1083,14 +1050,29 @@ __device__ void moeRunItem(const MoeExpertsParams &p, MoeShape &sh,
       awaitCount(routed, 1u);
     moeGateUp(p, sh, it.slot, it.index, xs);
     finishItem(&gMoeSlotDone[it.slot]);
-  } else {
+  } else if (it.kind == MoeItem::Down) {
     awaitCount(&gMoeSlotDone[it.slot], guItems(sh, it.slot));
     moeDown(p, sh, it.slot, it.index);
-    // The last of the slots' down items of this range sums it: no phase
-    // after the down items waits for all of them.
-    if (dev::lastToArrive(&gMoeRangeDone[it.index], sh.slots))
-      moeCombine(p.weights, p.topK, sh.shared, p.residual, p.out, p.dim,
-                 it.index);
+    finishItem(&gMoeQueue.done); // the combine items wait for all of them
+  } else {
+    awaitCount(&gMoeQueue.done, sh.down * sh.slots);
+    const int64_t row = int64_t(it.index) * blockDim.x + threadIdx.x;
+    if (row < p.dim) {
+      // y was written by other blocks of this launch (and, in moe_ffn, the
+      // weights too): read via L2.
+      const float *y = gMoeY + row;
+      float acc = 0.0f;
+      for (int32_t k = 0; k < p.topK; ++k)
+        acc = __fadd_rn(acc, __fmul_rn(__ldcg(p.weights + k),
+                                       __ldcg(y + int64_t(k + sh.shared) *
+                                                      p.dim)));
+      float v = dev::roundBf16(acc);
+      if (sh.shared)
+        v = dev::roundBf16(__fadd_rn(v, __ldcg(y)));
+      if (p.residual)
+        v = __fadd_rn(v, dev::bf16ToF(p.residual[row]));
+      p.out[row] = dev::fToBf16(v);
+    }
   }
 }
 
@@ -1117,14 +1099,12 @@ __device__ void moeRunItem(const MoeExpertsParams &p, MoeShape &sh,
 //    j's gate/up items are counted, warp w computes 4 rows of R(W2 a_j) into
 //    module scratch y_j (the shared expert's D(0) right after its G(0), as
 //    neither waits for routing);
-//  * the last down item of a range of rows to finish (of the range's slots,
-//    counted per range) sums it: a thread per output row adds
+//  * combine items (after every down item): a thread per output row adds
 //    weights[k] · y_k in slot order, rounds, adds the shared expert's row
-//    and the residual. (Combine items after every down item left a tail
-//    of ~5 µs in which only a few blocks worked.)
+//    and the residual.
 // Every weight byte of the chosen experts is read once, by all SMs.
 // Items per slot: ceil(I / 16) gate/up + ceil(dim / 32) down (256 threads),
-// the plan's grid (4 blocks per SM) works best.
+// plus ceil(dim / 256) combine; the plan's grid (4 blocks per SM) works best.
 // Limits: topK · interDim + S <= kMoeActCap (rows padded to 8), (topK + 1)
 // · dim <= kMoeYCap and topK < kMoeMaxSlots (else out is NaN); dim <=
 // kStageCap is staged in shared memory (a longer x̂ is formed from global
@@ -1232,7 +1212,9 @@ extern "C" __global__ void __launch_bounds__(1024)
                  &gFfnRouted);
 #ifdef K3C_KERNEL_TRACE
       const MoeItem it = decodeItem(sh, ticket - routerItems);
-      K3C_TRACE(it.kind == MoeItem::GateUp ? kTraceGateUp : kTraceDown,
+      K3C_TRACE(it.kind == MoeItem::GateUp ? kTraceGateUp
+                : it.kind == MoeItem::Down ? kTraceDown
+                                           : kTraceCombine,
                 it.slot);
 #endif
       continue;
