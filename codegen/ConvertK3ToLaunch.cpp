@@ -130,8 +130,8 @@ constexpr int64_t kWorkQueueGrid = 4 * kTargetSms;
 /// the whole step (H200, the 32-expert Kimi-Linear stand-in: 2666 against
 /// 2701 µs in two sweeps, docs/PERF.md 2026-12-03): the free slot lets the
 /// next launch's blocks start their pre-wait work while the queue drains,
-/// and fewer blocks spin on the routing flag. Two or five per SM, or blocks
-/// of 512 or 1024 threads, measured no better.
+/// and fewer blocks spin on the routing flag. Five per SM measured about the
+/// same (2655); two per SM, or blocks of 512 or 1024 threads, slower.
 constexpr int64_t kMoeFfnGrid = 3 * kTargetSms;
 
 /// The KDA state kernels (kda_step, kda_decode): one block
