@@ -18,10 +18,11 @@
 // Exit codes: 0 ok, 1 runtime error, 2 bad command line.
 //
 //===----------------------------------------------------------------------===//
-#include "runtime/model/Config.h"
-#include "runtime/plan/Plan.h"
 #include "runtime/exec/Profile.h"
 #include "runtime/exec/cuda/CudaDriver.h"
+#include "runtime/exec/cuda/LaunchTrace.h"
+#include "runtime/model/Config.h"
+#include "runtime/plan/Plan.h"
 
 #include "K3cCommit.h"
 
@@ -63,6 +64,7 @@ struct Options {
               outDir = "bench/results", json;
   int64_t context = 1024, promptLen = 64, steps = 50, warmup = 5;
   int64_t batch = 1; ///< rows per step (--batch: a plan of >= N slots)
+  bool timeline = false; ///< --timeline: each plan's replayed step per launch
   uint64_t copyBytes = 0;
 };
 
@@ -103,6 +105,12 @@ void printHelp() {
       "                     us/token is the step over N). Its floor is a\n"
       "                     batch-1 step's bytes, each weight once: a lower\n"
       "                     bound (the rows' other experts add to it)\n"
+      "  --timeline         after timing a plan, print its replayed step\n"
+      "                     launch by launch as the kernels saw it (the\n"
+      "                     time between launches passing their dependent-\n"
+      "                     launch waits), the median of 5 replays; needs\n"
+      "                     K3C_PTX_DIR at every family built with\n"
+      "                     -DK3C_LAUNCH_TRACE (scripts/ptx-variant.sh)\n"
       "  --steps N          timed steps per row, the median is reported\n"
       "                     (default 50)\n"
       "  --warmup W         untimed steps before them (default 5)\n"
@@ -271,6 +279,47 @@ k3::Status benchBatch(const Options &o, const ModelSpec &m, const PlanSpec &ps,
   return k3::Status::ok();
 }
 
+/// --timeline: five replays of the step with the launch trace reset before
+/// each, matched to the plan's launches; each launch's median span printed
+/// (runtime/exec/cuda/LaunchTrace.h).
+template <typename StepFn>
+k3::Status printTimeline(const k3::PlanDoc &plan, const PlanSpec &ps,
+                         StepFn step) {
+  k3::Expected<std::vector<uint64_t>> keys = k3::moduleKeys(plan);
+  if (!keys)
+    return keys.status();
+  constexpr int kReplays = 5;
+  std::vector<std::vector<k3::TimelineRow>> runs;
+  for (int r = 0; r < kReplays; ++r) {
+    K3_RETURN_IF_ERROR(k3::resetLaunchTrace(*keys));
+    K3_RETURN_IF_ERROR(step());
+    k3::Expected<std::vector<k3::LaunchMark>> marks =
+        k3::readLaunchTrace(*keys);
+    if (!marks)
+      return marks.status();
+    k3::Expected<std::vector<k3::TimelineRow>> rows =
+        k3::matchTimeline(plan, *keys, *marks);
+    if (!rows)
+      return rows.status().withContext(ps.path);
+    runs.push_back(std::move(*rows));
+  }
+  std::vector<k3::TimelineRow> med = runs[0];
+  for (size_t i = 0; i < med.size(); ++i) {
+    std::vector<double> ready, span, early;
+    for (const auto &run : runs) {
+      ready.push_back(run[i].readyUs);
+      span.push_back(run[i].spanUs);
+      early.push_back(run[i].earlyUs);
+    }
+    med[i].readyUs = k3::median(ready);
+    med[i].spanUs = k3::median(span);
+    med[i].earlyUs = k3::median(early);
+  }
+  std::printf("timeline of %s (graph replay, median of %d):\n%s\n",
+              ps.path.c_str(), kReplays, k3::formatTimeline(plan, med).c_str());
+  return k3::Status::ok();
+}
+
 /// One model, one plan: bind, fill, time with and without the graph.
 k3::Status benchPlan(const Options &o, const ModelSpec &m, const PlanSpec &ps,
                      k3::BackendKind kind, double &copyGBps,
@@ -346,6 +395,11 @@ k3::Status benchPlan(const Options &o, const ModelSpec &m, const PlanSpec &ps,
                  r.model.c_str(), r.fusion.c_str(),
                  graph ? "graph" : "kernel by kernel", r.us);
   }
+
+  if (o.timeline && be.replaysGraph())
+    K3_RETURN_IF_ERROR(printTimeline(*plan, ps, [&]() {
+      return be.timeStep(token, pos, /*graph=*/true).status();
+    }));
 
   // The decode as a user runs it: after the timed steps the step block
   // holds the next token and position; `steps` greedy steps from there,
@@ -500,6 +554,8 @@ int main(int argc, char **argv) {
       if (!intValue(copyMb, 1))
         return usageError("--copy-mb needs an integer >= 1");
       o.copyBytes = static_cast<uint64_t>(copyMb) << 20;
+    } else if (a == "--timeline") {
+      o.timeline = true;
     } else if (a == "--commit") {
       if (!value(o.commit) || o.commit.empty())
         return usageError("--commit needs a hash");

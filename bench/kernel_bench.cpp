@@ -382,8 +382,9 @@ void benchMla(std::vector<Result> &out, int64_t heads, int64_t length) {
     out.push_back({label + ", grid " + std::to_string(heads * splits), us,
                    kvBBytes + cacheBytes});
   if (gTrace)
-    printTrace("mla_attend", vs, 132, {"q-hat", "range", "merge", "out",
-                                       "start", "waited"},
+    printTrace("mla_attend", vs, 132,
+               {"q-hat", "range", "merge", "out", "start", "waited", "h:q-hat",
+                "h:rows", "h:merged", "h:splits", "h:out"},
                /*itemKinds=*/kMlaTraceStart,
                [](uint32_t kind) { return kind == kMlaTraceWaited; });
 }

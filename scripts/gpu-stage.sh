@@ -8,11 +8,23 @@
 # Then, on the GPU machine:
 #   scripts/gpu-check.sh build/gpu-stage
 #
+# --launch-trace: also every kernel family built with -DK3C_LAUNCH_TRACE into
+# variants/launch-trace (decode_bench --timeline with K3C_PTX_DIR there), and
+# any folders under build/gpu-stage-variants (made with ptx-variant.sh)
+# copied into variants/.
+#
 #===----------------------------------------------------------------------===#
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD_DIR=${BUILD_DIR:-build}
 STAGE=$BUILD_DIR/gpu-stage
+LAUNCH_TRACE=0
+for a in "$@"; do
+  case $a in
+  --launch-trace) LAUNCH_TRACE=1 ;;
+  *) echo "gpu-stage.sh: unknown argument $a" >&2; exit 2 ;;
+  esac
+done
 ninja -C "$BUILD_DIR" >/dev/null
 rm -rf "$STAGE"
 mkdir -p "$STAGE/bin" "$STAGE/plans"
@@ -78,6 +90,16 @@ done
 "$BUILD_DIR"/bin/k3c "$cfg/kl4" --fusion=default --max-seq 512 \
   -o "$STAGE/plans/kimi-linear-48b-l4-e8-default.plan"
 rm -rf "$cfg"
+if [ $LAUNCH_TRACE = 1 ]; then
+  for cu in kernels/*/*.cu; do
+    scripts/ptx-variant.sh "$STAGE/variants/launch-trace" \
+      "$(basename "$(dirname "$cu")")" -DK3C_LAUNCH_TRACE >/dev/null 2>&1 ||
+      { echo "gpu-stage.sh: the launch-trace build of $cu failed" >&2; exit 1; }
+  done
+  if [ -d "$BUILD_DIR/gpu-stage-variants" ]; then
+    cp -r "$BUILD_DIR"/gpu-stage-variants/. "$STAGE/variants/"
+  fi
+fi
 shared=$(cd "$(dirname "$0")/.." && pwd)/../shared/tools/ncu-summary.py
 [ -f "$shared" ] && cp "$shared" "$STAGE/"
 du -sh "$STAGE"

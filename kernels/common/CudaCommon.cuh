@@ -19,6 +19,7 @@
 #ifndef K3C_KERNELS_COMMON_CUDACOMMON_CUH
 #define K3C_KERNELS_COMMON_CUDACOMMON_CUH
 
+#include "kernels/common/KernelTrace.cuh"
 #include "kernels/common/WeightRef.h"
 
 #include <cstdint>
@@ -418,8 +419,13 @@ __device__ __forceinline__ void allowDependentLaunch() {
 }
 /// Blocks until the previous kernel in the stream has completed and its
 /// writes are visible.
+/// (A -DK3C_LAUNCH_TRACE build times block (0, 0, 0)'s wait: KernelTrace.cuh.)
 __device__ __forceinline__ void waitForPriorGrids() {
+#if K3C_LAUNCH_TRACE_ON
+  waitTraced();
+#else
   asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
 }
 /// Both, for kernels with nothing to do before their inputs are ready.
 __device__ __forceinline__ void enterStep() {

@@ -14,6 +14,11 @@
 
 namespace k3 {
 
+/// The kind of a launch event (a -DK3C_LAUNCH_TRACE build, KernelTrace.cuh):
+/// block (0, 0, 0) reached the dependent-launch wait at t0 and passed it at
+/// t1; slot and pad hold the low and high words of the launch's %gridid.
+constexpr uint32_t kTraceLaunch = 0xffffffffu;
+
 /// One event of a traced launch.
 struct TraceEvent {
   uint32_t kind;  ///< the family's kind of item or phase

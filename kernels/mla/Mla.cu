@@ -97,6 +97,7 @@ __device__ void attendHead(const MlaAttendParams &p, int64_t h, int split,
   const int threads = blockDim.x, warps = threads >> 5;
   const int CL = L / W, CR = R / W; // chunks of a latent / rope row part
 
+  K3C_TRACE_T0();
   const uint16_t *q = p.q + h * (P + R);
   const uint16_t *wUK = p.kvB + h * (P + V) * L;
   const uint16_t *wUV = wUK + P * L;
@@ -149,6 +150,7 @@ __device__ void attendHead(const MlaAttendParams &p, int64_t h, int split,
     }
     __syncthreads();
   }
+  K3C_TRACE(kMlaTraceHeadQhat, split);
 
   // --- Scores and ĉ with an online softmax per warp: warp w takes rows
   // w, w + warps, ...; (max, Σ exp, Σ exp·c) are merged across warps below.
@@ -245,6 +247,8 @@ __device__ void attendHead(const MlaAttendParams &p, int64_t h, int split,
     runMax = newMax;
   }
 
+  K3C_TRACE(kMlaTraceHeadRows, split);
+
   // --- Merge the warps: global max M, Σ = Σ_w sum_w·e^(m_w − M), and ĉ as
   // Σ_w acc_w·e^(m_w − M) / Σ, warps added in order (deterministic). The
   // scaled accumulators go through `part`, as many warps per round as fit
@@ -288,6 +292,8 @@ __device__ void attendHead(const MlaAttendParams &p, int64_t h, int split,
     }
     __syncthreads();
   }
+
+  K3C_TRACE(kMlaTraceHeadMerged, split);
 
   if (splits > 1) {
     // --- This split's partial out; the last split of the head combines:
@@ -333,6 +339,7 @@ __device__ void attendHead(const MlaAttendParams &p, int64_t h, int split,
       s.cHat[l] = v * inv;
     }
     __syncthreads();
+    K3C_TRACE(kMlaTraceHeadSplits, split);
   }
 
   // --- o_i = R(W_UV[i] · ĉ), optionally gated: one warp per output row,
@@ -390,6 +397,7 @@ __device__ void attendHead(const MlaAttendParams &p, int64_t h, int split,
     }
   }
   __syncthreads(); // the next head reuses the shared memory
+  K3C_TRACE(kMlaTraceHeadOut, split);
 }
 
 //===----------------------------------------------------------------------===//

@@ -86,7 +86,9 @@ constexpr int kMlaAllHeadsMaxHeads = 256;
 /// -DK3C_KERNEL_TRACE build: kernels/common/TraceEvent.h): an item of the
 /// all-heads form's queue (t0: its draw, t1: its end; Mla.cu), the launch
 /// start (t1: after the dependent-launch wait), or an item's wait for the
-/// phase before it (t1: the wait's end; slot: the item's kind).
+/// phase before it (t1: the wait's end; slot: the item's kind); in the
+/// per-head form, the end of each phase of a (head, split) item (t0: the
+/// item's start, so t1 − t0 is the time to that point; slot: the split).
 enum MlaTraceKind : uint32_t {
   kMlaTraceQhat = 0,
   kMlaTraceRange = 1,
@@ -94,6 +96,11 @@ enum MlaTraceKind : uint32_t {
   kMlaTraceOut = 3,
   kMlaTraceStart = 4,
   kMlaTraceWaited = 5,
+  kMlaTraceHeadQhat = 6,   ///< q̂ in shared memory
+  kMlaTraceHeadRows = 7,   ///< the split's rows attended (per warp)
+  kMlaTraceHeadMerged = 8, ///< the warps merged into ĉ
+  kMlaTraceHeadSplits = 9, ///< the last split: the splits combined
+  kMlaTraceHeadOut = 10,   ///< the head's output written
 };
 
 } // namespace k3
