@@ -109,7 +109,7 @@ struct Result {
 template <typename Params>
 bool timeKernel(const std::string &kernel, std::vector<Params> variants,
                 int64_t grid, double &medianUs, int64_t block = 256,
-                int64_t smem = 0) {
+                int64_t smem = 0, int64_t clusterX = 1) {
   Expected<cuda::CUfunction> f = findCudaKernel(kernel);
   if (!f) {
     std::fprintf(stderr, "  %s: %s\n", kernel.c_str(), f.message().c_str());
@@ -126,12 +126,13 @@ bool timeKernel(const std::string &kernel, std::vector<Params> variants,
   }
   Expected<cuda::CUevent> e0 = gDriver->createEvent(),
                           e1 = gDriver->createEvent();
-  const int64_t g[3] = {grid, 1, 1}, b[3] = {block, 1, 1};
+  const int64_t g[3] = {grid, 1, 1}, b[3] = {block, 1, 1},
+                cl[3] = {clusterX, 1, 1};
   std::vector<float> ms;
   for (int i = -10; i < gRuns; ++i) {
     Params &p = variants[static_cast<size_t>((i + 10)) % variants.size()];
     if (!gDriver->record(*e0, nullptr).isOk() ||
-        !gDriver->launch(*f, g, b, smem, nullptr, &p).isOk() ||
+        !gDriver->launch(*f, g, b, smem, nullptr, &p, false, cl).isOk() ||
         !gDriver->record(*e1, nullptr).isOk())
       return false;
     Expected<float> t = gDriver->elapsedMs(*e0, *e1);
@@ -276,7 +277,7 @@ bool gTrace = false;
 template <typename Params, typename BySlot>
 void printTrace(const std::string &kernel, std::vector<Params> &variants,
                 int64_t grid, const std::vector<std::string> &kinds,
-                uint32_t itemKinds, BySlot bySlot) {
+                uint32_t itemKinds, BySlot bySlot, int64_t clusterX = 1) {
   auto count = findCudaGlobal(kernel, "gTraceCount");
   auto events = findCudaGlobal(kernel, "gTrace");
   if (!count || !events) {
@@ -289,9 +290,10 @@ void printTrace(const std::string &kernel, std::vector<Params> &variants,
     if (!gDriver->memset8(count->first, 0, 4).isOk())
       std::exit(1);
     Expected<cuda::CUfunction> f = findCudaKernel(kernel);
-    const int64_t g[3] = {grid, 1, 1}, b[3] = {256, 1, 1};
+    const int64_t g[3] = {grid, 1, 1}, b[3] = {256, 1, 1},
+                  cl[3] = {clusterX, 1, 1};
     Params p = variants[static_cast<size_t>(run) % variants.size()];
-    if (!f || !gDriver->launch(*f, g, b, 0, nullptr, &p).isOk() ||
+    if (!f || !gDriver->launch(*f, g, b, 0, nullptr, &p, false, cl).isOk() ||
         !gDriver->synchronize(nullptr).isOk())
       std::exit(1);
     unsigned n = 0;
@@ -381,12 +383,23 @@ void benchMla(std::vector<Result> &out, int64_t heads, int64_t length) {
   if (timeKernel("mla_attend", vs, heads * splits, us))
     out.push_back({label + ", grid " + std::to_string(heads * splits), us,
                    kvBBytes + cacheBytes});
-  if (gTrace)
-    printTrace("mla_attend", vs, 132,
-               {"q-hat", "range", "merge", "out", "start", "waited", "h:q-hat",
-                "h:rows", "h:merged", "h:splits", "h:out"},
-               /*itemKinds=*/kMlaTraceStart,
-               [](uint32_t kind) { return kind == kMlaTraceWaited; });
+  // The clustered form's launch (codegen mlaAttendCluster: a cluster of 4
+  // blocks per head when they fit the SMs; below 4096 rows).
+  const bool clustered = heads * 4 <= 132;
+  if (clustered &&
+      timeKernel("mla_attend", vs, heads * 4, us, 256, 0, /*clusterX=*/4))
+    out.push_back({label + ", clusters of 4", us, kvBBytes + cacheBytes});
+  const std::vector<std::string> kinds = {
+      "q-hat",  "range",   "merge",    "out",      "start",
+      "waited", "h:q-hat", "h:merged", "h:splits", "h:out"};
+  auto bySlot = [](uint32_t kind) { return kind == kMlaTraceWaited; };
+  if (gTrace) {
+    printTrace("mla_attend", vs, 132, kinds, /*itemKinds=*/kMlaTraceStart,
+               bySlot);
+    if (clustered)
+      printTrace("mla_attend", vs, heads * 4, kinds,
+                 /*itemKinds=*/kMlaTraceStart, bySlot, /*clusterX=*/4);
+  }
 }
 
 void benchRouter(std::vector<Result> &out) {

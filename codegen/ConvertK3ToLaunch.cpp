@@ -119,6 +119,19 @@ int64_t mlaAttendGrid(int64_t heads, int64_t latent, int64_t rope,
   return heads * std::clamp<int64_t>(maxSeq / minRows, 1, 16);
 }
 
+/// Blocks of the cluster that attends one head of mla_attend below 4096
+/// rows (the kernel's clustered form, Mla.cu: L = 512, P = V = 128, R a
+/// multiple of 8 up to 256, 256 threads), when every head's cluster fits
+/// the SMs at once (the kernel runs one block per SM); 1: none (the grid of
+/// mlaAttendGrid). Measured on the H200: docs/PERF.md 2026-12-03.
+int64_t mlaAttendCluster(int64_t heads, int64_t nope, int64_t rope,
+                         int64_t vDim, int64_t latent) {
+  constexpr int64_t kBlocks = 4;
+  const bool shape = latent == 512 && nope == 128 && vDim == 128 &&
+                     rope >= 8 && rope <= 256 && rope % 8 == 0;
+  return shape && heads * kBlocks <= kTargetSms ? kBlocks : 1;
+}
+
 /// The router: a warp per expert row, 8 per 256-thread block.
 int64_t routerGrid(Value gate) { return ceilDiv(dimOf(gate, 0), 8); }
 
@@ -169,8 +182,9 @@ void activationArgs(std::optional<Activation> act, std::optional<APFloat> b1,
 
 class Lowering {
 public:
-  Lowering(func::FuncOp fn, bool kdaClusters)
-      : fn_(fn), b_(fn.getContext()), kdaClusters_(kdaClusters) {}
+  Lowering(func::FuncOp fn, bool kdaClusters, bool mlaClusters)
+      : fn_(fn), b_(fn.getContext()), kdaClusters_(kdaClusters),
+        mlaClusters_(mlaClusters) {}
 
   LogicalResult run();
 
@@ -281,8 +295,8 @@ private:
 
   func::FuncOp fn_;
   OpBuilder b_;
-  /// The pass option kda-clusters.
-  bool kdaClusters_;
+  /// The pass options kda-clusters and mla-clusters.
+  bool kdaClusters_, mlaClusters_;
   Location loc_ = UnknownLoc::get(fn_.getContext());
   DenseMap<Value, Value> ptrs_;
   /// Storage of the prefixed field names (the launch op copies them).
@@ -397,6 +411,10 @@ void Lowering::lowerLinearGroup(LinearGroupOp op) {
 
 void Lowering::lowerMlaAttend(Operation *op, MlaConfigAttr c, Value q,
                               Value kvB, Value cache, Value gate, Value out) {
+  const int64_t cluster =
+      mlaClusters_ ? mlaAttendCluster(c.getHeads(), c.getNope(), c.getRope(),
+                                      c.getVDim(), c.getKvLora())
+                   : 1;
   launch("mla_attend", op,
          {{"q", ptr(q)},
           {"kvB", ptr(kvB)},
@@ -409,10 +427,13 @@ void Lowering::lowerMlaAttend(Operation *op, MlaConfigAttr c, Value q,
           F("scale",
             1.0 / std::sqrt(static_cast<double>(c.getNope() + c.getRope())))},
          {{"length", "length"}, {"step", "step"}},
-         mlaAttendGrid(c.getHeads(), c.getKvLora(), c.getRope(),
-                       isa<MlaCacheType>(cache.getType())
-                           ? cast<MlaCacheType>(cache.getType()).getMaxSeq()
-                           : 0));
+         cluster > 1 ? c.getHeads() * cluster
+                     : mlaAttendGrid(
+                           c.getHeads(), c.getKvLora(), c.getRope(),
+                           isa<MlaCacheType>(cache.getType())
+                               ? cast<MlaCacheType>(cache.getType()).getMaxSeq()
+                               : 0),
+         /*blockX=*/256, cluster);
 }
 
 Lowering::LaunchArgs Lowering::routerArgs(Operation *op, Value x,
@@ -884,7 +905,7 @@ struct ConvertK3ToLaunchPass
   using ConvertK3ToLaunchBase::ConvertK3ToLaunchBase;
   void runOnOperation() override {
     for (auto fn : getOperation().getOps<func::FuncOp>())
-      if (failed(Lowering(fn, kdaClusters).run()))
+      if (failed(Lowering(fn, kdaClusters, mlaClusters).run()))
         return signalPassFailure();
   }
 };

@@ -27,6 +27,11 @@ def ConvertK3ToLaunch : Pass<"convert-k3-to-launch", "::mlir::ModuleOp"> {
     blocks (`cluster = array<i64: 4, 1, 1>`): the blocks of a head trade
     its q, k, decay and norm sums through distributed shared memory
     instead of global memory and a counter (kernels/kda/Kda.cu).
+    With `mla-clusters` (the default), a `k3.mla_attend` / `k3.mla_decode`
+    of Kimi-Linear's and K3's head shape (L = 512, P = V = 128, R a
+    multiple of 8) whose heads fit 4 blocks each on the GPU's SMs launches
+    each head on a cluster of 4 blocks: below 4096 cached rows the kernel
+    splits the head's q̂, rows and W_UV over them (kernels/mla/Mla.cu).
   }];
   let dependentDialects = ["::mlir::k3l::K3LDialect"];
   let options = [
@@ -34,6 +39,10 @@ def ConvertK3ToLaunch : Pass<"convert-k3-to-launch", "::mlir::ModuleOp"> {
            "Launch kda_decode of 128-wide heads as a cluster of 4 blocks "
            "per head (false: one block per head slice, finished through "
            "global memory)">,
+    Option<"mlaClusters", "mla-clusters", "bool", /*default=*/"true",
+           "Launch mla_attend of the K3 / Kimi-Linear head shape as a "
+           "cluster of 4 blocks per head when the heads fit the SMs "
+           "(false: one block per SM)">,
   ];
 }
 

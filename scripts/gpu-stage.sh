@@ -67,6 +67,10 @@ done
 "$BUILD_DIR"/bin/k3c "$cfg/kl" --fusion=default --max-seq 2048 \
   --l2-prefetch=kda_decode,mla_attend \
   -o "$STAGE/plans/kimi-linear-48b-e32-default-prefetch.plan"
+# The default strategy with mla_attend on one block per SM instead of a
+# cluster per head (k3c --mla-clusters=false), to compare.
+"$BUILD_DIR"/bin/k3c "$cfg/kl" --fusion=default --max-seq 2048 \
+  --mla-clusters=false -o "$STAGE/plans/kimi-linear-48b-e32-default-nomlacl.plan"
 # K3's 4-layer slice with 32 MXFP4 experts (the issue's K3 measurement) and
 # the stand-in planned for 32K tokens (the long-context measurement).
 "$BUILD_DIR"/bin/k3-mkmodel k3 --layers 4 --experts 32 --config-only \

@@ -374,6 +374,16 @@ __device__ __forceinline__ void clusterSync() {
                "barrier.cluster.wait.acquire.aligned;" ::
                    : "memory");
 }
+/// The two halves of clusterSync without its memory ordering, for the
+/// first access to another block's shared memory: every block arrives
+/// early (clusterArrive) and waits (clusterWait) just before that access,
+/// which is then safe (every block of the cluster has started).
+__device__ __forceinline__ void clusterArrive() {
+  asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");
+}
+__device__ __forceinline__ void clusterWait() {
+  asm volatile("barrier.cluster.wait.aligned;" ::: "memory");
+}
 /// Stores `v` into block `rank` of the cluster, at the shared-memory
 /// variable that `local` is in this block (distributed shared memory).
 __device__ __forceinline__ void storeCluster(float *local, unsigned rank,
@@ -385,6 +395,22 @@ __device__ __forceinline__ void storeCluster(float *local, unsigned rank,
                : "r"(a), "r"(rank));
   asm volatile("st.shared::cluster.f32 [%0], %1;" ::"r"(remote), "f"(v)
                : "memory");
+}
+/// Loads the float at the shared-memory variable that `local` is in this
+/// block, from block `rank` of the cluster (distributed shared memory).
+__device__ __forceinline__ float loadCluster(const float *local,
+                                             unsigned rank) {
+  const unsigned a = static_cast<unsigned>(__cvta_generic_to_shared(local));
+  unsigned remote;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;"
+               : "=r"(remote)
+               : "r"(a), "r"(rank));
+  float v;
+  asm volatile("ld.shared::cluster.f32 %0, [%1];"
+               : "=f"(v)
+               : "r"(remote)
+               : "memory");
+  return v;
 }
 /// Starts copying 16 bytes from global to shared memory (through L2 only);
 /// both 16-byte aligned. The thread sees them after waitAsyncCopies.

@@ -70,7 +70,8 @@ struct AttendShared {
   float warpMax[32];       ///< per-warp running max of the scores
   float warpSum[32];       ///< per-warp Σ exp(s − max)
   float splitFac[kMaxSplits]; ///< e^(M_s − M) of each split (the combine)
-  int last;                   ///< this block combines the head
+  float2 stat; ///< clustered form: this block's (M, Σ e^(s − M))
+  int last;    ///< this block combines the head
 };
 
 /// The rows mla_attend attends: step[kStepPos] + 1 when the step block is
@@ -80,79 +81,25 @@ __device__ __forceinline__ int64_t attendLength(const MlaAttendParams &p) {
   return p.step ? __ldcg(p.step + kStepPos) + 1 : p.length;
 }
 
-/// One head of mla_attend with chunks of W values; a lane owns latent chunks
-/// lane + 32k (k < KL) and rope chunks lane + 32k (k < KR) of every cache
-/// row, and each warp walks ROWS rows per iteration. With splits > 1 the
-/// block attends rows [split · chunk, (split + 1) · chunk) only, leaves its
-/// partial in module scratch, and the block finishing the head's last split
-/// combines them (splits in order) and computes the output.
+/// The rows [rowBegin, rowEnd) of head h against q̂ in s.qHat (chunk-
+/// transposed): scores and ĉ with an online softmax per warp, the warps
+/// merged in order into s.cHat (chunk-transposed; normalised unless `split`,
+/// which keeps Σ e^(s − M) c for a later merge of splits). Returns the
+/// rows' max score M and Σ e^(s − M) in (x, y). Synchronises the block.
 template <int W, int KL, int KR, int ROWS>
-__device__ void attendHead(const MlaAttendParams &p, int64_t h, int split,
-                           int splits, AttendShared &s) {
+__device__ float2 attendRows(const MlaAttendParams &p, int64_t h,
+                             int64_t rowBegin, int64_t rowEnd, bool split,
+                             AttendShared &s) {
   const int L = static_cast<int>(p.kvLoraRank);
   const int R = static_cast<int>(p.ropeDim);
-  const int64_t P = p.nopeDim, V = p.vDim, T = attendLength(p);
+  const int64_t P = p.nopeDim;
   const int64_t width = L + R;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int threads = blockDim.x, warps = threads >> 5;
   const int CL = L / W, CR = R / W; // chunks of a latent / rope row part
-
-  K3C_TRACE_T0();
   const uint16_t *q = p.q + h * (P + R);
-  const uint16_t *wUK = p.kvB + h * (P + V) * L;
-  const uint16_t *wUV = wUK + P * L;
-  const int64_t chunk = (T + splits - 1) / splits;
-  const int64_t rowBegin = min(T, split * chunk);
-  const int64_t rowEnd = min(T, rowBegin + chunk);
 
-  // Request both weight blocks of the head (K3: 2 × 128 KB) from HBM at
-  // once: prefetches hold no registers, so the whole working set is in
-  // flight, and W_UV's fetch overlaps the q̂ and attention phases (one
-  // split asks for W_UV: one block of the head reads it).
-  prefetchL2Block(wUK, P * L * 2);
-  if (split == 0)
-    prefetchL2Block(wUV, V * L * 2);
-
-  // --- q̂[l] = Σ_i W_UK[i][l] q_nope[i]. Thread item (chunk c, group g)
-  // sums the rows i ≡ g (mod G) of column chunk c; the G partials are then
-  // added in group order (deterministic).
-  int G = 1;
-  if (CL < threads)
-    G = min(threads / CL, kPartFloats / L);
-  for (int item = tid; item < CL * G; item += threads) {
-    const int c = item % CL, g = item / CL;
-    float acc[W];
-#pragma unroll
-    for (int k = 0; k < W; ++k)
-      acc[k] = 0.0f;
-    const uint16_t *col = wUK + c * W;
-#pragma unroll 8
-    for (int64_t i = g; i < P; i += G) {
-      Chunk<W> w;
-      w.loadRO(col + i * L);
-      const float qi = dev::bf16ToF(__ldg(q + i));
-#pragma unroll
-      for (int k = 0; k < W; ++k)
-        acc[k] = fmaf(w.at(k), qi, acc[k]);
-    }
-    float *dst = (G == 1 ? s.qHat : s.part + g * L) + c;
-#pragma unroll
-    for (int k = 0; k < W; ++k)
-      dst[k * CL] = acc[k];
-  }
-  __syncthreads();
-  if (G > 1) {
-    for (int l = tid; l < L; l += threads) {
-      float v = s.part[l];
-      for (int g = 1; g < G; ++g)
-        v += s.part[g * L + l];
-      s.qHat[l] = v;
-    }
-    __syncthreads();
-  }
-  K3C_TRACE(kMlaTraceHeadQhat, split);
-
-  // --- Scores and ĉ with an online softmax per warp: warp w takes rows
+  // Scores and ĉ with an online softmax per warp: warp w takes rows
   // w, w + warps, ...; (max, Σ exp, Σ exp·c) are merged across warps below.
   float qh[KL][W], qr[KR][W], acc[KL][W];
 #pragma unroll
@@ -247,9 +194,7 @@ __device__ void attendHead(const MlaAttendParams &p, int64_t h, int split,
     runMax = newMax;
   }
 
-  K3C_TRACE(kMlaTraceHeadRows, split);
-
-  // --- Merge the warps: global max M, Σ = Σ_w sum_w·e^(m_w − M), and ĉ as
+  // Merge the warps: global max M, Σ = Σ_w sum_w·e^(m_w − M), and ĉ as
   // Σ_w acc_w·e^(m_w − M) / Σ, warps added in order (deterministic). The
   // scaled accumulators go through `part`, as many warps per round as fit
   // (K3: all 8 in one).
@@ -267,7 +212,7 @@ __device__ void attendHead(const MlaAttendParams &p, int64_t h, int split,
       total += s.warpSum[w] * expf(s.warpMax[w] - M);
   // total is 0 only for length <= 0, where the CPU's ĉ stays 0 too (or for
   // a split without rows). A split keeps its sum unnormalised.
-  const float invTotal = splits > 1 ? 1.0f : total > 0.0f ? 1.0f / total : 0.0f;
+  const float invTotal = split ? 1.0f : total > 0.0f ? 1.0f / total : 0.0f;
   const float mine = runMax != negInf() ? expf(runMax - M) : 0.0f;
   const int perRound = kPartFloats / L;
   for (int w0 = 0; w0 < warps; w0 += perRound) {
@@ -292,7 +237,83 @@ __device__ void attendHead(const MlaAttendParams &p, int64_t h, int split,
     }
     __syncthreads();
   }
+  return make_float2(M, total);
+}
 
+/// One head of mla_attend with chunks of W values; a lane owns latent chunks
+/// lane + 32k (k < KL) and rope chunks lane + 32k (k < KR) of every cache
+/// row, and each warp walks ROWS rows per iteration. With splits > 1 the
+/// block attends rows [split · chunk, (split + 1) · chunk) only, leaves its
+/// partial in module scratch, and the block finishing the head's last split
+/// combines them (splits in order) and computes the output.
+template <int W, int KL, int KR, int ROWS>
+__device__ void attendHead(const MlaAttendParams &p, int64_t h, int split,
+                           int splits, AttendShared &s) {
+  const int L = static_cast<int>(p.kvLoraRank);
+  const int R = static_cast<int>(p.ropeDim);
+  const int64_t P = p.nopeDim, V = p.vDim, T = attendLength(p);
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int threads = blockDim.x, warps = threads >> 5;
+  const int CL = L / W; // chunks of a latent row
+
+  K3C_TRACE_T0();
+  const uint16_t *q = p.q + h * (P + R);
+  const uint16_t *wUK = p.kvB + h * (P + V) * L;
+  const uint16_t *wUV = wUK + P * L;
+  const int64_t chunk = (T + splits - 1) / splits;
+  const int64_t rowBegin = min(T, split * chunk);
+  const int64_t rowEnd = min(T, rowBegin + chunk);
+
+  // Request both weight blocks of the head (K3: 2 × 128 KB) from HBM at
+  // once: prefetches hold no registers, so the whole working set is in
+  // flight, and W_UV's fetch overlaps the q̂ and attention phases (one
+  // split asks for W_UV: one block of the head reads it).
+  prefetchL2Block(wUK, P * L * 2);
+  if (split == 0)
+    prefetchL2Block(wUV, V * L * 2);
+
+  // --- q̂[l] = Σ_i W_UK[i][l] q_nope[i]. Thread item (chunk c, group g)
+  // sums the rows i ≡ g (mod G) of column chunk c; the G partials are then
+  // added in group order (deterministic).
+  int G = 1;
+  if (CL < threads)
+    G = min(threads / CL, kPartFloats / L);
+  for (int item = tid; item < CL * G; item += threads) {
+    const int c = item % CL, g = item / CL;
+    float acc[W];
+#pragma unroll
+    for (int k = 0; k < W; ++k)
+      acc[k] = 0.0f;
+    const uint16_t *col = wUK + c * W;
+#pragma unroll 8
+    for (int64_t i = g; i < P; i += G) {
+      Chunk<W> w;
+      w.loadRO(col + i * L);
+      const float qi = dev::bf16ToF(__ldg(q + i));
+#pragma unroll
+      for (int k = 0; k < W; ++k)
+        acc[k] = fmaf(w.at(k), qi, acc[k]);
+    }
+    float *dst = (G == 1 ? s.qHat : s.part + g * L) + c;
+#pragma unroll
+    for (int k = 0; k < W; ++k)
+      dst[k * CL] = acc[k];
+  }
+  __syncthreads();
+  if (G > 1) {
+    for (int l = tid; l < L; l += threads) {
+      float v = s.part[l];
+      for (int g = 1; g < G; ++g)
+        v += s.part[g * L + l];
+      s.qHat[l] = v;
+    }
+    __syncthreads();
+  }
+  K3C_TRACE(kMlaTraceHeadQhat, split);
+
+  const float2 stat = attendRows<W, KL, KR, ROWS>(p, h, rowBegin, rowEnd,
+                                                 splits > 1, s);
+  const float M = stat.x, total = stat.y;
   K3C_TRACE(kMlaTraceHeadMerged, split);
 
   if (splits > 1) {
@@ -344,12 +365,13 @@ __device__ void attendHead(const MlaAttendParams &p, int64_t h, int split,
 
   // --- o_i = R(W_UV[i] · ĉ), optionally gated: one warp per output row,
   // four rows per iteration; ĉ stays in registers (the lane's chunks).
+  float qh[KL][W];
 #pragma unroll
   for (int k = 0; k < KL; ++k) {
     const int c = lane + 32 * k;
 #pragma unroll
     for (int e = 0; e < W; ++e)
-      qh[k][e] = c < CL ? s.cHat[e * CL + c] : 0.0f; // qh now holds ĉ
+      qh[k][e] = c < CL ? s.cHat[e * CL + c] : 0.0f; // ĉ
   }
   constexpr int kOutRows = 4;
   for (int64_t i0 = warp; i0 < V; i0 += int64_t(kOutRows) * warps) {
@@ -400,6 +422,218 @@ __device__ void attendHead(const MlaAttendParams &p, int64_t h, int split,
   K3C_TRACE(kMlaTraceHeadOut, split);
 }
 
+/// Contexts from which the all-heads form runs; below, the per-head or the
+/// clustered form. Measured on the H200 (kernel_bench, one launch, 132 blocks; docs/
+/// PERF.md 2026-12-02), all-heads against per-head, µs: Kimi-Linear's 32
+/// heads 39.4 / 27.5 at 72 rows, 43.8 / 36.6 at 1024, 50.6 / 67.4 at 4096,
+/// 168 / 323 at 32768; K3's 96 heads 106 / 63 at 1024, 429 / 856 at 32768.
+/// The all-heads form's fixed cost (its dependent phases) is what the short
+/// contexts pay. (K3C_TUNE_* macros override tuning constants in a variant
+/// build of this family, measured with K3C_PTX_DIR; the shipped PTX uses
+/// the values here.)
+#ifdef K3C_TUNE_MLA_ALL_HEADS_MIN_ROWS
+constexpr int64_t kAllHeadsMinRows = K3C_TUNE_MLA_ALL_HEADS_MIN_ROWS;
+#else
+constexpr int64_t kAllHeadsMinRows = 4096;
+#endif
+
+//===----------------------------------------------------------------------===//
+// mla_attend on a cluster per head (short contexts)
+//===----------------------------------------------------------------------===//
+//
+// Below kAllHeadsMinRows, when launched as clusters of 4 blocks, one
+// cluster per head (grid 4N, Hopper's distributed shared memory), block
+// rank r of head h's cluster:
+//   before the dependent-launch wait: loads its share of W_UK (columns
+//     [128r, 128r + 128) of L, all P rows) into registers and asks L2 for its
+//     W_UV rows [32r, 32r + 32): weights depend on no earlier kernel;
+//   q̂ of its 128 columns (16 row groups of 8 columns' chunks, summed in group
+//     order: the all-heads form's q̂ bits), stored into every block of the
+//     cluster, then a cluster barrier;
+//   the rows [r·⌈T/4⌉, (r + 1)·⌈T/4⌉) as the per-head form's split r
+//     (attendRows), its (M, Σ) and unnormalised ĉ left in its shared memory;
+//   after a cluster barrier, the four splits merged in rank order (the
+//     per-head form's split merge) from the cluster's shared memory into
+//     the full ĉ, then its 32 rows of W_UV, gated.
+// No global scratch, no atomics: three cluster barriers instead of the
+// per-head form's one block doing the whole q̂ and W_UV, and its global
+// split merge. Deterministic: the cut depends on T alone.
+
+/// Blocks per head of the clustered form, and its one shape (Kimi-Linear
+/// and K3: L = 512, P = V = 128, R = 64, blocks of 256 threads).
+constexpr int kClusterHeadBlocks = 4;
+constexpr int kClusterL = 512, kClusterP = 128, kClusterV = 128;
+constexpr int kClusterCols = kClusterL / kClusterHeadBlocks; ///< of q̂
+constexpr int kClusterOutRows = kClusterV / kClusterHeadBlocks; ///< of W_UV
+constexpr int kClusterQGroups = 16; ///< row groups of the q̂ sum
+constexpr int kClusterQRows = kClusterP / kClusterQGroups;
+
+/// Whether this launch takes the clustered form's shape (uniform over the
+/// grid; the context is checked after the wait).
+__device__ __forceinline__ bool clusteredShape(const MlaAttendParams &p) {
+  return dev::clusterBlocks() == kClusterHeadBlocks &&
+         blockDim.x == kAttendMaxThreads && p.numHeads >= 1 &&
+         int64_t(gridDim.x) == p.numHeads * kClusterHeadBlocks &&
+         gridDim.y == 1 && p.kvLoraRank == kClusterL &&
+         p.nopeDim == kClusterP && p.vDim == kClusterV && p.ropeDim >= 8 &&
+         p.ropeDim <= 32 * 8 && p.ropeDim % 8 == 0 &&
+         dev::aligned16(p.cache) && dev::aligned16(p.kvB);
+}
+
+/// The clustered form (see the section comment). Waits for the prior grid
+/// itself; returns false, having done nothing else, from kAllHeadsMinRows
+/// rows (the caller then runs the all-heads form).
+__device__ bool attendClustered(const MlaAttendParams &p, AttendShared &s) {
+  constexpr int L = kClusterL, P = kClusterP, V = kClusterV, CL = L / 8;
+  const int64_t h = blockIdx.x / kClusterHeadBlocks;
+  const unsigned r = dev::clusterRank();
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int64_t R = p.ropeDim;
+  const uint16_t *wUK = p.kvB + h * (P + V) * L;
+  const uint16_t *wUV = wUK + int64_t(P) * L;
+  dev::clusterArrive(); // waited before the first remote store
+
+  // Weights before the wait: this thread's W_UK chunks (column chunk c of
+  // the block's 128 columns, rows g, g + 16, ...) into registers, the W_UV
+  // rows asked of L2.
+  const int c = tid % (kClusterCols / 8), g = tid / (kClusterCols / 8);
+  const int col = int(r) * kClusterCols + c * 8;
+  Chunk<8> wk[kClusterQRows];
+#pragma unroll
+  for (int k = 0; k < kClusterQRows; ++k)
+    wk[k].loadRO(wUK + int64_t(g + kClusterQGroups * k) * L + col);
+  const int64_t row0 = int64_t(r) * kClusterOutRows;
+  prefetchL2Block(wUV + row0 * L, int64_t(kClusterOutRows) * L * 2);
+
+  K3C_TRACE_T0();
+  dev::waitForPriorGrids();
+  const int64_t T = attendLength(p);
+  dev::clusterWait(); // every block of the cluster has started
+  if (T >= kAllHeadsMinRows)
+    return false;
+
+  // q̂ of the block's columns: qhatItem's sum (rows ascending within a
+  // group, then the groups in order), stored chunk-transposed into every
+  // block of the cluster.
+  const uint16_t *q = p.q + h * (P + R);
+  float acc[8];
+#pragma unroll
+  for (int e = 0; e < 8; ++e)
+    acc[e] = 0.0f;
+#pragma unroll
+  for (int k = 0; k < kClusterQRows; ++k) {
+    const float qi = dev::bf16ToF(__ldg(q + g + kClusterQGroups * k));
+#pragma unroll
+    for (int e = 0; e < 8; ++e)
+      acc[e] = fmaf(wk[k].at(e), qi, acc[e]);
+  }
+#pragma unroll
+  for (int e = 0; e < 8; ++e)
+    s.part[g * kClusterCols + c * 8 + e] = acc[e];
+  __syncthreads();
+  if (tid < kClusterCols) {
+    float v = s.part[tid];
+    for (int gg = 1; gg < kClusterQGroups; ++gg)
+      v += s.part[gg * kClusterCols + tid];
+    const int l = int(r) * kClusterCols + tid; // column of L
+    float *dst = s.qHat + (l % 8) * CL + l / 8;
+    for (unsigned b = 0; b < kClusterHeadBlocks; ++b)
+      dev::storeCluster(dst, b, v);
+  }
+  dev::clusterSync(); // q̂ complete in every block
+  K3C_TRACE(kMlaTraceHeadQhat, r);
+
+  // The block's split of the rows, as the per-head form's split r.
+  const int64_t chunk = (T + kClusterHeadBlocks - 1) / kClusterHeadBlocks;
+  const int64_t rowBegin = min(T, int64_t(r) * chunk);
+  const int64_t rowEnd = min(T, rowBegin + chunk);
+  const float2 stat = attendRows<8, 2, 1, 4>(p, h, rowBegin, rowEnd,
+                                             /*split=*/true, s);
+  if (tid == 0)
+    s.stat = stat;
+  K3C_TRACE(kMlaTraceHeadMerged, r);
+
+  // This block's W_UV rows into registers (L2 hits, in flight across the
+  // barrier): warp w rows 4w .. 4w + 3, lane chunks lane and lane + 32.
+  constexpr int kRows = kClusterOutRows / 8;
+  Chunk<8> wv[kRows][2];
+#pragma unroll
+  for (int k = 0; k < kRows; ++k) {
+    const uint16_t *row = wUV + (row0 + warp * kRows + k) * L;
+    wv[k][0].loadRO(row + lane * 8);
+    wv[k][1].loadRO(row + (lane + 32) * 8);
+  }
+  dev::clusterSync(); // every split's (M, Σ) and ĉ in its block
+
+  // The splits merged in rank order, as the per-head form's last split
+  // merges them: M = max_s M_s, ĉ = Σ_s e^(M_s − M) part_s / Σ_s e^(M_s − M)
+  // Σ_s. Every block computes the whole ĉ (its W_UV rows need it), into
+  // `part` in natural order.
+  float MAll = negInf();
+  float2 st[kClusterHeadBlocks];
+#pragma unroll
+  for (int b = 0; b < kClusterHeadBlocks; ++b) {
+    st[b].x = dev::loadCluster(&s.stat.x, b);
+    st[b].y = dev::loadCluster(&s.stat.y, b);
+    MAll = fmaxf(MAll, st[b].x);
+  }
+  float all = 0.0f, fac[kClusterHeadBlocks];
+#pragma unroll
+  for (int b = 0; b < kClusterHeadBlocks; ++b) {
+    fac[b] = st[b].x != negInf() ? expf(st[b].x - MAll) : 0.0f;
+    all += st[b].y * fac[b];
+  }
+  const float inv = all > 0.0f ? 1.0f / all : 0.0f;
+  for (int l = tid; l < L; l += kAttendMaxThreads) {
+    const float *src = s.cHat + (l % 8) * CL + l / 8;
+    float v = 0.0f;
+#pragma unroll
+    for (int b = 0; b < kClusterHeadBlocks; ++b)
+      v = fmaf(dev::loadCluster(src, b), fac[b], v);
+    s.part[l] = v * inv;
+  }
+  // No block leaves (its shared memory) while another may still read it.
+  dev::clusterSync();
+  K3C_TRACE(kMlaTraceHeadSplits, r);
+
+  // out = R(W_UV ĉ), gated: outItem's sum for the block's rows.
+  float ch[16];
+#pragma unroll
+  for (int x = 0; x < 8; ++x) {
+    ch[x] = s.part[lane * 8 + x];
+    ch[8 + x] = s.part[(lane + 32) * 8 + x];
+  }
+  float dot[kRows];
+#pragma unroll
+  for (int k = 0; k < kRows; ++k) {
+    float d = 0.0f;
+#pragma unroll
+    for (int x = 0; x < 8; ++x)
+      d = fmaf(wv[k][0].at(x), ch[x], d);
+#pragma unroll
+    for (int x = 0; x < 8; ++x)
+      d = fmaf(wv[k][1].at(x), ch[8 + x], d);
+    dot[k] = d;
+  }
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1)
+#pragma unroll
+    for (int k = 0; k < kRows; ++k)
+      dot[k] += __shfl_xor_sync(0xffffffffu, dot[k], o);
+#pragma unroll
+  for (int k = 0; k < kRows; ++k) {
+    if (lane == k) {
+      const int64_t i = h * V + row0 + warp * kRows + k;
+      float o = dev::roundBf16(dot[k]);
+      if (p.gate)
+        o = o * dev::sigmoidF(dev::bf16ToF(__ldg(p.gate + i)));
+      p.out[i] = dev::fToBf16(o);
+    }
+  }
+  K3C_TRACE(kMlaTraceHeadOut, r);
+  return true;
+}
+
 //===----------------------------------------------------------------------===//
 // mla_attend over all heads at once (the fast path)
 //===----------------------------------------------------------------------===//
@@ -428,20 +662,6 @@ __device__ void attendHead(const MlaAttendParams &p, int64_t h, int split,
 // heads, L, V and the context, never on the grid: the output bits are the
 // same for any grid.
 
-/// Contexts from which the all-heads form runs; below, the per-head form
-/// above. Measured on the H200 (kernel_bench, one launch, 132 blocks; docs/
-/// PERF.md 2026-12-02), all-heads against per-head, µs: Kimi-Linear's 32
-/// heads 39.4 / 27.5 at 72 rows, 43.8 / 36.6 at 1024, 50.6 / 67.4 at 4096,
-/// 168 / 323 at 32768; K3's 96 heads 106 / 63 at 1024, 429 / 856 at 32768.
-/// The all-heads form's fixed cost (its dependent phases) is what the short
-/// contexts pay. (K3C_TUNE_* macros override tuning constants in a variant
-/// build of this family, measured with K3C_PTX_DIR; the shipped PTX uses
-/// the values here.)
-#ifdef K3C_TUNE_MLA_ALL_HEADS_MIN_ROWS
-constexpr int64_t kAllHeadsMinRows = K3C_TUNE_MLA_ALL_HEADS_MIN_ROWS;
-#else
-constexpr int64_t kAllHeadsMinRows = 4096;
-#endif
 
 /// Limits of the fast path (else the per-head kernel above runs).
 constexpr int kFastMaxLatent = kMlaAllHeadsMaxLatent; // MlaParams.h
@@ -1060,6 +1280,10 @@ extern "C" __global__ void __launch_bounds__(kAttendMaxThreads)
     AttendShared head;
     FastShared fast;
   } sh;
+  // The clustered form waits itself (its weights are loaded before); from
+  // kAllHeadsMinRows rows it returns for the all-heads form below.
+  if (clusteredShape(p) && attendClustered(p, sh.head))
+    return;
   K3C_TRACE_T0();
   dev::waitForPriorGrids();
   K3C_TRACE(kMlaTraceStart, 0u);

@@ -97,10 +97,9 @@ enum MlaTraceKind : uint32_t {
   kMlaTraceStart = 4,
   kMlaTraceWaited = 5,
   kMlaTraceHeadQhat = 6,   ///< q̂ in shared memory
-  kMlaTraceHeadRows = 7,   ///< the split's rows attended (per warp)
-  kMlaTraceHeadMerged = 8, ///< the warps merged into ĉ
-  kMlaTraceHeadSplits = 9, ///< the last split: the splits combined
-  kMlaTraceHeadOut = 10,   ///< the head's output written
+  kMlaTraceHeadMerged = 7, ///< the split's rows attended, warps merged
+  kMlaTraceHeadSplits = 8, ///< the last split: the splits combined
+  kMlaTraceHeadOut = 9,    ///< the head's output written
 };
 
 } // namespace k3

@@ -124,6 +124,12 @@ static cl::opt<bool> kdaClusters(
              "per head (Hopper; default on; =false for the global-memory "
              "form, to compare)"),
     cl::init(true), cl::cat(k3cCat));
+static cl::opt<bool> mlaClusters(
+    "mla-clusters",
+    cl::desc("Launch mla_attend of the K3 / Kimi-Linear head shape as a "
+             "cluster of 4 blocks per head when the heads fit the SMs "
+             "(Hopper; default on; =false for one block per SM, to compare)"),
+    cl::init(true), cl::cat(k3cCat));
 static cl::opt<std::string> l2Prefetch(
     "l2-prefetch",
     cl::desc("Kernels whose launches fetch the next large weight into L2 "
@@ -432,6 +438,7 @@ int main(int argc, char **argv) {
   if (emit != Emit::Fused) {
     mlir::k3::ConvertK3ToLaunchOptions lowering;
     lowering.kdaClusters = kdaClusters;
+    lowering.mlaClusters = mlaClusters;
     pm.addPass(mlir::k3::createConvertK3ToLaunch(lowering));
     if (l2Prefetch != "none") {
       mlir::k3::K3PrefetchWeightsOptions prefetch;

@@ -201,6 +201,8 @@ struct AttendRun {
   /// Elements the device cache pointer is shifted by (1: misaligned, which
   /// takes the scalar path).
   int64_t cacheShift = 0;
+  /// Blocks per thread-block cluster (4 with grid 4N: the clustered form).
+  int64_t clusterX = 1;
 };
 
 /// Checks mla_attend against the CPU on `run`; `bits`, when given, receives
@@ -240,24 +242,27 @@ void runAttend(const AttendData &d, const AttendRun &run,
   p.gate = run.gated ? d.dgate.get<uint16_t>() : nullptr;
   p.out = dOut.get<uint16_t>();
   const int64_t grid = run.gridX > 0 ? run.gridX : s.heads;
-  ASSERT_TRUE(launch("mla_attend", p, grid, run.blockX).isOk());
+  ASSERT_TRUE(
+      launch("mla_attend", p, grid, run.blockX, 0, run.clusterX).isOk());
   std::vector<uint16_t> got = dOut.download<uint16_t>(want.size());
   // An L2 prefetch hint (here of kv_b_proj itself, whole 16-byte pieces
   // from a 16-byte offset) changes no bit.
   p.l2Prefetch.data = d.dkvB.get<uint8_t>() + 16;
   p.l2Prefetch.bytes = (static_cast<int64_t>(d.kvB.size()) * 2 - 16) / 16 * 16;
-  ASSERT_TRUE(launch("mla_attend", p, grid, run.blockX).isOk());
+  ASSERT_TRUE(
+      launch("mla_attend", p, grid, run.blockX, 0, run.clusterX).isOk());
   EXPECT_EQ(dOut.download<uint16_t>(want.size()), got)
       << "mla_attend with an L2 prefetch hint";
   p.l2Prefetch = {};
 
-  char what[160];
+  char what[192];
   std::snprintf(what, sizeof(what),
-                "attend N%lld P%lld R%lld L%lld V%lld T%lld%s g%lld b%lld%s",
+                "attend N%lld P%lld R%lld L%lld V%lld T%lld%s g%lld b%lld c%lld%s",
                 (long long)s.heads, (long long)s.P, (long long)s.R,
                 (long long)s.L, (long long)s.V, (long long)run.length,
                 run.gated ? " gated" : "", (long long)grid,
-                (long long)run.blockX, run.cacheShift ? " shifted" : "");
+                (long long)run.blockX, (long long)run.clusterX,
+                run.cacheShift ? " shifted" : "");
   expectBf16Near(want, got, what, 1, maxDiffering);
   if (bits)
     *bits = got;
@@ -427,6 +432,44 @@ TEST(MlaCuda, AttendAllHeadsLongContext) {
   runAttend(k3, {4500, false, /*gridX=*/64});
   AttendData peaked({32, 128, 64, 512, 128}, 9000, 8.0f, 43);
   runAttend(peaked, {9000, true, /*gridX=*/132});
+}
+
+/// The clustered form (a cluster of 4 blocks per head, grid 4N, below 4096
+/// rows; Kimi-Linear's and K3's head shape): contexts shorter than the
+/// cluster (blocks without rows), around a split boundary, up to the
+/// switch; Kimi-Linear's 32 heads, K3's 96 (more clusters than SMs), 2
+/// heads, R = 8 (the smallest rope it takes), peaked softmaxes, with and
+/// without the gate.
+TEST(MlaCuda, AttendClusteredMatchesCpu) {
+  K3_REQUIRE_GPU();
+  AttendData kl({32, 128, 64, 512, 128}, 4100, 1.0f, 51);
+  for (int64_t t : {1, 2, 3, 4, 5, 72, 1000, 1023, 1024, 1025, 4095})
+    for (bool gated : {true, false})
+      runAttend(kl, {t, gated, /*gridX=*/128, 256, 0, /*clusterX=*/4});
+  AttendData k3({96, 128, 64, 512, 128}, 2000, 1.0f, 52);
+  runAttend(k3, {2000, true, /*gridX=*/384, 256, 0, /*clusterX=*/4});
+  runAttend(k3, {7, false, /*gridX=*/384, 256, 0, /*clusterX=*/4});
+  AttendData two({2, 128, 8, 512, 128}, 600, 1.0f, 53);
+  runAttend(two, {600, true, /*gridX=*/8, 256, 0, /*clusterX=*/4});
+  AttendData peaked({32, 128, 64, 512, 128}, 3000, 8.0f, 54);
+  runAttend(peaked, {3000, true, /*gridX=*/128, 256, 0, /*clusterX=*/4});
+  runAttend(peaked, {9, true, /*gridX=*/128, 256, 0, /*clusterX=*/4});
+}
+
+/// From 4096 rows a clustered launch runs the all-heads form: the same bits
+/// as the plans' unclustered grid of one block per SM. Below it the
+/// clustered form is deterministic (two launches, the same bits: checked by
+/// runAttend's second launch).
+TEST(MlaCuda, AttendClusteredLaunchFromTheSwitchIsAllHeads) {
+  K3_REQUIRE_GPU();
+  AttendData kl({32, 128, 64, 512, 128}, 5000, 1.0f, 55);
+  for (int64_t t : {4096, 5000}) {
+    std::vector<uint16_t> clustered, perSm;
+    runAttend(kl, {t, true, /*gridX=*/128, 256, 0, /*clusterX=*/4}, 0.02,
+              &clustered);
+    runAttend(kl, {t, true, /*gridX=*/132}, 0.02, &perSm);
+    EXPECT_EQ(clustered, perSm) << "T" << t;
+  }
 }
 
 } // namespace
