@@ -119,17 +119,21 @@ int64_t mlaAttendGrid(int64_t heads, int64_t latent, int64_t rope,
   return heads * std::clamp<int64_t>(maxSeq / minRows, 1, 16);
 }
 
-/// Blocks of the cluster that attends one head of mla_attend below 4096
-/// rows (the kernel's clustered form, Mla.cu: L = 512, P = V = 128, R a
-/// multiple of 8 up to 256, 256 threads), when every head's cluster fits
-/// the SMs at once (the kernel runs one block per SM); 1: none (the grid of
-/// mlaAttendGrid). Measured on the H200: docs/PERF.md 2026-12-03.
+/// Blocks of the cluster that attends one head of mla_attend (the kernel's
+/// clustered form, Mla.cu: L = 512, P = V = 128, R a multiple of 8 up to
+/// 256, 256 threads), when every head's cluster fits the SMs (the kernel
+/// runs one block per SM) and the cache holds at most kMlaClusteredMaxRows
+/// rows (beyond, the clustered grid slows the all-heads form); 1: none (the
+/// grid of mlaAttendGrid). Measured on the H200: docs/PERF.md 2026-12-03.
 int64_t mlaAttendCluster(int64_t heads, int64_t nope, int64_t rope,
-                         int64_t vDim, int64_t latent) {
+                         int64_t vDim, int64_t latent, int64_t maxSeq) {
   constexpr int64_t kBlocks = 4;
   const bool shape = latent == 512 && nope == 128 && vDim == 128 &&
                      rope >= 8 && rope <= 256 && rope % 8 == 0;
-  return shape && heads * kBlocks <= kTargetSms ? kBlocks : 1;
+  return shape && heads * kBlocks <= kTargetSms &&
+                 maxSeq <= ::k3::kMlaClusteredMaxRows
+             ? kBlocks
+             : 1;
 }
 
 /// The router: a warp per expert row, 8 per 256-thread block.
@@ -411,9 +415,12 @@ void Lowering::lowerLinearGroup(LinearGroupOp op) {
 
 void Lowering::lowerMlaAttend(Operation *op, MlaConfigAttr c, Value q,
                               Value kvB, Value cache, Value gate, Value out) {
+  const int64_t maxSeq = isa<MlaCacheType>(cache.getType())
+                             ? cast<MlaCacheType>(cache.getType()).getMaxSeq()
+                             : 0;
   const int64_t cluster =
       mlaClusters_ ? mlaAttendCluster(c.getHeads(), c.getNope(), c.getRope(),
-                                      c.getVDim(), c.getKvLora())
+                                      c.getVDim(), c.getKvLora(), maxSeq)
                    : 1;
   launch("mla_attend", op,
          {{"q", ptr(q)},
@@ -427,12 +434,9 @@ void Lowering::lowerMlaAttend(Operation *op, MlaConfigAttr c, Value q,
           F("scale",
             1.0 / std::sqrt(static_cast<double>(c.getNope() + c.getRope())))},
          {{"length", "length"}, {"step", "step"}},
-         cluster > 1 ? c.getHeads() * cluster
-                     : mlaAttendGrid(
-                           c.getHeads(), c.getKvLora(), c.getRope(),
-                           isa<MlaCacheType>(cache.getType())
-                               ? cast<MlaCacheType>(cache.getType()).getMaxSeq()
-                               : 0),
+         cluster > 1
+             ? c.getHeads() * cluster
+             : mlaAttendGrid(c.getHeads(), c.getKvLora(), c.getRope(), maxSeq),
          /*blockX=*/256, cluster);
 }
 

@@ -29,9 +29,10 @@ def ConvertK3ToLaunch : Pass<"convert-k3-to-launch", "::mlir::ModuleOp"> {
     instead of global memory and a counter (kernels/kda/Kda.cu).
     With `mla-clusters` (the default), a `k3.mla_attend` / `k3.mla_decode`
     of Kimi-Linear's and K3's head shape (L = 512, P = V = 128, R a
-    multiple of 8) whose heads fit 4 blocks each on the GPU's SMs launches
-    each head on a cluster of 4 blocks: below 4096 cached rows the kernel
-    splits the head's q̂, rows and W_UV over them (kernels/mla/Mla.cu).
+    multiple of 8) whose heads fit 4 blocks each on the GPU's SMs, in a
+    plan whose cache holds at most 4096 rows, launches each head on a
+    cluster of 4 blocks: the kernel splits the head's q̂, rows and W_UV over
+    them (kernels/mla/Mla.cu).
   }];
   let dependentDialects = ["::mlir::k3l::K3LDialect"];
   let options = [
@@ -41,8 +42,8 @@ def ConvertK3ToLaunch : Pass<"convert-k3-to-launch", "::mlir::ModuleOp"> {
            "global memory)">,
     Option<"mlaClusters", "mla-clusters", "bool", /*default=*/"true",
            "Launch mla_attend of the K3 / Kimi-Linear head shape as a "
-           "cluster of 4 blocks per head when the heads fit the SMs "
-           "(false: one block per SM)">,
+           "cluster of 4 blocks per head when the heads fit the SMs and "
+           "the cache at most 4096 rows (false: one block per SM)">,
   ];
 }
 

@@ -441,7 +441,7 @@ constexpr int64_t kAllHeadsMinRows = 4096;
 // mla_attend on a cluster per head (short contexts)
 //===----------------------------------------------------------------------===//
 //
-// Below kAllHeadsMinRows, when launched as clusters of 4 blocks, one
+// Up to kMlaClusteredMaxRows, when launched as clusters of 4 blocks, one
 // cluster per head (grid 4N, Hopper's distributed shared memory), block
 // rank r of head h's cluster:
 //   before the dependent-launch wait: loads its share of W_UK (columns
@@ -481,8 +481,8 @@ __device__ __forceinline__ bool clusteredShape(const MlaAttendParams &p) {
 }
 
 /// The clustered form (see the section comment). Waits for the prior grid
-/// itself; returns false, having done nothing else, from kAllHeadsMinRows
-/// rows (the caller then runs the all-heads form).
+/// itself; returns false, having done nothing else, beyond
+/// kMlaClusteredMaxRows rows (the caller then runs the all-heads form).
 __device__ bool attendClustered(const MlaAttendParams &p, AttendShared &s) {
   constexpr int L = kClusterL, P = kClusterP, V = kClusterV, CL = L / 8;
   const int64_t h = blockIdx.x / kClusterHeadBlocks;
@@ -509,7 +509,7 @@ __device__ bool attendClustered(const MlaAttendParams &p, AttendShared &s) {
   dev::waitForPriorGrids();
   const int64_t T = attendLength(p);
   dev::clusterWait(); // every block of the cluster has started
-  if (T >= kAllHeadsMinRows)
+  if (T > kMlaClusteredMaxRows)
     return false;
 
   // q̂ of the block's columns: qhatItem's sum (rows ascending within a
@@ -1280,8 +1280,8 @@ extern "C" __global__ void __launch_bounds__(kAttendMaxThreads)
     AttendShared head;
     FastShared fast;
   } sh;
-  // The clustered form waits itself (its weights are loaded before); from
-  // kAllHeadsMinRows rows it returns for the all-heads form below.
+  // The clustered form waits itself (its weights are loaded before); beyond
+  // kMlaClusteredMaxRows rows it returns for the all-heads form below.
   if (clusteredShape(p) && attendClustered(p, sh.head))
     return;
   K3C_TRACE_T0();

@@ -127,8 +127,9 @@ static cl::opt<bool> kdaClusters(
 static cl::opt<bool> mlaClusters(
     "mla-clusters",
     cl::desc("Launch mla_attend of the K3 / Kimi-Linear head shape as a "
-             "cluster of 4 blocks per head when the heads fit the SMs "
-             "(Hopper; default on; =false for one block per SM, to compare)"),
+             "cluster of 4 blocks per head when the heads fit the SMs and "
+             "--max-seq is at most 4096 (Hopper; default on; =false for one "
+             "block per SM, to compare)"),
     cl::init(true), cl::cat(k3cCat));
 static cl::opt<std::string> l2Prefetch(
     "l2-prefetch",

@@ -434,7 +434,7 @@ TEST(MlaCuda, AttendAllHeadsLongContext) {
   runAttend(peaked, {9000, true, /*gridX=*/132});
 }
 
-/// The clustered form (a cluster of 4 blocks per head, grid 4N, below 4096
+/// The clustered form (a cluster of 4 blocks per head, grid 4N, up to 4096
 /// rows; Kimi-Linear's and K3's head shape): contexts shorter than the
 /// cluster (blocks without rows), around a split boundary, up to the
 /// switch; Kimi-Linear's 32 heads, K3's 96 (more clusters than SMs), 2
@@ -442,8 +442,8 @@ TEST(MlaCuda, AttendAllHeadsLongContext) {
 /// without the gate.
 TEST(MlaCuda, AttendClusteredMatchesCpu) {
   K3_REQUIRE_GPU();
-  AttendData kl({32, 128, 64, 512, 128}, 4100, 1.0f, 51);
-  for (int64_t t : {1, 2, 3, 4, 5, 72, 1000, 1023, 1024, 1025, 4095})
+  AttendData kl({32, 128, 64, 512, 128}, 4096, 1.0f, 51);
+  for (int64_t t : {1, 2, 3, 4, 5, 72, 1000, 1023, 1024, 1025, 4096})
     for (bool gated : {true, false})
       runAttend(kl, {t, gated, /*gridX=*/128, 256, 0, /*clusterX=*/4});
   AttendData k3({96, 128, 64, 512, 128}, 2000, 1.0f, 52);
@@ -456,14 +456,14 @@ TEST(MlaCuda, AttendClusteredMatchesCpu) {
   runAttend(peaked, {9, true, /*gridX=*/128, 256, 0, /*clusterX=*/4});
 }
 
-/// From 4096 rows a clustered launch runs the all-heads form: the same bits
+/// Beyond 4096 rows a clustered launch runs the all-heads form: the same bits
 /// as the plans' unclustered grid of one block per SM. Below it the
 /// clustered form is deterministic (two launches, the same bits: checked by
 /// runAttend's second launch).
 TEST(MlaCuda, AttendClusteredLaunchFromTheSwitchIsAllHeads) {
   K3_REQUIRE_GPU();
   AttendData kl({32, 128, 64, 512, 128}, 5000, 1.0f, 55);
-  for (int64_t t : {4096, 5000}) {
+  for (int64_t t : {4097, 5000}) {
     std::vector<uint16_t> clustered, perSm;
     runAttend(kl, {t, true, /*gridX=*/128, 256, 0, /*clusterX=*/4}, 0.02,
               &clustered);
