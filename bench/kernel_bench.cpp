@@ -383,11 +383,11 @@ void benchMla(std::vector<Result> &out, int64_t heads, int64_t length) {
   if (timeKernel("mla_attend", vs, heads * splits, us))
     out.push_back({label + ", grid " + std::to_string(heads * splits), us,
                    kvBBytes + cacheBytes});
-  // The clustered form's launch (codegen mlaAttendCluster: a cluster of 4
-  // blocks per head when they fit the SMs; below 4096 rows).
-  const bool clustered = heads * 4 <= 132;
-  if (clustered &&
-      timeKernel("mla_attend", vs, heads * 4, us, 256, 0, /*clusterX=*/4))
+  // mla_attend_clustered (codegen mlaAttendCluster: a cluster of 4 blocks
+  // per head, two per SM, in plans of at most 4096 rows).
+  const bool clustered = heads * 4 <= 2 * 132 && length <= 4096;
+  if (clustered && timeKernel("mla_attend_clustered", vs, heads * 4, us, 256, 0,
+                              /*clusterX=*/4))
     out.push_back({label + ", clusters of 4", us, kvBBytes + cacheBytes});
   const std::vector<std::string> kinds = {
       "q-hat",  "range",   "merge",    "out",      "start",
@@ -397,7 +397,7 @@ void benchMla(std::vector<Result> &out, int64_t heads, int64_t length) {
     printTrace("mla_attend", vs, 132, kinds, /*itemKinds=*/kMlaTraceStart,
                bySlot);
     if (clustered)
-      printTrace("mla_attend", vs, heads * 4, kinds,
+      printTrace("mla_attend_clustered", vs, heads * 4, kinds,
                  /*itemKinds=*/kMlaTraceStart, bySlot, /*clusterX=*/4);
   }
 }

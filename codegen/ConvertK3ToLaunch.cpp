@@ -119,18 +119,18 @@ int64_t mlaAttendGrid(int64_t heads, int64_t latent, int64_t rope,
   return heads * std::clamp<int64_t>(maxSeq / minRows, 1, 16);
 }
 
-/// Blocks of the cluster that attends one head of mla_attend (the kernel's
-/// clustered form, Mla.cu: L = 512, P = V = 128, R a multiple of 8 up to
-/// 256, 256 threads), when every head's cluster fits the SMs (the kernel
-/// runs one block per SM) and the cache holds at most kMlaClusteredMaxRows
-/// rows (beyond, the clustered grid slows the all-heads form); 1: none (the
-/// grid of mlaAttendGrid). Measured on the H200: docs/PERF.md 2026-12-03.
+/// Blocks of the cluster that attends one head in mla_attend_clustered
+/// (Mla.cu: L = 512, P = V = 128, R a multiple of 8 up to 256, 256
+/// threads, two blocks per SM), when the clusters fit the SMs at once and
+/// the cache holds at most kMlaClusteredMaxRows rows (its limit; longer
+/// caches need mla_attend's all-heads form); 1: mla_attend on the grid of
+/// mlaAttendGrid. Measured on the H200: docs/PERF.md 2026-12-03.
 int64_t mlaAttendCluster(int64_t heads, int64_t nope, int64_t rope,
                          int64_t vDim, int64_t latent, int64_t maxSeq) {
   constexpr int64_t kBlocks = 4;
   const bool shape = latent == 512 && nope == 128 && vDim == 128 &&
                      rope >= 8 && rope <= 256 && rope % 8 == 0;
-  return shape && heads * kBlocks <= kTargetSms &&
+  return shape && heads * kBlocks <= 2 * kTargetSms &&
                  maxSeq <= ::k3::kMlaClusteredMaxRows
              ? kBlocks
              : 1;
@@ -422,7 +422,7 @@ void Lowering::lowerMlaAttend(Operation *op, MlaConfigAttr c, Value q,
       mlaClusters_ ? mlaAttendCluster(c.getHeads(), c.getNope(), c.getRope(),
                                       c.getVDim(), c.getKvLora(), maxSeq)
                    : 1;
-  launch("mla_attend", op,
+  launch(cluster > 1 ? "mla_attend_clustered" : "mla_attend", op,
          {{"q", ptr(q)},
           {"kvB", ptr(kvB)},
           {"cache", ptr(cache)},

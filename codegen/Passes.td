@@ -30,9 +30,9 @@ def ConvertK3ToLaunch : Pass<"convert-k3-to-launch", "::mlir::ModuleOp"> {
     With `mla-clusters` (the default), a `k3.mla_attend` / `k3.mla_decode`
     of Kimi-Linear's and K3's head shape (L = 512, P = V = 128, R a
     multiple of 8) whose heads fit 4 blocks each on the GPU's SMs, in a
-    plan whose cache holds at most 4096 rows, launches each head on a
-    cluster of 4 blocks: the kernel splits the head's q̂, rows and W_UV over
-    them (kernels/mla/Mla.cu).
+    plan whose cache holds at most 4096 rows, launches
+    `mla_attend_clustered`: a cluster of 4 blocks per head that splits the
+    head's q̂, rows and W_UV over them (kernels/mla/Mla.cu).
   }];
   let dependentDialects = ["::mlir::k3l::K3LDialect"];
   let options = [
@@ -41,9 +41,9 @@ def ConvertK3ToLaunch : Pass<"convert-k3-to-launch", "::mlir::ModuleOp"> {
            "per head (false: one block per head slice, finished through "
            "global memory)">,
     Option<"mlaClusters", "mla-clusters", "bool", /*default=*/"true",
-           "Launch mla_attend of the K3 / Kimi-Linear head shape as a "
-           "cluster of 4 blocks per head when the heads fit the SMs and "
-           "the cache at most 4096 rows (false: one block per SM)">,
+           "Attend with mla_attend_clustered (a cluster of 4 blocks per "
+           "head) where the heads have the K3 / Kimi-Linear shape, fit the "
+           "SMs and the cache holds at most 4096 rows (false: mla_attend)">,
   ];
 }
 

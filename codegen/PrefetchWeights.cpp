@@ -104,14 +104,14 @@ struct K3PrefetchWeightsPass
       if (!info || !info->field(kL2PrefetchField)) {
         getOperation().emitError()
             << "k3-prefetch-weights: kernel '" << k
-            << "' has no l2Prefetch field (kda_decode, mla_attend and "
-               "moe_ffn have one)";
+            << "' has no l2Prefetch field (kda_decode, mla_attend, "
+               "mla_attend_clustered and moe_ffn have one)";
         return signalPassFailure();
       }
       prefetchers.insert(k);
     }
     if (prefetchers.empty())
-      for (const char *k : {"kda_decode", "mla_attend"})
+      for (const char *k : {"kda_decode", "mla_attend", "mla_attend_clustered"})
         prefetchers.insert(k);
 
     getOperation().walk([&](Block *block) {

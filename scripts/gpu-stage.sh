@@ -65,7 +65,7 @@ done
 # The default strategy with the L2 prefetches of k3-prefetch-weights (off by
 # default: slower on the H200, docs/PERF.md), to measure them again.
 "$BUILD_DIR"/bin/k3c "$cfg/kl" --fusion=default --max-seq 2048 \
-  --l2-prefetch=kda_decode,mla_attend \
+  --l2-prefetch=kda_decode,mla_attend,mla_attend_clustered \
   -o "$STAGE/plans/kimi-linear-48b-e32-default-prefetch.plan"
 # The default strategy with mla_attend on one block per SM instead of a
 # cluster per head (k3c --mla-clusters=false), to compare.

@@ -441,8 +441,8 @@ constexpr int64_t kAllHeadsMinRows = 4096;
 // mla_attend on a cluster per head (short contexts)
 //===----------------------------------------------------------------------===//
 //
-// Up to kMlaClusteredMaxRows, when launched as clusters of 4 blocks, one
-// cluster per head (grid 4N, Hopper's distributed shared memory), block
+// k3_mla_attend_clustered, up to kMlaClusteredMaxRows rows: a cluster of 4
+// blocks per head (grid 4N, Hopper's distributed shared memory), block
 // rank r of head h's cluster:
 //   before the dependent-launch wait: loads its share of W_UK (columns
 //     [128r, 128r + 128) of L, all P rows) into registers and asks L2 for its
@@ -457,7 +457,11 @@ constexpr int64_t kAllHeadsMinRows = 4096;
 //     the full ĉ, then its 32 rows of W_UV, gated.
 // No global scratch, no atomics: three cluster barriers instead of the
 // per-head form's one block doing the whole q̂ and W_UV, and its global
-// split merge. Deterministic: the cut depends on T alone.
+// split merge. Deterministic: the cut depends on T alone. Its own entry
+// point (two blocks of at most 128 registers per SM) rather than a form of
+// k3_mla_attend (255 registers for the all-heads form, one block per SM):
+// 32 clusters of 4 one-block-per-SM blocks did not fit the GPCs at once
+// (H200: a second wave, 35 µs at 1024 rows instead of ~14).
 
 /// Blocks per head of the clustered form, and its one shape (Kimi-Linear
 /// and K3: L = 512, P = V = 128, R = 64, blocks of 256 threads).
@@ -482,7 +486,7 @@ __device__ __forceinline__ bool clusteredShape(const MlaAttendParams &p) {
 
 /// The clustered form (see the section comment). Waits for the prior grid
 /// itself; returns false, having done nothing else, beyond
-/// kMlaClusteredMaxRows rows (the caller then runs the all-heads form).
+/// kMlaClusteredMaxRows rows.
 __device__ bool attendClustered(const MlaAttendParams &p, AttendShared &s) {
   constexpr int L = kClusterL, P = kClusterP, V = kClusterV, CL = L / 8;
   const int64_t h = blockIdx.x / kClusterHeadBlocks;
@@ -1195,6 +1199,23 @@ __device__ __noinline__ void attendAllHeads(const MlaAttendParams &p,
 
 } // namespace
 
+/// k3_mla_attend_clustered: k3_mla_attend's math (MlaAttendParams) on a
+/// cluster of 4 blocks of 256 threads per head (grid 4N), the clustered
+/// form above. Limits: L = 512, P = V = 128, R a multiple of 8 in [8, 256],
+/// 16-byte aligned cache and kv_b_proj, at most kMlaClusteredMaxRows rows;
+/// outside them the kernel writes NaN to out (codegen launches it only for
+/// such shapes and plans).
+extern "C" __global__ void __launch_bounds__(kAttendMaxThreads, 2)
+    k3_mla_attend_clustered(const MlaAttendParams p) {
+  dev::allowDependentLaunch();
+  dev::prefetchL2Share(p.l2Prefetch);
+  __shared__ AttendShared s;
+  if (clusteredShape(p) && attendClustered(p, s))
+    return;
+  dev::waitForPriorGrids();
+  dev::fillNaN(p.out, p.numHeads * p.vDim); // never silent
+}
+
 /// k3_mla_cache_append: cache[pos] = [rms_norm(kv[:L], normWeight, eps) |
 /// kv[L:]] (MlaCacheAppendParams), rounding as rms_norm: n = R(x·r),
 /// out = R(n·w) with r = 1 / sqrt(mean(x²) + eps).
@@ -1280,10 +1301,6 @@ extern "C" __global__ void __launch_bounds__(kAttendMaxThreads)
     AttendShared head;
     FastShared fast;
   } sh;
-  // The clustered form waits itself (its weights are loaded before); beyond
-  // kMlaClusteredMaxRows rows it returns for the all-heads form below.
-  if (clusteredShape(p) && attendClustered(p, sh.head))
-    return;
   K3C_TRACE_T0();
   dev::waitForPriorGrids();
   K3C_TRACE(kMlaTraceStart, 0u);

@@ -112,6 +112,8 @@ const ToleranceRow kTable[] = {
      "bf16 of the normed latent row (earlier rows are the candidate's own)"},
     {"mla_attend", "out", false, kBf16,
      "bf16 of the attention output (softmax and sums in another order)"},
+    {"mla_attend_clustered", "out", false, kBf16,
+     "bf16 of the attention output (softmax and sums in another order)"},
     {"router", "outIds", true, 0,
      "the top-k expert ids: the same experts unless two scores tie within "
      "fp32 rounding, and a different expert changes the layer's output"},
@@ -122,8 +124,7 @@ const ToleranceRow kTable[] = {
     {"moe_experts", "out", false, kBf16,
      "bf16 of the weighted expert sum (its bf16 rounding points may flip "
      "an ulp)"},
-    {"moe_ffn", "router.outIds", true, 0,
-     "the top-k expert ids (as router's)"},
+    {"moe_ffn", "router.outIds", true, 0, "the top-k expert ids (as router's)"},
     {"moe_ffn", "router.outWeights", false, kF32Sum,
      "fp32 renormalised top-k scores (as router's)"},
     {"moe_ffn", "experts.out", false, kBf16,
@@ -133,8 +134,9 @@ const ToleranceRow kTable[] = {
     {"attn_res_commit", "blocks", true, 0,
      "a copy of the source row into the block slot"},
     {"argmax", "outId", true, 0, "the chosen token id"},
-    {"argmax", "step", true, 0, "the next step's inputs (not compared: the "
-                                "step block is neither arena nor state)"},
+    {"argmax", "step", true, 0,
+     "the next step's inputs (not compared: the "
+     "step block is neither arena nor state)"},
 };
 
 } // namespace

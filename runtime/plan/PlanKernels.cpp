@@ -377,8 +377,9 @@ Status checkMlaCacheAppend(const MlaCacheAppendParams &p, ExtentChecker &x) {
   return x.need("cache", cache);
 }
 
-Status checkMlaAttend(const MlaAttendParams &p, ExtentChecker &x) {
-  const char *k = "mla_attend";
+/// mla_attend and mla_attend_clustered (`k`): the same params.
+Status checkMlaAttendAs(const char *k, const MlaAttendParams &p,
+                        ExtentChecker &x) {
   K3_RETURN_IF_ERROR(checkPrefetch(k, p.l2Prefetch, x));
   for (auto [name, v] :
        {std::pair<const char *, int64_t>{"numHeads", p.numHeads},
@@ -407,6 +408,22 @@ Status checkMlaAttend(const MlaAttendParams &p, ExtentChecker &x) {
   K3_RETURN_IF_ERROR(mul(k, "numHeads * vDim", N, p.vDim, out));
   K3_RETURN_IF_ERROR(x.optional("gate", out));
   return x.need("out", out);
+}
+
+Status checkMlaAttend(const MlaAttendParams &p, ExtentChecker &x) {
+  return checkMlaAttendAs("mla_attend", p, x);
+}
+
+/// The clustered form also attends at most kMlaClusteredMaxRows rows (its
+/// CUDA kernel writes NaN beyond): the plan's length bound says so.
+Status checkMlaAttendClustered(const MlaAttendParams &p, ExtentChecker &x) {
+  const char *k = "mla_attend_clustered";
+  if (p.length > kMlaClusteredMaxRows)
+    return makeError(k, ": length must be at most ", kMlaClusteredMaxRows,
+                     " (the clustered form's rows; k3c clusters only plans "
+                     "whose cache holds no more), got ",
+                     p.length);
+  return checkMlaAttendAs(k, p, x);
 }
 
 Status checkRouter(const RouterParams &p, ExtentChecker &x) {
@@ -856,6 +873,8 @@ std::vector<KernelInfo> buildTable() {
          K3_FIELD(P, vDim), K3_FIELD(P, kvLoraRank), K3_FIELD(P, scale)},
         K3_HOLDER(P), K3_CHECK(P, checkMlaAttend));
     addPrefetchFields(t.back().fields, offsetof(P, l2Prefetch));
+    add("mla_attend_clustered", "MlaAttendParams", t.back().fields,
+        K3_HOLDER(P), K3_CHECK(P, checkMlaAttendClustered));
   }
   {
     using P = RouterParams;

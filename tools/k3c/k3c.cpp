@@ -126,17 +126,18 @@ static cl::opt<bool> kdaClusters(
     cl::init(true), cl::cat(k3cCat));
 static cl::opt<bool> mlaClusters(
     "mla-clusters",
-    cl::desc("Launch mla_attend of the K3 / Kimi-Linear head shape as a "
-             "cluster of 4 blocks per head when the heads fit the SMs and "
-             "--max-seq is at most 4096 (Hopper; default on; =false for one "
-             "block per SM, to compare)"),
+    cl::desc("Attend with mla_attend_clustered (a cluster of 4 blocks per "
+             "head) where the heads have the K3 / Kimi-Linear shape, fit the "
+             "SMs and --max-seq is at most 4096 (Hopper; default on; =false "
+             "for mla_attend, one block per SM, to compare)"),
     cl::init(true), cl::cat(k3cCat));
 static cl::opt<std::string> l2Prefetch(
     "l2-prefetch",
     cl::desc("Kernels whose launches fetch the next large weight into L2 "
              "while their own work leaves the memory idle (k3-prefetch-"
              "weights): a comma-separated list of kda_decode, mla_attend, "
-             "moe_ffn, or 'none' (the default: on the H200 every form "
+             "mla_attend_clustered, moe_ffn, or 'none' (the default: on the "
+             "H200 every form "
              "made the Kimi-Linear step slower, docs/PERF.md)"),
     cl::init("none"), cl::cat(k3cCat));
 static cl::opt<bool>
@@ -450,7 +451,7 @@ int main(int argc, char **argv) {
         if (!info || !info->field(::k3::kL2PrefetchField)) {
           llvm::errs() << "k3c: --l2-prefetch: '" << k.trim()
                        << "' cannot prefetch; use kda_decode, mla_attend, "
-                          "moe_ffn or 'none'\n";
+                          "mla_attend_clustered, moe_ffn or 'none'\n";
           return 2;
         }
         prefetch.kernels.push_back(k.trim().str());

@@ -201,7 +201,8 @@ struct AttendRun {
   /// Elements the device cache pointer is shifted by (1: misaligned, which
   /// takes the scalar path).
   int64_t cacheShift = 0;
-  /// Blocks per thread-block cluster (4 with grid 4N: the clustered form).
+  /// Blocks per thread-block cluster: > 1 launches mla_attend_clustered
+  /// (4, grid 4N), else mla_attend.
   int64_t clusterX = 1;
 };
 
@@ -242,23 +243,22 @@ void runAttend(const AttendData &d, const AttendRun &run,
   p.gate = run.gated ? d.dgate.get<uint16_t>() : nullptr;
   p.out = dOut.get<uint16_t>();
   const int64_t grid = run.gridX > 0 ? run.gridX : s.heads;
-  ASSERT_TRUE(
-      launch("mla_attend", p, grid, run.blockX, 0, run.clusterX).isOk());
+  const char *kernel = run.clusterX > 1 ? "mla_attend_clustered" : "mla_attend";
+  ASSERT_TRUE(launch(kernel, p, grid, run.blockX, 0, run.clusterX).isOk());
   std::vector<uint16_t> got = dOut.download<uint16_t>(want.size());
   // An L2 prefetch hint (here of kv_b_proj itself, whole 16-byte pieces
   // from a 16-byte offset) changes no bit.
   p.l2Prefetch.data = d.dkvB.get<uint8_t>() + 16;
   p.l2Prefetch.bytes = (static_cast<int64_t>(d.kvB.size()) * 2 - 16) / 16 * 16;
-  ASSERT_TRUE(
-      launch("mla_attend", p, grid, run.blockX, 0, run.clusterX).isOk());
+  ASSERT_TRUE(launch(kernel, p, grid, run.blockX, 0, run.clusterX).isOk());
   EXPECT_EQ(dOut.download<uint16_t>(want.size()), got)
-      << "mla_attend with an L2 prefetch hint";
+      << kernel << " with an L2 prefetch hint";
   p.l2Prefetch = {};
 
   char what[192];
   std::snprintf(what, sizeof(what),
-                "attend N%lld P%lld R%lld L%lld V%lld T%lld%s g%lld b%lld c%lld%s",
-                (long long)s.heads, (long long)s.P, (long long)s.R,
+                "%s N%lld P%lld R%lld L%lld V%lld T%lld%s g%lld b%lld c%lld%s",
+                kernel, (long long)s.heads, (long long)s.P, (long long)s.R,
                 (long long)s.L, (long long)s.V, (long long)run.length,
                 run.gated ? " gated" : "", (long long)grid,
                 (long long)run.blockX, (long long)run.clusterX,
@@ -456,19 +456,41 @@ TEST(MlaCuda, AttendClusteredMatchesCpu) {
   runAttend(peaked, {9, true, /*gridX=*/128, 256, 0, /*clusterX=*/4});
 }
 
-/// Beyond 4096 rows a clustered launch runs the all-heads form: the same bits
-/// as the plans' unclustered grid of one block per SM. Below it the
-/// clustered form is deterministic (two launches, the same bits: checked by
-/// runAttend's second launch).
-TEST(MlaCuda, AttendClusteredLaunchFromTheSwitchIsAllHeads) {
+/// mla_attend_clustered outside its limits writes NaN (never a silent
+/// wrong answer): beyond 4096 rows, another head shape, a launch without
+/// clusters or a grid that is not 4 blocks per head.
+TEST(MlaCuda, AttendClusteredOutsideItsLimitsWritesNaN) {
   K3_REQUIRE_GPU();
-  AttendData kl({32, 128, 64, 512, 128}, 5000, 1.0f, 55);
-  for (int64_t t : {4097, 5000}) {
-    std::vector<uint16_t> clustered, perSm;
-    runAttend(kl, {t, true, /*gridX=*/128, 256, 0, /*clusterX=*/4}, 0.02,
-              &clustered);
-    runAttend(kl, {t, true, /*gridX=*/132}, 0.02, &perSm);
-    EXPECT_EQ(clustered, perSm) << "T" << t;
+  struct Case {
+    AttendShape shape;
+    int64_t length, grid, cluster;
+  };
+  const AttendShape kl{2, 128, 64, 512, 128};
+  for (const Case &c :
+       {Case{kl, 4097, 8, 4}, Case{{2, 64, 64, 512, 128}, 9, 8, 4},
+        Case{kl, 9, 8, 1}, Case{kl, 9, 12, 4}}) {
+    AttendData d(c.shape, c.length, 1.0f, 56);
+    k3::MlaAttendParams p;
+    p.q = d.dq.get<uint16_t>();
+    p.kvB = d.dkvB.get<uint16_t>();
+    Dev dCache = Dev::of(d.rows);
+    p.cache = dCache.get<uint16_t>();
+    p.length = c.length;
+    p.numHeads = c.shape.heads;
+    p.nopeDim = c.shape.P;
+    p.ropeDim = c.shape.R;
+    p.vDim = c.shape.V;
+    p.kvLoraRank = c.shape.L;
+    p.scale = 0.07f;
+    const size_t n = static_cast<size_t>(c.shape.heads * c.shape.V);
+    Dev dOut = Dev::of(std::vector<uint16_t>(n, 0));
+    p.out = dOut.get<uint16_t>();
+    ASSERT_TRUE(
+        launch("mla_attend_clustered", p, c.grid, 256, 0, c.cluster).isOk());
+    for (uint16_t v : dOut.download<uint16_t>(n))
+      ASSERT_TRUE(std::isnan(k3::bf16ToFloat(v)))
+          << "T" << c.length << " P" << c.shape.P << " grid " << c.grid
+          << " cluster " << c.cluster;
   }
 }
 
