@@ -383,12 +383,15 @@ void benchMla(std::vector<Result> &out, int64_t heads, int64_t length) {
   if (timeKernel("mla_attend", vs, heads * splits, us))
     out.push_back({label + ", grid " + std::to_string(heads * splits), us,
                    kvBBytes + cacheBytes});
-  // mla_attend_clustered (codegen mlaAttendCluster: a cluster of 4 blocks
-  // per head, two per SM, in plans of at most 4096 rows).
-  const bool clustered = heads * 4 <= 2 * 132 && length <= 4096;
-  if (clustered && timeKernel("mla_attend_clustered", vs, heads * 4, us, 256, 0,
-                              /*clusterX=*/4))
-    out.push_back({label + ", clusters of 4", us, kvBBytes + cacheBytes});
+  // mla_attend_clustered (codegen mlaAttendCluster: a cluster of
+  // kMlaClusterBlocks blocks per head, two per SM, in plans of at most 4096
+  // rows).
+  const int64_t C = kMlaClusterBlocks;
+  const bool clustered = heads * C <= 2 * 132 && length <= 4096;
+  if (clustered &&
+      timeKernel("mla_attend_clustered", vs, heads * C, us, 256, 0, C))
+    out.push_back({label + ", clusters of " + std::to_string(C), us,
+                   kvBBytes + cacheBytes});
   const std::vector<std::string> kinds = {
       "q-hat",  "range",   "merge",    "out",      "start",
       "waited", "h:q-hat", "h:merged", "h:splits", "h:out"};
@@ -397,8 +400,8 @@ void benchMla(std::vector<Result> &out, int64_t heads, int64_t length) {
     printTrace("mla_attend", vs, 132, kinds, /*itemKinds=*/kMlaTraceStart,
                bySlot);
     if (clustered)
-      printTrace("mla_attend_clustered", vs, heads * 4, kinds,
-                 /*itemKinds=*/kMlaTraceStart, bySlot, /*clusterX=*/4);
+      printTrace("mla_attend_clustered", vs, heads * C, kinds,
+                 /*itemKinds=*/kMlaTraceStart, bySlot, C);
   }
 }
 

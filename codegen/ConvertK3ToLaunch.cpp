@@ -127,7 +127,7 @@ int64_t mlaAttendGrid(int64_t heads, int64_t latent, int64_t rope,
 /// mlaAttendGrid. Measured on the H200: docs/PERF.md 2026-12-03.
 int64_t mlaAttendCluster(int64_t heads, int64_t nope, int64_t rope,
                          int64_t vDim, int64_t latent, int64_t maxSeq) {
-  constexpr int64_t kBlocks = 4;
+  constexpr int64_t kBlocks = ::k3::kMlaClusterBlocks;
   const bool shape = latent == 512 && nope == 128 && vDim == 128 &&
                      rope >= 8 && rope <= 256 && rope % 8 == 0;
   return shape && heads * kBlocks <= 2 * kTargetSms &&

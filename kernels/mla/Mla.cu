@@ -441,54 +441,62 @@ constexpr int64_t kAllHeadsMinRows = 4096;
 // mla_attend on a cluster per head (short contexts)
 //===----------------------------------------------------------------------===//
 //
-// k3_mla_attend_clustered, up to kMlaClusteredMaxRows rows: a cluster of 4
-// blocks per head (grid 4N, Hopper's distributed shared memory), block
-// rank r of head h's cluster:
+// k3_mla_attend_clustered, up to kMlaClusteredMaxRows rows: a cluster of
+// C = kMlaClusterBlocks (8) blocks per head (grid C·N, Hopper's distributed
+// shared memory), block rank r of head h's cluster:
 //   before the dependent-launch wait: loads its share of W_UK (columns
-//     [128r, 128r + 128) of L, all P rows) into registers and asks L2 for its
-//     W_UV rows [32r, 32r + 32): weights depend on no earlier kernel;
-//   q̂ of its 128 columns (16 row groups of 8 columns' chunks, summed in group
+//     [L/C·r, L/C·(r + 1)) of L, all P rows) into registers and asks L2 for
+//     its W_UV rows [V/C·r, V/C·(r + 1)): weights depend on no earlier
+//     kernel;
+//   q̂ of its columns (16 row groups of 8 columns' chunks, summed in group
 //     order: the all-heads form's q̂ bits), stored into every block of the
 //     cluster, then a cluster barrier;
-//   the rows [r·⌈T/4⌉, (r + 1)·⌈T/4⌉) as the per-head form's split r
+//   the rows [r·⌈T/C⌉, (r + 1)·⌈T/C⌉) as the per-head form's split r
 //     (attendRows), its (M, Σ) and unnormalised ĉ left in its shared memory;
-//   after a cluster barrier, the four splits merged in rank order (the
+//   after a cluster barrier, the C splits merged in rank order (the
 //     per-head form's split merge) from the cluster's shared memory into
-//     the full ĉ, then its 32 rows of W_UV, gated.
+//     the full ĉ, then its V/C rows of W_UV, gated.
 // No global scratch, no atomics: three cluster barriers instead of the
 // per-head form's one block doing the whole q̂ and W_UV, and its global
 // split merge. Deterministic: the cut depends on T alone. Its own entry
 // point (two blocks of at most 128 registers per SM) rather than a form of
 // k3_mla_attend (255 registers for the all-heads form, one block per SM):
 // 32 clusters of 4 one-block-per-SM blocks did not fit the GPCs at once
-// (H200: a second wave, 35 µs at 1024 rows instead of ~14).
+// (H200: a second wave, 35 µs at 1024 rows instead of ~14). Measured
+// (docs/PERF.md 2026-12-03): C = 4 took 26 µs at 1024 rows, its rows phase
+// 11 of them (8 rounds of 4 rows per warp).
 
-/// Blocks per head of the clustered form, and its one shape (Kimi-Linear
-/// and K3: L = 512, P = V = 128, R = 64, blocks of 256 threads).
-constexpr int kClusterHeadBlocks = 4;
+/// The clustered form's one shape (Kimi-Linear and K3: L = 512, P = V =
+/// 128, R = 64, blocks of 256 threads).
 constexpr int kClusterL = 512, kClusterP = 128, kClusterV = 128;
-constexpr int kClusterCols = kClusterL / kClusterHeadBlocks; ///< of q̂
-constexpr int kClusterOutRows = kClusterV / kClusterHeadBlocks; ///< of W_UV
 constexpr int kClusterQGroups = 16; ///< row groups of the q̂ sum
 constexpr int kClusterQRows = kClusterP / kClusterQGroups;
 
 /// Whether this launch takes the clustered form's shape (uniform over the
-/// grid; the context is checked after the wait).
+/// grid; the context is checked after the wait): clusters of
+/// kMlaClusterBlocks blocks, one cluster per head.
 __device__ __forceinline__ bool clusteredShape(const MlaAttendParams &p) {
-  return dev::clusterBlocks() == kClusterHeadBlocks &&
-         blockDim.x == kAttendMaxThreads && p.numHeads >= 1 &&
-         int64_t(gridDim.x) == p.numHeads * kClusterHeadBlocks &&
+  const unsigned C = dev::clusterBlocks();
+  return C == kMlaClusterBlocks && blockDim.x == kAttendMaxThreads &&
+         p.numHeads >= 1 && int64_t(gridDim.x) == p.numHeads * C &&
          gridDim.y == 1 && p.kvLoraRank == kClusterL &&
          p.nopeDim == kClusterP && p.vDim == kClusterV && p.ropeDim >= 8 &&
-         p.ropeDim <= 32 * 8 && p.ropeDim % 8 == 0 &&
-         dev::aligned16(p.cache) && dev::aligned16(p.kvB);
+         p.ropeDim <= 32 * 8 && p.ropeDim % 8 == 0 && dev::aligned16(p.cache) &&
+         dev::aligned16(p.kvB);
 }
 
 /// The clustered form (see the section comment). Waits for the prior grid
 /// itself; returns false, having done nothing else, beyond
 /// kMlaClusteredMaxRows rows.
+template <int C>
 __device__ bool attendClustered(const MlaAttendParams &p, AttendShared &s) {
   constexpr int L = kClusterL, P = kClusterP, V = kClusterV, CL = L / 8;
+  constexpr int kClusterHeadBlocks = C;
+  constexpr int kClusterCols = L / C;    ///< of q̂ per block
+  constexpr int kClusterOutRows = V / C; ///< of W_UV per block
+  /// Threads of the q̂ sum: 16 row groups × the block's column chunks.
+  constexpr int kQThreads = kClusterQGroups * (kClusterCols / 8);
+  static_assert(kQThreads <= kAttendMaxThreads, "q̂ threads");
   const int64_t h = blockIdx.x / kClusterHeadBlocks;
   const unsigned r = dev::clusterRank();
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
@@ -502,10 +510,15 @@ __device__ bool attendClustered(const MlaAttendParams &p, AttendShared &s) {
   // rows asked of L2.
   const int c = tid % (kClusterCols / 8), g = tid / (kClusterCols / 8);
   const int col = int(r) * kClusterCols + c * 8;
+  const bool qThread = tid < kQThreads;
   Chunk<8> wk[kClusterQRows];
 #pragma unroll
-  for (int k = 0; k < kClusterQRows; ++k)
-    wk[k].loadRO(wUK + int64_t(g + kClusterQGroups * k) * L + col);
+  for (int k = 0; k < kClusterQRows; ++k) {
+    if (qThread)
+      wk[k].loadRO(wUK + int64_t(g + kClusterQGroups * k) * L + col);
+    else
+      wk[k].zero();
+  }
   const int64_t row0 = int64_t(r) * kClusterOutRows;
   prefetchL2Block(wUV + row0 * L, int64_t(kClusterOutRows) * L * 2);
 
@@ -524,16 +537,18 @@ __device__ bool attendClustered(const MlaAttendParams &p, AttendShared &s) {
 #pragma unroll
   for (int e = 0; e < 8; ++e)
     acc[e] = 0.0f;
+  if (qThread) {
 #pragma unroll
-  for (int k = 0; k < kClusterQRows; ++k) {
-    const float qi = dev::bf16ToF(__ldg(q + g + kClusterQGroups * k));
+    for (int k = 0; k < kClusterQRows; ++k) {
+      const float qi = dev::bf16ToF(__ldg(q + g + kClusterQGroups * k));
+#pragma unroll
+      for (int e = 0; e < 8; ++e)
+        acc[e] = fmaf(wk[k].at(e), qi, acc[e]);
+    }
 #pragma unroll
     for (int e = 0; e < 8; ++e)
-      acc[e] = fmaf(wk[k].at(e), qi, acc[e]);
+      s.part[g * kClusterCols + c * 8 + e] = acc[e];
   }
-#pragma unroll
-  for (int e = 0; e < 8; ++e)
-    s.part[g * kClusterCols + c * 8 + e] = acc[e];
   __syncthreads();
   if (tid < kClusterCols) {
     float v = s.part[tid];
@@ -1200,17 +1215,18 @@ __device__ __noinline__ void attendAllHeads(const MlaAttendParams &p,
 } // namespace
 
 /// k3_mla_attend_clustered: k3_mla_attend's math (MlaAttendParams) on a
-/// cluster of 4 blocks of 256 threads per head (grid 4N), the clustered
-/// form above. Limits: L = 512, P = V = 128, R a multiple of 8 in [8, 256],
-/// 16-byte aligned cache and kv_b_proj, at most kMlaClusteredMaxRows rows;
-/// outside them the kernel writes NaN to out (codegen launches it only for
-/// such shapes and plans).
+/// cluster of kMlaClusterBlocks blocks of 256 threads per head (grid
+/// kMlaClusterBlocks · N), the clustered form above. Limits: L = 512, P = V =
+/// 128, R a multiple of 8 in [8, 256], 16-byte aligned cache and kv_b_proj, at
+/// most kMlaClusteredMaxRows rows; outside them the kernel writes NaN to out
+/// (codegen launches it only for such shapes and plans).
 extern "C" __global__ void __launch_bounds__(kAttendMaxThreads, 2)
     k3_mla_attend_clustered(const MlaAttendParams p) {
   dev::allowDependentLaunch();
   dev::prefetchL2Share(p.l2Prefetch);
   __shared__ AttendShared s;
-  if (clusteredShape(p) && attendClustered(p, s))
+  // One cluster size only: two forms inlined here spill at 128 registers.
+  if (clusteredShape(p) && attendClustered<kMlaClusterBlocks>(p, s))
     return;
   dev::waitForPriorGrids();
   dev::fillNaN(p.out, p.numHeads * p.vDim); // never silent

@@ -78,13 +78,18 @@ struct MlaAttendParams {
 /// them with the block size and alignment; codegen's grid choice reads them): L
 /// <= 512 (a lane owns two 8-value chunks of a row), R <= 64 (two rope values
 /// per lane), both multiples of 8, and at most 256 heads (its q̂ and ĉ scratch).
-/// Rows the clustered form of mla_attend (a cluster of 4 blocks per head,
-/// Mla.cu) attends at most; beyond, a clustered launch runs the all-heads
+/// Rows mla_attend_clustered (a cluster of blocks per head, Mla.cu)
+/// attends at most; beyond, a clustered launch runs the all-heads
 /// form. Codegen clusters a plan's mla_attend only when its cache holds no
 /// more rows: the all-heads form on a clustered grid runs on fewer SMs at
-/// once (clusters of 4 blocks of 255 registers pack into the GPCs
+/// once (clusters of 4 blocks of 255 registers packed into the GPCs
 /// unevenly) and measured 1.5-1.8x slower (H200, 4096-32768 rows).
 constexpr int64_t kMlaClusteredMaxRows = 4096;
+/// Blocks per head (one thread-block cluster) of mla_attend_clustered: its
+/// CUDA kernel takes clusters of exactly this many, codegen launches them.
+/// Measured on the H200 (Kimi-Linear's 32 heads, 1024 rows): docs/PERF.md
+/// 2026-12-03.
+constexpr int kMlaClusterBlocks = 8;
 
 constexpr int kMlaAllHeadsMaxLatent = 512;
 constexpr int kMlaAllHeadsMaxRope = 64;

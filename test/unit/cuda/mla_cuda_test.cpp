@@ -202,7 +202,7 @@ struct AttendRun {
   /// takes the scalar path).
   int64_t cacheShift = 0;
   /// Blocks per thread-block cluster: > 1 launches mla_attend_clustered
-  /// (4, grid 4N), else mla_attend.
+  /// (kMlaClusterBlocks, grid kMlaClusterBlocks · N), else mla_attend.
   int64_t clusterX = 1;
 };
 
@@ -434,7 +434,7 @@ TEST(MlaCuda, AttendAllHeadsLongContext) {
   runAttend(peaked, {9000, true, /*gridX=*/132});
 }
 
-/// The clustered form (a cluster of 4 blocks per head, grid 4N, up to 4096
+/// The clustered form (a cluster of C blocks per head, grid C·N, up to 4096
 /// rows; Kimi-Linear's and K3's head shape): contexts shorter than the
 /// cluster (blocks without rows), around a split boundary, up to the
 /// switch; Kimi-Linear's 32 heads, K3's 96 (more clusters than SMs), 2
@@ -442,18 +442,19 @@ TEST(MlaCuda, AttendAllHeadsLongContext) {
 /// without the gate.
 TEST(MlaCuda, AttendClusteredMatchesCpu) {
   K3_REQUIRE_GPU();
+  const int64_t C = k3::kMlaClusterBlocks;
   AttendData kl({32, 128, 64, 512, 128}, 4096, 1.0f, 51);
   for (int64_t t : {1, 2, 3, 4, 5, 72, 1000, 1023, 1024, 1025, 4096})
     for (bool gated : {true, false})
-      runAttend(kl, {t, gated, /*gridX=*/128, 256, 0, /*clusterX=*/4});
+      runAttend(kl, {t, gated, 32 * C, 256, 0, C});
   AttendData k3({96, 128, 64, 512, 128}, 2000, 1.0f, 52);
-  runAttend(k3, {2000, true, /*gridX=*/384, 256, 0, /*clusterX=*/4});
-  runAttend(k3, {7, false, /*gridX=*/384, 256, 0, /*clusterX=*/4});
+  runAttend(k3, {2000, true, 96 * C, 256, 0, C});
+  runAttend(k3, {7, false, 96 * C, 256, 0, C});
   AttendData two({2, 128, 8, 512, 128}, 600, 1.0f, 53);
-  runAttend(two, {600, true, /*gridX=*/8, 256, 0, /*clusterX=*/4});
+  runAttend(two, {600, true, 2 * C, 256, 0, C});
   AttendData peaked({32, 128, 64, 512, 128}, 3000, 8.0f, 54);
-  runAttend(peaked, {3000, true, /*gridX=*/128, 256, 0, /*clusterX=*/4});
-  runAttend(peaked, {9, true, /*gridX=*/128, 256, 0, /*clusterX=*/4});
+  runAttend(peaked, {3000, true, 32 * C, 256, 0, C});
+  runAttend(peaked, {9, true, 32 * C, 256, 0, C});
 }
 
 /// mla_attend_clustered outside its limits writes NaN (never a silent
@@ -466,9 +467,10 @@ TEST(MlaCuda, AttendClusteredOutsideItsLimitsWritesNaN) {
     int64_t length, grid, cluster;
   };
   const AttendShape kl{2, 128, 64, 512, 128};
+  const int64_t C = k3::kMlaClusterBlocks;
   for (const Case &c :
-       {Case{kl, 4097, 8, 4}, Case{{2, 64, 64, 512, 128}, 9, 8, 4},
-        Case{kl, 9, 8, 1}, Case{kl, 9, 12, 4}}) {
+       {Case{kl, 4097, 2 * C, C}, Case{{2, 64, 64, 512, 128}, 9, 2 * C, C},
+        Case{kl, 9, 2 * C, 1}, Case{kl, 9, 3 * C, C}}) {
     AttendData d(c.shape, c.length, 1.0f, 56);
     k3::MlaAttendParams p;
     p.q = d.dq.get<uint16_t>();
