@@ -29,9 +29,9 @@ def ConvertK3ToLaunch : Pass<"convert-k3-to-launch", "::mlir::ModuleOp"> {
     instead of global memory and a counter (kernels/kda/Kda.cu).
     With `mla-clusters` (the default), a `k3.mla_attend` / `k3.mla_decode`
     of Kimi-Linear's and K3's head shape (L = 512, P = V = 128, R a
-    multiple of 8) whose heads fit 8 blocks each on the GPU's SMs, in a
+    multiple of 8) whose heads fit 4 blocks each on the GPU's SMs, in a
     plan whose cache holds at most 4096 rows, launches
-    `mla_attend_clustered`: a cluster of 8 blocks per head that splits the
+    `mla_attend_clustered`: a cluster of 4 blocks per head that splits the
     head's q̂, rows and W_UV over them (kernels/mla/Mla.cu).
   }];
   let dependentDialects = ["::mlir::k3l::K3LDialect"];
@@ -41,7 +41,7 @@ def ConvertK3ToLaunch : Pass<"convert-k3-to-launch", "::mlir::ModuleOp"> {
            "per head (false: one block per head slice, finished through "
            "global memory)">,
     Option<"mlaClusters", "mla-clusters", "bool", /*default=*/"true",
-           "Attend with mla_attend_clustered (a cluster of 8 blocks per "
+           "Attend with mla_attend_clustered (a cluster of 4 blocks per "
            "head) where the heads have the K3 / Kimi-Linear shape, fit the "
            "SMs and the cache holds at most 4096 rows (false: mla_attend)">,
   ];

@@ -442,7 +442,7 @@ constexpr int64_t kAllHeadsMinRows = 4096;
 //===----------------------------------------------------------------------===//
 //
 // k3_mla_attend_clustered, up to kMlaClusteredMaxRows rows: a cluster of
-// C = kMlaClusterBlocks (8) blocks per head (grid C·N, Hopper's distributed
+// C = kMlaClusterBlocks (4) blocks per head (grid C·N, Hopper's distributed
 // shared memory), block rank r of head h's cluster:
 //   before the dependent-launch wait: loads its share of W_UK (columns
 //     [L/C·r, L/C·(r + 1)) of L, all P rows) into registers and asks L2 for
@@ -463,8 +463,9 @@ constexpr int64_t kAllHeadsMinRows = 4096;
 // k3_mla_attend (255 registers for the all-heads form, one block per SM):
 // 32 clusters of 4 one-block-per-SM blocks did not fit the GPCs at once
 // (H200: a second wave, 35 µs at 1024 rows instead of ~14). Measured
-// (docs/PERF.md 2026-12-03): C = 4 took 26 µs at 1024 rows, its rows phase
-// 11 of them (8 rounds of 4 rows per warp).
+// (docs/PERF.md 2026-12-03): 26 µs at 1024 rows, the rows phase 11 of them
+// (8 rounds of 4 rows per warp); clusters of 8 (half the rows per block)
+// measured slower (33 µs).
 
 /// The clustered form's one shape (Kimi-Linear and K3: L = 512, P = V =
 /// 128, R = 64, blocks of 256 threads).

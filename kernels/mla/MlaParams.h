@@ -87,9 +87,10 @@ struct MlaAttendParams {
 constexpr int64_t kMlaClusteredMaxRows = 4096;
 /// Blocks per head (one thread-block cluster) of mla_attend_clustered: its
 /// CUDA kernel takes clusters of exactly this many, codegen launches them.
-/// Measured on the H200 (Kimi-Linear's 32 heads, 1024 rows): docs/PERF.md
-/// 2026-12-03.
-constexpr int kMlaClusterBlocks = 8;
+/// Measured on the H200 (Kimi-Linear's 32 heads; docs/PERF.md 2026-12-03):
+/// 4 took 16.0 / 26.1 µs at 72 / 1024 rows (the step 2480 µs), 8 took 26.1
+/// / 32.9 (the step 2561: the clusters of 8 did not all fit at once).
+constexpr int kMlaClusterBlocks = 4;
 
 constexpr int kMlaAllHeadsMaxLatent = 512;
 constexpr int kMlaAllHeadsMaxRope = 64;

@@ -1,8 +1,8 @@
 // convert-k3-to-launch's mla-clusters option: an mla_attend of the K3 /
-// Kimi-Linear head shape (L = 512, P = V = 128, R = 64) whose heads fit 8
+// Kimi-Linear head shape (L = 512, P = V = 128, R = 64) whose heads fit 4
 // blocks each on the SMs, two per SM, launches mla_attend_clustered, each
-// head on a cluster of 8 blocks (grid 8 · heads, 256 threads), when its
-// cache holds at most 4096 rows; with the option off, 34 heads (272 blocks,
+// head on a cluster of 4 blocks (grid 4 · heads, 256 threads), when its
+// cache holds at most 4096 rows; with the option off, 67 heads (268 blocks,
 // more than two per SM of 132) or a cache of 8192 rows, mla_attend on one
 // block per SM without clusters.
 // RUN: k3-opt %s -split-input-file --convert-k3-to-launch | FileCheck %s --check-prefix=ON
@@ -13,10 +13,10 @@
 // Before:
 //   %att = k3.mla_attend %q, %kvb, %cache, %pos {config = #k3.mla<heads = 2, kv_lora = 512, nope = 128, rope = 64, v_dim = 128>}
 // After (on):
-//   k3l.launch "mla_attend_clustered"(...) {..., block = array<i64: 256, 1, 1>, cluster = array<i64: 8, 1, 1>, grid = array<i64: 16, 1, 1>, ...}
+//   k3l.launch "mla_attend_clustered"(...) {..., block = array<i64: 256, 1, 1>, cluster = array<i64: 4, 1, 1>, grid = array<i64: 8, 1, 1>, ...}
 // ON-LABEL: func.func @kimi_linear_heads
 // ON: k3l.launch "mla_attend_clustered"
-// ON-SAME: block = array<i64: 256, 1, 1>, cluster = array<i64: 8, 1, 1>, grid = array<i64: 16, 1, 1>
+// ON-SAME: block = array<i64: 256, 1, 1>, cluster = array<i64: 4, 1, 1>, grid = array<i64: 8, 1, 1>
 // OFF-LABEL: func.func @kimi_linear_heads
 // OFF: k3l.launch "mla_attend"(
 // OFF-NOT: cluster
@@ -44,14 +44,14 @@ func.func @kimi_linear_heads(%pos: index) -> tensor<16xf32> {
 // OFF-NOT: cluster
 // OFF-SAME: grid = array<i64: 132, 1, 1>
 func.func @too_many_heads(%pos: index) -> tensor<16xf32> {
-  %q = k3.weight "q" : tensor<6528xbf16>
-  %kvb = k3.weight "kv_b_proj.weight" : tensor<8704x512xbf16>
+  %q = k3.weight "q" : tensor<12864xbf16>
+  %kvb = k3.weight "kv_b_proj.weight" : tensor<17152x512xbf16>
   %cache = k3.state "layers.1.mla" : !k3.mla_cache<max_seq = 64, width = 576>
   %att = k3.mla_attend %q, %kvb, %cache, %pos
-           {config = #k3.mla<heads = 34, q_lora = 0, kv_lora = 512, nope = 128, rope = 64, v_dim = 128>}
-           : (tensor<6528xbf16>, tensor<8704x512xbf16>, !k3.mla_cache<max_seq = 64, width = 576>, index) -> tensor<4352xbf16>
-  %head = k3.weight "head" : tensor<16x4352xbf16>
-  %logits = k3.linear %att, %head : (tensor<4352xbf16>, tensor<16x4352xbf16>) -> tensor<16xf32>
+           {config = #k3.mla<heads = 67, q_lora = 0, kv_lora = 512, nope = 128, rope = 64, v_dim = 128>}
+           : (tensor<12864xbf16>, tensor<17152x512xbf16>, !k3.mla_cache<max_seq = 64, width = 576>, index) -> tensor<8576xbf16>
+  %head = k3.weight "head" : tensor<16x8576xbf16>
+  %logits = k3.linear %att, %head : (tensor<8576xbf16>, tensor<16x8576xbf16>) -> tensor<16xf32>
   return %logits : tensor<16xf32>
 }
 

@@ -126,7 +126,7 @@ static cl::opt<bool> kdaClusters(
     cl::init(true), cl::cat(k3cCat));
 static cl::opt<bool> mlaClusters(
     "mla-clusters",
-    cl::desc("Attend with mla_attend_clustered (a cluster of 8 blocks per "
+    cl::desc("Attend with mla_attend_clustered (a cluster of 4 blocks per "
              "head) where the heads have the K3 / Kimi-Linear shape, fit the "
              "SMs and --max-seq is at most 4096 (Hopper; default on; =false "
              "for mla_attend, one block per SM, to compare)"),
