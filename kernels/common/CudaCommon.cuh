@@ -384,31 +384,32 @@ __device__ __forceinline__ void clusterArrive() {
 __device__ __forceinline__ void clusterWait() {
   asm volatile("barrier.cluster.wait.aligned;" ::: "memory");
 }
-/// Stores `v` into block `rank` of the cluster, at the shared-memory
-/// variable that `local` is in this block (distributed shared memory).
+/// The distributed-shared-memory address, in block `rank` of the cluster,
+/// of the shared-memory variable that `local` is in this block.
+__device__ __forceinline__ unsigned clusterAddress(const void *local,
+                                                   unsigned rank) {
+  const unsigned a = static_cast<unsigned>(__cvta_generic_to_shared(local));
+  unsigned remote;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;"
+               : "=r"(remote)
+               : "r"(a), "r"(rank));
+  return remote;
+}
+/// Stores `v` into block `rank` of the cluster, at `local`'s variable.
 __device__ __forceinline__ void storeCluster(float *local, unsigned rank,
                                              float v) {
-  const unsigned a = static_cast<unsigned>(__cvta_generic_to_shared(local));
-  unsigned remote;
-  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;"
-               : "=r"(remote)
-               : "r"(a), "r"(rank));
-  asm volatile("st.shared::cluster.f32 [%0], %1;" ::"r"(remote), "f"(v)
+  asm volatile("st.shared::cluster.f32 [%0], %1;" ::"r"(
+                   clusterAddress(local, rank)),
+               "f"(v)
                : "memory");
 }
-/// Loads the float at the shared-memory variable that `local` is in this
-/// block, from block `rank` of the cluster (distributed shared memory).
+/// Loads the float at `local`'s variable from block `rank` of the cluster.
 __device__ __forceinline__ float loadCluster(const float *local,
                                              unsigned rank) {
-  const unsigned a = static_cast<unsigned>(__cvta_generic_to_shared(local));
-  unsigned remote;
-  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;"
-               : "=r"(remote)
-               : "r"(a), "r"(rank));
   float v;
   asm volatile("ld.shared::cluster.f32 %0, [%1];"
                : "=f"(v)
-               : "r"(remote)
+               : "r"(clusterAddress(local, rank))
                : "memory");
   return v;
 }

@@ -422,6 +422,47 @@ __device__ void attendHead(const MlaAttendParams &p, int64_t h, int split,
   K3C_TRACE(kMlaTraceHeadOut, split);
 }
 
+/// Rows first, first + 1, ... (K of them) of head h's output from this
+/// warp's W_UV chunks (wv[k][0]: L columns lane·8 .., wv[k][1]: (lane + 32)·8
+/// ..) and the lane's 16 ĉ values: o_i = R(W_UV[i] · ĉ), gated, rows at or
+/// past V skipped. The two half-rows are summed in order, then the lanes'
+/// sums with a butterfly; lane k writes row first + k.
+template <int K>
+__device__ __forceinline__ void writeOutRows(const MlaAttendParams &p,
+                                             const Chunk<8> (&wv)[K][2],
+                                             const float (&ch)[16], int64_t h,
+                                             int64_t first) {
+  const int lane = threadIdx.x & 31;
+  float dot[K];
+#pragma unroll
+  for (int k = 0; k < K; ++k) {
+    float d = 0.0f;
+#pragma unroll
+    for (int x = 0; x < 8; ++x)
+      d = fmaf(wv[k][0].at(x), ch[x], d);
+#pragma unroll
+    for (int x = 0; x < 8; ++x)
+      d = fmaf(wv[k][1].at(x), ch[8 + x], d);
+    dot[k] = d;
+  }
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1)
+#pragma unroll
+    for (int k = 0; k < K; ++k)
+      dot[k] += __shfl_xor_sync(0xffffffffu, dot[k], o);
+#pragma unroll
+  for (int k = 0; k < K; ++k) {
+    const int64_t i = first + k;
+    if (lane == k && i < p.vDim) {
+      const int64_t c = h * p.vDim + i;
+      float o = dev::roundBf16(dot[k]);
+      if (p.gate)
+        o = o * dev::sigmoidF(dev::bf16ToF(__ldg(p.gate + c)));
+      p.out[c] = dev::fToBf16(o);
+    }
+  }
+}
+
 /// Contexts from which the all-heads form runs; below, the per-head or the
 /// clustered form. Measured on the H200 (kernel_bench, one launch, 132 blocks; docs/
 /// PERF.md 2026-12-02), all-heads against per-head, µs: Kimi-Linear's 32
@@ -623,33 +664,7 @@ __device__ bool attendClustered(const MlaAttendParams &p, AttendShared &s) {
     ch[x] = s.part[lane * 8 + x];
     ch[8 + x] = s.part[(lane + 32) * 8 + x];
   }
-  float dot[kRows];
-#pragma unroll
-  for (int k = 0; k < kRows; ++k) {
-    float d = 0.0f;
-#pragma unroll
-    for (int x = 0; x < 8; ++x)
-      d = fmaf(wv[k][0].at(x), ch[x], d);
-#pragma unroll
-    for (int x = 0; x < 8; ++x)
-      d = fmaf(wv[k][1].at(x), ch[8 + x], d);
-    dot[k] = d;
-  }
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1)
-#pragma unroll
-    for (int k = 0; k < kRows; ++k)
-      dot[k] += __shfl_xor_sync(0xffffffffu, dot[k], o);
-#pragma unroll
-  for (int k = 0; k < kRows; ++k) {
-    if (lane == k) {
-      const int64_t i = h * V + row0 + warp * kRows + k;
-      float o = dev::roundBf16(dot[k]);
-      if (p.gate)
-        o = o * dev::sigmoidF(dev::bf16ToF(__ldg(p.gate + i)));
-      p.out[i] = dev::fToBf16(o);
-    }
-  }
+  writeOutRows<kRows>(p, wv, ch, h, row0 + warp * kRows);
   K3C_TRACE(kMlaTraceHeadOut, r);
   return true;
 }
@@ -1114,34 +1129,7 @@ __device__ void outItem(const MlaAttendParams &p, const AttendCut &cut,
     if (i < V && has1)
       wv[r][1].loadRO(row + c1);
   }
-  float dot[kRows];
-#pragma unroll
-  for (int r = 0; r < kRows; ++r) {
-    float d = 0.0f;
-#pragma unroll
-    for (int x = 0; x < 8; ++x)
-      d = fmaf(wv[r][0].at(x), ch[x], d);
-#pragma unroll
-    for (int x = 0; x < 8; ++x)
-      d = fmaf(wv[r][1].at(x), ch[8 + x], d);
-    dot[r] = d;
-  }
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1)
-#pragma unroll
-    for (int r = 0; r < kRows; ++r)
-      dot[r] += __shfl_xor_sync(0xffffffffu, dot[r], o);
-#pragma unroll
-  for (int r = 0; r < kRows; ++r) {
-    const int64_t i = row0 + warp * kRows + r;
-    if (lane == r && i < V) {
-      const int64_t c = h * V + i;
-      float o = dev::roundBf16(dot[r]);
-      if (p.gate)
-        o = o * dev::sigmoidF(dev::bf16ToF(__ldg(p.gate + c)));
-      p.out[c] = dev::fToBf16(o);
-    }
-  }
+  writeOutRows<kRows>(p, wv, ch, h, row0 + warp * kRows);
 }
 
 /// Whether the fast path takes this launch (the plans' shapes: K3 and
