@@ -121,19 +121,17 @@ int64_t mlaAttendGrid(int64_t heads, int64_t latent, int64_t rope,
 
 /// Blocks of the cluster that attends one head in mla_attend_clustered
 /// (Mla.cu: L = 512, P = V = 128, R a multiple of 8 up to 256, 256
-/// threads, two blocks per SM), when the clusters fit the SMs at once and
-/// the cache holds at most kMlaClusteredMaxRows rows (its limit; longer
-/// caches need mla_attend's all-heads form); 1: mla_attend on the grid of
-/// mlaAttendGrid. Measured on the H200: docs/PERF.md 2026-12-03.
+/// threads, two blocks per SM), when the clusters fit the SMs at once; 1:
+/// mla_attend on the grid of mlaAttendGrid. The clustered form attends at
+/// most kMlaClusteredMaxRows rows: a longer cache also gets an mla_attend
+/// launch for the contexts above them (lowerMlaAttend). Measured on the
+/// H200: docs/PERF.md 2026-12-03.
 int64_t mlaAttendCluster(int64_t heads, int64_t nope, int64_t rope,
-                         int64_t vDim, int64_t latent, int64_t maxSeq) {
+                         int64_t vDim, int64_t latent) {
   constexpr int64_t kBlocks = ::k3::kMlaClusterBlocks;
   const bool shape = latent == 512 && nope == 128 && vDim == 128 &&
                      rope >= 8 && rope <= 256 && rope % 8 == 0;
-  return shape && heads * kBlocks <= 2 * kTargetSms &&
-                 maxSeq <= ::k3::kMlaClusteredMaxRows
-             ? kBlocks
-             : 1;
+  return shape && heads * kBlocks <= 2 * kTargetSms ? kBlocks : 1;
 }
 
 /// The router: a warp per expert row, 8 per 256-thread block.
@@ -420,24 +418,38 @@ void Lowering::lowerMlaAttend(Operation *op, MlaConfigAttr c, Value q,
                              : 0;
   const int64_t cluster =
       mlaClusters_ ? mlaAttendCluster(c.getHeads(), c.getNope(), c.getRope(),
-                                      c.getVDim(), c.getKvLora(), maxSeq)
+                                      c.getVDim(), c.getKvLora())
                    : 1;
-  launch(cluster > 1 ? "mla_attend_clustered" : "mla_attend", op,
-         {{"q", ptr(q)},
-          {"kvB", ptr(kvB)},
-          {"cache", ptr(cache)},
-          {"gate", opt(gate)},
-          {"out", out}},
-         {I("numHeads", c.getHeads()), I("nopeDim", c.getNope()),
-          I("ropeDim", c.getRope()), I("vDim", c.getVDim()),
-          I("kvLoraRank", c.getKvLora()),
-          F("scale",
-            1.0 / std::sqrt(static_cast<double>(c.getNope() + c.getRope())))},
-         {{"length", "length"}, {"step", "step"}},
-         cluster > 1
-             ? c.getHeads() * cluster
-             : mlaAttendGrid(c.getHeads(), c.getKvLora(), c.getRope(), maxSeq),
-         /*blockX=*/256, cluster);
+  // A cache longer than the clustered form attends: the clustered launch
+  // hands the contexts above its rows over to an mla_attend launch after it
+  // (each returns at once on the other's contexts).
+  const int64_t handover =
+      cluster > 1 && maxSeq > ::k3::kMlaClusteredMaxRows
+          ? ::k3::kMlaClusteredMaxRows
+          : 0;
+  auto attend = [&](const char *kernel, int64_t grid, int64_t clusterX) {
+    SmallVector<ScalarArg> sc = {
+        I("numHeads", c.getHeads()), I("nopeDim", c.getNope()),
+        I("ropeDim", c.getRope()),   I("vDim", c.getVDim()),
+        I("kvLoraRank", c.getKvLora()),
+        F("scale",
+          1.0 / std::sqrt(static_cast<double>(c.getNope() + c.getRope())))};
+    if (handover > 0)
+      sc.push_back(I("handover", handover));
+    launch(kernel, op,
+           {{"q", ptr(q)},
+            {"kvB", ptr(kvB)},
+            {"cache", ptr(cache)},
+            {"gate", opt(gate)},
+            {"out", out}},
+           sc, {{"length", "length"}, {"step", "step"}}, grid,
+           /*blockX=*/256, clusterX);
+  };
+  if (cluster > 1)
+    attend("mla_attend_clustered", c.getHeads() * cluster, cluster);
+  if (cluster == 1 || handover > 0)
+    attend("mla_attend",
+           mlaAttendGrid(c.getHeads(), c.getKvLora(), c.getRope(), maxSeq), 1);
 }
 
 Lowering::LaunchArgs Lowering::routerArgs(Operation *op, Value x,

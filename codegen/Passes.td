@@ -29,10 +29,12 @@ def ConvertK3ToLaunch : Pass<"convert-k3-to-launch", "::mlir::ModuleOp"> {
     instead of global memory and a counter (kernels/kda/Kda.cu).
     With `mla-clusters` (the default), a `k3.mla_attend` / `k3.mla_decode`
     of Kimi-Linear's and K3's head shape (L = 512, P = V = 128, R a
-    multiple of 8) whose heads fit 4 blocks each on the GPU's SMs, in a
-    plan whose cache holds at most 4096 rows, launches
+    multiple of 8) whose heads fit 4 blocks each on the GPU's SMs launches
     `mla_attend_clustered`: a cluster of 4 blocks per head that splits the
-    head's q̂, rows and W_UV over them (kernels/mla/Mla.cu).
+    head's q̂, rows and W_UV over them (kernels/mla/Mla.cu). It attends at
+    most 4096 rows: when the cache holds more, an `mla_attend` launch
+    follows it, both with `handover = 4096`, and each returns at once on
+    the other's contexts.
   }];
   let dependentDialects = ["::mlir::k3l::K3LDialect"];
   let options = [
@@ -42,8 +44,9 @@ def ConvertK3ToLaunch : Pass<"convert-k3-to-launch", "::mlir::ModuleOp"> {
            "global memory)">,
     Option<"mlaClusters", "mla-clusters", "bool", /*default=*/"true",
            "Attend with mla_attend_clustered (a cluster of 4 blocks per "
-           "head) where the heads have the K3 / Kimi-Linear shape, fit the "
-           "SMs and the cache holds at most 4096 rows (false: mla_attend)">,
+           "head) where the heads have the K3 / Kimi-Linear shape and fit "
+           "the SMs, handing contexts above 4096 rows to an mla_attend "
+           "launch after it (false: mla_attend alone)">,
   ];
 }
 

@@ -88,10 +88,12 @@ done
   --max-batch 16 -o "$STAGE/plans/kimi-linear-48b-default-b16.plan"
 # A real-geometry slice small enough for the CPU backend (Kimi-Linear-48B,
 # 4 layers, 8 experts: its KDA heads take kda_decode's clustered path, which
-# no tiny preset does) for gpu-check.sh's --check-against cpu.
+# no tiny preset does) for gpu-check.sh's --check-against cpu; planned for
+# 8192 tokens, so its MLA layer is the mla_attend_clustered / mla_attend
+# pair split at 4096 rows (the clustered one attends the check's contexts).
 "$BUILD_DIR"/bin/k3-mkmodel kimi-linear-48b --layers 4 --experts 8 \
   --config-only -o "$cfg/kl4" >/dev/null
-"$BUILD_DIR"/bin/k3c "$cfg/kl4" --fusion=default --max-seq 512 \
+"$BUILD_DIR"/bin/k3c "$cfg/kl4" --fusion=default --max-seq 8192 \
   -o "$STAGE/plans/kimi-linear-48b-l4-e8-default.plan"
 rm -rf "$cfg"
 if [ $LAUNCH_TRACE = 1 ]; then

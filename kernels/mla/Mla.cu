@@ -568,6 +568,8 @@ __device__ bool attendClustered(const MlaAttendParams &p, AttendShared &s) {
   dev::waitForPriorGrids();
   const int64_t T = attendLength(p);
   dev::clusterWait(); // every block of the cluster has started
+  if (p.handover > 0 && T > p.handover)
+    return true; // the mla_attend launch after this one attends it
   if (T > kMlaClusteredMaxRows)
     return false;
 
@@ -1208,7 +1210,8 @@ __device__ __noinline__ void attendAllHeads(const MlaAttendParams &p,
 /// kMlaClusterBlocks · N), the clustered form above. Limits: L = 512, P = V =
 /// 128, R a multiple of 8 in [8, 256], 16-byte aligned cache and kv_b_proj, at
 /// most kMlaClusteredMaxRows rows; outside them the kernel writes NaN to out
-/// (codegen launches it only for such shapes and plans).
+/// (codegen launches it only for such shapes), except above a `handover`
+/// length, where it writes nothing (a later mla_attend launch does).
 extern "C" __global__ void __launch_bounds__(kAttendMaxThreads, 2)
     k3_mla_attend_clustered(const MlaAttendParams p) {
   dev::allowDependentLaunch();
@@ -1297,7 +1300,8 @@ k3_mla_cache_append_rows(const MlaCacheAppendRowsParams rp) {
 /// Limits: blockDim <= 256; 1 <= L <= 1024; R <= 256 when L and R are
 /// multiples of 8 (with 16-byte aligned cache / kvB), else R <= 128.
 /// Outside them the kernel writes NaN to out (the runtime's shapes — K3:
-/// L = 512, R = 64 — are inside).
+/// L = 512, R = 64 — are inside). With a `handover` length, lengths up to it
+/// are left alone (an mla_attend_clustered launch before it attends them).
 extern "C" __global__ void __launch_bounds__(kAttendMaxThreads)
     k3_mla_attend(const MlaAttendParams p) {
   dev::allowDependentLaunch();
@@ -1309,6 +1313,8 @@ extern "C" __global__ void __launch_bounds__(kAttendMaxThreads)
   K3C_TRACE_T0();
   dev::waitForPriorGrids();
   K3C_TRACE(kMlaTraceStart, 0u);
+  if (p.handover > 0 && attendLength(p) <= p.handover)
+    return; // the mla_attend_clustered launch before this one attended it
   if (fastAttend(p) && attendLength(p) >= kAllHeadsMinRows) {
     // W_UV of every head asked of L2 for the O items, a head per block in
     // turn (W_UK is read at once by the q̂ items).

@@ -8,6 +8,8 @@
 // given, is applied to R(o) as mul_sigmoid does.
 //
 // Limits: length >= 1; the CPU version allocates O(length + L) fp32 scratch.
+// A plan whose cache outgrows mla_attend_clustered runs it and mla_attend as a
+// pair split at MlaAttendParams::handover; each twin here attends its side.
 //
 //===----------------------------------------------------------------------===//
 #include "kernels/mla/MlaCpu.h"
@@ -27,10 +29,16 @@ void mlaCacheAppendCpu(const MlaCacheAppendParams &p) {
               sizeof(uint16_t) * p.ropeDim);
 }
 
-void mlaAttendCpu(const MlaAttendParams &p) {
+namespace {
+
+/// Rows attended: step[kStepPos] + 1 when the step block is bound.
+int64_t attendedRows(const MlaAttendParams &p) {
+  return p.step ? p.step[kStepPos] + 1 : p.length;
+}
+
+void attend(const MlaAttendParams &p, int64_t T) {
   const int64_t L = p.kvLoraRank, R = p.ropeDim, P = p.nopeDim, V = p.vDim;
   const int64_t width = L + R;
-  const int64_t T = p.step ? p.step[kStepPos] + 1 : p.length;
 
   // The cache widened once for all heads: [T, L+R] fp32.
   std::vector<float> cache(T * width);
@@ -88,6 +96,22 @@ void mlaAttendCpu(const MlaAttendParams &p) {
       p.out[c] = floatToBf16(o);
     }
   }
+}
+
+} // namespace
+
+void mlaAttendCpu(const MlaAttendParams &p) {
+  const int64_t T = attendedRows(p);
+  if (p.handover > 0 && T <= p.handover)
+    return; // the mla_attend_clustered launch before this one attended it
+  attend(p, T);
+}
+
+void mlaAttendClusteredCpu(const MlaAttendParams &p) {
+  const int64_t T = attendedRows(p);
+  if (p.handover > 0 && T > p.handover)
+    return; // the mla_attend launch after this one attends it
+  attend(p, T);
 }
 
 } // namespace k3

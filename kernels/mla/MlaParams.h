@@ -72,6 +72,13 @@ struct MlaAttendParams {
   /// The next launch's weight (o_proj), asked of L2 while the attend's
   /// dependent rounds leave the HBM idle; none when empty.
   L2Prefetch l2Prefetch;
+  /// The pair of launches of a plan whose cache holds more rows than
+  /// mla_attend_clustered attends (codegen: kMlaClusteredMaxRows): when > 0,
+  /// mla_attend_clustered attends only lengths up to `handover` and leaves
+  /// `out` alone beyond (the mla_attend launch after it writes it), and
+  /// mla_attend attends only lengths above it. 0: a launch attends every
+  /// length (mla_attend_clustered writes NaN beyond its limit).
+  int64_t handover = 0;
 };
 
 /// Limits of mla_attend's all-heads form (its CUDA kernel, Mla.cu, checks
@@ -79,11 +86,11 @@ struct MlaAttendParams {
 /// <= 512 (a lane owns two 8-value chunks of a row), R <= 64 (two rope values
 /// per lane), both multiples of 8, and at most 256 heads (its q̂ and ĉ scratch).
 /// Rows mla_attend_clustered (a cluster of blocks per head, Mla.cu)
-/// attends at most; beyond, a clustered launch runs the all-heads
-/// form. Codegen clusters a plan's mla_attend only when its cache holds no
-/// more rows: the all-heads form on a clustered grid runs on fewer SMs at
-/// once (clusters of 4 blocks of 255 registers packed into the GPCs
-/// unevenly) and measured 1.5-1.8x slower (H200, 4096-32768 rows).
+/// attends at most. A plan whose cache holds more rows gets a clustered
+/// launch handing over to mla_attend above them (MlaAttendParams::handover):
+/// the all-heads form on a clustered grid runs on fewer SMs at once
+/// (clusters of 4 blocks of 255 registers packed into the GPCs unevenly) and
+/// measured 1.5-1.8x slower (H200, 4096-32768 rows).
 constexpr int64_t kMlaClusteredMaxRows = 4096;
 /// Blocks per head (one thread-block cluster) of mla_attend_clustered: its
 /// CUDA kernel takes clusters of exactly this many, codegen launches them.

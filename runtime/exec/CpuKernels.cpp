@@ -43,7 +43,7 @@ const Entry kEntries[] = {
     {"kda_decode", &runAs<KdaDecodeParams, kdaDecodeCpu>},
     {"mla_cache_append", &runAs<MlaCacheAppendParams, mlaCacheAppendCpu>},
     {"mla_attend", &runAs<MlaAttendParams, mlaAttendCpu>},
-    {"mla_attend_clustered", &runAs<MlaAttendParams, mlaAttendCpu>},
+    {"mla_attend_clustered", &runAs<MlaAttendParams, mlaAttendClusteredCpu>},
     {"router", &runAs<RouterParams, routerCpu>},
     {"gated_mlp", &runAs<GatedMlpParams, gatedMlpCpu>},
     {"moe_experts", &runAs<MoeExpertsParams, moeExpertsCpu>},

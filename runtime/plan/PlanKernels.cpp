@@ -381,6 +381,7 @@ Status checkMlaCacheAppend(const MlaCacheAppendParams &p, ExtentChecker &x) {
 Status checkMlaAttendAs(const char *k, const MlaAttendParams &p,
                         ExtentChecker &x) {
   K3_RETURN_IF_ERROR(checkPrefetch(k, p.l2Prefetch, x));
+  K3_RETURN_IF_ERROR(nonNegative(k, "handover", p.handover));
   for (auto [name, v] :
        {std::pair<const char *, int64_t>{"numHeads", p.numHeads},
         {"nopeDim", p.nopeDim},
@@ -415,13 +416,18 @@ Status checkMlaAttend(const MlaAttendParams &p, ExtentChecker &x) {
 }
 
 /// The clustered form also attends at most kMlaClusteredMaxRows rows (its
-/// CUDA kernel writes NaN beyond): the plan's length bound says so.
+/// CUDA kernel writes NaN beyond): the plan's length bound says so, or a
+/// handover length within it (an mla_attend launch attends the longer
+/// contexts).
 Status checkMlaAttendClustered(const MlaAttendParams &p, ExtentChecker &x) {
   const char *k = "mla_attend_clustered";
-  if (p.length > kMlaClusteredMaxRows)
+  if (p.handover > kMlaClusteredMaxRows)
+    return makeError(k, ": handover must be at most ", kMlaClusteredMaxRows,
+                     " (the clustered form's rows), got ", p.handover);
+  if (p.handover <= 0 && p.length > kMlaClusteredMaxRows)
     return makeError(k, ": length must be at most ", kMlaClusteredMaxRows,
-                     " (the clustered form's rows; k3c clusters only plans "
-                     "whose cache holds no more), got ",
+                     " (the clustered form's rows) without a handover to "
+                     "mla_attend, got ",
                      p.length);
   return checkMlaAttendAs(k, p, x);
 }
@@ -686,6 +692,11 @@ const ScalarCondition kScalarConditions[] = {
     {"kda_decode", "gRank", KernelField::Need::IfGiven, "gB"},
     // A test lever (k3-inject-mutant), never part of a real plan.
     {"router", "forceExpert", KernelField::Need::Never},
+    // The split of a long cache between the two attend launches, given only
+    // by a plan that has both (absent: none, as in plans written before it:
+    // an optional field within version 1).
+    {"mla_attend", "handover", KernelField::Need::Never},
+    {"mla_attend_clustered", "handover", KernelField::Need::Never},
 };
 
 /// Marks every scalar field required, then applies kScalarConditions (and
@@ -870,7 +881,8 @@ std::vector<KernelInfo> buildTable() {
          K3_FIELD(P, length), K3_FIELD(P, step), K3_FIELD(P, gate),
          K3_FIELD(P, out),
          K3_FIELD(P, numHeads), K3_FIELD(P, nopeDim), K3_FIELD(P, ropeDim),
-         K3_FIELD(P, vDim), K3_FIELD(P, kvLoraRank), K3_FIELD(P, scale)},
+         K3_FIELD(P, vDim), K3_FIELD(P, kvLoraRank), K3_FIELD(P, scale),
+         K3_FIELD(P, handover)},
         K3_HOLDER(P), K3_CHECK(P, checkMlaAttend));
     addPrefetchFields(t.back().fields, offsetof(P, l2Prefetch));
     add("mla_attend_clustered", "MlaAttendParams", t.back().fields,

@@ -2,9 +2,11 @@
 // Kimi-Linear head shape (L = 512, P = V = 128, R = 64) whose heads fit 4
 // blocks each on the SMs, two per SM, launches mla_attend_clustered, each
 // head on a cluster of 4 blocks (grid 4 · heads, 256 threads), when its
-// cache holds at most 4096 rows; with the option off, 67 heads (268 blocks,
-// more than two per SM of 132) or a cache of 8192 rows, mla_attend on one
-// block per SM without clusters.
+// cache holds at most 4096 rows; with the option off or 67 heads (268
+// blocks, more than two per SM of 132), mla_attend on one block per SM
+// without clusters. A cache of 8192 rows gets both launches, split at
+// handover = 4096 (the clustered form's rows): mla_attend_clustered attends
+// contexts up to 4096, mla_attend after it the longer ones.
 // RUN: k3-opt %s -split-input-file --convert-k3-to-launch | FileCheck %s --check-prefix=ON
 // RUN: k3-opt %s -split-input-file --convert-k3-to-launch="mla-clusters=false" | FileCheck %s --check-prefix=OFF
 // The clustered launch verifies and round-trips.
@@ -57,14 +59,24 @@ func.func @too_many_heads(%pos: index) -> tensor<16xf32> {
 
 // -----
 
+// Before: as @kimi_linear_heads, the cache !k3.mla_cache<max_seq = 8192, ...>
+// After (on):
+//   k3l.launch "mla_attend_clustered"(...) {..., cluster = array<i64: 4, 1, 1>, grid = array<i64: 8, 1, 1>, ..., scalars = {handover = 4096 : i64, ...}}
+//   k3l.launch "mla_attend"(...) {..., grid = array<i64: 132, 1, 1>, ..., scalars = {handover = 4096 : i64, ...}}
 // ON-LABEL: func.func @long_cache
-// ON: k3l.launch "mla_attend"(
+// ON: k3l.launch "mla_attend_clustered"(
+// ON-SAME: cluster = array<i64: 4, 1, 1>, grid = array<i64: 8, 1, 1>
+// ON-SAME: handover = 4096 : i64
+// ON-NEXT: k3l.launch "mla_attend"(
 // ON-NOT: cluster
 // ON-SAME: grid = array<i64: 132, 1, 1>
+// ON-SAME: handover = 4096 : i64
 // OFF-LABEL: func.func @long_cache
 // OFF: k3l.launch "mla_attend"
 // OFF-NOT: cluster
+// OFF-NOT: handover
 // OFF-SAME: grid = array<i64: 132, 1, 1>
+// OFF-NOT: k3l.launch "mla_attend
 func.func @long_cache(%pos: index) -> tensor<16xf32> {
   %q = k3.weight "q" : tensor<384xbf16>
   %kvb = k3.weight "kv_b_proj.weight" : tensor<512x512xbf16>

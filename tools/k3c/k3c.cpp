@@ -127,9 +127,11 @@ static cl::opt<bool> kdaClusters(
 static cl::opt<bool> mlaClusters(
     "mla-clusters",
     cl::desc("Attend with mla_attend_clustered (a cluster of 4 blocks per "
-             "head) where the heads have the K3 / Kimi-Linear shape, fit the "
-             "SMs and --max-seq is at most 4096 (Hopper; default on; =false "
-             "for mla_attend, one block per SM, to compare)"),
+             "head) where the heads have the K3 / Kimi-Linear shape and fit "
+             "the SMs, for contexts of at most 4096 tokens (with --max-seq "
+             "above it, an mla_attend launch after it attends the longer "
+             "ones; Hopper; default on; =false for mla_attend alone, to "
+             "compare)"),
     cl::init(true), cl::cat(k3cCat));
 static cl::opt<std::string> l2Prefetch(
     "l2-prefetch",

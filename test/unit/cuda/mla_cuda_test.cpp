@@ -496,4 +496,56 @@ TEST(MlaCuda, AttendClusteredOutsideItsLimitsWritesNaN) {
   }
 }
 
+/// A plan whose cache holds more rows than mla_attend_clustered attends
+/// runs it and then mla_attend, both with handover = kMlaClusteredMaxRows
+/// (codegen): on each side of the handover one launch writes the output (as
+/// the CPU does, bf16 tolerance) and the other leaves it untouched (the
+/// poison stays), at Kimi-Linear's shape on the codegen grids.
+TEST(MlaCuda, AttendHandoverPairWritesOnce) {
+  K3_REQUIRE_GPU();
+  const int64_t C = k3::kMlaClusterBlocks, H = k3::kMlaClusteredMaxRows;
+  const AttendShape s{32, 128, 64, 512, 128};
+  AttendData d(s, H + 904, 1.0f, 57);
+  Dev dCache = Dev::of(d.rows);
+  const size_t n = static_cast<size_t>(s.heads * s.V);
+  for (int64_t len : {int64_t(1), int64_t(1024), H, H + 1, H + 904}) {
+    k3::MlaAttendParams p;
+    p.q = d.q.data();
+    p.kvB = d.kvB.data();
+    p.cache = d.rows.data();
+    p.length = len;
+    p.gate = d.gate.data();
+    p.numHeads = s.heads;
+    p.nopeDim = s.P;
+    p.ropeDim = s.R;
+    p.vDim = s.V;
+    p.kvLoraRank = s.L;
+    p.scale = 1.0f / std::sqrt(static_cast<float>(s.P + s.R));
+    std::vector<uint16_t> want(n, 0xFFFF);
+    p.out = want.data();
+    k3::mlaAttendCpu(p);
+    p.handover = H;
+    p.q = d.dq.get<uint16_t>();
+    p.kvB = d.dkvB.get<uint16_t>();
+    p.cache = dCache.get<uint16_t>();
+    p.gate = d.dgate.get<uint16_t>();
+    Dev dOut = Dev::poisoned<uint16_t>(n);
+    p.out = dOut.get<uint16_t>();
+    ASSERT_TRUE(launch("mla_attend_clustered", p, s.heads * C, 256, 0, C)
+                    .isOk());
+    const std::vector<uint16_t> afterFirst = dOut.download<uint16_t>(n);
+    ASSERT_TRUE(launch("mla_attend", p, 132, 256).isOk());
+    const std::vector<uint16_t> got = dOut.download<uint16_t>(n);
+    const std::vector<uint16_t> poison(n, 0xFFFF);
+    if (len <= H)
+      EXPECT_EQ(got, afterFirst) << "mla_attend wrote below the handover";
+    else
+      EXPECT_EQ(afterFirst, poison) << "the clustered launch wrote above it";
+    char what[96];
+    std::snprintf(what, sizeof(what), "handover pair T%lld",
+                  static_cast<long long>(len));
+    expectBf16Near(want, got, what, 1, 0.02);
+  }
+}
+
 } // namespace

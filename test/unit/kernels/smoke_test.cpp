@@ -2,6 +2,7 @@
 //
 // Rules that are easy to state exactly (router ranking and ties, argmax ties,
 // the conv window, the first KDA step from a zero state, one-row attention,
+// the split of a long cache's attention between its two launches,
 // AttnRes over identical sources), plus one run of the heaviest ops at real
 // K3 widths to keep their cost in check.
 //
@@ -309,6 +310,50 @@ TEST(Mla, OneCachedRowGivesWuvTimesLatent) {
     linearCpu(lp);
     EXPECT_TRUE(sameBits(expect, std::vector<uint16_t>(o.begin() + h * V,
                                                        o.begin() + h * V + V)));
+  }
+}
+
+/// A long cache's two attend launches (MlaAttendParams::handover): the
+/// clustered twin attends lengths up to the handover and leaves out alone
+/// above it, mla_attend the other way round, so the pair run in plan order
+/// writes exactly what one unsplit attend writes, on both sides of the
+/// handover; and with no handover each attends every length.
+TEST(Mla, HandoverSplitsTheLengthsBetweenTheTwoLaunches) {
+  Rng rng(27);
+  const int64_t N = 2, P = 8, R = 8, L = 16, V = 8, T = 12, H = 5;
+  auto q = randomBf16(rng, N * (P + R), 1.0f);
+  auto kvB = randomBf16(rng, N * (P + V) * L, 0.3f);
+  auto cache = randomBf16(rng, T * (L + R), 1.0f);
+  const uint16_t kPoison = 0x7fa1; // a NaN no kernel writes
+  MlaAttendParams p;
+  p.q = q.data(), p.kvB = kvB.data(), p.cache = cache.data();
+  p.numHeads = N, p.nopeDim = P, p.ropeDim = R, p.vDim = V, p.kvLoraRank = L;
+  p.scale = 1.0f / std::sqrt(static_cast<float>(P + R));
+  for (int64_t len : {int64_t(1), H, H + 1, T}) {
+    p.length = len;
+    std::vector<uint16_t> want(N * V, kPoison);
+    p.handover = 0;
+    p.out = want.data();
+    mlaAttendCpu(p);
+    std::vector<uint16_t> alone(N * V, kPoison);
+    p.out = alone.data();
+    mlaAttendClusteredCpu(p);
+    EXPECT_TRUE(sameBits(alone, want)) << "no handover, length " << len;
+
+    p.handover = H;
+    std::vector<uint16_t> clustered(N * V, kPoison), plain(N * V, kPoison);
+    p.out = clustered.data();
+    mlaAttendClusteredCpu(p);
+    p.out = plain.data();
+    mlaAttendCpu(p);
+    const std::vector<uint16_t> untouched(N * V, kPoison);
+    EXPECT_TRUE(sameBits(len <= H ? clustered : plain, want)) << len;
+    EXPECT_TRUE(sameBits(len <= H ? plain : clustered, untouched)) << len;
+    std::vector<uint16_t> pair(N * V, kPoison);
+    p.out = pair.data();
+    mlaAttendClusteredCpu(p);
+    mlaAttendCpu(p);
+    EXPECT_TRUE(sameBits(pair, want)) << "the pair, length " << len;
   }
 }
 
