@@ -8,6 +8,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "kernels/common/BF16.h"
+#include "kernels/mla/MlaParams.h"
 #include "kernels/moe/MoeCpu.h"
 #include "runtime/model/Config.h"
 #include "tools/k3-mkmodel/ModelMaker.h"
@@ -334,6 +335,28 @@ TEST(BadPlan, FoldedLowRankGateRanks) {
   p = tinyPlan("default");
   launchOf(p, "kda_decode").arg("fRank", PlanArg::integer(0));
   EXPECT_ERROR_CONTAINS(loadAndBind(p), "kda_decode: fRank must be positive");
+}
+
+/// The split of a long cache between mla_attend_clustered and mla_attend
+/// (MlaAttendParams::handover, optional): never negative, and never above
+/// the rows the clustered form attends.
+TEST(BadPlan, MlaAttendHandover) {
+  K3C_SKIP_WITHOUT_COMPILER();
+  PlanDoc p = tinyPlan();
+  launchOf(p, "mla_attend").arg("handover", PlanArg::integer(8));
+  EXPECT_TRUE(loadAndBind(p).isOk());
+  launchOf(p, "mla_attend").arg("handover", PlanArg::integer(-1));
+  EXPECT_ERROR_CONTAINS(loadAndBind(p),
+                        "mla_attend: handover must be >= 0, got -1");
+  p = tinyPlan();
+  PlanLaunch &l = launchOf(p, "mla_attend");
+  l.kernel = "mla_attend_clustered";
+  p.kernelModules.erase("mla_attend");
+  EXPECT_TRUE(loadAndBind(p).isOk());
+  l.arg("handover", PlanArg::integer(k3::kMlaClusteredMaxRows + 1));
+  EXPECT_ERROR_CONTAINS(loadAndBind(p),
+                        "mla_attend_clustered: handover must be at most 4096 "
+                        "(the clustered form's rows), got 4097");
 }
 
 /// An L2 prefetch hint (k3-prefetch-weights): any whole 16-byte pieces of a
