@@ -423,14 +423,15 @@ void Lowering::lowerMlaAttend(Operation *op, MlaConfigAttr c, Value q,
   // A cache longer than the clustered form attends: the clustered launch
   // hands the contexts above its rows over to an mla_attend launch after it
   // (each returns at once on the other's contexts).
-  const int64_t handover =
-      cluster > 1 && maxSeq > ::k3::kMlaClusteredMaxRows
-          ? ::k3::kMlaClusteredMaxRows
-          : 0;
+  const int64_t handover = cluster > 1 && maxSeq > ::k3::kMlaClusteredMaxRows
+                               ? ::k3::kMlaClusteredMaxRows
+                               : 0;
   auto attend = [&](const char *kernel, int64_t grid, int64_t clusterX) {
     SmallVector<ScalarArg> sc = {
-        I("numHeads", c.getHeads()), I("nopeDim", c.getNope()),
-        I("ropeDim", c.getRope()),   I("vDim", c.getVDim()),
+        I("numHeads", c.getHeads()),
+        I("nopeDim", c.getNope()),
+        I("ropeDim", c.getRope()),
+        I("vDim", c.getVDim()),
         I("kvLoraRank", c.getKvLora()),
         F("scale",
           1.0 / std::sqrt(static_cast<double>(c.getNope() + c.getRope())))};

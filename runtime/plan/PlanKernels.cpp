@@ -879,10 +879,9 @@ std::vector<KernelInfo> buildTable() {
     add("mla_attend", "MlaAttendParams",
         {K3_FIELD(P, q), K3_FIELD(P, kvB), K3_FIELD(P, cache),
          K3_FIELD(P, length), K3_FIELD(P, step), K3_FIELD(P, gate),
-         K3_FIELD(P, out),
-         K3_FIELD(P, numHeads), K3_FIELD(P, nopeDim), K3_FIELD(P, ropeDim),
-         K3_FIELD(P, vDim), K3_FIELD(P, kvLoraRank), K3_FIELD(P, scale),
-         K3_FIELD(P, handover)},
+         K3_FIELD(P, out), K3_FIELD(P, numHeads), K3_FIELD(P, nopeDim),
+         K3_FIELD(P, ropeDim), K3_FIELD(P, vDim), K3_FIELD(P, kvLoraRank),
+         K3_FIELD(P, scale), K3_FIELD(P, handover)},
         K3_HOLDER(P), K3_CHECK(P, checkMlaAttend));
     addPrefetchFields(t.back().fields, offsetof(P, l2Prefetch));
     add("mla_attend_clustered", "MlaAttendParams", t.back().fields,

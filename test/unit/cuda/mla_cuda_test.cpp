@@ -531,8 +531,8 @@ TEST(MlaCuda, AttendHandoverPairWritesOnce) {
     p.gate = d.dgate.get<uint16_t>();
     Dev dOut = Dev::poisoned<uint16_t>(n);
     p.out = dOut.get<uint16_t>();
-    ASSERT_TRUE(launch("mla_attend_clustered", p, s.heads * C, 256, 0, C)
-                    .isOk());
+    ASSERT_TRUE(
+        launch("mla_attend_clustered", p, s.heads * C, 256, 0, C).isOk());
     const std::vector<uint16_t> afterFirst = dOut.download<uint16_t>(n);
     ASSERT_TRUE(launch("mla_attend", p, 132, 256).isOk());
     const std::vector<uint16_t> got = dOut.download<uint16_t>(n);
