@@ -568,7 +568,7 @@ __device__ bool attendClustered(const MlaAttendParams &p, AttendShared &s) {
   dev::waitForPriorGrids();
   const int64_t T = attendLength(p);
   dev::clusterWait(); // every block of the cluster has started
-  if (p.handover > 0 && T > p.handover)
+  if (!mlaAttendOwnsRows(p, /*clustered=*/true, T))
     return true; // the mla_attend launch after this one attends it
   if (T > kMlaClusteredMaxRows)
     return false;
@@ -1313,7 +1313,7 @@ extern "C" __global__ void __launch_bounds__(kAttendMaxThreads)
   K3C_TRACE_T0();
   dev::waitForPriorGrids();
   K3C_TRACE(kMlaTraceStart, 0u);
-  if (p.handover > 0 && attendLength(p) <= p.handover)
+  if (!mlaAttendOwnsRows(p, /*clustered=*/false, attendLength(p)))
     return; // the mla_attend_clustered launch before this one attended it
   if (fastAttend(p) && attendLength(p) >= kAllHeadsMinRows) {
     // W_UV of every head asked of L2 for the O items, a head per block in

@@ -31,11 +31,7 @@ void mlaCacheAppendCpu(const MlaCacheAppendParams &p) {
 
 namespace {
 
-/// Rows attended: step[kStepPos] + 1 when the step block is bound.
-int64_t attendedRows(const MlaAttendParams &p) {
-  return p.step ? p.step[kStepPos] + 1 : p.length;
-}
-
+/// The attention over cache rows [0, T) (the file comment's steps).
 void attend(const MlaAttendParams &p, int64_t T) {
   const int64_t L = p.kvLoraRank, R = p.ropeDim, P = p.nopeDim, V = p.vDim;
   const int64_t width = L + R;
@@ -98,20 +94,22 @@ void attend(const MlaAttendParams &p, int64_t T) {
   }
 }
 
+/// The attention of the launch `clustered` names, when the context is its
+/// own (mlaAttendOwnsRows); else out is left to the other launch.
+void attendIfOwned(const MlaAttendParams &p, bool clustered) {
+  const int64_t T = p.step ? p.step[kStepPos] + 1 : p.length;
+  if (mlaAttendOwnsRows(p, clustered, T))
+    attend(p, T);
+}
+
 } // namespace
 
 void mlaAttendCpu(const MlaAttendParams &p) {
-  const int64_t T = attendedRows(p);
-  if (p.handover > 0 && T <= p.handover)
-    return; // the mla_attend_clustered launch before this one attended it
-  attend(p, T);
+  attendIfOwned(p, /*clustered=*/false);
 }
 
 void mlaAttendClusteredCpu(const MlaAttendParams &p) {
-  const int64_t T = attendedRows(p);
-  if (p.handover > 0 && T > p.handover)
-    return; // the mla_attend launch after this one attends it
-  attend(p, T);
+  attendIfOwned(p, /*clustered=*/true);
 }
 
 } // namespace k3

@@ -13,6 +13,7 @@
 #ifndef K3C_KERNELS_MLA_MLAPARAMS_H
 #define K3C_KERNELS_MLA_MLAPARAMS_H
 
+#include "kernels/common/HostDevice.h"
 #include "kernels/common/StepInputs.h"
 #include "kernels/common/WeightRef.h"
 #include <cstdint>
@@ -80,6 +81,15 @@ struct MlaAttendParams {
   /// length (mla_attend_clustered writes NaN beyond its limit).
   int64_t handover = 0;
 };
+
+/// Whether a context of `rows` rows is this launch's to attend under the
+/// handover split: `clustered` for mla_attend_clustered (lengths up to
+/// `handover`), else mla_attend (lengths above it); without a handover,
+/// every length. The CUDA kernels and their CPU twins all ask it.
+K3C_HOST_DEVICE inline bool mlaAttendOwnsRows(const MlaAttendParams &p,
+                                              bool clustered, int64_t rows) {
+  return p.handover <= 0 || (rows <= p.handover) == clustered;
+}
 
 /// Limits of mla_attend's all-heads form (its CUDA kernel, Mla.cu, checks
 /// them with the block size and alignment; codegen's grid choice reads them): L

@@ -206,6 +206,20 @@ struct AttendRun {
   int64_t clusterX = 1;
 };
 
+/// mla_attend's params for shape `s` over `length` rows, with K3.md §3's
+/// scale; the pointers are the caller's.
+k3::MlaAttendParams attendParams(const AttendShape &s, int64_t length) {
+  k3::MlaAttendParams p;
+  p.length = length;
+  p.numHeads = s.heads;
+  p.nopeDim = s.P;
+  p.ropeDim = s.R;
+  p.vDim = s.V;
+  p.kvLoraRank = s.L;
+  p.scale = 1.0f / std::sqrt(static_cast<float>(s.P + s.R));
+  return p;
+}
+
 /// Checks mla_attend against the CPU on `run`; `bits`, when given, receives
 /// the GPU's output.
 void runAttend(const AttendData &d, const AttendRun &run,
@@ -219,18 +233,11 @@ void runAttend(const AttendData &d, const AttendRun &run,
   std::copy(d.rows.begin(), d.rows.begin() + run.length * width,
             cache.begin() + run.cacheShift);
 
-  k3::MlaAttendParams p;
+  k3::MlaAttendParams p = attendParams(s, run.length);
   p.q = d.q.data();
   p.kvB = d.kvB.data();
   p.cache = cache.data() + run.cacheShift;
-  p.length = run.length;
   p.gate = run.gated ? d.gate.data() : nullptr;
-  p.numHeads = s.heads;
-  p.nopeDim = s.P;
-  p.ropeDim = s.R;
-  p.vDim = s.V;
-  p.kvLoraRank = s.L;
-  p.scale = 1.0f / std::sqrt(static_cast<float>(s.P + s.R));
   std::vector<uint16_t> want(s.heads * s.V, 0xFFFF);
   p.out = want.data();
   k3::mlaAttendCpu(p);
@@ -509,18 +516,11 @@ TEST(MlaCuda, AttendHandoverPairWritesOnce) {
   Dev dCache = Dev::of(d.rows);
   const size_t n = static_cast<size_t>(s.heads * s.V);
   for (int64_t len : {int64_t(1), int64_t(1024), H, H + 1, H + 904}) {
-    k3::MlaAttendParams p;
+    k3::MlaAttendParams p = attendParams(s, len);
     p.q = d.q.data();
     p.kvB = d.kvB.data();
     p.cache = d.rows.data();
-    p.length = len;
     p.gate = d.gate.data();
-    p.numHeads = s.heads;
-    p.nopeDim = s.P;
-    p.ropeDim = s.R;
-    p.vDim = s.V;
-    p.kvLoraRank = s.L;
-    p.scale = 1.0f / std::sqrt(static_cast<float>(s.P + s.R));
     std::vector<uint16_t> want(n, 0xFFFF);
     p.out = want.data();
     k3::mlaAttendCpu(p);
