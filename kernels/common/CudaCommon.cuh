@@ -426,6 +426,58 @@ __device__ __forceinline__ void waitAsyncCopies() {
   asm volatile("cp.async.wait_all;" ::: "memory");
 }
 
+//===--- Tensor cores (warp-level mma.sync, sm_80+) -----------------------===//
+//
+// Fragments of mma.sync.m16n8k16 (row-major A, column-major B, fp32 C), lane
+// l = 4g + t: A a0 (row g, k 2t..2t+1), a1 (row g + 8, same k), a2 (row g,
+// k 2t+8..2t+9), a3 (row g + 8, same); B b0 (k 2t..2t+1, col g), b1 (k
+// 2t+8..2t+9, col g); C c0, c1 (row g, cols 2t, 2t+1), c2, c3 (row g + 8).
+// A word holds two bf16, the lower k (or col) in its low half. The k order
+// is the caller's to choose, as long as A and B agree on it.
+
+/// c += A·B over k = 16 (bf16 inputs, fp32 accumulation).
+__device__ __forceinline__ void mmaBf16K16(float (&c)[4], const uint32_t (&a)[4],
+                                           uint32_t b0, uint32_t b1) {
+  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
+               "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+               "{%0, %1, %2, %3};"
+               : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0),
+                 "r"(b1));
+}
+/// c += A·B over k = 8: A a0 (row g, k 2t..2t+1), a1 (row g + 8), B b0.
+__device__ __forceinline__ void mmaBf16K8(float (&c)[4], uint32_t a0,
+                                          uint32_t a1, uint32_t b0) {
+  asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.bf16.bf16.f32 "
+               "{%0, %1, %2, %3}, {%4, %5}, {%6}, {%0, %1, %2, %3};"
+               : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+               : "r"(a0), "r"(a1), "r"(b0));
+}
+/// The transpose of an 8x8 bf16 matrix held one word per lane (lane 4g + t:
+/// row g, cols 2t, 2t+1), in the same distribution.
+__device__ __forceinline__ uint32_t transpose8x8(uint32_t w) {
+  uint32_t r;
+  asm volatile("movmatrix.sync.aligned.m8n8.trans.b16 %0, %1;"
+               : "=r"(r)
+               : "r"(w));
+  return r;
+}
+/// Two floats as a word of two bf16 (x in the low half), each rounded to
+/// nearest even.
+__device__ __forceinline__ uint32_t packBf16(float x, float y) {
+  return uint32_t(fToBf16(x)) | (uint32_t(fToBf16(y)) << 16);
+}
+/// x and y as the sums hi + lo of two bf16 each (16 significant bits: the
+/// rounding error of hi, itself rounded): for products on bf16 tensor cores
+/// whose other operand is exact in bf16, at near-fp32 accuracy with two
+/// products.
+__device__ __forceinline__ void splitBf16(float x, float y, uint32_t &hi,
+                                          uint32_t &lo) {
+  const uint16_t hx = fToBf16(x), hy = fToBf16(y);
+  hi = uint32_t(hx) | (uint32_t(hy) << 16);
+  lo = packBf16(x - bf16ToF(hx), y - bf16ToF(hy));
+}
+
 //===--- Programmatic dependent launch (Hopper) ---------------------------===//
 //
 // The runtime launches every kernel of a step with programmatic stream

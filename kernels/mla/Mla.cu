@@ -698,6 +698,14 @@ __device__ bool attendClustered(const MlaAttendParams &p, AttendShared &s) {
 // read from L2 once per 32 heads). How the work is cut depends only on the
 // heads, L, V and the context, never on the grid: the output bits are the
 // same for any grid.
+//
+// The plans' head shape (L = 512, R = 64, heads in groups of 32) takes the
+// B items to the tensor cores instead (attendRangeItemMma): 32 heads per
+// item, the two products as bf16 mma.sync with fp32 accumulation, q̂ and
+// the softmax weights each split into two bf16 terms (hi + lo) so that the
+// products keep ~16 significant bits of their fp32 factors (the cache and
+// q_r are bf16 already, exact). The SIMT item (FMA-bound: 32 heads × 1088
+// multiply-adds per row) stays for every other shape.
 
 
 /// Limits of the fast path (else the per-head kernel above runs).
@@ -721,6 +729,14 @@ constexpr int kMinRowsPerRange = 32;
 /// O item would re-read too many partials.
 constexpr int kInlineMergeRanges = 16;
 
+/// The tensor-core B item's shape: 32 heads (two m16 tiles) per item, cache
+/// rows in tiles of 16 (two n8 tiles), warp w owning latent columns [64w,
+/// 64w + 64) and rope columns [8w, 8w + 8) of L = 512, R = 64.
+constexpr int kMmaHeads = 32;
+constexpr int kMmaRows = 16;
+constexpr int kMmaLatent = 512;
+constexpr int kMmaRope = 64;
+
 __device__ __align__(16) float gQhat[kFastMaxHeads * kFastMaxLatent];
 __device__ __align__(16) float gChat[kFastMaxHeads * kFastMaxLatent];
 __device__ __align__(16) float gAttPart[kMaxPartials * kFastMaxLatent];
@@ -738,11 +754,28 @@ struct AttendCut {
   unsigned nQ, nB, nM, nO; ///< items per phase (nM = 0: merged in O)
 };
 
+/// Whether the B items run on the tensor cores (attendRangeItemMma): the
+/// plans' head shape, heads in whole groups of 32. (A variant build with
+/// -DK3C_TUNE_MLA_MMA=0 keeps the SIMT item, to measure one against the
+/// other.)
+__device__ __forceinline__ bool mmaRanges(const MlaAttendParams &p) {
+#if defined(K3C_TUNE_MLA_MMA) && !K3C_TUNE_MLA_MMA
+  return false;
+#else
+  return p.kvLoraRank == kMmaLatent && p.ropeDim == kMmaRope &&
+         p.numHeads % kMmaHeads == 0;
+#endif
+}
+
 __device__ __forceinline__ AttendCut cutAttend(const MlaAttendParams &p,
                                                int64_t T) {
   const int N = static_cast<int>(p.numHeads);
   const int quads = (N + kQuad - 1) / kQuad;
-  int qw = T >= 8192 ? 8 : T >= 4096 ? 4 : T >= 2048 ? 2 : 1;
+  int qw = mmaRanges(p) ? kMmaHeads / kQuad
+           : T >= 8192  ? 8
+           : T >= 4096  ? 4
+           : T >= 2048  ? 2
+                        : 1;
   while (qw > quads)
     qw >>= 1;
   const int groups = (quads + qw - 1) / qw;
@@ -764,14 +797,29 @@ __device__ __forceinline__ AttendCut cutAttend(const MlaAttendParams &p,
   return c;
 }
 
+/// Shared memory of a tensor-core B item.
+struct MmaRangeShared {
+  /// Each warp's partial scores (over its columns) of the tile.
+  float part[kFastThreads / 32][kMmaHeads][kMmaRows];
+  /// The tile's softmax weights e as bf16 pairs (rows 2k, 2k + 1 in word
+  /// k), hi then lo terms; 12 words per head (8 used) so that the warps'
+  /// A-fragment loads are free of bank conflicts.
+  uint32_t prob[2][kMmaHeads][12];
+  /// e^(M_old − M_new) per head: the accumulators' rescale for the tile.
+  float rescale[kMmaHeads];
+};
+
 /// Shared memory of the fast path (16-byte aligned: the O items read the
 /// merged ĉ from `buf` as float4).
 struct __align__(16) FastShared {
-  /// Q: the 16 row groups' sums of 128 columns; B: the row lanes' merge of
-  /// up to 4 quads (QW · 4 heads · L floats).
-  float buf[kQGroups * kColsPerItem > 4 * kQuad * kFastMaxLatent
-                ? kQGroups * kColsPerItem
-                : 4 * kQuad * kFastMaxLatent];
+  union {
+    /// Q: the 16 row groups' sums of 128 columns; B: the row lanes' merge
+    /// of up to 4 quads (QW · 4 heads · L floats).
+    float buf[kQGroups * kColsPerItem > 4 * kQuad * kFastMaxLatent
+                  ? kQGroups * kColsPerItem
+                  : 4 * kQuad * kFastMaxLatent];
+    MmaRangeShared mma; ///< B items on the tensor cores
+  };
   float2 warpStat[8][kQuad]; ///< B: each warp's (max, Σ) per head
   float fac[kTargetItems];   ///< M: e^(M_s − M) of each range
   float inv;                 ///< M: 1 / Σ_s e^(M_s − M) Σ_s
@@ -1053,6 +1101,223 @@ __device__ __noinline__ void attendRangeItem(const MlaAttendParams &p,
   }
 }
 
+/// The 16 latent columns (two 16-byte chunks) and two rope values of cache
+/// row j that lane t of warp w owns in a tensor-core B item, as bf16 pairs
+/// (lat[i]: columns 64w + 16t + 2i, + 1); zeros past the range.
+struct MmaRow {
+  uint32_t lat[8];
+  uint32_t rope;
+  __device__ __forceinline__ void load(const uint16_t *cache, int64_t j,
+                                       int64_t rowEnd, int warp, int t) {
+    if (j < rowEnd) {
+      const uint16_t *row = cache + j * (kMmaLatent + kMmaRope);
+      const uint4 a =
+          __ldg(reinterpret_cast<const uint4 *>(row + warp * 64 + t * 16));
+      const uint4 b =
+          __ldg(reinterpret_cast<const uint4 *>(row + warp * 64 + t * 16 + 8));
+      lat[0] = a.x, lat[1] = a.y, lat[2] = a.z, lat[3] = a.w;
+      lat[4] = b.x, lat[5] = b.y, lat[6] = b.z, lat[7] = b.w;
+      rope = __ldg(reinterpret_cast<const uint32_t *>(row + kMmaLatent +
+                                                      warp * 8 + 2 * t));
+    } else {
+#pragma unroll
+      for (int i = 0; i < 8; ++i)
+        lat[i] = 0u;
+      rope = 0u;
+    }
+  }
+};
+
+/// B item on the tensor cores: heads [32·group, 32·group + 32), rows
+/// [rowBegin, rowEnd), the same partials as attendRangeItem (L = 512, R =
+/// 64; mmaRanges). Per tile of 16 rows:
+///  1. warp w's partial scores over its 72 columns: S_w = Q̂_w C_wᵀ (heads ×
+///     rows; q̂ as hi + lo, two m16n8k16 products per k-step of 16 columns,
+///     the rope one m16n8k8 against q_r), into shared memory;
+///  2. thread (head tid / 8, rows 2(tid % 8), +1): the 8 partials summed in
+///     warp order, scaled, the head's running max and Σ e updated (8-lane
+///     shuffles), e written as bf16 hi and lo terms;
+///  3. warp w: Ĉ_w = Ĉ_w · rescale + P C_w over its 64 latent columns, the
+///     cache words it loaded in step 1 turned into B fragments by movmatrix.
+/// The k order inside a warp's columns is free (a dot product's terms can
+/// be taken in any order, so long as q̂ and the cache agree): lane t takes
+/// columns 16t + 4k .. 16t + 4k + 3 for k-step k, which makes its two
+/// 16-byte chunks of a row exactly its B fragments of the four k-steps and
+/// its accumulators the columns [16t, 16t + 16) of four heads.
+__device__ __noinline__ void attendRangeItemMma(const MlaAttendParams &p,
+                                                const AttendCut &cut, int group,
+                                                int range, MmaRangeShared &s) {
+  constexpr int L = kMmaLatent;
+  const int64_t P = p.nopeDim, R = kMmaRope;
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int g = lane >> 2, t = lane & 3;
+  const int h0 = group * kMmaHeads;
+  const int64_t rowBegin = min(cut.T, int64_t(range) * cut.rowsPerRange);
+  const int64_t rowEnd = min(cut.T, rowBegin + cut.rowsPerRange);
+  const int col = warp * 64 + t * 16;
+
+  // A fragments of q̂ (hi, lo) for m-tile mt and k-step k, and of q_r.
+  uint32_t qa[2][2][4][4], qra[2][2];
+#pragma unroll
+  for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+    for (int j = 0; j < 2; ++j) { // heads g and g + 8 of the tile
+      const int64_t h = h0 + mt * 16 + j * 8 + g;
+      const float *src = gQhat + h * L + col;
+      float v[16];
+#pragma unroll
+      for (int x = 0; x < 4; ++x) {
+        const float4 f = __ldcg(reinterpret_cast<const float4 *>(src) + x);
+        v[4 * x] = f.x, v[4 * x + 1] = f.y, v[4 * x + 2] = f.z,
+                  v[4 * x + 3] = f.w;
+      }
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        dev::splitBf16(v[4 * k], v[4 * k + 1], qa[0][mt][k][j],
+                       qa[1][mt][k][j]);
+        dev::splitBf16(v[4 * k + 2], v[4 * k + 3], qa[0][mt][k][2 + j],
+                       qa[1][mt][k][2 + j]);
+      }
+      qra[mt][j] = __ldg(reinterpret_cast<const uint32_t *>(
+          p.q + h * (P + R) + P + warp * 8 + 2 * t));
+    }
+
+  float acc[2][8][4]; // Ĉ: [m-tile][column pair i][fragment]
+#pragma unroll
+  for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+    for (int i = 0; i < 8; ++i)
+#pragma unroll
+      for (int x = 0; x < 4; ++x)
+        acc[mt][i][x] = 0.0f;
+  // The softmax state of head tid / 8 (the same in its 8 threads).
+  const int sh = tid >> 3, sr = (tid & 7) * 2;
+  float runMax = negInf(), runSum = 0.0f;
+
+  MmaRow cur[2], nxt[2];
+  cur[0].load(p.cache, rowBegin + g, rowEnd, warp, t);
+  cur[1].load(p.cache, rowBegin + 8 + g, rowEnd, warp, t);
+#pragma unroll 1
+  for (int64_t r0 = rowBegin; r0 < rowEnd; r0 += kMmaRows) {
+    // The next tile's loads in flight during this one.
+    nxt[0].load(p.cache, r0 + kMmaRows + g, rowEnd, warp, t);
+    nxt[1].load(p.cache, r0 + kMmaRows + 8 + g, rowEnd, warp, t);
+
+    // 1. The warp's partial scores.
+#pragma unroll
+    for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+      for (int nt = 0; nt < 2; ++nt) {
+        float sc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+        for (int k = 0; k < 4; ++k) {
+          dev::mmaBf16K16(sc, qa[0][mt][k], cur[nt].lat[2 * k],
+                          cur[nt].lat[2 * k + 1]);
+          dev::mmaBf16K16(sc, qa[1][mt][k], cur[nt].lat[2 * k],
+                          cur[nt].lat[2 * k + 1]);
+        }
+        dev::mmaBf16K8(sc, qra[mt][0], qra[mt][1], cur[nt].rope);
+        const int hh = mt * 16 + g, rr = nt * 8 + 2 * t;
+        *reinterpret_cast<float2 *>(&s.part[warp][hh][rr]) =
+            make_float2(sc[0], sc[1]);
+        *reinterpret_cast<float2 *>(&s.part[warp][hh + 8][rr]) =
+            make_float2(sc[2], sc[3]);
+      }
+    __syncthreads();
+
+    // 2. The online softmax of head sh over the tile's rows.
+    {
+      float2 d = make_float2(0.0f, 0.0f);
+#pragma unroll
+      for (int w = 0; w < kFastThreads / 32; ++w) {
+        const float2 x = *reinterpret_cast<const float2 *>(&s.part[w][sh][sr]);
+        d.x += x.x;
+        d.y += x.y;
+      }
+      const float s0 = r0 + sr < rowEnd ? d.x * p.scale : negInf();
+      const float s1 = r0 + sr + 1 < rowEnd ? d.y * p.scale : negInf();
+      float m = fmaxf(s0, s1);
+#pragma unroll
+      for (int o = 1; o < 8; o <<= 1)
+        m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+      const float newMax = fmaxf(runMax, m); // finite: row r0 is valid
+      const float e0 = expf(s0 - newMax), e1 = expf(s1 - newMax);
+      const float rescale = expf(runMax - newMax); // 0 on the first tile
+      float es = e0 + e1;
+#pragma unroll
+      for (int o = 1; o < 8; o <<= 1)
+        es += __shfl_xor_sync(0xffffffffu, es, o);
+      runSum = runSum * rescale + es;
+      runMax = newMax;
+      dev::splitBf16(e0, e1, s.prob[0][sh][tid & 7], s.prob[1][sh][tid & 7]);
+      if ((tid & 7) == 0)
+        s.rescale[sh] = rescale;
+    }
+    __syncthreads();
+
+    // 3. Ĉ_w = Ĉ_w · rescale + P C_w.
+    uint32_t pa[2][2][4]; // [hi/lo][m-tile][fragment]
+#pragma unroll
+    for (int hl = 0; hl < 2; ++hl)
+#pragma unroll
+      for (int mt = 0; mt < 2; ++mt) {
+        pa[hl][mt][0] = s.prob[hl][mt * 16 + g][t];
+        pa[hl][mt][1] = s.prob[hl][mt * 16 + g + 8][t];
+        pa[hl][mt][2] = s.prob[hl][mt * 16 + g][t + 4];
+        pa[hl][mt][3] = s.prob[hl][mt * 16 + g + 8][t + 4];
+      }
+#pragma unroll
+    for (int mt = 0; mt < 2; ++mt) {
+      const float f0 = s.rescale[mt * 16 + g], f1 = s.rescale[mt * 16 + g + 8];
+#pragma unroll
+      for (int i = 0; i < 8; ++i) {
+        acc[mt][i][0] *= f0;
+        acc[mt][i][1] *= f0;
+        acc[mt][i][2] *= f1;
+        acc[mt][i][3] *= f1;
+      }
+    }
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      // Word i of the lanes' rows is an 8x8 block per 8 rows (its column
+      // 2t' + b: cache column 64w + 16t' + 2i + b); transposed, lane 4g + t
+      // holds rows 2t, 2t + 1 of its column g: the B fragment over rows.
+      const uint32_t b0 = dev::transpose8x8(cur[0].lat[i]);
+      const uint32_t b1 = dev::transpose8x8(cur[1].lat[i]);
+#pragma unroll
+      for (int mt = 0; mt < 2; ++mt) {
+        dev::mmaBf16K16(acc[mt][i], pa[0][mt], b0, b1);
+        dev::mmaBf16K16(acc[mt][i], pa[1][mt], b0, b1);
+      }
+    }
+    // Step 1 of the next tile rewrites `part` and step 2 `prob`: this
+    // tile's readers are done with `prob` at the next tile's first barrier,
+    // and `part` was last read before this tile's second.
+#pragma unroll
+    for (int x = 0; x < 2; ++x)
+      cur[x] = nxt[x];
+  }
+
+  // The partials out: lane 4g + t of warp w holds heads g, g + 8, g + 16,
+  // g + 24 of the group at columns 64w + 16t + 2i + (0, 1) in acc[.][i].
+#pragma unroll
+  for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+    for (int j = 0; j < 2; ++j) {
+      const int64_t h = h0 + mt * 16 + j * 8 + g;
+      float4 *dst = reinterpret_cast<float4 *>(
+          gAttPart + (h * cut.ranges + range) * kFastMaxLatent + col);
+#pragma unroll
+      for (int x = 0; x < 4; ++x)
+        dst[x] = make_float4(acc[mt][2 * x][2 * j], acc[mt][2 * x][2 * j + 1],
+                             acc[mt][2 * x + 1][2 * j],
+                             acc[mt][2 * x + 1][2 * j + 1]);
+    }
+  if ((tid & 7) == 0)
+    gAttStat[int64_t(h0 + sh) * cut.ranges + range] =
+        make_float2(runMax, runSum);
+}
+
 /// The merge of head h's ranges (M = max_s M_s; ĉ = Σ_s e^(M_s − M) part_s /
 /// Σ_s e^(M_s − M) Σ_s, ranges in order): ĉ[col] for col in [col0, col1)
 /// into dst[col − col0] (global or shared memory).
@@ -1167,8 +1432,12 @@ __device__ __noinline__ void attendAllHeads(const MlaAttendParams &p,
       dev::awaitCount(&gAttendDone[0], cut.nQ);
       K3C_TRACE(kMlaTraceWaited, kMlaTraceRange);
       const unsigned b = t - cut.nQ;
-      attendRangeItem(p, cut, int(b / cut.ranges) * cut.quadsPerItem,
-                      int(b % cut.ranges), s);
+      if (mmaRanges(p))
+        attendRangeItemMma(p, cut, int(b / cut.ranges), int(b % cut.ranges),
+                           s.mma);
+      else
+        attendRangeItem(p, cut, int(b / cut.ranges) * cut.quadsPerItem,
+                        int(b % cut.ranges), s);
 #ifdef K3C_TUNE_MLA_RANGE_TWICE
       // A measurement, not a form: the item again (same writes), so the
       // trace shows what a second, warm run of it costs.

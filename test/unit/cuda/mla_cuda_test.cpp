@@ -441,6 +441,22 @@ TEST(MlaCuda, AttendAllHeadsLongContext) {
   runAttend(peaked, {9000, true, /*gridX=*/132});
 }
 
+/// The production lengths of the tensor-core B items (Kimi-Linear's 32 heads
+/// at 32K cached rows, K3's 96 at 16K; 256 and 128 rows per range): the
+/// softmax runs over many 16-row tiles, so a wrong rescale between tiles, a
+/// dropped term of q̂ or of the rope, or two heads' fragments swapped shows
+/// here; peaked scores too.
+TEST(MlaCuda, AttendAllHeadsProductionLengths) {
+  K3_REQUIRE_GPU();
+  AttendData kl({32, 128, 64, 512, 128}, 32768, 1.0f, 44);
+  runAttend(kl, {32768, true, /*gridX=*/132});
+  runAttend(kl, {32760, false, /*gridX=*/132});
+  AttendData peaked({32, 128, 64, 512, 128}, 32768, 8.0f, 45);
+  runAttend(peaked, {32768, true, /*gridX=*/132});
+  AttendData k3({96, 128, 64, 512, 128}, 16384, 1.0f, 46);
+  runAttend(k3, {16384, true, /*gridX=*/132});
+}
+
 /// The clustered form (a cluster of C blocks per head, grid C·N, up to 4096
 /// rows; Kimi-Linear's and K3's head shape): contexts shorter than the
 /// cluster (blocks without rows), around a split boundary, up to the
