@@ -716,12 +716,12 @@ int main(int argc, char **argv) {
                benchLinearRows(o, "linear_rows 7168 -> 12288", C, D, t);
            }},
           {"kda", benchKda},
-          {"mla", [](auto &o) { benchMla(o, 32, 72); }},
-          {"mla", [](auto &o) { benchMla(o, 32, 1024); }},
-          {"mla", [](auto &o) { benchMla(o, 32, 4096); }},
-          {"mla", [](auto &o) { benchMla(o, 32, 32768); }},
-          {"mla", [](auto &o) { benchMla(o, 96, 1024); }},
-          {"mla", [](auto &o) { benchMla(o, 96, 32768); }},
+          {"mla-32-72", [](auto &o) { benchMla(o, 32, 72); }},
+          {"mla-32-1024", [](auto &o) { benchMla(o, 32, 1024); }},
+          {"mla-32-4096", [](auto &o) { benchMla(o, 32, 4096); }},
+          {"mla-32-32768", [](auto &o) { benchMla(o, 32, 32768); }},
+          {"mla-96-1024", [](auto &o) { benchMla(o, 96, 1024); }},
+          {"mla-96-32768", [](auto &o) { benchMla(o, 96, 32768); }},
           {"router", benchRouter},
           {"gated_mlp",
            [](auto &o) {

@@ -245,6 +245,23 @@ __device__ __forceinline__ void prefetchL2Share(const L2Prefetch &p) {
   }
 }
 
+/// 16 bytes of read-only data streamed once (ld.global.nc without an L1
+/// line: a long stream through L1 would evict what the kernel reuses, its
+/// stack and parameters among it).
+__device__ __forceinline__ uint4 ldStream16(const void *p) {
+  uint4 v;
+  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "l"(p));
+  return v;
+}
+/// 4 bytes of read-only data streamed once (as ldStream16).
+__device__ __forceinline__ uint32_t ldStream4(const void *p) {
+  uint32_t v;
+  asm volatile("ld.global.nc.L1::no_allocate.u32 %0, [%1];" : "=r"(v) : "l"(p));
+  return v;
+}
+
 /// W consecutive bf16 values in registers, still packed: 16 bytes for W = 8
 /// (one vector load, the fast path), one value for W = 1 (the scalar
 /// fallback for odd sizes or misaligned pointers).

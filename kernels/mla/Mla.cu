@@ -1111,14 +1111,11 @@ struct MmaRow {
                                        int64_t rowEnd, int warp, int t) {
     if (j < rowEnd) {
       const uint16_t *row = cache + j * (kMmaLatent + kMmaRope);
-      const uint4 a =
-          __ldg(reinterpret_cast<const uint4 *>(row + warp * 64 + t * 16));
-      const uint4 b =
-          __ldg(reinterpret_cast<const uint4 *>(row + warp * 64 + t * 16 + 8));
+      const uint4 a = dev::ldStream16(row + warp * 64 + t * 16);
+      const uint4 b = dev::ldStream16(row + warp * 64 + t * 16 + 8);
       lat[0] = a.x, lat[1] = a.y, lat[2] = a.z, lat[3] = a.w;
       lat[4] = b.x, lat[5] = b.y, lat[6] = b.z, lat[7] = b.w;
-      rope = __ldg(reinterpret_cast<const uint32_t *>(row + kMmaLatent +
-                                                      warp * 8 + 2 * t));
+      rope = dev::ldStream4(row + kMmaLatent + warp * 8 + 2 * t);
     } else {
 #pragma unroll
       for (int i = 0; i < 8; ++i)
@@ -1144,16 +1141,21 @@ struct MmaRow {
 /// columns 16t + 4k .. 16t + 4k + 3 for k-step k, which makes its two
 /// 16-byte chunks of a row exactly its B fragments of the four k-steps and
 /// its accumulators the columns [16t, 16t + 16) of four heads.
-__device__ __noinline__ void attendRangeItemMma(const MlaAttendParams &p,
-                                                const AttendCut &cut, int group,
-                                                int range, MmaRangeShared &s) {
+/// What the row loop reads of the params comes by value, in registers: read
+/// through the reference, the params live in the kernel's stack, and their
+/// reloads (local memory, evicted from L1 by the streamed cache) measured as
+/// a third of the loop's stalls.
+__device__ __noinline__ void
+attendRangeItemMma(const uint16_t *q, int64_t P, const uint16_t *cache,
+                   float scale, int64_t T, int64_t rowsPerRange, int ranges,
+                   int group, int range, MmaRangeShared &s) {
   constexpr int L = kMmaLatent;
-  const int64_t P = p.nopeDim, R = kMmaRope;
+  constexpr int64_t R = kMmaRope;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int g = lane >> 2, t = lane & 3;
   const int h0 = group * kMmaHeads;
-  const int64_t rowBegin = min(cut.T, int64_t(range) * cut.rowsPerRange);
-  const int64_t rowEnd = min(cut.T, rowBegin + cut.rowsPerRange);
+  const int64_t rowBegin = min(T, int64_t(range) * rowsPerRange);
+  const int64_t rowEnd = min(T, rowBegin + rowsPerRange);
   const int col = warp * 64 + t * 16;
 
   // A fragments of q̂ (hi, lo) for m-tile mt and k-step k, and of q_r.
@@ -1179,7 +1181,7 @@ __device__ __noinline__ void attendRangeItemMma(const MlaAttendParams &p,
                        qa[1][mt][k][2 + j]);
       }
       qra[mt][j] = __ldg(reinterpret_cast<const uint32_t *>(
-          p.q + h * (P + R) + P + warp * 8 + 2 * t));
+          q + h * (P + R) + P + warp * 8 + 2 * t));
     }
 
   float acc[2][8][4]; // Ĉ: [m-tile][column pair i][fragment]
@@ -1195,13 +1197,13 @@ __device__ __noinline__ void attendRangeItemMma(const MlaAttendParams &p,
   float runMax = negInf(), runSum = 0.0f;
 
   MmaRow cur[2], nxt[2];
-  cur[0].load(p.cache, rowBegin + g, rowEnd, warp, t);
-  cur[1].load(p.cache, rowBegin + 8 + g, rowEnd, warp, t);
+  cur[0].load(cache, rowBegin + g, rowEnd, warp, t);
+  cur[1].load(cache, rowBegin + 8 + g, rowEnd, warp, t);
 #pragma unroll 1
   for (int64_t r0 = rowBegin; r0 < rowEnd; r0 += kMmaRows) {
     // The next tile's loads in flight during this one.
-    nxt[0].load(p.cache, r0 + kMmaRows + g, rowEnd, warp, t);
-    nxt[1].load(p.cache, r0 + kMmaRows + 8 + g, rowEnd, warp, t);
+    nxt[0].load(cache, r0 + kMmaRows + g, rowEnd, warp, t);
+    nxt[1].load(cache, r0 + kMmaRows + 8 + g, rowEnd, warp, t);
 
     // 1. The warp's partial scores.
 #pragma unroll
@@ -1234,8 +1236,8 @@ __device__ __noinline__ void attendRangeItemMma(const MlaAttendParams &p,
         d.x += x.x;
         d.y += x.y;
       }
-      const float s0 = r0 + sr < rowEnd ? d.x * p.scale : negInf();
-      const float s1 = r0 + sr + 1 < rowEnd ? d.y * p.scale : negInf();
+      const float s0 = r0 + sr < rowEnd ? d.x * scale : negInf();
+      const float s1 = r0 + sr + 1 < rowEnd ? d.y * scale : negInf();
       float m = fmaxf(s0, s1);
 #pragma unroll
       for (int o = 1; o < 8; o <<= 1)
@@ -1306,7 +1308,7 @@ __device__ __noinline__ void attendRangeItemMma(const MlaAttendParams &p,
     for (int j = 0; j < 2; ++j) {
       const int64_t h = h0 + mt * 16 + j * 8 + g;
       float4 *dst = reinterpret_cast<float4 *>(
-          gAttPart + (h * cut.ranges + range) * kFastMaxLatent + col);
+          gAttPart + (h * ranges + range) * kFastMaxLatent + col);
 #pragma unroll
       for (int x = 0; x < 4; ++x)
         dst[x] = make_float4(acc[mt][2 * x][2 * j], acc[mt][2 * x][2 * j + 1],
@@ -1314,7 +1316,7 @@ __device__ __noinline__ void attendRangeItemMma(const MlaAttendParams &p,
                              acc[mt][2 * x + 1][2 * j + 1]);
     }
   if ((tid & 7) == 0)
-    gAttStat[int64_t(h0 + sh) * cut.ranges + range] =
+    gAttStat[int64_t(h0 + sh) * ranges + range] =
         make_float2(runMax, runSum);
 }
 
@@ -1432,18 +1434,18 @@ __device__ __noinline__ void attendAllHeads(const MlaAttendParams &p,
       dev::awaitCount(&gAttendDone[0], cut.nQ);
       K3C_TRACE(kMlaTraceWaited, kMlaTraceRange);
       const unsigned b = t - cut.nQ;
-      if (mmaRanges(p))
-        attendRangeItemMma(p, cut, int(b / cut.ranges), int(b % cut.ranges),
-                           s.mma);
-      else
-        attendRangeItem(p, cut, int(b / cut.ranges) * cut.quadsPerItem,
-                        int(b % cut.ranges), s);
 #ifdef K3C_TUNE_MLA_RANGE_TWICE
-      // A measurement, not a form: the item again (same writes), so the
+      // A measurement, not a form: the item twice (same writes), so the
       // trace shows what a second, warm run of it costs.
-      attendRangeItem(p, cut, int(b / cut.ranges) * cut.quadsPerItem,
-                      int(b % cut.ranges), s);
+      for (int twice = 0; twice < 2; ++twice)
 #endif
+        if (mmaRanges(p))
+          attendRangeItemMma(p.q, p.nopeDim, p.cache, p.scale, cut.T,
+                             cut.rowsPerRange, cut.ranges, int(b / cut.ranges),
+                             int(b % cut.ranges), s.mma);
+        else
+          attendRangeItem(p, cut, int(b / cut.ranges) * cut.quadsPerItem,
+                          int(b % cut.ranges), s);
       dev::finishItem(&gAttendDone[1]);
       K3C_TRACE(kMlaTraceRange, b);
     } else if (t < endM) {
