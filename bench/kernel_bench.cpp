@@ -11,6 +11,10 @@
 //   kernel_bench [--peak-gbps G] [--runs 200] [--json FILE] [--only NAME]
 //                [--trace]
 //
+// --only NAME runs the cases whose name contains NAME (linear, linear_rows,
+// kda, mla-HEADS-ROWS, router, gated_mlp, moe, norm, ...); a NAME that
+// matches none exits 2 with the list.
+//
 // Needs a GPU; exits 0 with a message where there is none.
 //
 //===----------------------------------------------------------------------===//
@@ -633,30 +637,6 @@ int main(int argc, char **argv) {
       return a == "-h" || a == "--help" ? 0 : 2;
     }
   }
-  Expected<cuda::Driver *> d = cuda::Driver::get();
-  if (!d) {
-    std::printf("kernel_bench: no GPU (%s); nothing to measure\n",
-                d.message().c_str());
-    return 0;
-  }
-  gDriver = *d;
-  if (peak <= 0) {
-    Expected<double> copy = measureDeviceCopyGBps();
-    if (!copy) {
-      std::fprintf(stderr, "kernel_bench: %s\n", copy.message().c_str());
-      return 1;
-    }
-    peak = *copy;
-    std::printf("kernel_bench on %s, copy bandwidth %.0f GB/s (device-to-"
-                "device copy of 1 GiB, read + write, measured now), median of "
-                "%d runs\n",
-                gDriver->deviceName().c_str(), peak, gRuns);
-  } else {
-    std::printf("kernel_bench on %s, peak %.0f GB/s (given), median of %d "
-                "runs\n",
-                gDriver->deviceName().c_str(), peak, gRuns);
-  }
-
   std::vector<
       std::pair<std::string, std::function<void(std::vector<Result> &)>>>
       cases = {
@@ -737,6 +717,45 @@ int main(int argc, char **argv) {
           {"moe", benchMoeKimiLinear},
           {"norm", benchNorms},
       };
+  // --only picks cases by a substring of their name: one that matches none
+  // is a mistake, named before any GPU work (the names are listed).
+  if (!only.empty() &&
+      std::none_of(cases.begin(), cases.end(), [&](const auto &c) {
+        return c.first.find(only) != std::string::npos;
+      })) {
+    std::fprintf(stderr, "kernel_bench: --only '%s' matches no case; cases:",
+                 only.c_str());
+    std::string last;
+    for (const auto &c : cases)
+      if (c.first != last)
+        std::fprintf(stderr, " %s", (last = c.first).c_str());
+    std::fprintf(stderr, "\n");
+    return 2;
+  }
+  Expected<cuda::Driver *> d = cuda::Driver::get();
+  if (!d) {
+    std::printf("kernel_bench: no GPU (%s); nothing to measure\n",
+                d.message().c_str());
+    return 0;
+  }
+  gDriver = *d;
+  if (peak <= 0) {
+    Expected<double> copy = measureDeviceCopyGBps();
+    if (!copy) {
+      std::fprintf(stderr, "kernel_bench: %s\n", copy.message().c_str());
+      return 1;
+    }
+    peak = *copy;
+    std::printf("kernel_bench on %s, copy bandwidth %.0f GB/s (device-to-"
+                "device copy of 1 GiB, read + write, measured now), median of "
+                "%d runs\n",
+                gDriver->deviceName().c_str(), peak, gRuns);
+  } else {
+    std::printf("kernel_bench on %s, peak %.0f GB/s (given), median of %d "
+                "runs\n",
+                gDriver->deviceName().c_str(), peak, gRuns);
+  }
+
   std::vector<Result> results;
   for (auto &[name, fn] : cases)
     if (only.empty() || name.find(only) != std::string::npos)

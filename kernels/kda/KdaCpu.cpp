@@ -279,11 +279,17 @@ void kdaGatedNormCpu(const KdaGatedNormParams &p) {
   }
 }
 
-void kdaDecodeCpu(const KdaDecodeParams &params) {
+namespace {
+
+/// What kda_decode computes of one token before the delta rule: the folded
+/// low-rank gates (f into `f`, gt into p.gateOut) and the three convs into
+/// q̃, k̃, ṽ (bf16; the conv states advance). Returns the params with f and
+/// gate pointing at what the rest reads.
+KdaDecodeParams prepareToken(const KdaDecodeParams &params,
+                             std::vector<uint16_t> &f, uint16_t *q,
+                             uint16_t *k, uint16_t *v) {
   KdaDecodeParams p = params;
   const int64_t C = p.numHeads * p.headDim;
-  std::vector<uint16_t> q(C), k(C), v(C), o(C), f;
-
   // The folded low-rank gate projections: the very `linear` they replace.
   auto lowRank = [C](const uint16_t *a, const uint16_t *b, int64_t rank,
                      uint16_t *out) {
@@ -311,7 +317,7 @@ void kdaDecodeCpu(const KdaDecodeParams &params) {
   const uint16_t *inputs[3] = {p.uq, p.uk, p.uv};
   const VectorRef weights[3] = {p.convQ, p.convK, p.convV};
   float *states[3] = {p.convStateQ, p.convStateK, p.convStateV};
-  uint16_t *outs[3] = {q.data(), k.data(), v.data()};
+  uint16_t *outs[3] = {q, k, v};
   for (int i = 0; i < 3; ++i) {
     conv.u = inputs[i];
     conv.weight = weights[i];
@@ -319,11 +325,13 @@ void kdaDecodeCpu(const KdaDecodeParams &params) {
     conv.out = outs[i];
     kdaConvCpu(conv);
   }
+  return p;
+}
 
-  recurrentHeads(p, q.data(), k.data(), v.data(), o.data());
-
+/// kda_decode's last part: y = kda_gated_norm(o) into p.out.
+void gatedNormOut(const KdaDecodeParams &p, const uint16_t *o) {
   KdaGatedNormParams norm;
-  norm.o = o.data();
+  norm.o = o;
   norm.gate = p.gate;
   norm.weight = p.normWeight;
   norm.out = p.out;
@@ -331,6 +339,70 @@ void kdaDecodeCpu(const KdaDecodeParams &params) {
   norm.headDim = p.headDim;
   norm.eps = p.normEps;
   kdaGatedNormCpu(norm);
+}
+
+} // namespace
+
+void kdaDecodeCpu(const KdaDecodeParams &params) {
+  const int64_t C = params.numHeads * params.headDim;
+  std::vector<uint16_t> q(C), k(C), v(C), o(C), f;
+  const KdaDecodeParams p = prepareToken(params, f, q.data(), k.data(),
+                                         v.data());
+  recurrentHeads(p, q.data(), k.data(), v.data(), o.data());
+  gatedNormOut(p, o.data());
+}
+
+void kdaDecodeChunkCpu(const KdaDecodeParams *const *rows, size_t n) {
+  if (n == 0)
+    return;
+  const KdaDecodeParams &first = *rows[0];
+  const int64_t H = first.numHeads, d = first.headDim, C = H * d;
+  const int64_t T = static_cast<int64_t>(n);
+  const float qScale = kdaQueryScale(d);
+  std::vector<uint16_t> qt(C), kt(C), v(T * C), o(T * C), f;
+  std::vector<float> q(T * C), k(T * C), g(T * C), beta(T * H);
+  std::vector<KdaDecodeParams> prepared(n);
+  // Each token as kda_decode prepares it (the conv states advance token by
+  // token), then normalised, gated and β as its recurrent step would.
+  for (int64_t t = 0; t < T; ++t) {
+    const KdaDecodeParams &p = prepared[t] =
+        prepareToken(*rows[t], f, qt.data(), kt.data(), v.data() + t * C);
+    for (int64_t h = 0; h < H; ++h) {
+      const int64_t c0 = h * d, tc = t * C + c0;
+      l2NormHead(qt.data() + c0, d, kKdaL2NormEps, qScale, q.data() + tc);
+      l2NormHead(kt.data() + c0, d, kKdaL2NormEps, 1.0f, k.data() + tc);
+      gateHead(p.f + c0, p.dtBias + c0, p.aLog[h], d, p.hasLowerBound,
+               p.lowerBound, g.data() + tc);
+      beta[t * H + h] = cpu::sigmoid(bf16ToFloat(p.betaLogit[h]));
+    }
+  }
+  KdaChunkParams c;
+  c.q = q.data();
+  c.k = k.data();
+  c.v = v.data();
+  c.g = g.data();
+  c.beta = beta.data();
+  c.state = first.state;
+  c.out = o.data();
+  c.tokens = T;
+  c.numHeads = H;
+  c.headDim = d;
+  kdaChunkCpu(c);
+  for (int64_t t = 0; t < T; ++t)
+    gatedNormOut(prepared[t], o.data() + t * C);
+}
+
+void kdaDecodeRowsChunkCpu(const KdaDecodeParams *const *rows, size_t n) {
+  for (size_t i = 0; i < n;) {
+    size_t j = i + 1;
+    while (j < n && rows[j]->state == rows[i]->state)
+      ++j;
+    if (j - i == 1)
+      kdaDecodeCpu(*rows[i]);
+    else
+      kdaDecodeChunkCpu(rows + i, j - i);
+    i = j;
+  }
 }
 
 } // namespace k3

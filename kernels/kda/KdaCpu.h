@@ -5,6 +5,7 @@
 
 #include "kernels/kda/KdaParams.h"
 
+#include <cstddef>
 #include <cstdint>
 
 namespace k3 {
@@ -26,6 +27,18 @@ void kdaChunkCpu(const KdaChunkParams &p);
 void kdaGatedNormCpu(const KdaGatedNormParams &p);
 /// Conv ×3 + the gated delta-rule step + gated norm in one call.
 void kdaDecodeCpu(const KdaDecodeParams &p);
+/// kda_decode of n consecutive tokens of one sequence (rows[t]: token t's
+/// params, every row with the same state and conv states) in the chunk form:
+/// each token's convs, gates, l2norms and β as kdaDecodeCpu computes them
+/// (the conv states advance token by token), the delta rule of all n at
+/// once by kdaChunkCpu, each token's gated norm. Equals n kdaDecodeCpu calls
+/// within fp32 rounding (the delta rule's sums are reassociated), not bit for
+/// bit: the prefill form of a prompt chunk.
+void kdaDecodeChunkCpu(const KdaDecodeParams *const *rows, size_t n);
+/// kda_decode over a step's rows: each run of consecutive rows with the same
+/// state (one sequence's tokens in order) in the chunk form
+/// (kdaDecodeChunkCpu), a run of one row by kdaDecodeCpu.
+void kdaDecodeRowsChunkCpu(const KdaDecodeParams *const *rows, size_t n);
 
 /// In-place l2norm with the epsilon inside the root (K3.md §2.3):
 /// x ← x / sqrt(Σ x² + eps), fp32 (sum in cpu::dot order).

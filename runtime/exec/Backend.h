@@ -37,6 +37,14 @@ struct SlotStep {
 /// The most rows one step may have (several sequences, prompt chunks).
 constexpr int64_t kMaxStepRows = 4096;
 
+/// How a step's consecutive rows of one sequence (a prompt chunk) run the
+/// KDA token (kda_decode): Rows, one row after the other, each exactly
+/// what one step per token computes (bit for bit); Chunk, all at once in
+/// the chunk (WY / UT) form of the delta rule, within fp32 rounding of Rows,
+/// not bit for bit (kernels/kda/KdaCpu.h kdaDecodeChunkCpu). Single rows
+/// (decode) are the same in both.
+enum class PrefillForm { Rows, Chunk };
+
 class Backend {
 public:
   virtual ~Backend() = default;
@@ -76,6 +84,15 @@ public:
   /// step(), readState() and writeState() are slot 0's. The defaults serve
   /// a backend of one slot that runs a step per row.
   virtual int64_t maxBatch() const { return 1; }
+  /// The PrefillForm of later steps (Rows at first). Errors: a form this
+  /// backend lacks (the default lacks Chunk).
+  virtual Status setPrefillForm(PrefillForm form) {
+    if (form == PrefillForm::Rows)
+      return Status::ok();
+    return makeError("the ", name(),
+                     " backend has no chunk form of kda_decode yet (its "
+                     "prompt chunks run row by row)");
+  }
   /// Zeroes slot `slot`'s states (a sequence joins it). Errors: no such slot.
   virtual Status resetSlot(int64_t slot) {
     K3_RETURN_IF_ERROR(checkSlot(slot));

@@ -229,10 +229,14 @@ Status CpuBackend::stepSlots(const std::vector<SlotStep> &rows) {
   // launch reads a state only up to its row's position: the MLA cache's
   // later rows are past its length).
   // A kernel with a multi-row form (the projections) runs all rows in one
-  // call, each weight row read once for them.
+  // call, each weight row read once for them; with PrefillForm::Chunk,
+  // kda_decode runs each slot's consecutive rows in its chunk form.
   std::vector<const void *> params(rows.size());
   for (size_t l = 0; l < plan_.launches.size(); ++l) {
-    const CpuRowsEntry together = rows_[0]->launches[l].cpuRows;
+    const BoundLaunch &first = rows_[0]->launches[l];
+    const CpuRowsEntry together = chunkForm_ && first.cpuChunkRows
+                                      ? first.cpuChunkRows
+                                      : first.cpuRows;
     for (size_t i = 0; i < rows.size(); ++i) {
       BoundLaunch &bl = rows_[i]->launches[l];
       bl.setInputs(rows[i].token, rows[i].pos);

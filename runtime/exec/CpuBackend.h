@@ -74,6 +74,11 @@ public:
   /// step-local states (stateKindIsStepLocal), bound once (rows are added as
   /// a step needs them) and pointed at its slot's states before the step.
   int64_t maxBatch() const override { return slots_; }
+  /// Chunk: kda_decode's chunk form over a slot's consecutive rows.
+  Status setPrefillForm(PrefillForm form) override {
+    chunkForm_ = form == PrefillForm::Chunk;
+    return Status::ok();
+  }
   Status resetSlot(int64_t slot) override;
   Status stepSlots(const std::vector<SlotStep> &rows) override;
   const float *rowLogits(size_t row) const override;
@@ -155,6 +160,8 @@ private:
   /// The logits of the last row of the last step.
   const float *logits_ = nullptr;
   bool chains_ = false;
+  /// PrefillForm::Chunk selected (setPrefillForm).
+  bool chunkForm_ = false;
 };
 
 } // namespace k3

@@ -72,7 +72,19 @@ const RowsEntry kRowsEntries[] = {
     {"moe_ffn", &runRowsAs<MoeFfnParams, moeFfnRowsCpu>},
 };
 
+/// The kernels with a prefill (chunk) form: PrefillForm::Chunk.
+const RowsEntry kChunkRowsEntries[] = {
+    {"kda_decode", &runRowsAs<KdaDecodeParams, kdaDecodeRowsChunkCpu>},
+};
+
 } // namespace
+
+CpuRowsEntry findCpuChunkRowsKernel(const std::string &name) {
+  for (const RowsEntry &e : kChunkRowsEntries)
+    if (name == e.name)
+      return e.run;
+  return nullptr;
+}
 
 CpuRowsEntry findCpuRowsKernel(const std::string &name) {
   for (const RowsEntry &e : kRowsEntries)

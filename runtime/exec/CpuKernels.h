@@ -29,6 +29,13 @@ using CpuRowsEntry = void (*)(const void *const *params, size_t rows);
 /// must meet its rows in order, which the one-by-one loop does.
 CpuRowsEntry findCpuRowsKernel(const std::string &name);
 
+/// The prefill form of kernel `name` over a step's rows
+/// (PrefillForm::Chunk, Backend.h): a stateful kernel whose consecutive rows
+/// of one sequence (the same state) run together, within fp32 rounding of
+/// the rows one by one, not bit for bit (kda_decode's chunk form); null when
+/// it has none.
+CpuRowsEntry findCpuChunkRowsKernel(const std::string &name);
+
 } // namespace k3
 
 #endif // K3C_RUNTIME_EXEC_CPUKERNELS_H

@@ -434,6 +434,7 @@ Status bindLaunch(const PlanDoc &plan, size_t index, const PlanMemory &mem,
   launch.kernel = kernel;
   launch.cpu = cpu;
   launch.cpuRows = findCpuRowsKernel(kernel->name);
+  launch.cpuChunkRows = findCpuChunkRowsKernel(kernel->name);
   launch.params = kernel->make();
   void *p = launch.params->data();
   std::map<std::string, FieldBinding> bound;

@@ -80,10 +80,12 @@ PlanMemory::Weight hostWeight(const ResolvedWeight &w);
 struct BoundLaunch {
   const KernelInfo *kernel = nullptr;
   std::unique_ptr<KernelParams> params;
-  /// The kernel's CPU implementation (null if it has none), and its
-  /// multi-row form (null if it has none: findCpuRowsKernel).
+  /// The kernel's CPU implementation (null if it has none), its multi-row
+  /// form (null if it has none: findCpuRowsKernel), and its prefill form
+  /// (findCpuChunkRowsKernel: PrefillForm::Chunk).
   CpuEntry cpu = nullptr;
   CpuRowsEntry cpuRows = nullptr;
+  CpuRowsEntry cpuChunkRows = nullptr;
   struct Input {
     size_t offset = 0;
     bool is32 = false;

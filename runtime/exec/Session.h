@@ -236,6 +236,12 @@ public:
   std::string backendName() const { return backend_->name(); }
   /// The backend the plan is bound to.
   const Backend &backend() const { return *backend_; }
+  /// How later prompt chunks run the KDA token (Backend::setPrefillForm:
+  /// Rows, bit for bit one step per token, or Chunk, the chunk form within
+  /// fp32 rounding). Errors: a form the backend lacks (CUDA: Chunk, for now).
+  Status setPrefillForm(PrefillForm form) {
+    return backend_->setPrefillForm(form);
+  }
 
 private:
   Session() = default;

@@ -76,7 +76,7 @@ int runtimeError(const std::string &message) {
 struct Args {
   std::string plan, weights, promptIds, prompts, maxNew, stopIds, temperature,
       topP, seed, snapshotOut, snapshotIn, prefixLen, batch, prefillChunk,
-      backend = "cpu", checkAgainst, logitsOut, profileSteps;
+      prefillForm, backend = "cpu", checkAgainst, logitsOut, profileSteps;
   bool ignoreEos = false, noCudaGraph = false, profile = false, quiet = false,
        hostGreedy = false;
   std::vector<std::string> extras; ///< what CLI11 did not recognise
@@ -207,6 +207,14 @@ void declareOptions(CLI::App &app, Args &a, bool embedded) {
                  "feed each prompt N tokens per step (default 64;\n"
                  "1: one token per step); the same ids either way")
       ->type_name("N")
+      ->group(model);
+  app.add_option("--prefill-form", a.prefillForm,
+                 "how a chunk runs the KDA layers: rows (default),\n"
+                 "one token after another, bit for bit as one\n"
+                 "step per token; chunk, the chunk (WY) form of\n"
+                 "the delta rule, within fp32 rounding (cpu only\n"
+                 "so far)")
+      ->type_name("rows|chunk")
       ->group(model);
   app.add_option("--max-new", a.maxNew,
                  "the most tokens to generate per prompt (>= 1);\n"
@@ -363,6 +371,7 @@ struct Request {
   int64_t maxNew = 0, profileSteps = 20, prefixLen = 0; ///< 0: whole prompt
   int64_t batch = 0; ///< --batch; 0: the plan's max_batch
   int64_t prefillChunk = k3::kDefaultPrefillChunk;
+  k3::PrefillForm prefillForm = k3::PrefillForm::Rows;
   std::vector<int64_t> stopIds;
   k3::SamplingParams sampling;
   k3::BackendKind kind = k3::BackendKind::Cpu;
@@ -385,7 +394,8 @@ std::string checkArgs(Args &a, Request &r) {
         {!a.checkAgainst.empty(), "--check-against"},
         {a.profile || !a.profileSteps.empty(), "--profile"},
         {!a.snapshotIn.empty() || !a.snapshotOut.empty(), "snapshots"},
-        {!a.batch.empty(), "--batch"}};
+        {!a.batch.empty(), "--batch"},
+        {a.prefillForm == "chunk", "--prefill-form chunk"}};
     for (const auto &[given, what] : unsupported)
       if (given)
         return std::string(what) +
@@ -411,6 +421,13 @@ std::string checkArgs(Args &a, Request &r) {
        r.prefillChunk > k3::kMaxStepRows))
     return "--prefill-chunk needs an integer in [1, " +
            std::to_string(k3::kMaxStepRows) + "], got '" + a.prefillChunk + "'";
+  if (a.prefillForm == "chunk")
+    r.prefillForm = k3::PrefillForm::Chunk;
+  else if (!a.prefillForm.empty() && a.prefillForm != "rows")
+    return "--prefill-form needs rows or chunk, got '" + a.prefillForm + "'";
+  if (r.prefillForm == k3::PrefillForm::Chunk && !a.checkAgainst.empty())
+    return "--check-against compares one token per step; it takes no "
+           "--prefill-form chunk";
   if (!a.promptIds.empty()) {
     k3::Prompt p;
     if (k3::Status s = k3::parseIdList(a.promptIds, p.ids); !s)
@@ -882,6 +899,8 @@ int run(int argc, char **argv) {
   if (!session)
     return runtimeError(session.message());
   k3::Session &ses = **session;
+  if (k3::Status s = ses.setPrefillForm(req.prefillForm); !s)
+    return runtimeError("--prefill-form chunk: " + s.message());
 
   // Every request is checked before the first step, so that a bad line 3
   // does not leave lines 1 and 2 decoded behind it.

@@ -12,6 +12,7 @@
 //===----------------------------------------------------------------------===//
 #include "kernels/common/BF16.h"
 #include "kernels/common/CpuMath.h"
+#include "kernels/common/VectorRef.h"
 #include "kernels/kda/KdaCpu.h"
 
 #include <gtest/gtest.h>
@@ -176,6 +177,155 @@ TEST(KdaChunk, TheCheckCanFail) {
     const Compared c = compare(in, want, wantOut, got, gotOut);
     EXPECT_TRUE(c.state > 1e-3 || c.out > 1e-2) << which;
   }
+}
+
+
+/// A sequence's worth of kda_decode rows (Kimi-Linear's head size, the
+/// low-rank f and output-gate projections folded in): every row its own
+/// inputs and outputs, all sharing one state and conv state set.
+struct DecodeRows {
+  int64_t T, H, d, C, W = 4, rank = 16;
+  std::vector<uint16_t> uq, uk, uv, beta, fA, fB, gA, gB, gateOut, out;
+  std::vector<uint16_t> convW, normW;
+  std::vector<float> dtBias, aLog, state, convQ, convK, convV;
+  DecodeRows(uint64_t seed, int64_t T, int64_t H, int64_t d)
+      : T(T), H(H), d(d), C(H * d) {
+    std::mt19937_64 rng(seed);
+    std::normal_distribution<float> n(0.0f, 1.0f);
+    auto bf16s = [&](size_t count, float stdv) {
+      std::vector<uint16_t> v(count);
+      for (uint16_t &x : v)
+        x = floatToBf16(stdv * n(rng));
+      return v;
+    };
+    auto floats = [&](size_t count, float stdv) {
+      std::vector<float> v(count);
+      for (float &x : v)
+        x = stdv * n(rng);
+      return v;
+    };
+    uq = bf16s(T * C, 1.0f), uk = bf16s(T * C, 1.0f), uv = bf16s(T * C, 1.0f);
+    beta = bf16s(T * H, 1.0f);
+    fA = bf16s(T * rank, 1.0f), fB = bf16s(C * rank, 0.3f);
+    gA = bf16s(T * rank, 1.0f), gB = bf16s(C * rank, 0.3f);
+    convW = bf16s(C * W, 0.5f), normW = bf16s(d, 1.0f);
+    dtBias = floats(C, 1.0f), aLog = floats(H, 0.5f);
+    state = floats(H * d * d, 0.1f);
+    convQ = floats(C * (W - 1), 1.0f), convK = floats(C * (W - 1), 1.0f);
+    convV = floats(C * (W - 1), 1.0f);
+    gateOut.assign(T * C, 0x7fc0);
+    out.assign(T * C, 0x7fc0); // poisoned: NaN
+  }
+  KdaDecodeParams row(int64_t t) {
+    KdaDecodeParams p;
+    p.uq = &uq[t * C], p.uk = &uk[t * C], p.uv = &uv[t * C];
+    p.convQ = bf16Vector(convW.data());
+    p.convK = bf16Vector(convW.data());
+    p.convV = bf16Vector(convW.data());
+    p.convStateQ = convQ.data(), p.convStateK = convK.data();
+    p.convStateV = convV.data();
+    p.betaLogit = &beta[t * H];
+    p.dtBias = dtBias.data(), p.aLog = aLog.data();
+    p.state = state.data();
+    p.normWeight = bf16Vector(normW.data());
+    p.out = &out[t * C];
+    p.numHeads = H, p.headDim = d, p.convWidth = static_cast<int32_t>(W);
+    p.fA = &fA[t * rank], p.fB = fB.data(), p.fRank = rank;
+    p.gA = &gA[t * rank], p.gB = gB.data(), p.gRank = rank;
+    p.gateOut = &gateOut[t * C];
+    return p;
+  }
+};
+
+/// kda_decode's chunk form over a prompt chunk's rows equals the rows one by
+/// one within fp32 rounding: the outputs, the state, and the conv states
+/// exactly (they advance token by token in both).
+TEST(KdaChunk, DecodeChunkEqualsDecodeRowByRow) {
+  for (int64_t T : {2, 16, 64}) {
+    DecodeRows want(77 + T, T, 2, 128), got(77 + T, T, 2, 128);
+    for (int64_t t = 0; t < T; ++t)
+      kdaDecodeCpu(want.row(t));
+    std::vector<KdaDecodeParams> rows;
+    for (int64_t t = 0; t < T; ++t)
+      rows.push_back(got.row(t));
+    std::vector<const KdaDecodeParams *> ptrs;
+    for (const KdaDecodeParams &r : rows)
+      ptrs.push_back(&r);
+    kdaDecodeChunkCpu(ptrs.data(), ptrs.size());
+    EXPECT_EQ(got.convQ, want.convQ) << T;
+    EXPECT_EQ(got.convV, want.convV) << T;
+    EXPECT_EQ(got.gateOut, want.gateOut) << T;
+    EXPECT_LT(relError(
+                  want.state.size(),
+                  [&](size_t i) { return double(want.state[i]); },
+                  [&](size_t i) { return double(got.state[i]); }),
+              1e-5)
+        << T;
+    int64_t same = 0, near = 0;
+    for (size_t i = 0; i < want.out.size(); ++i) {
+      same += want.out[i] == got.out[i];
+      near += std::fabs(bf16ToFloat(want.out[i]) - bf16ToFloat(got.out[i])) <=
+              std::fabs(bf16ToFloat(want.out[i])) / 64;
+    }
+    EXPECT_EQ(near, static_cast<int64_t>(want.out.size())) << T;
+    EXPECT_GT(same, static_cast<int64_t>(want.out.size()) * 9 / 10) << T;
+  }
+}
+
+/// The rows form splits a step's rows into runs of one state: two
+/// sequences' rows (a run of 5, a single row, a run of 3) give what each
+/// sequence's rows give alone; merging the two sequences' runs into one
+/// chunk (the mutant a wrong split would be) does not.
+TEST(KdaChunk, RowsFormRunsEachSequenceApart) {
+  DecodeRows a(5, 6, 2, 128), b(6, 3, 2, 128);
+  DecodeRows a2(5, 6, 2, 128), b2(6, 3, 2, 128);
+  // Alone: a's rows 0-4 as a chunk then row 5; b's 3 rows as a chunk.
+  {
+    std::vector<KdaDecodeParams> ra, rb;
+    for (int64_t t = 0; t < 5; ++t)
+      ra.push_back(a.row(t));
+    for (int64_t t = 0; t < 3; ++t)
+      rb.push_back(b.row(t));
+    std::vector<const KdaDecodeParams *> pa, pb;
+    for (auto &r : ra)
+      pa.push_back(&r);
+    for (auto &r : rb)
+      pb.push_back(&r);
+    kdaDecodeChunkCpu(pa.data(), pa.size());
+    kdaDecodeCpu(a.row(5));
+    kdaDecodeChunkCpu(pb.data(), pb.size());
+  }
+  // One step: a0-a4, b0, ... interleaved runs must not mix: a0..a4 | b0..b2
+  // | a5 (a5's state is a's: a run of its own after b's).
+  std::vector<KdaDecodeParams> rows;
+  for (int64_t t = 0; t < 5; ++t)
+    rows.push_back(a2.row(t));
+  for (int64_t t = 0; t < 3; ++t)
+    rows.push_back(b2.row(t));
+  rows.push_back(a2.row(5));
+  std::vector<const KdaDecodeParams *> ptrs;
+  for (auto &r : rows)
+    ptrs.push_back(&r);
+  kdaDecodeRowsChunkCpu(ptrs.data(), ptrs.size());
+  EXPECT_EQ(a2.out, a.out);
+  EXPECT_EQ(b2.out, b.out);
+  EXPECT_EQ(a2.state, a.state);
+  EXPECT_EQ(b2.state, b.state);
+
+  // The mutant: a's first 5 rows and b's 3 as one chunk on a's state.
+  DecodeRows a3(5, 6, 2, 128), b3(6, 3, 2, 128);
+  std::vector<KdaDecodeParams> mixed;
+  for (int64_t t = 0; t < 5; ++t)
+    mixed.push_back(a3.row(t));
+  for (int64_t t = 0; t < 3; ++t) {
+    mixed.push_back(b3.row(t));
+    mixed.back().state = a3.state.data();
+  }
+  std::vector<const KdaDecodeParams *> pm;
+  for (auto &r : mixed)
+    pm.push_back(&r);
+  kdaDecodeChunkCpu(pm.data(), pm.size());
+  EXPECT_NE(b3.out, b.out);
 }
 
 } // namespace

@@ -168,7 +168,7 @@ TEST_F(K3RunToolTest, BatchedPromptsAsIfOneByOne) {
   EXPECT_EQ(std::count(one.out.begin(), one.out.end(), '\n'), 5) << one.out;
   for (const char *batch :
        {"", " --batch 2", " --batch 3", " --prefill-chunk 1",
-        " --batch 2 --prefill-chunk 2"}) {
+        " --batch 2 --prefill-chunk 2", " --prefill-chunk 1 --prefill-form chunk"}) {
     RunResult r = run(tool() + " " + dir->file("b.plan") + args +
                           dir->file("b.npy") + batch,
                       *dir);
@@ -230,6 +230,8 @@ TEST_F(K3RunToolTest, UsageErrorsExitTwo) {
   EXPECT_TRUE(test::contains(help.out, "--no-cuda-graph")) << help.out;
   EXPECT_TRUE(test::contains(help.out, "--check-against cpu")) << help.out;
   EXPECT_TRUE(test::contains(help.out, "--batch N")) << help.out;
+  EXPECT_TRUE(test::contains(help.out, "--prefill-form rows|chunk"))
+      << help.out;
   for (const std::string &args :
        {std::string(""), " " + dir->file("m.plan"),
         " " + dir->file("m.plan") + " --weights x --prompt-ids 1",
@@ -243,6 +245,9 @@ TEST_F(K3RunToolTest, UsageErrorsExitTwo) {
         " " + dir->file("m.plan") + common() + " --batch 0",
         " " + dir->file("m.plan") + common() + " --prefill-chunk 0",
         " " + dir->file("m.plan") + common() + " --prefill-chunk 4097",
+        " " + dir->file("m.plan") + common() + " --prefill-form wy",
+        " " + dir->file("m.plan") + common() +
+            " --prefill-form chunk --check-against cpu",
         " " + dir->file("m.plan") + common() + " --batch two",
         " " + dir->file("m.plan") + common() + " --batch 2 --check-against cpu",
         " " + dir->file("m.plan") + common() + " --check-against"}) {
