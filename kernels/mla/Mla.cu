@@ -762,8 +762,10 @@ __device__ __forceinline__ bool mmaRanges(const MlaAttendParams &p) {
 #if defined(K3C_TUNE_MLA_MMA) && !K3C_TUNE_MLA_MMA
   return false;
 #else
+  // q_r is read as bf16 pairs: an even P and a 4-byte aligned q.
   return p.kvLoraRank == kMmaLatent && p.ropeDim == kMmaRope &&
-         p.numHeads % kMmaHeads == 0;
+         p.numHeads % kMmaHeads == 0 && p.nopeDim % 2 == 0 &&
+         dev::aligned(p.q, 4);
 #endif
 }
 
