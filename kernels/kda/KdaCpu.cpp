@@ -132,25 +132,32 @@ void stepHead(const float *q, const float *k, const uint16_t *vBf16,
     out[j] = floatToBf16(o[j]);
 }
 
+/// The delta rule's inputs of head h from the conv outputs q̃, k̃ (bf16):
+/// kda_l2norm of q (scale 1/sqrt d) and k, kda_gate into q, k, g (d floats
+/// each); returns β = sigmoid of its logit. The very helpers those launches
+/// use, so kda_decode is the `--fusion=none` chain by construction.
+float stepInputsHead(const KdaDecodeParams &p, int64_t h, const uint16_t *qt,
+                     const uint16_t *kt, float *q, float *k, float *g) {
+  const int64_t d = p.headDim, c0 = h * d;
+  l2NormHead(qt + c0, d, kKdaL2NormEps, kdaQueryScale(d), q);
+  l2NormHead(kt + c0, d, kKdaL2NormEps, 1.0f, k);
+  gateHead(p.f + c0, p.dtBias + c0, p.aLog[h], d, p.hasLowerBound,
+           p.lowerBound, g);
+  return cpu::sigmoid(bf16ToFloat(p.betaLogit[h]));
+}
+
 /// kda_decode's recurrent step of every head on the conv outputs q̃, k̃, ṽ
-/// (bf16): per head, kda_l2norm of q (scale 1/sqrt d) and k, kda_gate,
-/// sigmoid of β's logit and kda_step, through the very helpers those
-/// launches use, so the step is the `--fusion=none` chain by construction.
+/// (bf16): per head its inputs (stepInputsHead), then kda_step.
 void recurrentHeads(const KdaDecodeParams &p, const uint16_t *qt,
                     const uint16_t *kt, const uint16_t *vt, uint16_t *out) {
   const int64_t d = p.headDim;
-  const float qScale = kdaQueryScale(d);
   std::vector<float> q(d), k(d), g(d);
   StepScratch scratch(d);
   for (int64_t h = 0; h < p.numHeads; ++h) {
-    const int64_t c0 = h * d;
-    l2NormHead(qt + c0, d, kKdaL2NormEps, qScale, q.data());
-    l2NormHead(kt + c0, d, kKdaL2NormEps, 1.0f, k.data());
-    gateHead(p.f + c0, p.dtBias + c0, p.aLog[h], d, p.hasLowerBound,
-             p.lowerBound, g.data());
-    const float beta = cpu::sigmoid(bf16ToFloat(p.betaLogit[h]));
-    stepHead(q.data(), k.data(), vt + c0, g.data(), beta, p.state + h * d * d,
-             d, scratch, out + c0);
+    const float beta =
+        stepInputsHead(p, h, qt, kt, q.data(), k.data(), g.data());
+    stepHead(q.data(), k.data(), vt + h * d, g.data(), beta,
+             p.state + h * d * d, d, scratch, out + h * d);
   }
 }
 
@@ -358,7 +365,6 @@ void kdaDecodeChunkCpu(const KdaDecodeParams *const *rows, size_t n) {
   const KdaDecodeParams &first = *rows[0];
   const int64_t H = first.numHeads, d = first.headDim, C = H * d;
   const int64_t T = static_cast<int64_t>(n);
-  const float qScale = kdaQueryScale(d);
   std::vector<uint16_t> qt(C), kt(C), v(T * C), o(T * C), f;
   std::vector<float> q(T * C), k(T * C), g(T * C), beta(T * H);
   std::vector<KdaDecodeParams> prepared(n);
@@ -368,12 +374,10 @@ void kdaDecodeChunkCpu(const KdaDecodeParams *const *rows, size_t n) {
     const KdaDecodeParams &p = prepared[t] =
         prepareToken(*rows[t], f, qt.data(), kt.data(), v.data() + t * C);
     for (int64_t h = 0; h < H; ++h) {
-      const int64_t c0 = h * d, tc = t * C + c0;
-      l2NormHead(qt.data() + c0, d, kKdaL2NormEps, qScale, q.data() + tc);
-      l2NormHead(kt.data() + c0, d, kKdaL2NormEps, 1.0f, k.data() + tc);
-      gateHead(p.f + c0, p.dtBias + c0, p.aLog[h], d, p.hasLowerBound,
-               p.lowerBound, g.data() + tc);
-      beta[t * H + h] = cpu::sigmoid(bf16ToFloat(p.betaLogit[h]));
+      const int64_t tc = t * C + h * d;
+      beta[t * H + h] = stepInputsHead(p, h, qt.data(), kt.data(),
+                                       q.data() + tc, k.data() + tc,
+                                       g.data() + tc);
     }
   }
   KdaChunkParams c;

@@ -77,27 +77,28 @@ const RowsEntry kChunkRowsEntries[] = {
     {"kda_decode", &runRowsAs<KdaDecodeParams, kdaDecodeRowsChunkCpu>},
 };
 
+/// The `run` of table entry `name`, or null.
+template <typename E, size_t N>
+auto lookup(const E (&table)[N], const std::string &name)
+    -> decltype(table[0].run) {
+  for (const E &e : table)
+    if (name == e.name)
+      return e.run;
+  return nullptr;
+}
+
 } // namespace
 
 CpuRowsEntry findCpuChunkRowsKernel(const std::string &name) {
-  for (const RowsEntry &e : kChunkRowsEntries)
-    if (name == e.name)
-      return e.run;
-  return nullptr;
+  return lookup(kChunkRowsEntries, name);
 }
 
 CpuRowsEntry findCpuRowsKernel(const std::string &name) {
-  for (const RowsEntry &e : kRowsEntries)
-    if (name == e.name)
-      return e.run;
-  return nullptr;
+  return lookup(kRowsEntries, name);
 }
 
 CpuEntry findCpuKernel(const std::string &name) {
-  for (const Entry &e : kEntries)
-    if (name == e.name)
-      return e.run;
-  return nullptr;
+  return lookup(kEntries, name);
 }
 
 } // namespace k3

@@ -237,6 +237,23 @@ struct DecodeRows {
   }
 };
 
+/// Runs `form` (kdaDecodeChunkCpu or kdaDecodeRowsChunkCpu) over `rows`.
+void runRows(void (*form)(const KdaDecodeParams *const *, size_t),
+             const std::vector<KdaDecodeParams> &rows) {
+  std::vector<const KdaDecodeParams *> ptrs;
+  for (const KdaDecodeParams &r : rows)
+    ptrs.push_back(&r);
+  form(ptrs.data(), ptrs.size());
+}
+
+/// Rows [t0, t1) of `in`.
+std::vector<KdaDecodeParams> rowsOf(DecodeRows &in, int64_t t0, int64_t t1) {
+  std::vector<KdaDecodeParams> rows;
+  for (int64_t t = t0; t < t1; ++t)
+    rows.push_back(in.row(t));
+  return rows;
+}
+
 /// kda_decode's chunk form over a prompt chunk's rows equals the rows one by
 /// one within fp32 rounding: the outputs, the state, and the conv states
 /// exactly (they advance token by token in both).
@@ -245,13 +262,7 @@ TEST(KdaChunk, DecodeChunkEqualsDecodeRowByRow) {
     DecodeRows want(77 + T, T, 2, 128), got(77 + T, T, 2, 128);
     for (int64_t t = 0; t < T; ++t)
       kdaDecodeCpu(want.row(t));
-    std::vector<KdaDecodeParams> rows;
-    for (int64_t t = 0; t < T; ++t)
-      rows.push_back(got.row(t));
-    std::vector<const KdaDecodeParams *> ptrs;
-    for (const KdaDecodeParams &r : rows)
-      ptrs.push_back(&r);
-    kdaDecodeChunkCpu(ptrs.data(), ptrs.size());
+    runRows(kdaDecodeChunkCpu, rowsOf(got, 0, T));
     EXPECT_EQ(got.convQ, want.convQ) << T;
     EXPECT_EQ(got.convV, want.convV) << T;
     EXPECT_EQ(got.gateOut, want.gateOut) << T;
@@ -280,33 +291,16 @@ TEST(KdaChunk, RowsFormRunsEachSequenceApart) {
   DecodeRows a(5, 6, 2, 128), b(6, 3, 2, 128);
   DecodeRows a2(5, 6, 2, 128), b2(6, 3, 2, 128);
   // Alone: a's rows 0-4 as a chunk then row 5; b's 3 rows as a chunk.
-  {
-    std::vector<KdaDecodeParams> ra, rb;
-    for (int64_t t = 0; t < 5; ++t)
-      ra.push_back(a.row(t));
-    for (int64_t t = 0; t < 3; ++t)
-      rb.push_back(b.row(t));
-    std::vector<const KdaDecodeParams *> pa, pb;
-    for (auto &r : ra)
-      pa.push_back(&r);
-    for (auto &r : rb)
-      pb.push_back(&r);
-    kdaDecodeChunkCpu(pa.data(), pa.size());
-    kdaDecodeCpu(a.row(5));
-    kdaDecodeChunkCpu(pb.data(), pb.size());
-  }
+  runRows(kdaDecodeChunkCpu, rowsOf(a, 0, 5));
+  kdaDecodeCpu(a.row(5));
+  runRows(kdaDecodeChunkCpu, rowsOf(b, 0, 3));
   // One step: a0-a4, b0, ... interleaved runs must not mix: a0..a4 | b0..b2
   // | a5 (a5's state is a's: a run of its own after b's).
-  std::vector<KdaDecodeParams> rows;
-  for (int64_t t = 0; t < 5; ++t)
-    rows.push_back(a2.row(t));
-  for (int64_t t = 0; t < 3; ++t)
-    rows.push_back(b2.row(t));
+  std::vector<KdaDecodeParams> rows = rowsOf(a2, 0, 5);
+  for (const KdaDecodeParams &r : rowsOf(b2, 0, 3))
+    rows.push_back(r);
   rows.push_back(a2.row(5));
-  std::vector<const KdaDecodeParams *> ptrs;
-  for (auto &r : rows)
-    ptrs.push_back(&r);
-  kdaDecodeRowsChunkCpu(ptrs.data(), ptrs.size());
+  runRows(kdaDecodeRowsChunkCpu, rows);
   EXPECT_EQ(a2.out, a.out);
   EXPECT_EQ(b2.out, b.out);
   EXPECT_EQ(a2.state, a.state);
@@ -314,17 +308,12 @@ TEST(KdaChunk, RowsFormRunsEachSequenceApart) {
 
   // The mutant: a's first 5 rows and b's 3 as one chunk on a's state.
   DecodeRows a3(5, 6, 2, 128), b3(6, 3, 2, 128);
-  std::vector<KdaDecodeParams> mixed;
-  for (int64_t t = 0; t < 5; ++t)
-    mixed.push_back(a3.row(t));
-  for (int64_t t = 0; t < 3; ++t) {
-    mixed.push_back(b3.row(t));
-    mixed.back().state = a3.state.data();
+  std::vector<KdaDecodeParams> mixed = rowsOf(a3, 0, 5);
+  for (KdaDecodeParams r : rowsOf(b3, 0, 3)) {
+    r.state = a3.state.data();
+    mixed.push_back(r);
   }
-  std::vector<const KdaDecodeParams *> pm;
-  for (auto &r : mixed)
-    pm.push_back(&r);
-  kdaDecodeChunkCpu(pm.data(), pm.size());
+  runRows(kdaDecodeChunkCpu, mixed);
   EXPECT_NE(b3.out, b.out);
 }
 

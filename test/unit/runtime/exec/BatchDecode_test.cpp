@@ -111,14 +111,17 @@ std::vector<SequenceRequest> randomRequests(uint64_t seed, int n,
 /// logit's bits), with the
 /// first difference in `why`. A request that fails alone must fail in the
 /// batch with the same message.
-/// Each request decoded alone by generate() with the batch-1 plan, one
-/// token per step (the reference `differences` compares with).
+/// Each request decoded alone by generate() with the batch-1 plan (the
+/// reference `differences` compares with): one token per step, or, with
+/// `ownChunks`, in the request's own prompt chunks.
 std::vector<Expected<GenerateResult>>
-aloneResults(Fixture &f, const std::vector<SequenceRequest> &reqs) {
+aloneResults(Fixture &f, const std::vector<SequenceRequest> &reqs,
+             bool ownChunks = false) {
   std::vector<Expected<GenerateResult>> out;
   for (const SequenceRequest &r : reqs) {
     GenerateOptions one = r.options;
-    one.prefillChunk = 1;
+    if (!ownChunks)
+      one.prefillChunk = 1;
     out.push_back(f.single->generate(r.prompt, one));
   }
   return out;
@@ -328,9 +331,8 @@ TEST_P(BatchInvariance, ChunkFormPrefillWithinRounding) {
   }
   ASSERT_TRUE(f->single->setPrefillForm(PrefillForm::Chunk).isOk());
   ASSERT_TRUE(f->batched->setPrefillForm(PrefillForm::Chunk).isOk());
-  std::vector<Expected<GenerateResult>> alone;
-  for (const SequenceRequest &r : reqs)
-    alone.push_back(f->single->generate(r.prompt, r.options));
+  const std::vector<Expected<GenerateResult>> alone =
+      aloneResults(*f, reqs, /*ownChunks=*/true);
   EXPECT_INVARIANT(*f, reqs, BatchOptions(), &alone);
 }
 
