@@ -719,10 +719,11 @@ int main(int argc, char **argv) {
       };
   // --only picks cases by a substring of their name: one that matches none
   // is a mistake, named before any GPU work (the names are listed).
-  if (!only.empty() &&
-      std::none_of(cases.begin(), cases.end(), [&](const auto &c) {
-        return c.first.find(only) != std::string::npos;
-      })) {
+  auto picked = [&](const std::string &name) {
+    return only.empty() || name.find(only) != std::string::npos;
+  };
+  if (std::none_of(cases.begin(), cases.end(),
+                   [&](const auto &c) { return picked(c.first); })) {
     std::fprintf(stderr, "kernel_bench: --only '%s' matches no case; cases:",
                  only.c_str());
     std::string last;
@@ -758,7 +759,7 @@ int main(int argc, char **argv) {
 
   std::vector<Result> results;
   for (auto &[name, fn] : cases)
-    if (only.empty() || name.find(only) != std::string::npos)
+    if (picked(name))
       fn(results);
 
   std::printf("%-44s %10s %12s %10s %8s\n", "case", "us", "bytes", "GB/s",
