@@ -56,6 +56,19 @@ Status Backend::checkStateAccess(int64_t slot, size_t state,
   return Status::ok();
 }
 
+Expected<std::vector<double>>
+Backend::timeStepSlots(const std::vector<SlotStep> &rows) {
+  if (!timesStepSlots())
+    return makeError(name(), " cannot time the launches of a step of rows");
+  std::vector<double> us;
+  launchTimes_ = &us;
+  Status st = stepSlots(rows);
+  launchTimes_ = nullptr;
+  if (!st)
+    return st;
+  return us;
+}
+
 Status Backend::stepSlots(const std::vector<SlotStep> &rows) {
   K3_RETURN_IF_ERROR(checkRows(rows));
   lastRows_ = 0;

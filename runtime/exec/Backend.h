@@ -154,6 +154,16 @@ public:
     (void)replay;
     return makeError(name(), " cannot time steps");
   }
+  /// One stepSlots(rows) (the state advances, the same checks) with every
+  /// plan launch timed over all its rows: µs per plan launch in plan order
+  /// (the CUDA backend: device time between events around each launch's
+  /// rows, the host's queueing included where the GPU waits for it; the
+  /// CPU: wall time). What a prompt chunk spends where (`k3-run --profile`).
+  /// Errors: stepSlots'; a backend that cannot time.
+  Expected<std::vector<double>>
+  timeStepSlots(const std::vector<SlotStep> &rows);
+  /// Whether timeStepSlots() can time this backend's launches.
+  virtual bool timesStepSlots() const { return false; }
   /// Whether timeStep(…, true) replays a CUDA graph.
   virtual bool replaysGraph() const { return false; }
   /// The memory's copy bandwidth in GB/s (bytes read + written per second)
@@ -185,6 +195,9 @@ protected:
 
   /// Rows the last stepSlots() ran (a one-row step: 1); rowLogits' bound.
   size_t lastRows_ = 0;
+  /// Set by timeStepSlots() for one stepSlots(): the backend adds each plan
+  /// launch's µs (all its rows) at its index (sized to the plan's launches).
+  std::vector<double> *launchTimes_ = nullptr;
 };
 
 } // namespace k3

@@ -232,7 +232,10 @@ Status CpuBackend::stepSlots(const std::vector<SlotStep> &rows) {
   // call, each weight row read once for them; with PrefillForm::Chunk,
   // kda_decode runs each slot's consecutive rows in its chunk form.
   std::vector<const void *> params(rows.size());
+  if (launchTimes_)
+    launchTimes_->assign(plan_.launches.size(), 0.0);
   for (size_t l = 0; l < plan_.launches.size(); ++l) {
+    const Clock::time_point t0 = Clock::now();
     const BoundLaunch &first = rows_[0]->launches[l];
     const CpuRowsEntry together = chunkForm_ && first.cpuChunkRows
                                       ? first.cpuChunkRows
@@ -247,6 +250,8 @@ Status CpuBackend::stepSlots(const std::vector<SlotStep> &rows) {
     }
     if (together && rows.size() > 1)
       together(params.data(), rows.size());
+    if (launchTimes_)
+      (*launchTimes_)[l] = microsecondsSince(t0);
   }
   lastRows_ = rows.size();
   logits_ = rows_[rows.size() - 1]->logits;

@@ -93,6 +93,7 @@ public:
   /// Profiling: wall time (steady_clock) around each launch / the whole step
   /// (no graph: `replay` is ignored); the copy is one memcpy between two
   /// host buffers (256 MiB by default), on one thread.
+  bool timesStepSlots() const override { return true; }
   Expected<std::vector<double>> timeLaunches(int64_t token,
                                              int64_t pos) override;
   Expected<double> timeStep(int64_t token, int64_t pos, bool replay) override;

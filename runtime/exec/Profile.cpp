@@ -14,6 +14,7 @@
 #include "runtime/exec/cuda/CudaBackend.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstdarg>
 #include <cstdio>
 #include <filesystem>
@@ -200,6 +201,69 @@ std::string formatBytes(double bytes) {
   else
     std::snprintf(buf, sizeof(buf), "%.2f GB", bytes / 1e9);
   return buf;
+}
+
+Expected<PrefillProfile> profilePrefill(Backend &backend, const PlanDoc &plan,
+                                        const std::vector<int64_t> &prompt,
+                                        int64_t chunk) {
+  if (prompt.empty())
+    return makeError("a prefill profile needs a prompt");
+  if (chunk < 1 || chunk > kMaxStepRows)
+    return makeError("the prefill chunk must be in [1, ", kMaxStepRows,
+                     "] tokens, got ", chunk);
+  K3_RETURN_IF_ERROR(backend.resetState());
+  PrefillProfile out;
+  out.backend = backend.name();
+  out.tokens = static_cast<int64_t>(prompt.size());
+  out.chunk = chunk;
+  std::vector<double> sum(plan.launches.size(), 0.0);
+  std::vector<SlotStep> rows;
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int64_t i = 0; i < out.tokens; i += chunk) {
+    rows.clear();
+    for (int64_t t = i; t < std::min(out.tokens, i + chunk); ++t)
+      rows.push_back({0, prompt[static_cast<size_t>(t)], t});
+    Expected<std::vector<double>> us = backend.timeStepSlots(rows);
+    if (!us)
+      return us.status().withContext("prompt chunk at position " +
+                                     std::to_string(i));
+    for (size_t l = 0; l < sum.size() && l < us->size(); ++l)
+      sum[l] += (*us)[l];
+    ++out.chunks;
+  }
+  out.wallUs = std::chrono::duration<double, std::micro>(
+                   std::chrono::steady_clock::now() - t0)
+                   .count();
+  out.launches = summarizeProfile(plan, sum, {});
+  return out;
+}
+
+std::string formatPrefillProfile(const PrefillProfile &p) {
+  std::string out;
+  appendf(out,
+          "prefill profile: %lld prompt tokens in %lld chunks of %lld rows on "
+          "%s: %.2f ms (%.1f tokens/s); each plan launch's time over all its "
+          "rows, summed over the chunks\n",
+          static_cast<long long>(p.tokens), static_cast<long long>(p.chunks),
+          static_cast<long long>(p.chunk), p.backend.c_str(), p.wallUs / 1e3,
+          p.tokensPerSecond());
+  const double total = p.launches.total.us;
+  auto table = [&](const char *what, const std::vector<ProfileRow> &rows) {
+    appendf(out, "\n%-18s %9s %11s %11s %7s\n", what, "launches", "ms",
+            "us/chunk", "share");
+    std::vector<const ProfileRow *> all;
+    for (const ProfileRow &r : rows)
+      all.push_back(&r);
+    all.push_back(&p.launches.total);
+    for (const ProfileRow *r : all)
+      appendf(out, "%-18s %9lld %11.3f %11.1f %6.1f%%\n", r->name.c_str(),
+              static_cast<long long>(r->launches), r->us / 1e3,
+              p.chunks ? r->us / static_cast<double>(p.chunks) : 0.0,
+              total > 0 ? 100.0 * r->us / total : 0.0);
+  };
+  table("kernel", p.launches.kernels);
+  table("layer part", p.launches.byPart);
+  return out;
 }
 
 std::string formatProfile(const StepProfile &p) {

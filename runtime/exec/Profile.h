@@ -108,6 +108,31 @@ StepProfile summarizeProfile(const PlanDoc &plan,
 Expected<StepProfile> profileStep(Backend &backend, const PlanDoc &plan,
                                   const ProfileOptions &options);
 
+/// Where a prompt's prefill went: the prompt fed to slot 0 in chunks of
+/// `chunk` rows (Backend::timeStepSlots), each plan launch's time summed
+/// over the chunks (kernels / byPart / total of `launches` hold those sums;
+/// no bytes: a chunk's bytes depend on its rows).
+struct PrefillProfile {
+  std::string backend;
+  int64_t tokens = 0, chunk = 0, chunks = 0;
+  double wallUs = 0; ///< the host's time for the whole prompt
+  StepProfile launches;
+  double tokensPerSecond() const {
+    return wallUs > 0 ? 1e6 * static_cast<double>(tokens) / wallUs : 0.0;
+  }
+};
+
+/// Resets `backend`'s state, then feeds `prompt` to slot 0 in chunks of
+/// `chunk` rows, each a timed step of rows; the state holds the prompt
+/// afterwards. Errors: an empty prompt, a chunk outside [1, kMaxStepRows],
+/// a backend that cannot time steps of rows, a failed step.
+Expected<PrefillProfile> profilePrefill(Backend &backend, const PlanDoc &plan,
+                                        const std::vector<int64_t> &prompt,
+                                        int64_t chunk);
+
+/// The table k3-run --profile prints for a prefill ('\n'-terminated lines).
+std::string formatPrefillProfile(const PrefillProfile &profile);
+
 /// The tables k3-run --profile prints (several lines, '\n'-terminated).
 std::string formatProfile(const StepProfile &profile);
 

@@ -312,8 +312,11 @@ void declareOptions(CLI::App &app, Args &a, bool embedded) {
       ->type_name("cpu")
       ->group(debug);
   app.add_flag("--profile", a.profile,
-               "after the decode, profile its next step (the\n"
-               "state refilled with the same tokens): each\n"
+               "after the decode, profile the last prompt's\n"
+               "prefill (its chunks timed launch by launch: a\n"
+               "table by kernel and by layer part) and the\n"
+               "next decode step (the state refilled with the\n"
+               "same tokens): each\n"
                "launch timed alone (CUDA events / wall clock),\n"
                "whole steps (graph replay and kernel by\n"
                "kernel), tables by kernel and by layer part\n"
@@ -535,26 +538,38 @@ private:
 };
 
 /// --profile: binds the plan again (the session is gone, so the memory is
-/// free), refills the state with the tokens the decode fed, then profiles
-/// the step the decode would take next.
+/// free), refills the state with the tokens the decode fed — the prompt in
+/// the run's chunks, timed (the prefill table) — then profiles the step the
+/// decode would take next.
 int runProfile(const k3::PlanDoc &plan, const std::string &weights,
-               k3::BackendKind kind, bool cudaGraph,
+               const Request &req, bool cudaGraph,
                const std::vector<int64_t> &prompt,
-               const std::vector<int64_t> &generated, int64_t steps) {
+               const std::vector<int64_t> &generated) {
   k3::Expected<std::unique_ptr<k3::BoundPlan>> bound =
-      k3::bindPlan(plan, weights, kind, cudaGraph);
+      k3::bindPlan(plan, weights, req.kind, cudaGraph);
   if (!bound)
     return runtimeError(bound.message());
   k3::Backend &be = *(*bound)->backend;
+  k3::Status st = be.setPrefillForm(req.prefillForm);
+  if (st && be.timesStepSlots()) {
+    k3::Expected<k3::PrefillProfile> pre =
+        k3::profilePrefill(be, plan, prompt, req.prefillChunk);
+    if (!pre)
+      return runtimeError(pre.message());
+    std::fprintf(stderr, "%s\n", k3::formatPrefillProfile(*pre).c_str());
+  } else if (st) {
+    st = be.resetState();
+    for (size_t i = 0; st && i < prompt.size(); ++i)
+      st = be.step(prompt[i], static_cast<int64_t>(i));
+  }
   std::vector<int64_t> fed = prompt;
   fed.insert(fed.end(), generated.begin(), generated.end() - 1);
-  k3::Status st = be.resetState();
-  for (size_t i = 0; st && i < fed.size(); ++i)
+  for (size_t i = prompt.size(); st && i < fed.size(); ++i)
     st = be.step(fed[i], static_cast<int64_t>(i));
   if (!st)
     return runtimeError(st.withContext("refilling the state").message());
   k3::ProfileOptions opt;
-  opt.steps = steps;
+  opt.steps = req.profileSteps;
   opt.pos = static_cast<int64_t>(fed.size());
   opt.token = generated.back();
   k3::Expected<k3::StepProfile> p = k3::profileStep(be, plan, opt);
@@ -1047,8 +1062,8 @@ int run(int argc, char **argv) {
   if (a.profile || !a.profileSteps.empty()) {
     k3::PlanDoc planCopy = ses.plan();
     session->reset(); // free the first binding's memory
-    return runProfile(planCopy, a.weights, req.kind, !a.noCudaGraph,
-                      req.prompts.back().ids, last.tokens, req.profileSteps);
+    return runProfile(planCopy, a.weights, req, !a.noCudaGraph,
+                      req.prompts.back().ids, last.tokens);
   }
   return 0;
 }

@@ -730,10 +730,13 @@ template <typename Launch> Status CudaBackend::exclusive(const Launch &launch) {
 }
 
 Status CudaBackend::stepSlots(const std::vector<SlotStep> &rows) {
-  if (slots_ == 1 && rows.size() == 1)
+  std::vector<double> *const timed = launchTimes_;
+  if (slots_ == 1 && rows.size() == 1 && !timed)
     return Backend::stepSlots(rows); // step(): the graph's path
   K3_RETURN_IF_ERROR(checkRows(rows));
   K3_RETURN_IF_ERROR(ensureRows(rows.size()));
+  if (timed)
+    K3_RETURN_IF_ERROR(ensureLaunchEvents());
   for (size_t i = 0; i < rows.size(); ++i) {
     Row &r = *rows_[i];
     bindRowToSlot(r, rows[i].slot);
@@ -757,8 +760,12 @@ Status CudaBackend::stepSlots(const std::vector<SlotStep> &rows) {
     K3_RETURN_IF_ERROR(uploadRowParams(rows.size()));
   }
   // Launch-major, the rows in order (Backend.h): a slot's rows meet its
-  // states in position order.
+  // states in position order. Timed: event l + 1 closes launch l.
+  if (timed)
+    K3_RETURN_IF_ERROR(driver_->record(launchEvents_[0], stream_));
   for (size_t l = 0; l < launches_.size(); ++l) {
+    if (timed && l > 0)
+      K3_RETURN_IF_ERROR(driver_->record(launchEvents_[l], stream_));
     const Grid &g = grids_[l];
     bool together = false;
     K3_RETURN_IF_ERROR(exclusive([&]() -> Status {
@@ -789,6 +796,9 @@ Status CudaBackend::stepSlots(const std::vector<SlotStep> &rows) {
                               std::to_string(i));
     }
   }
+  if (timed)
+    K3_RETURN_IF_ERROR(
+        driver_->record(launchEvents_[launches_.size()], stream_));
   for (size_t i = 0; i < rows.size(); ++i) {
     Row &r = *rows_[i];
     K3_RETURN_IF_ERROR(
@@ -797,6 +807,16 @@ Status CudaBackend::stepSlots(const std::vector<SlotStep> &rows) {
   }
   if (Status st = driver_->synchronize(stream_); !st)
     return st.withContext("a step of " + std::to_string(rows.size()) + " rows");
+  if (timed) {
+    timed->assign(launches_.size(), 0.0);
+    for (size_t l = 0; l < launches_.size(); ++l) {
+      Expected<float> ms =
+          driver_->elapsedMs(launchEvents_[l], launchEvents_[l + 1]);
+      if (!ms)
+        return ms.status();
+      (*timed)[l] = 1e3 * *ms;
+    }
+  }
   rowsStep_ = true;
   lastRows_ = rows.size();
   lastLogits_ = rows_[rows.size() - 1]->logits.data();
@@ -913,16 +933,21 @@ Status CudaBackend::queueGate() {
   return Status::ok();
 }
 
-Expected<std::vector<double>> CudaBackend::timeLaunches(int64_t token,
-                                                        int64_t pos) {
-  K3_RETURN_IF_ERROR(checkStepInputs(token, pos, vocab_, maxSeq_));
-  const size_t n = launches_.size();
-  while (launchEvents_.size() < n + 1) {
+Status CudaBackend::ensureLaunchEvents() {
+  while (launchEvents_.size() < launches_.size() + 1) {
     Expected<cuda::CUevent> e = driver_->createEvent();
     if (!e)
       return e.status();
     launchEvents_.push_back(*e);
   }
+  return Status::ok();
+}
+
+Expected<std::vector<double>> CudaBackend::timeLaunches(int64_t token,
+                                                        int64_t pos) {
+  K3_RETURN_IF_ERROR(checkStepInputs(token, pos, vocab_, maxSeq_));
+  const size_t n = launches_.size();
+  K3_RETURN_IF_ERROR(ensureLaunchEvents());
   K3_RETURN_IF_ERROR(setStep(token, pos));
   K3_RETURN_IF_ERROR(queueGate());
   // Event i + 1 closes launch i and opens launch i + 1: with the queue

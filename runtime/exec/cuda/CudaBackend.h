@@ -122,6 +122,7 @@ public:
                                              int64_t pos) override;
   Expected<double> timeStep(int64_t token, int64_t pos, bool replay) override;
   bool replaysGraph() const override { return graphExec_ != nullptr; }
+  bool timesStepSlots() const override { return true; }
   Expected<double> measureCopyGBps(uint64_t bytes) override;
   std::string copyMethod(uint64_t bytes) const override;
 
@@ -151,6 +152,8 @@ private:
   /// Runs collective launch `index` whose bound params are `l`'s (bind's
   /// comment: host-staged through comm_).
   Status runCollective(size_t index, const BoundLaunch &l);
+  /// launchEvents_ has one event per plan launch and one more.
+  Status ensureLaunchEvents();
   /// Queues the copies that keep the GPU busy ahead of timeLaunches.
   Status queueGate();
   /// Queues the write of a host-driven step's inputs into the step block.

@@ -101,7 +101,12 @@ TEST_F(ProfileToolTest, K3RunProfilePrintsTheTables) {
     EXPECT_TRUE(test::contains(r.err.substr(at, 60), totalRow))
         << r.err.substr(at, 60);
   }
-  EXPECT_EQ(totals, 2u);
+  // The prefill's two (3 prompt tokens in one chunk), then the step's two.
+  EXPECT_EQ(totals, 4u);
+  EXPECT_TRUE(test::contains(r.err, "prefill profile: 3 prompt tokens in 1 "
+                                    "chunks of 64 rows on cpu"))
+      << r.err;
+  EXPECT_LT(r.err.find("prefill profile: "), r.err.find("\nprofile: "));
 }
 
 TEST_F(ProfileToolTest, K3RunProfileUsage) {

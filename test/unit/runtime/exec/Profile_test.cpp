@@ -287,7 +287,8 @@ TEST(LaunchParts, ProbesPlaceEveryLaunchInItsLayer) {
 //===----------------------------------------------------------------------===//
 
 /// One row per kernel kind and per part, each launch counted once in each.
-void expectTablesCoverThePlan(const PlanDoc &plan, const StepProfile &p) {
+void expectTablesCoverThePlan(const PlanDoc &plan, const StepProfile &p,
+                              bool withBytes = true) {
   std::map<std::string, int64_t> kernels;
   for (const PlanLaunch &l : plan.launches)
     ++kernels[l.kernel];
@@ -299,7 +300,9 @@ void expectTablesCoverThePlan(const PlanDoc &plan, const StepProfile &p) {
   for (const ProfileRow &r : p.kernels) {
     EXPECT_TRUE(seen.insert(r.name).second) << r.name;
     EXPECT_EQ(r.launches, kernels[r.name]) << r.name;
-    EXPECT_GT(r.bytes, 0u) << r.name;
+    if (withBytes) {
+      EXPECT_GT(r.bytes, 0u) << r.name;
+    }
     launches += r.launches;
     bytes += r.bytes;
     us += r.us;
@@ -441,6 +444,45 @@ TEST_F(ProfileStepTest, TimesEveryLaunchAndTheStep) {
     EXPECT_TRUE(test::contains(text, "\n" + r.name + " ")) << r.name;
 }
 
+TEST_F(ProfileStepTest, PrefillTimesEveryLaunchOfEachChunk) {
+  K3C_SKIP_WITHOUT_COMPILER();
+  const PlanDoc plan = compiled(config);
+  Expected<std::unique_ptr<BoundPlan>> bound =
+      bindPlan(plan, dir->file("model"), BackendKind::Cpu);
+  ASSERT_TRUE(bound.hasValue()) << bound.message();
+  Backend &be = *(*bound)->backend;
+  ASSERT_TRUE(be.timesStepSlots());
+  const std::vector<int64_t> prompt = {3, 1, 4, 1, 5, 9, 2};
+  Expected<PrefillProfile> p = profilePrefill(be, plan, prompt, 3);
+  ASSERT_TRUE(p.hasValue()) << p.message();
+  EXPECT_EQ(p->tokens, 7);
+  EXPECT_EQ(p->chunks, 3);
+  EXPECT_GT(p->wallUs, 0.0);
+  EXPECT_GT(p->tokensPerSecond(), 0.0);
+  expectTablesCoverThePlan(plan, p->launches, /*withBytes=*/false);
+  // The launches ran inside the wall time.
+  EXPECT_LE(p->launches.total.us, p->wallUs);
+  const std::string text = formatPrefillProfile(*p);
+  for (const char *want : {"prefill profile: 7 prompt tokens in 3 chunks of 3",
+                           "\nkernel ", "\nlayer part ", "\ntotal "})
+    EXPECT_TRUE(test::contains(text, want)) << want << "\n" << text;
+
+  // The state holds the prompt: the next step's logits are those of a
+  // backend fed row by row.
+  ASSERT_TRUE(be.step(6, 7).isOk());
+  const std::vector<float> timed(be.logits(), be.logits() + be.vocab());
+  ASSERT_TRUE(be.resetState().isOk());
+  for (size_t i = 0; i < prompt.size(); ++i)
+    ASSERT_TRUE(be.step(prompt[i], static_cast<int64_t>(i)).isOk());
+  ASSERT_TRUE(be.step(6, 7).isOk());
+  EXPECT_EQ(timed, std::vector<float>(be.logits(), be.logits() + be.vocab()));
+
+  EXPECT_ERROR_CONTAINS(profilePrefill(be, plan, {}, 3), "needs a prompt");
+  EXPECT_ERROR_CONTAINS(profilePrefill(be, plan, prompt, 0), "prefill chunk");
+  EXPECT_ERROR_CONTAINS(profilePrefill(be, plan, {config.vocabSize}, 1),
+                        "prompt chunk at position 0");
+}
+
 TEST_F(ProfileStepTest, BadRequestsAreErrors) {
   K3C_SKIP_WITHOUT_COMPILER();
   const PlanDoc plan = compiled(config);
@@ -497,6 +539,8 @@ TEST(BackendDefaults, CannotTime) {
   EXPECT_ERROR_CONTAINS(be.timeStep(0, 0, true), "untimed cannot time");
   EXPECT_ERROR_CONTAINS(be.measureCopyGBps(0), "copy bandwidth");
   EXPECT_FALSE(be.replaysGraph());
+  EXPECT_FALSE(be.timesStepSlots());
+  EXPECT_ERROR_CONTAINS(be.timeStepSlots({{0, 1, 0}}), "untimed cannot time");
   const PlanDoc plan = compiled(preset("tiny"));
   EXPECT_ERROR_CONTAINS(profileStep(be, plan, ProfileOptions()),
                         "copy bandwidth");
