@@ -442,6 +442,36 @@ __device__ __forceinline__ void copyAsync16(void *smem, const void *gmem) {
 __device__ __forceinline__ void waitAsyncCopies() {
   asm volatile("cp.async.wait_all;" ::: "memory");
 }
+/// copyAsync16 when `valid`, else 16 zero bytes into `smem` (`gmem` must
+/// still be a global address; nothing is read from it).
+__device__ __forceinline__ void copyAsync16OrZero(void *smem, const void *gmem,
+                                                  bool valid) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(
+                   static_cast<unsigned>(__cvta_generic_to_shared(smem))),
+               "l"(__cvta_generic_to_global(gmem)), "r"(valid ? 16 : 0)
+               : "memory");
+}
+/// Closes this thread's group of copyAsync16 copies (waitAsyncGroups
+/// counts groups).
+__device__ __forceinline__ void commitAsyncCopies() {
+  asm volatile("cp.async.commit_group;" ::: "memory");
+}
+/// Waits until at most `Pending` of this thread's committed groups are
+/// still in flight (the older ones have landed).
+template <int Pending> __device__ __forceinline__ void waitAsyncGroups() {
+  asm volatile("cp.async.wait_group %0;" ::"n"(Pending) : "memory");
+}
+/// ldmatrix.x4: four 8x8 bf16 matrices from shared memory, lane l giving
+/// the address of row l % 8 of matrix l / 8; r[i] is matrix i, lane 4g + t
+/// holding its row g, columns 2t, 2t + 1.
+__device__ __forceinline__ void loadMatrixX4(uint32_t (&r)[4],
+                                             const void *smem) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, "
+               "[%4];"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(static_cast<unsigned>(__cvta_generic_to_shared(smem)))
+               : "memory");
+}
 
 //===--- Tensor cores (warp-level mma.sync, sm_80+) -----------------------===//
 //

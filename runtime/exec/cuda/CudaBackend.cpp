@@ -4,6 +4,7 @@
 
 #include "kernels/PtxModules.h"
 #include "kernels/collective/CollectiveParams.h"
+#include "kernels/gemv/GemvParams.h"
 #include "runtime/plan/PlanKernels.h"
 
 #include <algorithm>
@@ -237,6 +238,7 @@ CudaBackend::bind(const PlanDoc &plan, const TensorStore &store,
   const char *formsEnv = std::getenv("K3C_ROWS_FORMS");
   const bool useForms = !(formsEnv && std::string(formsEnv) == "0");
   std::map<std::string, std::pair<cuda::CUfunction, int64_t>> rowsForms;
+  std::map<std::string, cuda::CUfunction> mmaForms;
   for (size_t i = 0; i < plan.launches.size(); ++i) {
     const std::string &k = plan.launches[i].kernel;
     std::pair<cuda::CUfunction, int64_t> form{nullptr, 0};
@@ -256,6 +258,23 @@ CudaBackend::bind(const PlanDoc &plan, const TensorStore &store,
     be->rowsFunctions_.push_back(form.first);
     be->rowsSmemCap_.push_back(form.second);
     be->rowsArray_.push_back(hasRowsArrayForm(k));
+    cuda::CUfunction mma = nullptr;
+    if (form.first && hasMmaRowsForm(k)) {
+      auto known = mmaForms.find(k);
+      if (known == mmaForms.end()) {
+        Expected<cuda::CUfunction> f =
+            kernelFunction(d, k + "_rows_mma", plan.ptxFor(k));
+        Expected<int64_t> smem =
+            f ? d.allowDynamicShared(*f) : Expected<int64_t>(f.status());
+        known =
+            mmaForms
+                .emplace(k,
+                         f && smem && *smem >= kGemvMmaSmemBytes ? *f : nullptr)
+                .first;
+      }
+      mma = known->second;
+    }
+    be->mmaFunctions_.push_back(mma);
   }
 
   PlanMemory mem;
@@ -695,6 +714,21 @@ Expected<bool> CudaBackend::launchRows(size_t l, size_t n,
   std::vector<const void *> params(n);
   for (size_t r = 0; r < n; ++r)
     params[r] = rows_[r]->launches[l].params->data();
+  if (chunkForm_ && n >= kMmaMinRows && mmaFunctions_[l]) {
+    std::optional<RowsLaunch> mma = mmaRowsLaunch(
+        first.kernel->name, params, first.params->size(), rowArenaStride_);
+    if (mma) {
+      Status st = driver_->launch(mmaFunctions_[l], mma->grid, mma->block,
+                                  mma->smem, stream_, mma->params.data(),
+                                  /*programmatic=*/true, nullptr);
+      if (!st)
+        return st.withContext("launch " + std::to_string(l) + " (" +
+                              first.kernel->name + "'s tensor-core form) of " +
+                              std::to_string(n) + " rows");
+      ++launchesTogether_;
+      return true;
+    }
+  }
   std::vector<RowsLaunch> forms = rowsLaunches(
       first.kernel->name, params, first.params->size(), rowArenaStride_);
   if (forms.empty())

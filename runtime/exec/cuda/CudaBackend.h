@@ -123,6 +123,13 @@ public:
   Expected<double> timeStep(int64_t token, int64_t pos, bool replay) override;
   bool replaysGraph() const override { return graphExec_ != nullptr; }
   bool timesStepSlots() const override { return true; }
+  /// PrefillForm::Chunk: steps of kMmaMinRows rows or more run the
+  /// projections on the tensor cores (RowsForms.h kCudaMmaRowsForms), within
+  /// rounding of the multi-row forms; everything else as Rows.
+  Status setPrefillForm(PrefillForm form) override {
+    chunkForm_ = form == PrefillForm::Chunk;
+    return Status::ok();
+  }
   Expected<double> measureCopyGBps(uint64_t bytes) override;
   std::string copyMethod(uint64_t bytes) const override;
 
@@ -211,6 +218,11 @@ private:
   /// memory its launches may ask for (bytes).
   std::vector<cuda::CUfunction> rowsFunctions_;
   std::vector<int64_t> rowsSmemCap_;
+  /// Per launch, the tensor-core form of its multi-row form
+  /// (kCudaMmaRowsForms) when the PTX has one and the device gives it
+  /// kGemvMmaSmemBytes, else null; used with chunkForm_.
+  std::vector<cuda::CUfunction> mmaFunctions_;
+  bool chunkForm_ = false;
   /// Per launch, whether rowsFunctions_[l] takes a params array
   /// (kCudaRowsArrayForms); the arrays of all rows (rows_.size() of them
   /// per such launch, at rowParamsOffset_[l]) and their host copy.

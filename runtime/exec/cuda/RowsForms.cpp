@@ -177,6 +177,38 @@ std::optional<RowsLaunch> rowsLaunch(const std::string &kernel,
   return formOf(kernel, rows, size, arenaStride);
 }
 
+bool hasMmaRowsForm(const std::string &kernel) {
+  return std::find(std::begin(kCudaMmaRowsForms), std::end(kCudaMmaRowsForms),
+                   kernel) != std::end(kCudaMmaRowsForms);
+}
+
+std::optional<RowsLaunch> mmaRowsLaunch(const std::string &kernel,
+                                        const std::vector<const void *> &rows,
+                                        size_t size, uint64_t arenaStride) {
+  if (!hasMmaRowsForm(kernel))
+    return std::nullopt;
+  std::optional<RowsLaunch> l = rowsLaunch(kernel, rows, size, arenaStride);
+  if (!l)
+    return std::nullopt;
+  int64_t weightRows = 0;
+  if (kernel == "linear") {
+    weightRows = static_cast<const LinearParams *>(rows[0])->n;
+  } else {
+    const auto &p = *static_cast<const LinearMultiParams *>(rows[0]);
+    for (int e = 0; e < p.count && e < kLinearMultiMax; ++e)
+      weightRows += p.entries[e].n;
+  }
+  const int64_t n = static_cast<int64_t>(rows.size());
+  l->smem = kGemvMmaSmemBytes;
+  l->grid[0] =
+      std::max<int64_t>(1, (weightRows + kGemvMmaRows - 1) / kGemvMmaRows);
+  l->grid[1] = (n + kGemvMmaTokens - 1) / kGemvMmaTokens;
+  l->grid[2] = 1;
+  l->block[0] = kGemvMmaThreads;
+  l->block[1] = l->block[2] = 1;
+  return l;
+}
+
 std::vector<RowsLaunch> rowsLaunches(const std::string &kernel,
                                      const std::vector<const void *> &rows,
                                      size_t size, uint64_t arenaStride) {

@@ -29,6 +29,19 @@ inline constexpr const char *kCudaRowsForms[] = {"linear", "linear_multi",
 /// Whether `kernel` has a multi-row form.
 bool hasRowsForm(const std::string &kernel);
 
+/// The kernels whose PTX has a tensor-core form of its multi-row form,
+/// `k3_<kernel>_rows_mma` (the same params; kernels/gemv/GemvParams.h
+/// kGemvMma*): prompt chunks with PrefillForm::Chunk, within rounding of
+/// the multi-row form.
+inline constexpr const char *kCudaMmaRowsForms[] = {"linear", "linear_multi"};
+
+/// Whether `kernel` has a tensor-core multi-row form.
+bool hasMmaRowsForm(const std::string &kernel);
+
+/// Steps of fewer rows keep the multi-row form even with PrefillForm::Chunk
+/// (a decode batch's rows stay bit for bit their single-row launches').
+constexpr size_t kMmaMinRows = 16;
+
 /// The kernels whose PTX has a multi-row form `k3_<kernel>_rows` that takes
 /// every row's whole params from a device array ({rows, count}: e.g.
 /// KdaDecodeRowsParams, grid y = the rows), for kernels whose rows differ
@@ -52,6 +65,10 @@ struct RowsArrayParams {
 struct RowsLaunch {
   std::vector<uint8_t> params;
   int64_t smem = 0;
+  /// The launch's grid and block (x, y, z) where the form chooses its own
+  /// (the tensor-core forms); zero: the plan's launch's.
+  int64_t grid[3] = {0, 0, 0};
+  int64_t block[3] = {0, 0, 0};
 };
 
 /// The multi-row launch of `kernel` for rows whose bound params structs
@@ -72,6 +89,14 @@ std::optional<RowsLaunch> rowsLaunch(const std::string &kernel,
 std::vector<RowsLaunch> rowsLaunches(const std::string &kernel,
                                      const std::vector<const void *> &rows,
                                      size_t size, uint64_t arenaStride);
+
+/// The tensor-core launch of `kernel` (hasMmaRowsForm) for `rows` as
+/// rowsLaunch takes them: the same params, kGemvMmaSmemBytes, a block of
+/// kGemvMmaThreads and a grid of one block per kGemvMmaRows weight rows
+/// across, one per kGemvMmaTokens rows down. None as rowsLaunch.
+std::optional<RowsLaunch> mmaRowsLaunch(const std::string &kernel,
+                                        const std::vector<const void *> &rows,
+                                        size_t size, uint64_t arenaStride);
 
 } // namespace k3
 

@@ -8,7 +8,8 @@
 // ceil(n / 8), a one-block grid and grids large enough to split rows over
 // warps. The multi-row forms (k3_linear_rows, k3_linear_multi_rows) give
 // each token the single-row kernel's bits, checked against it at the same
-// shapes, and the CPU's values.
+// shapes, and the CPU's values; their tensor-core forms (*_rows_mma) the
+// CPU's values within the same tolerances, token by token.
 //
 // Tolerances: the kernels differ from the CPU only in summation order, so a
 // bf16 output is the CPU's value or its bf16 neighbour (with a residual:
@@ -509,12 +510,19 @@ void expectSameBits(const std::vector<T> &want, const std::vector<T> &got,
 /// stay poisoned. `smem` < 0: what the launch needs (gemvRowsSmemBytes);
 /// else that many bytes (too few: the per-token fallback must still be
 /// right).
-void runLinearRows(LinearCase c, int tokens, int64_t smem, uint64_t seed) {
+/// `mma`: the tensor-core form (k3_linear_rows_mma, its grid of
+/// ceil(n / kGemvMmaRows) × ceil(tokens / kGemvMmaTokens) unless c.grid
+/// says across): every token against the CPU within the tolerances, no
+/// bits against the single-row kernel (its sums are in another order).
+void runLinearRows(LinearCase c, int tokens, int64_t smem, uint64_t seed,
+                   bool mma = false) {
   if (c.grid == 0)
-    c.grid = (c.n + 7) / 8;
+    c.grid =
+        mma ? (c.n + k3::kGemvMmaRows - 1) / k3::kGemvMmaRows : (c.n + 7) / 8;
   const std::string what =
       describe(c) + " tokens=" + std::to_string(tokens) +
-      (smem >= 0 ? " smem=" + std::to_string(smem) : std::string());
+      (smem >= 0 ? " smem=" + std::to_string(smem) : std::string()) +
+      (mma ? " mma" : "");
   SCOPED_TRACE(what);
   const int64_t xs = c.k + 24, rs = c.n + 16;
   const int64_t os = c.aliasResidual ? rs : c.n + 40;
@@ -549,9 +557,15 @@ void runLinearRows(LinearCase c, int tokens, int64_t smem, uint64_t seed) {
   rp.xStride = xs;
   rp.residualStride = rs;
   rp.outStride = os;
-  ASSERT_TRUE(launch("linear_rows", rp, c.grid, c.block,
-                     smem >= 0 ? smem : k3::gemvRowsSmemBytes(c.k, tokens))
-                  .isOk());
+  if (mma)
+    ASSERT_TRUE(launch("linear_rows_mma", rp, c.grid, k3::kGemvMmaThreads,
+                       smem >= 0 ? smem : k3::kGemvMmaSmemBytes, 1,
+                       (tokens + k3::kGemvMmaTokens - 1) / k3::kGemvMmaTokens)
+                    .isOk());
+  else
+    ASSERT_TRUE(launch("linear_rows", rp, c.grid, c.block,
+                       smem >= 0 ? smem : k3::gemvRowsSmemBytes(c.k, tokens))
+                    .isOk());
 
   for (int t = 0; t < tokens; ++t) {
     SCOPED_TRACE("token " + std::to_string(t));
@@ -569,7 +583,9 @@ void runLinearRows(LinearCase c, int tokens, int64_t smem, uint64_t seed) {
     one.residual = !c.residual       ? nullptr
                    : c.aliasResidual ? one.out
                                      : p.residual + t * rs;
-    ASSERT_TRUE(launch("linear", one, c.grid, c.block).isOk());
+    if (!mma) {
+      ASSERT_TRUE(launch("linear", one, c.grid, c.block).isOk());
+    }
     // The CPU on this token.
     k3::LinearParams cpu = one;
     cpu.x = x.data() + t * xs;
@@ -587,16 +603,19 @@ void runLinearRows(LinearCase c, int tokens, int64_t smem, uint64_t seed) {
                    : c.aliasResidual ? cpu.out
                                      : res.data();
     k3::linearCpu(cpu);
+    const bool againstCpu = mma || t == 0 || t == tokens - 1;
     if (c.f32) {
       const std::vector<float> got = slice<float>(dOut, t * os, c.n);
-      expectSameBits(dOne.download<float>(c.n), got, what);
-      if (t == 0 || t == tokens - 1)
+      if (!mma)
+        expectSameBits(dOne.download<float>(c.n), got, what);
+      if (againstCpu)
         expectF32Close(wantF32, got, c.norm ? kF32NormRelErr : kF32RelErr,
                        what);
     } else {
       const std::vector<uint16_t> got = slice<uint16_t>(dOut, t * os, c.n);
-      expectSameBits(dOne.download<uint16_t>(c.n), got, what);
-      if (t == 0 || t == tokens - 1)
+      if (!mma)
+        expectSameBits(dOne.download<uint16_t>(c.n), got, what);
+      if (againstCpu)
         expectBf16Close(want, got, c.residual ? &res : nullptr, what, c.norm);
     }
   }
@@ -661,15 +680,50 @@ TEST(LinearRowsCuda, FallbacksAndAnyGrid) {
   runLinearRows(small, 8, 1024, 255);
 }
 
+/// The tensor-core forms at the shapes of a prompt chunk: Kimi-Linear's
+/// o_proj (residual in place) and a normed KDA width, K3's 7168-wide input,
+/// an lm_head slice in fp32; partial token tiles (17, 100 tokens: a second
+/// tile of 36), a weight count that is not a multiple of the tile (2000), a
+/// grid smaller than the tiles (looping), k not a multiple of the stage
+/// (1000); MXFP4 weights take the per-token fallback.
+TEST(LinearRowsMmaCuda, ProjectionsOfAPromptChunk) {
+  K3_REQUIRE_GPU();
+  LinearCase oProj{2304, 4096};
+  oProj.residual = oProj.aliasResidual = true;
+  for (int tokens : {16, 64})
+    runLinearRows(oProj, tokens, -1, 400 + tokens, true);
+  LinearCase normed{4096, 2304};
+  normed.norm = true;
+  runLinearRows(normed, 100, -1, 420, true);
+  LinearCase k3Wide{1024, 7168};
+  k3Wide.norm = true;
+  k3Wide.residual = true;
+  runLinearRows(k3Wide, 17, -1, 430, true);
+  LinearCase head{2000, 2304};
+  head.f32 = true;
+  head.norm = true;
+  runLinearRows(head, 64, -1, 440, true);
+  LinearCase looping{600, 1000};
+  looping.grid = 3;
+  looping.residual = true;
+  runLinearRows(looping, 40, -1, 450, true);
+  LinearCase mx{512, 1024};
+  mx.mxfp4 = true;
+  runLinearRows(mx, 20, -1, 460, true);
+}
+
 /// k3_linear_multi_rows: Kimi-Linear's KDA projections of h (q, k, v, f_a,
 /// b, g_a with the folded norm) for several tokens, each token's entries
 /// bit for bit k3_linear_multi's, the gaps between tokens untouched.
-TEST(LinearMultiRowsCuda, KdaProjectionsOfSeveralTokens) {
-  K3_REQUIRE_GPU();
+/// With `mma`, k3_linear_multi_rows_mma for a prompt chunk (one partial
+/// token tile, and two): tokens 0, 31 and the last against the CPU.
+void runKdaMultiRows(bool mma) {
   const int64_t k = 2304;
   const std::vector<int64_t> ns = {4096, 4096, 4096, 128, 32, 128};
-  for (int tokens : {3, 8, 16}) {
-    const std::string what = "kda tokens=" + std::to_string(tokens);
+  for (int tokens :
+       mma ? std::vector<int>{40, 70} : std::vector<int>{3, 8, 16}) {
+    const std::string what =
+        "kda tokens=" + std::to_string(tokens) + (mma ? " mma" : "");
     SCOPED_TRACE(what);
     Rand r(300 + tokens);
     const int64_t xs = k + 8, os = 4096 + 24;
@@ -700,9 +754,16 @@ TEST(LinearMultiRowsCuda, KdaProjectionsOfSeveralTokens) {
     rp.xStride = xs;
     rp.outStride = os;
     const int64_t grid = std::min<int64_t>((total + 7) / 8, 528);
-    ASSERT_TRUE(launch("linear_multi_rows", rp, grid, 256,
-                       k3::gemvRowsSmemBytes(k, tokens))
-                    .isOk());
+    if (mma)
+      ASSERT_TRUE(launch("linear_multi_rows_mma", rp,
+                         (total + k3::kGemvMmaRows - 1) / k3::kGemvMmaRows,
+                         k3::kGemvMmaThreads, k3::kGemvMmaSmemBytes, 1,
+                         (tokens + k3::kGemvMmaTokens - 1) / k3::kGemvMmaTokens)
+                      .isOk());
+    else
+      ASSERT_TRUE(launch("linear_multi_rows", rp, grid, 256,
+                         k3::gemvRowsSmemBytes(k, tokens))
+                      .isOk());
     for (int t = 0; t < tokens; ++t) {
       k3::LinearMultiParams one = p;
       one.x = p.x + t * xs;
@@ -711,13 +772,15 @@ TEST(LinearMultiRowsCuda, KdaProjectionsOfSeveralTokens) {
         dOne.push_back(Dev::poisoned<uint16_t>(ns[e]));
         one.entries[e].out = dOne[e].get<uint16_t>();
       }
-      ASSERT_TRUE(launch("linear_multi", one, grid).isOk());
-      for (size_t e = 0; e < ns.size(); ++e)
-        expectSameBits(dOne[e].download<uint16_t>(ns[e]),
-                       slice<uint16_t>(dOut[e], t * os, ns[e]),
-                       what + " token " + std::to_string(t) + " entry " +
-                           std::to_string(e));
-      if (t == tokens - 1) {
+      if (!mma) {
+        ASSERT_TRUE(launch("linear_multi", one, grid).isOk());
+        for (size_t e = 0; e < ns.size(); ++e)
+          expectSameBits(dOne[e].download<uint16_t>(ns[e]),
+                         slice<uint16_t>(dOut[e], t * os, ns[e]),
+                         what + " token " + std::to_string(t) + " entry " +
+                             std::to_string(e));
+      }
+      if (t == tokens - 1 || (mma && (t == 0 || t == 31))) {
         // The CPU on the last token.
         k3::LinearMultiParams cpu = one;
         cpu.x = x.data() + t * xs;
@@ -731,7 +794,9 @@ TEST(LinearMultiRowsCuda, KdaProjectionsOfSeveralTokens) {
         k3::linearMultiCpu(cpu);
         for (size_t e = 0; e < ns.size(); ++e)
           expectBf16Close(want[e], slice<uint16_t>(dOut[e], t * os, ns[e]),
-                          nullptr, what + " cpu entry " + std::to_string(e),
+                          nullptr,
+                          what + " token " + std::to_string(t) + " cpu entry " +
+                              std::to_string(e),
                           true);
       }
     }
@@ -744,6 +809,16 @@ TEST(LinearMultiRowsCuda, KdaProjectionsOfSeveralTokens) {
       EXPECT_EQ(written, 0u) << what << " entry " << e;
     }
   }
+}
+
+TEST(LinearMultiRowsCuda, KdaProjectionsOfSeveralTokens) {
+  K3_REQUIRE_GPU();
+  runKdaMultiRows(false);
+}
+
+TEST(LinearMultiRowsMmaCuda, KdaProjectionsOfAPromptChunk) {
+  K3_REQUIRE_GPU();
+  runKdaMultiRows(true);
 }
 
 } // namespace

@@ -108,6 +108,54 @@ TEST(RowsForms, LinearRowsThatDifferOtherwiseRunRowByRow) {
   EXPECT_FALSE(hasRowsForm("kda_decode"));
 }
 
+/// The tensor-core forms: the multi-row form's params, their own block,
+/// shared memory and grid (weight-row tiles across, token tiles down).
+TEST(RowsForms, MmaFormsTileWeightRowsAndTokens) {
+  std::vector<LinearParams> rows;
+  for (int r = 0; r < 70; ++r)
+    rows.push_back(linearRow(r));
+  std::vector<const void *> ptrs;
+  for (const LinearParams &p : rows)
+    ptrs.push_back(&p);
+  const auto mma = mmaRowsLaunch("linear", ptrs, sizeof(LinearParams), kStride);
+  ASSERT_TRUE(mma.has_value());
+  const auto plain = launchOf("linear", rows);
+  ASSERT_TRUE(plain.has_value());
+  EXPECT_EQ(mma->params, plain->params);
+  EXPECT_EQ(mma->smem, kGemvMmaSmemBytes);
+  EXPECT_EQ(mma->block[0], kGemvMmaThreads);
+  EXPECT_EQ(mma->grid[0], 2304 / kGemvMmaRows);
+  EXPECT_EQ(mma->grid[1], 2); // 64 + 6 tokens
+  EXPECT_EQ(mma->grid[2], 1);
+  EXPECT_EQ(plain->grid[0], 0); // the plan's grid
+  // linear_multi: the entries' rows are one index space.
+  LinearMultiParams m{};
+  m.x = at<const uint16_t>(0x20000000ull);
+  m.k = 2304;
+  m.count = 3;
+  for (int e = 0; e < 3; ++e) {
+    m.entries[e].w.bf16 = at<const uint16_t>(0x70000000ull + e * 0x1000000);
+    m.entries[e].n = e == 2 ? 32 : 4096;
+    m.entries[e].out = at<uint16_t>(0x20000000ull + 0x10000 * (e + 1));
+  }
+  LinearMultiParams m1 = m;
+  m1.x += kStride / 2;
+  for (int e = 0; e < 3; ++e)
+    m1.entries[e].out += kStride / 2;
+  const std::vector<const void *> two = {&m, &m1};
+  const auto multi =
+      mmaRowsLaunch("linear_multi", two, sizeof(LinearMultiParams), kStride);
+  ASSERT_TRUE(multi.has_value());
+  EXPECT_EQ(multi->grid[0], (8192 + 32 + kGemvMmaRows - 1) / kGemvMmaRows);
+  EXPECT_EQ(multi->grid[1], 1);
+  // No tensor-core form: the MoE, a kernel without rows form, rows that
+  // cannot run together.
+  EXPECT_FALSE(hasMmaRowsForm("moe_ffn"));
+  EXPECT_FALSE(mmaRowsLaunch("rms_norm", ptrs, sizeof(LinearParams), kStride));
+  rows[3].x = rows[0].x;
+  EXPECT_FALSE(mmaRowsLaunch("linear", ptrs, sizeof(LinearParams), kStride));
+}
+
 TEST(RowsForms, LinearMultiMovesEveryEntrysOut) {
   auto row = [](int r) {
     LinearMultiParams p{};

@@ -86,7 +86,8 @@ TEST(KernelCoverage, NoEntryPointOutsideTheTable) {
     defined.insert((*it)[1].str());
   ASSERT_GE(defined.size(), 20u) << "the entry-point pattern matched too few";
   // The multi-row forms the CUDA backend launches for a table kernel (both
-  // kinds: one params struct for all rows, and a params array per row).
+  // kinds: one params struct for all rows, and a params array per row; and
+  // the tensor-core forms of the first kind).
   std::set<std::string> forms;
   for (const char *k : kCudaRowsForms) {
     EXPECT_NE(findKernel(k), nullptr) << k;
@@ -101,6 +102,13 @@ TEST(KernelCoverage, NoEntryPointOutsideTheTable) {
         << "kCudaRowsArrayForms names " << k
         << ", but no kernels/*/*.cu defines k3_" << k << "_rows";
     forms.insert(std::string(k) + "_rows");
+  }
+  for (const char *k : kCudaMmaRowsForms) {
+    EXPECT_TRUE(hasRowsForm(k)) << k << ": a tensor-core form of no rows form";
+    EXPECT_TRUE(defined.count(std::string(k) + "_rows_mma"))
+        << "kCudaMmaRowsForms names " << k
+        << ", but no kernels/*/*.cu defines k3_" << k << "_rows_mma";
+    forms.insert(std::string(k) + "_rows_mma");
   }
   for (const std::string &name : defined)
     EXPECT_TRUE(findKernel(name) != nullptr || forms.count(name))
