@@ -570,15 +570,16 @@ template <class T> struct RowParams {
   }
 };
 
-/// Copies row blockIdx.y's params from `rows` (device memory) into `dst`
-/// (shared memory) and synchronises: the multi-row forms over a params
-/// array (a batch's rows, each bound to its own slot's states) run the
-/// single-row body on that copy. Before the PDL wait is fine: the runtime
-/// writes the rows' params before the step's first launch.
+/// Copies row `index` (default blockIdx.y)'s params from `rows` (device
+/// memory) into `dst` (shared memory) and synchronises: the multi-row forms
+/// over a params array (a batch's rows, each bound to its own slot's states)
+/// run the single-row body on that copy. Before the PDL wait is fine: the
+/// runtime writes the rows' params before the step's first launch.
 template <class T>
-__device__ __forceinline__ void loadRowParams(const T *rows,
-                                              RowParams<T> &dst) {
-  const uint32_t *src = reinterpret_cast<const uint32_t *>(rows + blockIdx.y);
+__device__ __forceinline__ void loadRowParams(const T *rows, RowParams<T> &dst,
+                                              int64_t index = -1) {
+  const uint32_t *src = reinterpret_cast<const uint32_t *>(
+      rows + (index < 0 ? static_cast<int64_t>(blockIdx.y) : index));
   for (int i = threadIdx.x; i < int(sizeof(T) / 4); i += blockDim.x)
     dst.words[i] = src[i];
   __syncthreads();

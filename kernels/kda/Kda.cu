@@ -253,12 +253,14 @@ __device__ void sumOverRows(float4 v, const SliceGeom &g, Sm &sm) {
 ///   pass 1: S ← Diag(exp(g)) S, kS = Sᵀk;  u = β(v − kS);
 ///   pass 2: S ← S + k ⊗ u, o = Sᵀq;  out[j] = R(o_j).
 /// `s` holds this thread's first kRegRows rows, already loaded; the state is
-/// written back once. `emit(t, o)` takes column j0 + t's o (unrounded) for
-/// each t < cols inside the head, before the closing barrier.
+/// written back once (the register rows only with `storeRegRows`: a run of
+/// rows keeps them for the next row and stores them after its last). `emit(t,
+/// o)` takes column j0 + t's o (unrounded) for each t < cols inside the head,
+/// before the closing barrier.
 template <bool Vec, typename Sm, typename Emit>
 __device__ void stepSlice(float4 (&s)[kRegRows], float *S, int d,
                           const SliceGeom &g, int j0, float beta, Sm &sm,
-                          Emit emit) {
+                          Emit emit, bool storeRegRows = true) {
   const int cgl = threadIdx.x & (g.cgLanes - 1);
   const int rl = threadIdx.x >> g.cgShift;
   const int col = j0 + 4 * cgl;
@@ -307,7 +309,8 @@ __device__ void stepSlice(float4 (&s)[kRegRows], float *S, int d,
         x.z = fmaf(kk, u.z, x.z), x.w = fmaf(kk, u.w, x.w);
         o.x = fmaf(x.x, qq, o.x), o.y = fmaf(x.y, qq, o.y);
         o.z = fmaf(x.z, qq, o.z), o.w = fmaf(x.w, qq, o.w);
-        storeState<Vec>(base + row * d, x, nc);
+        if (storeRegRows)
+          storeState<Vec>(base + row * d, x, nc);
       }
     }
 #pragma unroll 1
@@ -744,7 +747,16 @@ __device__ __forceinline__ float headSum(const float (&part)[kClusterSlices]) {
 /// warp 4: the output gate. Before the PDL wait, only weights are touched:
 /// the conv taps, dt_bias and o_norm into registers, the folded f_b / g_b
 /// rows into shared memory (cp.async), the state's lines asked of L2.
-__device__ void decodeClustered(const KdaDecodeParams &p, ClusterShared &sm) {
+/// A run (k3_kda_decode_run): `run` holds `count` rows of one sequence in
+/// position order, `p` a shared-memory copy of the current one (`row`,
+/// rows[0] on entry); the rows differ only in their activations, so the
+/// weights staged for the first serve all, the state slice stays in
+/// registers from the first row to the last (stored once, after it), and
+/// each row computes exactly what its own launch would.
+__device__ void
+decodeClustered(const KdaDecodeParams &p, ClusterShared &sm,
+                const KdaDecodeParams *run = nullptr, int count = 1,
+                dev::RowParams<KdaDecodeParams> *row = nullptr) {
   constexpr int d = kClusterHeadDim;
   const int h = blockIdx.x / kClusterSlices;
   const unsigned r = dev::clusterRank();
@@ -801,14 +813,15 @@ __device__ void decodeClustered(const KdaDecodeParams &p, ClusterShared &sm) {
   // The state rows into registers while the convs run.
   float4 s[kRegRows];
   loadSlice<true>(s, p.state, d, g, blockIdx.x);
-  const float beta = dev::sigmoidF(dev::bf16ToF(p.betaLogit[h]));
-  if (warp < 3) {
-    const uint16_t *uIn = warp == 0 ? p.uq : (warp == 1 ? p.uk : p.uv);
-    float *st =
-        (warp == 0 ? p.convStateQ : (warp == 1 ? p.convStateK : p.convStateV)) +
-        c * hist;
-    const float u = dev::bf16ToF(uIn[c]);
-    float hs[kClusterMaxTaps - 1];
+  for (int t = 0;;) {
+    const float beta = dev::sigmoidF(dev::bf16ToF(p.betaLogit[h]));
+    if (warp < 3) {
+      const uint16_t *uIn = warp == 0 ? p.uq : (warp == 1 ? p.uk : p.uv);
+      float *st = (warp == 0 ? p.convStateQ
+                             : (warp == 1 ? p.convStateK : p.convStateV)) +
+                  c * hist;
+      const float u = dev::bf16ToF(uIn[c]);
+      float hs[kClusterMaxTaps - 1];
 #pragma unroll
     for (int i = 0; i < kClusterMaxTaps - 1; ++i)
       hs[i] = i < hist ? st[i] : 0.0f;
@@ -879,7 +892,8 @@ __device__ void decodeClustered(const KdaDecodeParams &p, ClusterShared &sm) {
   __syncthreads();
   stepSlice<true>(
       s, p.state + static_cast<int64_t>(h) * d * d, d, g, j0, beta, sm,
-      [&](int t, float o) { sm.o[t] = dev::bf16ToF(dev::fToBf16(o)); });
+      [&](int t, float o) { sm.o[t] = dev::bf16ToF(dev::fToBf16(o)); },
+      t + 1 == count);
 
   // gatedNormHead on the head's Σ o².
   float x = 0.0f;
@@ -895,6 +909,12 @@ __device__ void decodeClustered(const KdaDecodeParams &p, ClusterShared &sm) {
         1.0f / sqrtf(headSum(sm.ssPart) / static_cast<float>(d) + p.normEps);
     const float y = x * rr * normW * dev::sigmoidF(sm.gt[lane]);
     p.out[c] = dev::fToBf16(y);
+  }
+  if (++t == count)
+    break;
+  // The next row's params, once every thread is done with this row's.
+  __syncthreads();
+  dev::loadRowParams(run, *row, t);
   }
 }
 
@@ -1074,6 +1094,33 @@ extern "C" __global__ void __launch_bounds__(512)
     k3_kda_decode(const KdaDecodeParams p) {
   __shared__ DecodeShared shared;
   kdaDecodeBody(p, shared, 1);
+}
+
+// k3_kda_decode_run: k3_kda_decode for a run of consecutive rows of one
+// sequence (KdaDecodeRowsParams: rows[0, count) in position order, bound to
+// the same states; a prompt chunk), in one launch on the clustered path's
+// grid (4 · numHeads blocks of 256 threads in clusters of 4): each block
+// keeps its state slice in registers across the rows and stores it after
+// the last, and every row's output, folded gate and states are bit for bit
+// what count launches of k3_kda_decode give. Limits: the clustered path's
+// shape (else every row's out is NaN and the states are untouched).
+extern "C" __global__ void __launch_bounds__(512)
+    k3_kda_decode_run(const KdaDecodeRowsParams rp) {
+  __shared__ DecodeShared shared;
+  __shared__ __align__(16) dev::RowParams<KdaDecodeParams> row;
+  dev::allowDependentLaunch();
+  if (rp.count < 1)
+    return;
+  dev::loadRowParams(rp.rows, row, 0);
+  const KdaDecodeParams &p = row.get();
+  dev::prefetchL2Share(p.l2Prefetch);
+  if (dev::clusterBlocks() > 1 && clusterShapeOk(p, 1)) {
+    decodeClustered(p, shared.cluster, rp.rows, rp.count, &row);
+    return;
+  }
+  dev::waitForPriorGrids();
+  for (int t = 0; t < rp.count; ++t)
+    fillNaN(rp.rows[t].out, rp.rows[t].numHeads * rp.rows[t].headDim);
 }
 
 // k3_kda_decode_rows: k3_kda_decode for several rows (KdaDecodeRowsParams):

@@ -275,6 +275,14 @@ CudaBackend::bind(const PlanDoc &plan, const TensorStore &store,
       mma = known->second;
     }
     be->mmaFunctions_.push_back(mma);
+    cuda::CUfunction run = nullptr;
+    if (form.first && hasRunForm(k) && plan.launches[i].cluster[0] > 1) {
+      Expected<cuda::CUfunction> f =
+          kernelFunction(d, k + "_run", plan.ptxFor(k));
+      if (f)
+        run = *f;
+    }
+    be->runFunctions_.push_back(run);
   }
 
   PlanMemory mem;
@@ -683,8 +691,10 @@ Status CudaBackend::uploadRowParams(size_t n) {
                                     end, stream_);
 }
 
-Expected<bool> CudaBackend::launchRows(size_t l, size_t n,
+Expected<bool> CudaBackend::launchRows(size_t l,
+                                       const std::vector<SlotStep> &rows,
                                        bool distinctSlots) {
+  const size_t n = rows.size();
   const BoundLaunch &first = rows_[0]->launches[l];
   const Grid &g = grids_[l];
   if (!rowsFunctions_[l] || n < 2)
@@ -697,9 +707,34 @@ Expected<bool> CudaBackend::launchRows(size_t l, size_t n,
                                first.kernel->name + "'s multi-row form) of " +
                                std::to_string(n) + " rows");
   };
+  if (rowsArray_[l] && !distinctSlots) {
+    // A sequence's consecutive rows meet its states in order: one launch of
+    // the run form per run of rows of one slot.
+    if (!runFunctions_[l] || g.grid[1] != 1 || g.grid[2] != 1)
+      return false;
+    const size_t size = first.params->size();
+    for (size_t a = 0; a < n;) {
+      size_t b = a + 1;
+      while (b < n && rows[b].slot == rows[a].slot)
+        ++b;
+      RowsArrayParams p;
+      p.rows = rowParams_.get() + rowParamsOffset_[l] + a * size;
+      p.count = static_cast<int32_t>(b - a);
+      Status st =
+          driver_->launch(runFunctions_[l], g.grid, g.block, g.smem, stream_,
+                          &p, /*programmatic=*/true, g.cluster);
+      if (!st)
+        return st.withContext("launch " + std::to_string(l) + " (" +
+                              first.kernel->name + "'s run form) of rows " +
+                              std::to_string(a) + ".." + std::to_string(b - 1));
+      a = b;
+    }
+    ++launchesTogether_;
+    return true;
+  }
   if (rowsArray_[l]) {
     // Every row's own params (uploaded by uploadRowParams), grid y = rows.
-    if (!distinctSlots || g.grid[1] != 1 || g.grid[2] != 1)
+    if (g.grid[1] != 1 || g.grid[2] != 1)
       return false;
     RowsArrayParams p;
     p.rows = rowParams_.get() + rowParamsOffset_[l];
@@ -780,13 +815,14 @@ Status CudaBackend::stepSlots(const std::vector<SlotStep> &rows) {
     K3_RETURN_IF_ERROR(driver_->copyToDeviceAsync(r.step.get(), r.stepHost,
                                                   sizeof(r.stepHost), stream_));
   }
-  // The forms that run several rows' states at once need the rows to be
-  // different sequences; their params (inputs set) go up in one copy.
+  // The params-array forms (several rows' states at once for different
+  // sequences, the run forms for one sequence's consecutive rows) take the
+  // rows' params (inputs set) from one copy.
   std::set<int64_t> slots;
   for (const SlotStep &row : rows)
     slots.insert(row.slot);
   const bool distinctSlots = slots.size() == rows.size();
-  if (distinctSlots && rows.size() > 1) {
+  if (rows.size() > 1) {
     for (size_t i = 0; i < rows.size(); ++i)
       for (size_t l = 0; l < launches_.size(); ++l)
         if (rowsArray_[l])
@@ -803,7 +839,7 @@ Status CudaBackend::stepSlots(const std::vector<SlotStep> &rows) {
     const Grid &g = grids_[l];
     bool together = false;
     K3_RETURN_IF_ERROR(exclusive([&]() -> Status {
-      Expected<bool> t = launchRows(l, rows.size(), distinctSlots);
+      Expected<bool> t = launchRows(l, rows, distinctSlots);
       if (!t)
         return t.status();
       together = *t;

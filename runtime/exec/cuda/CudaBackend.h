@@ -189,7 +189,8 @@ private:
   /// Launch `l` once for the first `n` rows of the step (its multi-row
   /// form, rowsFunctions_[l]) when the rows' params differ only by their
   /// arenas; false when it cannot (the caller launches row by row).
-  Expected<bool> launchRows(size_t l, size_t n, bool distinctSlots);
+  Expected<bool> launchRows(size_t l, const std::vector<SlotStep> &rows,
+                            bool distinctSlots);
   /// Writes, for each launch with a params-array form (rowsArray_), the
   /// first `n` rows' bound params into rowParams_ (one copy per step).
   Status uploadRowParams(size_t n);
@@ -222,6 +223,10 @@ private:
   /// (kCudaMmaRowsForms) when the PTX has one and the device gives it
   /// kGemvMmaSmemBytes, else null; used with chunkForm_.
   std::vector<cuda::CUfunction> mmaFunctions_;
+  /// Per launch, the run form of its array form (kCudaRunForms) for a
+  /// clustered launch whose PTX has one, else null: a sequence's
+  /// consecutive rows in one launch.
+  std::vector<cuda::CUfunction> runFunctions_;
   bool chunkForm_ = false;
   /// Per launch, whether rowsFunctions_[l] takes a params array
   /// (kCudaRowsArrayForms); the arrays of all rows (rows_.size() of them

@@ -177,6 +177,11 @@ std::optional<RowsLaunch> rowsLaunch(const std::string &kernel,
   return formOf(kernel, rows, size, arenaStride);
 }
 
+bool hasRunForm(const std::string &kernel) {
+  return std::find(std::begin(kCudaRunForms), std::end(kCudaRunForms),
+                   kernel) != std::end(kCudaRunForms);
+}
+
 bool hasMmaRowsForm(const std::string &kernel) {
   return std::find(std::begin(kCudaMmaRowsForms), std::end(kCudaMmaRowsForms),
                    kernel) != std::end(kCudaMmaRowsForms);

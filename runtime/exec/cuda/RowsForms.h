@@ -50,6 +50,16 @@ constexpr size_t kMmaMinRows = 16;
 inline constexpr const char *kCudaRowsArrayForms[] = {"kda_decode",
                                                       "mla_cache_append"};
 
+/// The kernels whose PTX has a run form `k3_<kernel>_run` over the same
+/// params array ({rows, count}) for consecutive rows of one sequence (a
+/// prompt chunk: the rows meet the states in order, in one launch), bit for
+/// bit one launch per row; only for launches in thread-block clusters
+/// (kda_decode's clustered path).
+inline constexpr const char *kCudaRunForms[] = {"kda_decode"};
+
+/// Whether `kernel` has a run form.
+bool hasRunForm(const std::string &kernel);
+
 /// Whether `kernel` has a multi-row form over a params array.
 bool hasRowsArrayForm(const std::string &kernel);
 

@@ -1073,3 +1073,80 @@ TEST(KdaCuda, DecodeRowsAsOneLaunchPerRow) {
     }
   }
 }
+
+namespace {
+
+/// kda_decode's run form (k3_kda_decode_run): T consecutive tokens of one
+/// sequence — one state, each token its own inputs — in one launch on the
+/// clustered grid; every token's output and folded gate, and the states
+/// after the last, bit for bit T launches of k3_kda_decode on that state.
+/// Kimi-Linear as planned (folded low-rank gates) and unfolded, K3's 96
+/// heads; 1, 2, 7 and 64 tokens. A launch without clusters writes NaN.
+TEST(KdaCuda, DecodeRunIsOneLaunchPerToken) {
+  K3_REQUIRE_GPU();
+  for (const DecodeCase &c : {DecodeCase{32, 128, 4, 0, 128, 256, 128, 4},
+                              DecodeCase{32, 128, 4, 1, 128, 256, 0, 4},
+                              DecodeCase{96, 128, 4, 1, 384, 256, 0, 4}}) {
+    for (int T : {1, 2, 7, 64}) {
+      const std::string name = c.name() + ", " + std::to_string(T) + " tokens";
+      SCOPED_TRACE(name);
+      const int64_t H = c.heads, d = c.headDim;
+      Rand r(static_cast<uint64_t>(H * 17 + T + c.rank));
+      DecodeLayer l(r, H, d, c.width);
+      const LowRankWeights lr(r, l.C, c.rank);
+      const std::vector<float> sConv = bf16Valued(r, l.C * (c.width - 1), 1.0f),
+                               state = r.f32(H * d * d, 0.5f);
+      DecodeDev single(l, sConv, state), run(l, sConv, state);
+      std::vector<std::unique_ptr<DecodeBound>> bs, br;
+      std::vector<k3::KdaDecodeParams> params;
+      for (int i = 0; i < T; ++i) {
+        const DecodeToken t(r, l, c.rank);
+        bs.push_back(std::make_unique<DecodeBound>(
+            l, t, single, c.hasLowerBound, &lr, k3::L2Prefetch{}));
+        br.push_back(std::make_unique<DecodeBound>(l, t, run, c.hasLowerBound,
+                                                   &lr, k3::L2Prefetch{}));
+        params.push_back(br.back()->p);
+        k3::Status s =
+            launch("kda_decode", bs.back()->p, c.grid, c.block, 0, c.cluster);
+        ASSERT_TRUE(s.isOk()) << s.message();
+      }
+      Dev array = Dev::of(params);
+      k3::KdaDecodeRowsParams rp;
+      rp.rows = array.get<k3::KdaDecodeParams>();
+      rp.count = T;
+      k3::Status s =
+          launch("kda_decode_run", rp, c.grid, c.block, 0, c.cluster);
+      ASSERT_TRUE(s.isOk()) << s.message();
+      for (int i = 0; i < T; ++i) {
+        const std::string tok = name + ", token " + std::to_string(i);
+        expectSameBits(bs[i]->out.download<uint16_t>(l.C),
+                       br[i]->out.download<uint16_t>(l.C), tok + " out");
+        if (c.rank > 0)
+          expectSameBits(bs[i]->gOut.download<uint16_t>(l.C),
+                         br[i]->gOut.download<uint16_t>(l.C), tok + " gate");
+      }
+      expectSameStates(single, run, l, name);
+      // The state moved (a run that wrote nothing would not pass the
+      // comparison above only by luck).
+      EXPECT_NE(run.state.download<float>(H * d * d), state) << name;
+    }
+  }
+  // Without clusters: NaN out, the state untouched.
+  Rand r(5);
+  DecodeLayer l(r, 32, 128, 4);
+  const std::vector<float> sConv = bf16Valued(r, l.C * 3, 1.0f),
+                           state = r.f32(32 * 128 * 128, 0.5f);
+  DecodeDev dev(l, sConv, state);
+  const DecodeToken t(r, l);
+  DecodeBound b(l, t, dev, 0, nullptr, k3::L2Prefetch{});
+  Dev array = Dev::of(std::vector<k3::KdaDecodeParams>{b.p});
+  k3::KdaDecodeRowsParams rp;
+  rp.rows = array.get<k3::KdaDecodeParams>();
+  rp.count = 1;
+  ASSERT_TRUE(launch("kda_decode_run", rp, 128, 256).isOk());
+  for (uint16_t v : b.out.download<uint16_t>(l.C))
+    ASSERT_TRUE(std::isnan(k3::bf16ToFloat(v)));
+  EXPECT_EQ(dev.state.download<float>(32 * 128 * 128), state);
+}
+
+} // namespace

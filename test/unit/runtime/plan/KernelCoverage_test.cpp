@@ -103,6 +103,13 @@ TEST(KernelCoverage, NoEntryPointOutsideTheTable) {
         << ", but no kernels/*/*.cu defines k3_" << k << "_rows";
     forms.insert(std::string(k) + "_rows");
   }
+  for (const char *k : kCudaRunForms) {
+    EXPECT_TRUE(hasRowsArrayForm(k)) << k << ": a run form of no array form";
+    EXPECT_TRUE(defined.count(std::string(k) + "_run"))
+        << "kCudaRunForms names " << k << ", but no kernels/*/*.cu defines k3_"
+        << k << "_run";
+    forms.insert(std::string(k) + "_run");
+  }
   for (const char *k : kCudaMmaRowsForms) {
     EXPECT_TRUE(hasRowsForm(k)) << k << ": a tensor-core form of no rows form";
     EXPECT_TRUE(defined.count(std::string(k) + "_rows_mma"))
