@@ -517,11 +517,12 @@ constexpr int kClusterQRows = kClusterP / kClusterQGroups;
 /// Whether this launch takes the clustered form's shape (uniform over the
 /// grid; the context is checked after the wait): clusters of
 /// kMlaClusterBlocks blocks, one cluster per head.
-__device__ __forceinline__ bool clusteredShape(const MlaAttendParams &p) {
+__device__ __forceinline__ bool clusteredShape(const MlaAttendParams &p,
+                                               unsigned rows = 1) {
   const unsigned C = dev::clusterBlocks();
   return C == kMlaClusterBlocks && blockDim.x == kAttendMaxThreads &&
          p.numHeads >= 1 && int64_t(gridDim.x) == p.numHeads * C &&
-         gridDim.y == 1 && p.kvLoraRank == kClusterL &&
+         gridDim.y == rows && gridDim.z == 1 && p.kvLoraRank == kClusterL &&
          p.nopeDim == kClusterP && p.vDim == kClusterV && p.ropeDim >= 8 &&
          p.ropeDim <= 32 * 8 && p.ropeDim % 8 == 0 && dev::aligned16(p.cache) &&
          dev::aligned16(p.kvB);
@@ -1492,6 +1493,27 @@ extern "C" __global__ void __launch_bounds__(kAttendMaxThreads, 2)
   __shared__ AttendShared s;
   // One cluster size only: two forms inlined here spill at 128 registers.
   if (clusteredShape(p) && attendClustered<kMlaClusterBlocks>(p, s))
+    return;
+  dev::waitForPriorGrids();
+  dev::fillNaN(p.out, p.numHeads * p.vDim); // never silent
+}
+
+/// k3_mla_attend_clustered_rows: k3_mla_attend_clustered for several rows
+/// (MlaAttendRowsParams): block (x, y) is block x of row y's launch, its
+/// params rows[y] copied to shared memory first. A row only reads its cache
+/// (through its own length), so rows of one sequence (a prompt chunk, its
+/// rows appended by the launch before) run together as well as rows of
+/// different ones; each row's output is its own launch's bit for bit.
+extern "C" __global__ void __launch_bounds__(kAttendMaxThreads, 2)
+    k3_mla_attend_clustered_rows(const MlaAttendRowsParams rp) {
+  dev::allowDependentLaunch();
+  __shared__ AttendShared s;
+  __shared__ __align__(16) dev::RowParams<MlaAttendParams> row;
+  dev::loadRowParams(rp.rows, row);
+  const MlaAttendParams &p = row.get();
+  dev::prefetchL2Share(p.l2Prefetch);
+  if (clusteredShape(p, static_cast<unsigned>(rp.count)) &&
+      attendClustered<kMlaClusterBlocks>(p, s))
     return;
   dev::waitForPriorGrids();
   dev::fillNaN(p.out, p.numHeads * p.vDim); // never silent

@@ -82,6 +82,15 @@ struct MlaAttendParams {
   int64_t handover = 0;
 };
 
+/// The multi-row form of `mla_attend_clustered`
+/// (k3_mla_attend_clustered_rows): grid (the single launch's x, count, 1),
+/// row y's whole params at rows[y] in device memory. Rows of one sequence
+/// may share the launch (each reads its cache through its own length).
+struct MlaAttendRowsParams {
+  const MlaAttendParams *rows = nullptr; ///< [count] in device memory
+  int32_t count = 0;
+};
+
 /// Whether a context of `rows` rows is this launch's to attend under the
 /// handover split: `clustered` for mla_attend_clustered (lengths up to
 /// `handover`), else mla_attend (lengths above it); without a handover,

@@ -707,7 +707,8 @@ Expected<bool> CudaBackend::launchRows(size_t l,
                                first.kernel->name + "'s multi-row form) of " +
                                std::to_string(n) + " rows");
   };
-  if (rowsArray_[l] && !distinctSlots) {
+  if (rowsArray_[l] && !distinctSlots &&
+      !hasRowsAnySlotForm(first.kernel->name)) {
     // A sequence's consecutive rows meet its states in order: one launch of
     // the run form per run of rows of one slot.
     if (!runFunctions_[l] || g.grid[1] != 1 || g.grid[2] != 1)

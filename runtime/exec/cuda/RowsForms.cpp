@@ -166,7 +166,8 @@ template <typename P> constexpr bool isRowsArray() {
          offsetof(RowsArrayParams, count) == offsetof(P, count);
 }
 static_assert(isRowsArray<KdaDecodeRowsParams>() &&
-                  isRowsArray<MlaCacheAppendRowsParams>(),
+                  isRowsArray<MlaCacheAppendRowsParams>() &&
+                  isRowsArray<MlaAttendRowsParams>(),
               "the array forms' params are {rows, count}");
 
 std::optional<RowsLaunch> rowsLaunch(const std::string &kernel,
@@ -175,6 +176,12 @@ std::optional<RowsLaunch> rowsLaunch(const std::string &kernel,
   if (rows.size() < 2)
     return std::nullopt;
   return formOf(kernel, rows, size, arenaStride);
+}
+
+bool hasRowsAnySlotForm(const std::string &kernel) {
+  return std::find(std::begin(kCudaRowsAnySlotForms),
+                   std::end(kCudaRowsAnySlotForms),
+                   kernel) != std::end(kCudaRowsAnySlotForms);
 }
 
 bool hasRunForm(const std::string &kernel) {

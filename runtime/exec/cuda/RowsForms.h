@@ -46,9 +46,19 @@ constexpr size_t kMmaMinRows = 16;
 /// every row's whole params from a device array ({rows, count}: e.g.
 /// KdaDecodeRowsParams, grid y = the rows), for kernels whose rows differ
 /// by more than their arenas (their slots' states). Only for rows of
-/// different sequences: a sequence's rows meet its states in order.
-inline constexpr const char *kCudaRowsArrayForms[] = {"kda_decode",
-                                                      "mla_cache_append"};
+/// different sequences (a sequence's rows meet its states in order), but
+/// see kCudaRowsAnySlotForms and kCudaRunForms.
+inline constexpr const char *kCudaRowsArrayForms[] = {
+    "kda_decode", "mla_cache_append", "mla_attend_clustered"};
+
+/// The array forms whose rows never depend on one another, so that rows of
+/// one sequence (a prompt chunk) run together as well: each row writes only
+/// its own position's cache row, or reads its cache through its own length.
+inline constexpr const char *kCudaRowsAnySlotForms[] = {"mla_cache_append",
+                                                        "mla_attend_clustered"};
+
+/// Whether `kernel`'s array form takes rows of one sequence together.
+bool hasRowsAnySlotForm(const std::string &kernel);
 
 /// The kernels whose PTX has a run form `k3_<kernel>_run` over the same
 /// params array ({rows, count}) for consecutive rows of one sequence (a

@@ -480,6 +480,69 @@ TEST(MlaCuda, AttendClusteredMatchesCpu) {
   runAttend(peaked, {9, true, 32 * C, 256, 0, C});
 }
 
+/// mla_attend_clustered's multi-row form (k3_mla_attend_clustered_rows): the
+/// rows of a prompt chunk — one cache, row t attending its first
+/// start + t + 1 rows with its own q, gate and out — in one launch, each
+/// row bit for bit its own mla_attend_clustered launch, the last row
+/// against the CPU; Kimi-Linear's 32 heads and K3's 96, 1, 3 and 64 rows.
+TEST(MlaCuda, AttendClusteredRowsAsOneLaunchPerRow) {
+  K3_REQUIRE_GPU();
+  const int64_t C = k3::kMlaClusterBlocks;
+  for (int64_t heads : {32, 96}) {
+    for (int64_t T : {1, 3, 64}) {
+      const AttendShape sh{heads, 128, 64, 512, 128};
+      const int64_t start = 950, width = sh.L + sh.R;
+      SCOPED_TRACE("N" + std::to_string(heads) + " rows " + std::to_string(T));
+      Rand r(static_cast<uint64_t>(60 + heads + T));
+      const std::vector<uint16_t> kvB =
+          r.bf16(sh.heads * (sh.P + sh.V) * sh.L, 0.05f);
+      const std::vector<uint16_t> cache = r.bf16((start + T) * width, 1.0f);
+      const int64_t qn = sh.heads * (sh.P + sh.R), on = sh.heads * sh.V;
+      const std::vector<uint16_t> q = r.bf16(T * qn, 1.0f),
+                                  gate = r.bf16(T * on, 2.0f);
+      Dev dKvB = Dev::of(kvB), dCache = Dev::of(cache), dQ = Dev::of(q),
+          dGate = Dev::of(gate);
+      Dev single = Dev::poisoned<uint16_t>(T * on),
+          together = Dev::poisoned<uint16_t>(T * on);
+      std::vector<k3::MlaAttendParams> rows;
+      for (int64_t t = 0; t < T; ++t) {
+        k3::MlaAttendParams p = attendParams(sh, start + t + 1);
+        p.q = dQ.get<uint16_t>() + t * qn;
+        p.kvB = dKvB.get<uint16_t>();
+        p.cache = dCache.get<uint16_t>();
+        p.gate = dGate.get<uint16_t>() + t * on;
+        p.out = single.get<uint16_t>() + t * on;
+        ASSERT_TRUE(
+            launch("mla_attend_clustered", p, heads * C, 256, 0, C).isOk());
+        p.out = together.get<uint16_t>() + t * on;
+        rows.push_back(p);
+      }
+      Dev array = Dev::of(rows);
+      k3::MlaAttendRowsParams rp;
+      rp.rows = array.get<k3::MlaAttendParams>();
+      rp.count = static_cast<int32_t>(T);
+      ASSERT_TRUE(
+          launch("mla_attend_clustered_rows", rp, heads * C, 256, 0, C, T)
+              .isOk());
+      const std::vector<uint16_t> want = single.download<uint16_t>(T * on),
+                                  got = together.download<uint16_t>(T * on);
+      EXPECT_EQ(want, got);
+      // The last row against the CPU (the single launches are checked
+      // against it in AttendClusteredMatchesCpu).
+      k3::MlaAttendParams cpu = attendParams(sh, start + T);
+      cpu.q = q.data() + (T - 1) * qn;
+      cpu.kvB = kvB.data();
+      cpu.cache = cache.data();
+      cpu.gate = gate.data() + (T - 1) * on;
+      std::vector<uint16_t> ref(on, 0xFFFF);
+      cpu.out = ref.data();
+      k3::mlaAttendCpu(cpu);
+      expectBf16Near(ref, std::vector<uint16_t>(got.end() - on, got.end()),
+                     "clustered rows, last row", 1, 0.02);
+    }
+  }
+}
+
 /// mla_attend_clustered outside its limits writes NaN (never a silent
 /// wrong answer): beyond 4096 rows, another head shape, a launch without
 /// clusters or a grid that is not 4 blocks per head.
