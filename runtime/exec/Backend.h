@@ -37,12 +37,14 @@ struct SlotStep {
 /// The most rows one step may have (several sequences, prompt chunks).
 constexpr int64_t kMaxStepRows = 4096;
 
-/// How a step's consecutive rows of one sequence (a prompt chunk) run the
-/// KDA token (kda_decode): Rows, one row after the other, each exactly
-/// what one step per token computes (bit for bit); Chunk, all at once in
-/// the chunk (WY / UT) form of the delta rule, within fp32 rounding of Rows,
-/// not bit for bit (kernels/kda/KdaCpu.h kdaDecodeChunkCpu). Single rows
-/// (decode) are the same in both.
+/// How a step's consecutive rows of one sequence (a prompt chunk) run (the
+/// CPU: the KDA token, kda_decode; the CUDA backend: the projections of
+/// steps of 16 rows or more on the tensor cores): Rows, each row exactly
+/// what one step per token computes (bit for bit); Chunk, within rounding
+/// of Rows, not bit for bit: on the CPU the KDA tokens all at once in the
+/// chunk (WY / UT) form of the delta rule (kernels/kda/KdaCpu.h
+/// kdaDecodeChunkCpu), on the GPU bf16 products summed in fp32 by the
+/// tensor cores. Single rows (decode) are the same in both.
 enum class PrefillForm { Rows, Chunk };
 
 class Backend {
