@@ -520,6 +520,49 @@ TEST(DecodeCudaBatch, SequencesAsAloneAndAsTheCpu) {
   }
 }
 
+/// PrefillForm::Chunk on the GPU: a 40-token prompt in chunks of 32 (its
+/// first chunk's projections on the tensor cores) decodes on the planted
+/// model as the CPU backend's one step per token (greedy tokens equal up to
+/// a near-tie); the tensor-core forms ran.
+TEST(DecodeCudaBatch, ChunkFormPrefillAsTheCpu) {
+  K3_REQUIRE_PLANS();
+  const std::string plans = std::getenv("K3C_CUDA_TEST_PLANS");
+  for (const std::string preset : {"tiny", "tiny-linear", "tiny-odd"}) {
+    SCOPED_TRACE(preset);
+    const std::string path = plans + "/" + preset + "-default.plan";
+    const std::string &dir =
+        modelDir(preset, k3::StoredDtypes::Simple, k3::Structure::Planted);
+    k3::GenerateOptions o;
+    std::vector<int64_t> prompt;
+    for (int t = 0; t < 40; ++t)
+      prompt.push_back((53 * t + 7) % 1000);
+    o.maxNew = 8;
+    o.prefillChunk = 32;
+    o.keepLogits = true;
+    auto plan = k3::readPlanFile(path);
+    ASSERT_TRUE(plan.hasValue()) << plan.message();
+    auto store = k3::TensorStore::open(dir);
+    ASSERT_TRUE(store.hasValue()) << store.message();
+    std::string why;
+    const double bound = logitsBound(*plan, *store, why);
+    ASSERT_GT(bound, 0.0) << why;
+    auto gpu = k3::Session::open(*plan, dir, k3::BackendKind::Cuda, true);
+    auto cpu = k3::Session::open(*plan, dir, k3::BackendKind::Cpu);
+    ASSERT_TRUE(gpu.hasValue()) << gpu.message();
+    ASSERT_TRUE(cpu.hasValue()) << cpu.message();
+    ASSERT_TRUE((*gpu)->setPrefillForm(k3::PrefillForm::Chunk).isOk());
+    auto g = (*gpu)->generate(prompt, o);
+    ASSERT_TRUE(g.hasValue()) << g.message();
+    auto c = (*cpu)->generate(prompt, o);
+    ASSERT_TRUE(c.hasValue()) << c.message();
+    expectSameUntilANearTie(*g, *c, bound);
+    const auto *cuda =
+        dynamic_cast<const k3::CudaBackend *>(&(*gpu)->backend());
+    ASSERT_NE(cuda, nullptr);
+    EXPECT_GT(cuda->launchesTogether(), 0);
+  }
+}
+
 /// A tensor-parallel plan (k3c --tp 2, staged by scripts/gpu-stage.sh) with
 /// both ranks on the one GPU, their collectives host-staged
 /// (CudaBackend::bind): every rank chooses the same tokens, and they decode
