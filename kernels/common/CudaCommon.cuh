@@ -65,6 +65,16 @@ __device__ __forceinline__ float hiF(uint32_t w) {
 
 /// `s` plus the squares of the 8 bf16 values of a 16-byte chunk, added in
 /// element order (one fp32 sum, no FMA).
+/// s + Σ a_i · b_i over the 8 bf16 of each (fp32 FMAs, element order).
+__device__ __forceinline__ float dotBf16x8(uint4 a, uint4 b, float s) {
+  const uint32_t wa[4] = {a.x, a.y, a.z, a.w}, wb[4] = {b.x, b.y, b.z, b.w};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    s = fmaf(loF(wa[i]), loF(wb[i]), s);
+    s = fmaf(hiF(wa[i]), hiF(wb[i]), s);
+  }
+  return s;
+}
 __device__ __forceinline__ float sumSquares8(uint4 v, float s) {
   const uint32_t words[4] = {v.x, v.y, v.z, v.w};
 #pragma unroll

@@ -16,6 +16,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "kernels/common/CudaWeights.cuh"
+#include "kernels/common/MmaTile.cuh"
 #include "kernels/gemv/GemvParams.h"
 
 using namespace k3;
@@ -738,28 +739,6 @@ __device__ void gemvRowsBody(const Rows &rows, int tokens,
 // Several tokens per launch on the tensor cores (prompt chunks)
 //===----------------------------------------------------------------------===//
 
-/// Shared-memory tiles of the tensor-core forms: per stage, x̂ of the
-/// block's tokens and the block's weight rows, kGemvMmaK columns each, a
-/// row of 8 16-byte chunks with chunk c of row r at c ^ (r & 7), so the
-/// eight rows an ldmatrix reads at one column fall in distinct banks.
-constexpr int kMmaChunks = kGemvMmaK / 8;
-static_assert(kMmaChunks == 8, "the swizzle covers 8 chunks per row");
-constexpr int kMmaTileChunks = (kGemvMmaTokens + kGemvMmaRows) * kMmaChunks;
-/// 16-byte chunks each thread copies per stage (x̂ and weights alike).
-constexpr int kMmaCopies = kGemvMmaTokens * kMmaChunks / kGemvMmaThreads;
-static_assert(kGemvMmaTokens == kGemvMmaRows &&
-                  kMmaCopies * kGemvMmaThreads == kGemvMmaRows * kMmaChunks,
-              "each thread copies the same chunks of both tiles");
-constexpr int kMmaWarps = kGemvMmaThreads / 32;
-/// Weight rows of a block tile per warp: two n8 tiles.
-constexpr int kMmaWarpRows = kGemvMmaRows / kMmaWarps;
-static_assert(kMmaWarpRows == 16, "a warp holds two n8 tiles");
-constexpr int kMmaTokenTiles = kGemvMmaTokens / 16;
-
-__device__ __forceinline__ int mmaSlot(int row, int chunk) {
-  return row * kMmaChunks + (chunk ^ (row & 7));
-}
-
 /// Whether the tensor-core path takes this launch: bf16 weights, 16-byte
 /// aligned rows (k % 8 == 0), aligned x, token stride and norm weight.
 template <typename Rows>
@@ -770,14 +749,11 @@ __device__ bool mmaTakes(const Rows &rows, const uint16_t *x, int64_t k,
 }
 
 /// y = W x̂_t for the block's tile of kGemvMmaTokens tokens (blockIdx.y)
-/// and each tile of kGemvMmaRows weight rows of its grid-stride loop, on
-/// mma.sync m16n8k16 (bf16 in, fp32 sums). Thread i copies chunk i % 8 of
-/// token / weight row i / 8 + 16u (u < kMmaCopies) of every stage with
-/// cp.async, kGemvMmaStages - 1 stages ahead of the tensor cores; with a
-/// pre-norm it then rewrites its own x chunks in place as x̂ (each token's
-/// norm factor computed once per block, before the loop). Warp w owns weight
-/// rows 16w .. 16w + 15 of the tile (two n8 tiles) for every 16-token tile
-/// that holds a token. The stores are storeRow's (R, the residual, or fp32).
+/// and each tile of kGemvMmaRows weight rows of its grid-stride loop, on the
+/// tensor-core tile (kernels/common/MmaTile.cuh). With a pre-norm, each
+/// token's norm factor is computed once per block (a warp per token, after
+/// the PDL wait) and each thread rewrites its own landed x chunks as x̂. The
+/// stores are storeRow's (R, the residual, or fp32).
 template <typename Rows>
 __device__ void mmaRowsTile(const Rows &rows, int tokens,
                             const TokenStrides &ts, const uint16_t *x,
@@ -786,153 +762,55 @@ __device__ void mmaRowsTile(const Rows &rows, int tokens,
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int t0 = static_cast<int>(blockIdx.y) * kGemvMmaTokens;
   const int nTok = min(kGemvMmaTokens, tokens - t0);
-  const int tokenTiles = (nTok + 15) / 16;
   const int64_t total = rows.count();
-  const int stages = static_cast<int>((k + kGemvMmaK - 1) / kGemvMmaK);
-  const int chunk = threadIdx.x % kMmaChunks;
-  const int row0 = threadIdx.x / kMmaChunks;
-  constexpr int kRowStep = kGemvMmaThreads / kMmaChunks;
-  uint4 *const xs = smem;                               // [stage][token][chunk]
-  uint4 *const ws = smem + kGemvMmaTokens * kMmaChunks; // [stage][row][chunk]
-  const uint16_t *xt[kMmaCopies];
-#pragma unroll
-  for (int u = 0; u < kMmaCopies; ++u)
-    xt[u] = x + (t0 + min(row0 + u * kRowStep, nTok - 1)) * ts.x;
-
+  auto wrow = [&](int64_t r) {
+    const RowTarget t = rows.at(r);
+    return t.w.bf16 + t.row * k;
+  };
+  auto trow = [&](int i) { return x + (t0 + i) * ts.x; };
   bool waited = false;
+  auto first = [&] {
+    if (waited)
+      return;
+    waited = true;
+    dev::waitForPriorGrids();
+    if (!normW)
+      return;
+    // Each token's norm factor, a warp per token (fp32 sum of squares).
+    for (int t = warp; t < nTok; t += dev::kMmaWarps) {
+      const uint4 *xv = reinterpret_cast<const uint4 *>(trow(t));
+      float sq = 0.0f;
+      for (int64_t c = lane; c < k / 8; c += 32)
+        sq = dev::sumSquares8(__ldg(xv + c), sq);
+      sq = dev::warpSum(sq);
+      if (lane == 0)
+        norm[t] = 1.0f / sqrtf(sq / static_cast<float>(k) + eps);
+    }
+    __syncthreads();
+  };
+  auto xform = [&](uint4 &v, int i, int64_t col) {
+    const uint4 w = __ldg(reinterpret_cast<const uint4 *>(normW + col));
+    const float f = norm[i];
+    v = make_uint4(dev::rmsNormPair(v.x, w.x, f), dev::rmsNormPair(v.y, w.y, f),
+                   dev::rmsNormPair(v.z, w.z, f),
+                   dev::rmsNormPair(v.w, w.w, f));
+  };
   for (int64_t n0 = static_cast<int64_t>(blockIdx.x) * kGemvMmaRows; n0 < total;
        n0 += static_cast<int64_t>(gridDim.x) * kGemvMmaRows) {
-    const uint16_t *wr[kMmaCopies];
-#pragma unroll
-    for (int u = 0; u < kMmaCopies; ++u) {
-      const int64_t r = min(n0 + row0 + u * kRowStep, total - 1);
-      const RowTarget t = rows.at(r);
-      wr[u] = t.w.bf16 + t.row * k;
-    }
-    auto copyWeights = [&](int s) {
-      const int64_t col = static_cast<int64_t>(s) * kGemvMmaK + 8 * chunk;
-      uint4 *tile = ws + (s % kGemvMmaStages) * kMmaTileChunks;
-#pragma unroll
-      for (int u = 0; u < kMmaCopies; ++u) {
-        const int r = row0 + u * kRowStep;
-        const bool valid = s < stages && col < k && n0 + r < total;
-        dev::copyAsync16OrZero(tile + mmaSlot(r, chunk),
-                               valid ? wr[u] + col : wr[u], valid);
-      }
-    };
-    auto copyInputs = [&](int s) {
-      const int64_t col = static_cast<int64_t>(s) * kGemvMmaK + 8 * chunk;
-      uint4 *tile = xs + (s % kGemvMmaStages) * kMmaTileChunks;
-#pragma unroll
-      for (int u = 0; u < kMmaCopies; ++u) {
-        const int r = row0 + u * kRowStep;
-        const bool valid = s < stages && col < k && r < nTok;
-        dev::copyAsync16OrZero(tile + mmaSlot(r, chunk),
-                               valid ? xt[u] + col : xt[u], valid);
-      }
-    };
-    // The weights depend on no earlier kernel: their first stages go out
-    // before the PDL wait.
-    for (int s = 0; s < kGemvMmaStages - 1; ++s)
-      copyWeights(s);
-    if (!waited) {
-      dev::waitForPriorGrids();
-      waited = true;
-      if (normW) {
-        // Each token's norm factor, a warp per token (fp32 sum of squares).
-        for (int t = warp; t < nTok; t += kMmaWarps) {
-          const uint4 *xv =
-              reinterpret_cast<const uint4 *>(x + (t0 + t) * ts.x);
-          float sq = 0.0f;
-          for (int64_t c = lane; c < k / 8; c += 32)
-            sq = dev::sumSquares8(__ldg(xv + c), sq);
-          sq = dev::warpSum(sq);
-          if (lane == 0)
-            norm[t] = 1.0f / sqrtf(sq / static_cast<float>(k) + eps);
-        }
-        __syncthreads();
-      }
-    }
-    for (int s = 0; s < kGemvMmaStages - 1; ++s) {
-      copyInputs(s);
-      dev::commitAsyncCopies();
-    }
-
-    float acc[kMmaTokenTiles][2][4];
-#pragma unroll
-    for (int m = 0; m < kMmaTokenTiles; ++m)
-#pragma unroll
-      for (int j = 0; j < 2; ++j)
-        acc[m][j][0] = acc[m][j][1] = acc[m][j][2] = acc[m][j][3] = 0.0f;
-
-    for (int s = 0; s < stages; ++s) {
-      dev::waitAsyncGroups<kGemvMmaStages - 2>();
-      uint4 *xtile = xs + (s % kGemvMmaStages) * kMmaTileChunks;
-      const uint4 *wtile = ws + (s % kGemvMmaStages) * kMmaTileChunks;
-      if (normW) {
-        // This thread's own chunks (its copies have landed) become x̂.
-        const int64_t col = static_cast<int64_t>(s) * kGemvMmaK + 8 * chunk;
-        if (col < k) {
-          const uint4 w = __ldg(reinterpret_cast<const uint4 *>(normW + col));
-#pragma unroll
-          for (int u = 0; u < kMmaCopies; ++u) {
-            const int r = row0 + u * kRowStep;
-            if (r < nTok) {
-              uint4 &v = xtile[mmaSlot(r, chunk)];
-              const float f = norm[r];
-              v = make_uint4(
-                  dev::rmsNormPair(v.x, w.x, f), dev::rmsNormPair(v.y, w.y, f),
-                  dev::rmsNormPair(v.z, w.z, f), dev::rmsNormPair(v.w, w.w, f));
-            }
-          }
-        }
-      }
-      // Every thread's stage s is in place, and every warp is done with
-      // stage s - 1, whose buffers the next copies reuse.
-      __syncthreads();
-      copyWeights(s + kGemvMmaStages - 1);
-      copyInputs(s + kGemvMmaStages - 1);
-      dev::commitAsyncCopies();
-#pragma unroll
-      for (int kk = 0; kk < kGemvMmaK / 16; ++kk) {
-        const int j = lane >> 3;
-        uint32_t b[4];
-        {
-          const int r = kMmaWarpRows * warp + (j >> 1) * 8 + (lane & 7);
-          dev::loadMatrixX4(b, wtile + mmaSlot(r, 2 * kk + (j & 1)));
-        }
-#pragma unroll
-        for (int m = 0; m < kMmaTokenTiles; ++m) {
-          if (m < tokenTiles) {
-            uint32_t a[4];
-            const int r = 16 * m + (j & 1) * 8 + (lane & 7);
-            dev::loadMatrixX4(a, xtile + mmaSlot(r, 2 * kk + (j >> 1)));
-            dev::mmaBf16K16(acc[m][0], a, b[0], b[1]);
-            dev::mmaBf16K16(acc[m][1], a, b[2], b[3]);
-          }
-        }
-      }
-    }
-    dev::waitAsyncGroups<0>();
+    dev::MmaAcc acc;
+    if (normW)
+      dev::mmaTileSums<true>(wrow, n0, total, trow, nTok, k, xform, first, smem,
+                             acc);
+    else
+      dev::mmaTileSums<false>(wrow, n0, total, trow, nTok, k, xform, first,
+                              smem, acc);
     __syncthreads(); // the next tile's copies reuse every stage
-
-    const int g = lane >> 2, t = lane & 3;
-#pragma unroll
-    for (int m = 0; m < kMmaTokenTiles; ++m) {
-#pragma unroll
-      for (int j = 0; j < 2; ++j) {
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int tok = 16 * m + g + (e >> 1) * 8;
-          const int64_t r = n0 + kMmaWarpRows * warp + 8 * j + 2 * t + (e & 1);
-          if (tok < nTok && r < total)
-            storeRow(atToken(rows.at(r), t0 + tok, ts), acc[m][j][e]);
-        }
-      }
-    }
+    dev::mmaTileForEach(acc, nTok, [&](int tok, int r, float y) {
+      if (n0 + r < total)
+        storeRow(atToken(rows.at(n0 + r), t0 + tok, ts), y);
+    });
   }
-  if (!waited)
-    dev::waitForPriorGrids();
+  first();
 }
 
 /// The body of both tensor-core entry points: mmaRowsTile when mmaTakes,

@@ -19,6 +19,7 @@
 #define K3C_KERNELS_GEMV_GEMVPARAMS_H
 
 #include "kernels/common/HostDevice.h"
+#include "kernels/common/MmaTileParams.h"
 #include "kernels/common/WeightRef.h"
 
 #include <cstdint>
@@ -87,20 +88,15 @@ K3C_HOST_DEVICE constexpr int64_t gemvRowsSmemBytes(int64_t k, int64_t rows) {
 
 /// The tensor-core forms of the multi-row projections (k3_linear_rows_mma,
 /// k3_linear_multi_rows_mma: the same params as k3_linear_rows /
-/// k3_linear_multi_rows). A block computes a tile of kGemvMmaRows weight
-/// rows by kGemvMmaTokens tokens over kGemvMmaStages stages of kGemvMmaK
-/// columns in shared memory. Its outputs differ from the single-row
-/// launch's by summation order (bf16 products summed in fp32 by the tensor
-/// cores), not bit for bit: prompt chunks with PrefillForm::Chunk only.
-constexpr int kGemvMmaRows = 64;
-constexpr int kGemvMmaTokens = 64;
-constexpr int kGemvMmaK = 64;
-constexpr int kGemvMmaStages = 4;
-constexpr int kGemvMmaThreads = 128;
-/// Dynamic shared memory of a tensor-core launch (bytes): the stages' x̂
-/// and weight tiles.
-constexpr int64_t kGemvMmaSmemBytes =
-    int64_t{kGemvMmaStages} * (kGemvMmaTokens + kGemvMmaRows) * kGemvMmaK * 2;
+/// k3_linear_multi_rows), on the tile of kernels/common/MmaTile.cuh: a
+/// block computes kGemvMmaRows weight rows by kGemvMmaTokens tokens. Their
+/// outputs differ from the single-row launch's by summation order (bf16
+/// products summed in fp32 by the tensor cores), not bit for bit: prompt
+/// chunks with PrefillForm::Chunk only.
+constexpr int kGemvMmaRows = kMmaTileRows;
+constexpr int kGemvMmaTokens = kMmaTileTokens;
+constexpr int kGemvMmaThreads = kMmaTileThreads;
+constexpr int64_t kGemvMmaSmemBytes = kMmaTileSmemBytes;
 
 /// The multi-row form of `linear` (k3_linear_rows): the same projection for
 /// `rows` tokens in one launch, token t's x, residual and out (or outF32) at

@@ -42,6 +42,7 @@
 //===----------------------------------------------------------------------===//
 #include "kernels/common/CudaWeights.cuh"
 #include "kernels/common/KernelTrace.cuh"
+#include "kernels/common/MmaTile.cuh"
 #include "kernels/common/WorkQueue.cuh"
 #include "kernels/moe/MoeParams.h"
 
@@ -1896,4 +1897,312 @@ extern "C" __global__ void __launch_bounds__(256, 2)
   }
   leaveQueue(gRowsQueue, gRowsCounters,
              kRowsCounters + static_cast<int>(sh.unionSize));
+}
+
+//===----------------------------------------------------------------------===//
+// The MoE of a prompt chunk on the tensor cores (MoeChunkParams)
+//===----------------------------------------------------------------------===//
+namespace {
+
+/// `p` moved by t · stride bytes (null stays null).
+template <class T>
+__device__ __forceinline__ T *chunkRow(T *p, int t, int64_t stride) {
+  return p ? reinterpret_cast<T *>(reinterpret_cast<uintptr_t>(p) +
+                                   static_cast<uintptr_t>(t * stride))
+           : p;
+}
+
+/// Whether (rank a, expert ia) ranks before (b, ib) as routerCpu ranks:
+/// the larger rank, a number before NaN, then the lower expert.
+__device__ __forceinline__ bool ranksBefore(float a, int ia, float b, int ib) {
+  if (ib < 0)
+    return ia >= 0;
+  if (ia < 0)
+    return false;
+  const bool an = a != a, bn = b != b;
+  if (an != bn)
+    return bn;
+  if (!an && a != b)
+    return a > b;
+  return ia < ib;
+}
+
+/// A block of the expert GEMMs: its expert (blockIdx.y; numExperts: the
+/// shared expert) and the places [first, first + n) of its token tile
+/// (blockIdx.z); n <= 0 when the tile holds none.
+struct ChunkTile {
+  bool shared;
+  int64_t e;
+  int first, n;
+};
+
+__device__ __forceinline__ ChunkTile chunkTile(const MoeChunkParams &c) {
+  ChunkTile t;
+  t.e = blockIdx.y;
+  t.shared = t.e == c.one.experts.numExperts;
+  const int z0 = static_cast<int>(blockIdx.z) * kMmaTileTokens;
+  if (t.shared) {
+    t.first = z0;
+    t.n = min(kMmaTileTokens, c.rows - z0);
+  } else {
+    const int a = c.offsets[t.e], b = c.offsets[t.e + 1];
+    t.first = a + z0;
+    t.n = min(kMmaTileTokens, b - t.first);
+  }
+  return t;
+}
+
+} // namespace
+
+/// k3_moe_chunk_route: block t routes row t (< rows) of a prompt chunk:
+/// x̂ = RMSNorm(h) rounded as rms_norm (or h), into c.xhat; s = sigmoid(gate
+/// · x̂) a warp per expert; the top-k of s + bias in routerCpu's order
+/// (warp 0, one rank at a time); the weights (unbiased s, renormalised in
+/// rank order, scaled) into the row's outIds / outWeights. Grid: rows
+/// blocks of 256 threads. Limits: moeChunkFits.
+extern "C" __global__ void __launch_bounds__(256)
+    k3_moe_chunk_route(const MoeChunkParams c) {
+  __shared__ __align__(16) uint16_t xs[kMoeRowsDimCap];
+  __shared__ float score[kMoeChunkMaxExperts];
+  __shared__ unsigned char taken[kMoeChunkMaxExperts];
+  __shared__ float scratch[32];
+  dev::allowDependentLaunch();
+  dev::waitForPriorGrids();
+  const int t = blockIdx.x;
+  if (t >= c.rows)
+    return;
+  const RouterParams &rp = c.one.router;
+  const int64_t D = rp.dim, E = rp.numExperts;
+  const int K = rp.topK;
+  const uint16_t *h = chunkRow(rp.h, t, c.stride);
+  float r = 0.0f;
+  if (rp.normWeight) {
+    float sq = 0.0f;
+    for (int64_t i = threadIdx.x; i < D; i += blockDim.x) {
+      const float v = dev::bf16ToF(h[i]);
+      sq = fmaf(v, v, sq);
+    }
+    sq = dev::blockSum(sq, scratch);
+    r = 1.0f / sqrtf(sq / static_cast<float>(D) + rp.normEps);
+  }
+  for (int64_t i = threadIdx.x; i < D; i += blockDim.x) {
+    const uint16_t v =
+        rp.normWeight
+            ? static_cast<uint16_t>(dev::rmsNormBf16(
+                  dev::bf16ToF(h[i]), dev::bf16ToF(rp.normWeight[i]), r))
+            : h[i];
+    xs[i] = v;
+    c.xhat[t * D + i] = v;
+  }
+  for (int64_t e = threadIdx.x; e < E; e += blockDim.x)
+    taken[e] = 0;
+  __syncthreads();
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  for (int64_t e = warp; e < E; e += blockDim.x >> 5) {
+    const uint4 *g = reinterpret_cast<const uint4 *>(rp.gate + e * D);
+    const uint4 *x = reinterpret_cast<const uint4 *>(xs);
+    float acc = 0.0f;
+    for (int64_t j = lane; j < D / 8; j += 32) {
+      const uint4 a = __ldg(g + j), b = x[j];
+      acc = dev::dotBf16x8(a, b, acc);
+    }
+    acc = dev::warpSum(acc);
+    if (lane == 0)
+      score[e] = dev::sigmoidF(acc);
+  }
+  __syncthreads();
+  if (warp != 0)
+    return;
+  int32_t *ids = chunkRow(rp.outIds, t, c.stride);
+  float *weights = chunkRow(rp.outWeights, t, c.stride);
+  float sum = 0.0f;
+  for (int k = 0; k < K; ++k) {
+    int best = -1;
+    float bestRank = 0.0f;
+    if (rp.forceExpert >= 0) {
+      best = rp.forceExpert;
+    } else {
+      for (int64_t e = lane; e < E; e += 32) {
+        if (taken[e])
+          continue;
+        const float rk = score[e] + (rp.bias ? rp.bias[e] : 0.0f);
+        if (ranksBefore(rk, static_cast<int>(e), bestRank, best))
+          best = static_cast<int>(e), bestRank = rk;
+      }
+      for (int off = 16; off > 0; off >>= 1) {
+        const int ob = __shfl_xor_sync(0xffffffffu, best, off);
+        const float orr = __shfl_xor_sync(0xffffffffu, bestRank, off);
+        if (ranksBefore(orr, ob, bestRank, best))
+          best = ob, bestRank = orr;
+      }
+    }
+    if (lane == 0) {
+      taken[best] = 1;
+      ids[k] = best;
+      weights[k] = score[best];
+    }
+    sum += score[best];
+    __syncwarp();
+  }
+  if (lane == 0) {
+    const float denom = rp.renormalize ? sum + 1e-20f : 1.0f;
+    for (int k = 0; k < K; ++k) {
+      float w = weights[k];
+      if (rp.renormalize)
+        w = w / denom;
+      weights[k] = w * rp.scaling;
+    }
+  }
+}
+
+/// k3_moe_chunk_plan: the places of the chunk's (row, rank) pairs, each
+/// expert's pairs together in row order: offsets (exclusive sums of the
+/// counts), order (the pair at each place) and pairAt (its inverse). One
+/// block; thread 0 walks the pairs (rows · topK <= 8192).
+extern "C" __global__ void __launch_bounds__(256)
+    k3_moe_chunk_plan(const MoeChunkParams c) {
+  __shared__ int count[kMoeChunkMaxExperts + 1];
+  dev::allowDependentLaunch();
+  dev::waitForPriorGrids();
+  const MoeExpertsParams &ep = c.one.experts;
+  const int64_t E = ep.numExperts;
+  const int K = ep.topK;
+  for (int64_t e = threadIdx.x; e <= E; e += blockDim.x)
+    count[e] = 0;
+  __syncthreads();
+  if (threadIdx.x != 0)
+    return;
+  for (int t = 0; t < c.rows; ++t) {
+    const int32_t *ids = chunkRow(ep.ids, t, c.stride);
+    for (int k = 0; k < K; ++k)
+      ++count[ids[k]];
+  }
+  int at = 0;
+  for (int64_t e = 0; e < E; ++e) {
+    const int n = count[e];
+    c.offsets[e] = at;
+    count[e] = at;
+    at += n;
+  }
+  c.offsets[E] = at;
+  for (int t = 0; t < c.rows; ++t) {
+    const int32_t *ids = chunkRow(ep.ids, t, c.stride);
+    for (int k = 0; k < K; ++k) {
+      const int place = count[ids[k]]++;
+      c.order[place] = t * K + k;
+      c.pairAt[t * K + k] = place;
+    }
+  }
+}
+
+/// k3_moe_chunk_gate_up: block (x, y, z) computes columns 32x .. 32x + 31 of
+/// a = R(act(R(W1 x̂), R(W3 x̂))) of expert y (numExperts: the shared
+/// expert, over every row) for token tile z of its pairs: a tile of the 32
+/// W1 rows and the 32 W3 rows on the tensor cores, R(g) and R(u) met in
+/// shared memory. Grid: (max(interDim, sharedInterDim) / 32, numExperts +
+/// (shared ? 1 : 0), ceil(rows / kMmaTileTokens)), kMmaTileThreads threads,
+/// kMmaTileSmemBytes. Limits: moeChunkFits, bf16 weights.
+extern "C" __global__ void __launch_bounds__(kMmaTileThreads)
+    k3_moe_chunk_gate_up(const MoeChunkParams c) {
+  extern __shared__ uint4 smem[];
+  dev::allowDependentLaunch();
+  dev::waitForPriorGrids();
+  const MoeExpertsParams &ep = c.one.experts;
+  const ChunkTile tile = chunkTile(c);
+  const int64_t I = tile.shared ? ep.sharedInterDim : ep.interDim;
+  const int64_t j0 = static_cast<int64_t>(blockIdx.x) * kMoeChunkInterTile;
+  if (tile.n <= 0 || j0 >= I)
+    return;
+  const int64_t D = ep.dim;
+  const uint16_t *w1 = tile.shared ? ep.sharedW1.bf16 : ep.w1[tile.e].bf16;
+  const uint16_t *w3 = tile.shared ? ep.sharedW3.bf16 : ep.w3[tile.e].bf16;
+  auto wrow = [&](int64_t r) {
+    return r < kMoeChunkInterTile ? w1 + (j0 + r) * D
+                                  : w3 + (j0 + r - kMoeChunkInterTile) * D;
+  };
+  const int K = ep.topK;
+  auto trow = [&](int i) {
+    const int row = tile.shared ? tile.first + i : c.order[tile.first + i] / K;
+    return c.xhat + row * D;
+  };
+  dev::MmaAcc acc;
+  dev::mmaTileSums<false>(
+      wrow, 0, kMmaTileRows, trow, tile.n, D, [](uint4 &, int, int64_t) {},
+      [] {}, smem, acc);
+  __syncthreads();
+  // R(g) and R(u) of the tile's tokens meet in shared memory.
+  float *gu = reinterpret_cast<float *>(smem); // [token][64]
+  dev::mmaTileForEach(acc, tile.n, [&](int tok, int r, float v) {
+    gu[tok * kMmaTileRows + r] = dev::roundBf16(v);
+  });
+  __syncthreads();
+  for (int i = threadIdx.x; i < tile.n * kMoeChunkInterTile; i += blockDim.x) {
+    const int tok = i / kMoeChunkInterTile, j = i % kMoeChunkInterTile;
+    const float g = gu[tok * kMmaTileRows + j];
+    const float u = gu[tok * kMmaTileRows + kMoeChunkInterTile + j];
+    const float a =
+        dev::gatedActF(ep.activation, ep.beta1, ep.hasBeta2, ep.beta2, g, u);
+    uint16_t *out = tile.shared ? c.sharedAct + (tile.first + tok) * I
+                                : c.act + (tile.first + tok) * I;
+    out[j0 + j] = dev::fToBf16(a);
+  }
+}
+
+/// k3_moe_chunk_down: block (x, y, z) computes y = R(W2 a) rows 64x ..
+/// 64x + 63 of expert y (numExperts: the shared expert) for token tile z of
+/// its pairs, on the tensor cores. Grid: (ceil(dim / kMmaTileRows), as
+/// gate_up's y and z), kMmaTileThreads threads, kMmaTileSmemBytes.
+extern "C" __global__ void __launch_bounds__(kMmaTileThreads)
+    k3_moe_chunk_down(const MoeChunkParams c) {
+  extern __shared__ uint4 smem[];
+  dev::allowDependentLaunch();
+  dev::waitForPriorGrids();
+  const MoeExpertsParams &ep = c.one.experts;
+  const ChunkTile tile = chunkTile(c);
+  const int64_t D = ep.dim;
+  const int64_t n0 = static_cast<int64_t>(blockIdx.x) * kMmaTileRows;
+  if (tile.n <= 0 || n0 >= D)
+    return;
+  const int64_t I = tile.shared ? ep.sharedInterDim : ep.interDim;
+  const uint16_t *w2 = tile.shared ? ep.sharedW2.bf16 : ep.w2[tile.e].bf16;
+  const uint16_t *a = tile.shared ? c.sharedAct : c.act;
+  auto wrow = [&](int64_t r) { return w2 + r * I; };
+  auto trow = [&](int i) { return a + (tile.first + i) * I; };
+  dev::MmaAcc acc;
+  dev::mmaTileSums<false>(
+      wrow, n0, D, trow, tile.n, I, [](uint4 &, int, int64_t) {}, [] {}, smem,
+      acc);
+  uint16_t *y = tile.shared ? c.sharedY : c.y;
+  dev::mmaTileForEach(acc, tile.n, [&](int tok, int r, float v) {
+    if (n0 + r < D)
+      y[(tile.first + tok) * D + n0 + r] = dev::fToBf16(v);
+  });
+}
+
+/// k3_moe_chunk_combine: row t's output, as moe_experts' epilogue: r =
+/// R(Σ_k w_k · y_k) in rank order, R(r + shared), R(r + residual). Grid:
+/// rows blocks (any block size).
+extern "C" __global__ void k3_moe_chunk_combine(const MoeChunkParams c) {
+  dev::allowDependentLaunch();
+  dev::waitForPriorGrids();
+  const int t = blockIdx.x;
+  if (t >= c.rows)
+    return;
+  const MoeExpertsParams &ep = c.one.experts;
+  const int64_t D = ep.dim;
+  const int K = ep.topK;
+  const float *w = chunkRow(ep.weights, t, c.stride);
+  const uint16_t *res = chunkRow(ep.residual, t, c.stride);
+  uint16_t *out = chunkRow(ep.out, t, c.stride);
+  for (int64_t i = threadIdx.x; i < D; i += blockDim.x) {
+    float acc = 0.0f;
+    for (int k = 0; k < K; ++k)
+      acc = fmaf(w[k], dev::bf16ToF(c.y[c.pairAt[t * K + k] * D + i]), acc);
+    float v = dev::roundBf16(acc);
+    if (ep.sharedInterDim > 0)
+      v = dev::roundBf16(v + dev::bf16ToF(c.sharedY[t * D + i]));
+    if (res)
+      v = v + dev::bf16ToF(res[i]);
+    out[i] = dev::fToBf16(v);
+  }
 }

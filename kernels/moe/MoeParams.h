@@ -11,6 +11,7 @@
 #define K3C_KERNELS_MOE_MOEPARAMS_H
 
 #include "kernels/common/HostDevice.h"
+#include "kernels/common/MmaTileParams.h"
 #include "kernels/common/WeightRef.h"
 
 #include <cstdint>
@@ -184,6 +185,73 @@ K3C_HOST_DEVICE constexpr bool moeFfnRowsFit(const MoeFfnParams &p,
          pairs * aStride + rows * sStride <= kMoeRowsActCap &&
          (rows + pairs) * e.dim <= kMoeRowsYCap &&
          ((e.numExperts + 3) / 4) * 4 + pairs <= kMoeRowsRankWords;
+}
+
+/// The MoE of a prompt chunk on the tensor cores (k3_moe_chunk_route, _plan,
+/// _gate_up, _down, _combine, launched in that order for up to
+/// kMoeChunkRowsMax rows of a moe_ffn launch, PrefillForm::Chunk): route
+/// every row (x̂ = its norm, scores, top-k, weights: the router's math, its
+/// dot products in another order), list each expert's (row, rank) pairs in
+/// row order, then each chosen expert's gate/up and down once for all its
+/// pairs and the shared expert once for all rows on the tile of
+/// kernels/common/MmaTile.cuh (bf16 weights only), and mix each row's
+/// outputs as moe_experts does. Within rounding of moe_ffn, not bit for bit.
+/// Row t's activation pointers are one's + t · stride bytes, as
+/// MoeFfnRowsParams; the scratch is the runtime's (moeChunkScratchBytes).
+struct MoeChunkParams {
+  MoeFfnParams one;
+  int32_t rows = 0;
+  int64_t stride = 0;
+  uint16_t *xhat = nullptr;   ///< [rows, dim] bf16: each row's x̂
+  int32_t *pairAt = nullptr;  ///< [rows · topK]: pair t·topK + k's place
+  int32_t *order = nullptr;   ///< [rows · topK]: the pair at each place
+  int32_t *offsets = nullptr; ///< [numExperts + 1]: each expert's first place
+  uint16_t *act = nullptr;    ///< [rows · topK, interDim] bf16, by place
+  uint16_t *y = nullptr;      ///< [rows · topK, dim] bf16, by place
+  uint16_t *sharedAct = nullptr; ///< [rows, sharedInterDim] bf16
+  uint16_t *sharedY = nullptr;   ///< [rows, dim] bf16
+};
+
+/// Rows of one MoE-chunk launch sequence (larger steps go in groups).
+constexpr int32_t kMoeChunkRowsMax = 256;
+/// Most experts the route kernel ranks (K3: 896).
+constexpr int64_t kMoeChunkMaxExperts = 1024;
+/// Gate/up rows of a tile: kMmaTileRows / 2 of each.
+constexpr int64_t kMoeChunkInterTile = 32;
+
+/// Whether the MoE-chunk kernels take `p`'s shapes (bf16 weights are the
+/// runtime's check): widths multiples of the tiles, dim staged whole.
+K3C_HOST_DEVICE constexpr bool moeChunkFits(const MoeFfnParams &p) {
+  const MoeExpertsParams &e = p.experts;
+  return e.dim > 0 && e.dim % 8 == 0 && e.dim <= kMoeRowsDimCap &&
+         e.interDim > 0 && e.interDim % kMoeChunkInterTile == 0 &&
+         e.sharedInterDim % kMoeChunkInterTile == 0 && e.topK >= 1 &&
+         e.topK <= 32 && e.topK == p.router.topK &&
+         e.numExperts == p.router.numExperts && e.numExperts >= e.topK &&
+         e.numExperts <= kMoeChunkMaxExperts && e.dim == p.router.dim &&
+         p.router.h == e.x && p.router.normWeight == e.normWeight &&
+         p.router.normEps == e.normEps && p.router.outIds == e.ids &&
+         p.router.outWeights == e.weights;
+}
+
+/// Bytes of the scratch of `rows` rows of `p` (each part 256-byte aligned,
+/// in MoeChunkParams' order).
+K3C_HOST_DEVICE constexpr int64_t moeChunkScratchBytes(const MoeFfnParams &p,
+                                                       int64_t rows) {
+  const MoeExpertsParams &e = p.experts;
+  const int64_t pairs = rows * e.topK;
+  const int64_t parts[8] = {rows * e.dim * 2,
+                            pairs * 4,
+                            pairs * 4,
+                            (e.numExperts + 1) * 4,
+                            pairs * e.interDim * 2,
+                            pairs * e.dim * 2,
+                            rows * e.sharedInterDim * 2,
+                            rows * e.dim * 2};
+  int64_t total = 0;
+  for (int i = 0; i < 8; ++i)
+    total += (parts[i] + 255) / 256 * 256;
+  return total;
 }
 
 /// What an event of a traced moe_ffn is (TraceEvent::kind, a

@@ -5,6 +5,7 @@
 #include "kernels/PtxModules.h"
 #include "kernels/collective/CollectiveParams.h"
 #include "kernels/gemv/GemvParams.h"
+#include "kernels/moe/MoeParams.h"
 #include "runtime/plan/PlanKernels.h"
 
 #include <algorithm>
@@ -283,6 +284,39 @@ CudaBackend::bind(const PlanDoc &plan, const TensorStore &store,
         run = *f;
     }
     be->runFunctions_.push_back(run);
+    // The MoE chunk kernels, once, from the moe_ffn launches' module; a
+    // launch takes them only with bf16 weights everywhere.
+    bool moeOk = false;
+    if (form.first && k == "moe_ffn") {
+      if (!be->moeChunk_[0]) {
+        static_assert(std::size(kCudaMoeChunkKernels) == 5, "five steps");
+        std::array<cuda::CUfunction, 5> fns{};
+        bool all = true;
+        for (int f = 0; f < 5 && all; ++f) {
+          Expected<cuda::CUfunction> fn =
+              kernelFunction(d, kCudaMoeChunkKernels[f], plan.ptxFor(k));
+          all = fn.hasValue();
+          if (all)
+            fns[f] = *fn;
+        }
+        for (int f : {2, 3}) {
+          if (!all)
+            break;
+          Expected<int64_t> smem = d.allowDynamicShared(fns[f]);
+          all = smem && *smem >= kMmaTileSmemBytes;
+        }
+        if (all)
+          be->moeChunk_ = fns;
+      }
+      moeOk = be->moeChunk_[0] != nullptr;
+      for (const auto &[name, arg] : plan.launches[i].args)
+        if (arg.kind == PlanArg::Kind::Weight &&
+            plan.weights[static_cast<size_t>(arg.index)].format != "bf16" &&
+            plan.weights[static_cast<size_t>(arg.index)].format != "f32" &&
+            plan.weights[static_cast<size_t>(arg.index)].format != "vector")
+          moeOk = false;
+    }
+    be->moeChunkOk_.push_back(moeOk);
   }
 
   PlanMemory mem;
@@ -750,6 +784,11 @@ Expected<bool> CudaBackend::launchRows(size_t l,
   std::vector<const void *> params(n);
   for (size_t r = 0; r < n; ++r)
     params[r] = rows_[r]->launches[l].params->data();
+  if (chunkForm_ && n >= kMmaMinRows && moeChunkOk_[l]) {
+    Expected<bool> moe = launchMoeChunk(l, params);
+    if (!moe || *moe)
+      return moe;
+  }
   if (chunkForm_ && n >= kMmaMinRows && mmaFunctions_[l]) {
     std::optional<RowsLaunch> mma = mmaRowsLaunch(
         first.kernel->name, params, first.params->size(), rowArenaStride_);
@@ -774,6 +813,80 @@ Expected<bool> CudaBackend::launchRows(size_t l,
       return false;
   for (RowsLaunch &form : forms)
     K3_RETURN_IF_ERROR(launchForm(g.grid, form.smem, form.params.data()));
+  ++launchesTogether_;
+  return true;
+}
+
+Expected<bool>
+CudaBackend::launchMoeChunk(size_t l, const std::vector<const void *> &params) {
+  const size_t size = rows_[0]->launches[l].params->size();
+  std::vector<MoeChunkParams> groups;
+  for (size_t a = 0; a < params.size(); a += kMoeChunkRowsMax) {
+    std::vector<const void *> part(
+        params.begin() + a,
+        params.begin() + std::min(params.size(), a + kMoeChunkRowsMax));
+    std::optional<MoeChunkParams> p =
+        part.size() < 2 ? std::nullopt
+                        : moeChunkParams(part, size, rowArenaStride_);
+    if (!p)
+      return false;
+    groups.push_back(*p);
+  }
+  // One scratch for the largest group (launches of one stream in order).
+  const uint64_t bytes = static_cast<uint64_t>(
+      moeChunkScratchBytes(groups[0].one, groups[0].rows));
+  if (moeChunkScratchBytes_ < bytes) {
+    K3_RETURN_IF_ERROR(driver_->synchronize(stream_));
+    K3_RETURN_IF_ERROR(
+        alloc(bytes, moeChunkScratch_).withContext("the MoE chunk scratch"));
+    moeChunkScratchBytes_ = bytes;
+  }
+  const std::string what =
+      "launch " + std::to_string(l) + " (moe_ffn's chunk form)";
+  for (MoeChunkParams &c : groups) {
+    const MoeExpertsParams &e = c.one.experts;
+    const int64_t pairs = int64_t{c.rows} * e.topK;
+    uint8_t *at = reinterpret_cast<uint8_t *>(
+        static_cast<uintptr_t>(moeChunkScratch_.get()));
+    auto take = [&](int64_t n) {
+      uint8_t *p = at;
+      at += (n + 255) / 256 * 256;
+      return p;
+    };
+    c.xhat = reinterpret_cast<uint16_t *>(take(int64_t{c.rows} * e.dim * 2));
+    c.pairAt = reinterpret_cast<int32_t *>(take(pairs * 4));
+    c.order = reinterpret_cast<int32_t *>(take(pairs * 4));
+    c.offsets = reinterpret_cast<int32_t *>(take((e.numExperts + 1) * 4));
+    c.act = reinterpret_cast<uint16_t *>(take(pairs * e.interDim * 2));
+    c.y = reinterpret_cast<uint16_t *>(take(pairs * e.dim * 2));
+    c.sharedAct = reinterpret_cast<uint16_t *>(
+        take(int64_t{c.rows} * e.sharedInterDim * 2));
+    c.sharedY = reinterpret_cast<uint16_t *>(take(int64_t{c.rows} * e.dim * 2));
+    const int64_t tiles = (c.rows + kMmaTileTokens - 1) / kMmaTileTokens;
+    const int64_t experts = e.numExperts + (e.sharedInterDim > 0 ? 1 : 0);
+    const int64_t inter = std::max(e.interDim, e.sharedInterDim);
+    const int64_t one[3] = {1, 1, 1};
+    const int64_t rowsGrid[3] = {c.rows, 1, 1};
+    const int64_t gateUp[3] = {inter / kMoeChunkInterTile, experts, tiles};
+    const int64_t down[3] = {(e.dim + kMmaTileRows - 1) / kMmaTileRows, experts,
+                             tiles};
+    const int64_t block256[3] = {256, 1, 1};
+    const int64_t tileBlock[3] = {kMmaTileThreads, 1, 1};
+    struct Step {
+      const int64_t *grid, *block;
+      int64_t smem;
+    } steps[5] = {{rowsGrid, block256, 0},
+                  {one, block256, 0},
+                  {gateUp, tileBlock, kMmaTileSmemBytes},
+                  {down, tileBlock, kMmaTileSmemBytes},
+                  {rowsGrid, block256, 0}};
+    for (int s = 0; s < 5; ++s)
+      if (Status st = driver_->launch(moeChunk_[s], steps[s].grid,
+                                      steps[s].block, steps[s].smem, stream_,
+                                      &c, /*programmatic=*/true, nullptr);
+          !st)
+        return st.withContext(what);
+  }
   ++launchesTogether_;
   return true;
 }

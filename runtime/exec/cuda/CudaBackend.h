@@ -34,6 +34,7 @@
 #include "runtime/io/Safetensors.h"
 #include "runtime/plan/Plan.h"
 
+#include <array>
 #include <map>
 #include <memory>
 #include <string>
@@ -227,6 +228,19 @@ private:
   /// clustered launch whose PTX has one, else null: a sequence's
   /// consecutive rows in one launch.
   std::vector<cuda::CUfunction> runFunctions_;
+  /// The MoE of a prompt chunk on the tensor cores (kernels/moe
+  /// MoeChunkParams): route, plan, gate/up, down, combine, from the
+  /// moe_ffn launches' module (null when its PTX lacks them); per launch,
+  /// whether its weights are all bf16 (the kernels' limit); their scratch.
+  std::array<cuda::CUfunction, 5> moeChunk_{};
+  std::vector<bool> moeChunkOk_;
+  cuda::DeviceBuffer moeChunkScratch_;
+  uint64_t moeChunkScratchBytes_ = 0;
+  /// Runs launch `l` (a moe_ffn) for the rows whose bound params are
+  /// `params` as MoE chunks, groups of kMoeChunkRowsMax rows; false when
+  /// it cannot (the caller takes the multi-row form).
+  Expected<bool> launchMoeChunk(size_t l,
+                                const std::vector<const void *> &params);
   bool chunkForm_ = false;
   /// Per launch, whether rowsFunctions_[l] takes a params array
   /// (kCudaRowsArrayForms); the arrays of all rows (rows_.size() of them

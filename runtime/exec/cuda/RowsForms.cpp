@@ -95,22 +95,20 @@ bool hasRowsForm(const std::string &kernel) {
 
 namespace {
 
-/// rowsLaunch for one or more rows (a moe_ffn group may hold one).
-std::optional<RowsLaunch> formOf(const std::string &kernel,
-                                 const std::vector<const void *> &rows,
-                                 size_t size, uint64_t arenaStride) {
+/// Whether `rows` are row 0's params of `kernel` (a rows form's) with each
+/// activation pointer moved by r · arenaStride; `k`: the input width.
+bool movedByStride(const std::string &kernel,
+                   const std::vector<const void *> &rows, size_t size,
+                   uint64_t arenaStride, int64_t &k) {
   std::vector<size_t> moving;
-  int64_t k = 0;
   if (rows.empty() || !hasRowsForm(kernel) ||
       !movingFields(kernel, rows[0], moving, k))
-    return std::nullopt;
+    return false;
   const size_t expectSize = kernel == "linear"    ? sizeof(LinearParams)
                             : kernel == "moe_ffn" ? sizeof(MoeFfnParams)
                                                   : sizeof(LinearMultiParams);
   if (size != expectSize || arenaStride % 4 != 0)
-    return std::nullopt;
-  if (kernel == "moe_ffn" && !moeRowsGroup(rows[0], rows.size(), arenaStride))
-    return std::nullopt;
+    return false;
   const auto *base = static_cast<const uint8_t *>(rows[0]);
   std::vector<uint8_t> expect(size);
   for (size_t r = 1; r < rows.size(); ++r) {
@@ -118,8 +116,21 @@ std::optional<RowsLaunch> formOf(const std::string &kernel,
     for (size_t off : moving)
       movePointer(expect, off, arenaStride * r);
     if (std::memcmp(expect.data(), rows[r], size) != 0)
-      return std::nullopt;
+      return false;
   }
+  return true;
+}
+
+/// rowsLaunch for one or more rows (a moe_ffn group may hold one).
+std::optional<RowsLaunch> formOf(const std::string &kernel,
+                                 const std::vector<const void *> &rows,
+                                 size_t size, uint64_t arenaStride) {
+  int64_t k = 0;
+  if (!movedByStride(kernel, rows, size, arenaStride, k))
+    return std::nullopt;
+  if (kernel == "moe_ffn" && !moeRowsGroup(rows[0], rows.size(), arenaStride))
+    return std::nullopt;
+  const auto *base = static_cast<const uint8_t *>(rows[0]);
   RowsLaunch out;
   const int64_t n = static_cast<int64_t>(rows.size());
   out.smem = gemvRowsSmemBytes(k, n);
@@ -219,6 +230,22 @@ std::optional<RowsLaunch> mmaRowsLaunch(const std::string &kernel,
   l->block[0] = kGemvMmaThreads;
   l->block[1] = l->block[2] = 1;
   return l;
+}
+
+std::optional<MoeChunkParams>
+moeChunkParams(const std::vector<const void *> &rows, size_t size,
+               uint64_t arenaStride) {
+  int64_t k = 0;
+  if (rows.size() < 2 || rows.size() > size_t(kMoeChunkRowsMax) ||
+      !movedByStride("moe_ffn", rows, size, arenaStride, k))
+    return std::nullopt;
+  MoeChunkParams p;
+  std::memcpy(&p.one, rows[0], sizeof(p.one));
+  if (!moeChunkFits(p.one) || arenaStride % 16 != 0)
+    return std::nullopt;
+  p.rows = static_cast<int32_t>(rows.size());
+  p.stride = static_cast<int64_t>(arenaStride);
+  return p;
 }
 
 std::vector<RowsLaunch> rowsLaunches(const std::string &kernel,

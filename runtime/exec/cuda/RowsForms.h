@@ -14,6 +14,8 @@
 #ifndef K3C_RUNTIME_EXEC_CUDA_ROWSFORMS_H
 #define K3C_RUNTIME_EXEC_CUDA_ROWSFORMS_H
 
+#include "kernels/moe/MoeParams.h"
+
 #include <cstddef>
 #include <cstdint>
 #include <optional>
@@ -117,6 +119,21 @@ std::vector<RowsLaunch> rowsLaunches(const std::string &kernel,
 std::optional<RowsLaunch> mmaRowsLaunch(const std::string &kernel,
                                         const std::vector<const void *> &rows,
                                         size_t size, uint64_t arenaStride);
+
+/// The kernels of the MoE of a prompt chunk, in launch order (one
+/// MoeChunkParams for all five; kernels/moe/Moe.cu).
+inline constexpr const char *kCudaMoeChunkKernels[] = {
+    "moe_chunk_route", "moe_chunk_plan", "moe_chunk_gate_up", "moe_chunk_down",
+    "moe_chunk_combine"};
+
+/// The MoE of a prompt chunk on the tensor cores (kernels/moe/MoeParams.h
+/// MoeChunkParams) for `rows` rows (2 .. kMoeChunkRowsMax) of a moe_ffn
+/// launch whose params differ only by the rows' arenas (`arenaStride` bytes
+/// apart) and whose shapes moeChunkFits; the scratch pointers are the
+/// caller's to set. None otherwise.
+std::optional<MoeChunkParams>
+moeChunkParams(const std::vector<const void *> &rows, size_t size,
+               uint64_t arenaStride);
 
 } // namespace k3
 

@@ -20,6 +20,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -124,21 +125,21 @@ struct Dev {
   }
 };
 
-/// Launches `k3_<kernel>` with `params` (device pointers inside) and waits;
-/// clusterX > 1: in thread-block clusters of that many blocks; gridY: the
-/// grid's y (a multi-row form's rows).
+/// Launches `k3_<kernel>` with `params` (device pointers inside) on a grid
+/// of gridXyz and waits; clusterX > 1: in thread-block clusters of that many
+/// blocks.
 template <typename Params>
-::k3::Status launch(const std::string &kernel, Params params, int64_t gridX,
-                    int64_t blockX = 256, int64_t smem = 0,
-                    int64_t clusterX = 1, int64_t gridY = 1) {
+::k3::Status launch3(const std::string &kernel, Params params,
+                     std::array<int64_t, 3> gridXyz, int64_t blockX = 256,
+                     int64_t smem = 0, int64_t clusterX = 1) {
   auto f = ::k3::findCudaKernel(kernel);
   if (!f)
     return f.status();
   auto d = ::k3::cuda::Driver::get();
   if (!d)
     return d.status();
-  const int64_t grid[3] = {gridX, gridY, 1}, block[3] = {blockX, 1, 1},
-                cluster[3] = {clusterX, 1, 1};
+  const int64_t grid[3] = {gridXyz[0], gridXyz[1], gridXyz[2]},
+                block[3] = {blockX, 1, 1}, cluster[3] = {clusterX, 1, 1};
   if (smem > 0) { // static + dynamic beyond 48 KiB needs the opt-in
     auto most = (*d)->allowDynamicShared(*f);
     if (!most)
@@ -147,6 +148,14 @@ template <typename Params>
   K3_RETURN_IF_ERROR((*d)->launch(*f, grid, block, smem, nullptr, &params,
                                   /*programmatic=*/false, cluster));
   return (*d)->synchronize(nullptr);
+}
+
+/// launch3 with a grid of (gridX, gridY, 1).
+template <typename Params>
+::k3::Status launch(const std::string &kernel, Params params, int64_t gridX,
+                    int64_t blockX = 256, int64_t smem = 0,
+                    int64_t clusterX = 1, int64_t gridY = 1) {
+  return launch3(kernel, params, {gridX, gridY, 1}, blockX, smem, clusterX);
 }
 
 /// max_i |got − want| / max_i |want| (∞ on NaN or a size mismatch).

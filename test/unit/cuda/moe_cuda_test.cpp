@@ -1093,3 +1093,144 @@ TEST(MoeFfnRowsCuda, EveryTokenAsTheSingleRowLaunch) {
     }
   }
 }
+
+namespace {
+
+/// The MoE of a prompt chunk on the tensor cores (k3_moe_chunk_route, _plan,
+/// _gate_up, _down, _combine, as the CUDA backend launches them with
+/// PrefillForm::Chunk): M tokens of arenas a stride apart, each token's ids
+/// the CPU router's (well-separated ranks) and its output the CPU's
+/// moeFfnCpu within the bf16 tolerances (tokens 0, M / 2, M - 1), at
+/// Kimi-Linear's router and the stand-in's experts; two token tiles; no
+/// shared expert. The bytes between the tokens' outputs stay untouched.
+TEST(MoeChunkCuda, EveryTokenAsTheCpu) {
+  K3_REQUIRE_GPU();
+  struct Shape {
+    int64_t E, D, inter;
+    int32_t topK;
+    int64_t shared;
+    const char *name;
+  };
+  const Shape shapes[] = {
+      {256, 2304, 64, 8, 256, "Kimi router 256 x 2304 top-8 + shared"},
+      {32, 2304, 512, 8, 1024, "Kimi FFN 32 experts 2304-512 + shared"},
+      {12, 256, 96, 3, 0, "12 experts top-3, no shared expert"},
+  };
+  uint64_t seed = 1900;
+  for (const Shape &s : shapes) {
+    RouterCase r = randomRouter(s.E, s.D, s.topK, true, seed++, true);
+    r.scaling = 2.446f;
+    ExpertsCase c =
+        makeExperts(s.D, s.inter, s.E, s.topK, 'b', k3::kActSwiGLU, seed++);
+    addFfnParts(c, s.shared, seed++);
+    auto up16 = [](int64_t b) { return (b + 15) / 16 * 16; };
+    const int64_t offIds = up16(s.D * 2), offW = offIds + up16(s.topK * 4),
+                  offOut = offW + up16(s.topK * 4),
+                  stride = up16(offOut + s.D * 2) + 48;
+    for (int M : {16, 70}) {
+      const std::string what =
+          std::string(s.name) + ", " + std::to_string(M) + " tokens";
+      SCOPED_TRACE(what);
+      std::vector<std::vector<uint16_t>> hs;
+      Rand rh(seed * 7919 + M);
+      while (int(hs.size()) < M) {
+        r.h = rh.bf16(size_t(s.D), 7.0f);
+        if (r.clearMargins(1e-4))
+          hs.push_back(r.h);
+      }
+      std::vector<uint8_t> arena(size_t(M * stride), 0xFF);
+      for (int t = 0; t < M; ++t)
+        std::memcpy(arena.data() + t * stride, hs[t].data(), s.D * 2);
+      Dev d = Dev::of(arena);
+      k3::MoeChunkParams p;
+      uint8_t *a = d.get<uint8_t>();
+      p.one.router = r.params(true);
+      p.one.router.h = reinterpret_cast<const uint16_t *>(a);
+      p.one.router.outIds = reinterpret_cast<int32_t *>(a + offIds);
+      p.one.router.outWeights = reinterpret_cast<float *>(a + offW);
+      p.one.experts = c.params(true);
+      p.one.experts.x = p.one.router.h;
+      p.one.experts.normWeight = p.one.router.normWeight;
+      p.one.experts.normEps = p.one.router.normEps;
+      p.one.experts.residual = p.one.router.h;
+      p.one.experts.ids = p.one.router.outIds;
+      p.one.experts.weights = p.one.router.outWeights;
+      p.one.experts.out = reinterpret_cast<uint16_t *>(a + offOut);
+      p.rows = M;
+      p.stride = stride;
+      ASSERT_TRUE(k3::moeChunkFits(p.one));
+      Dev scratch =
+          Dev::poisoned<uint8_t>(size_t(k3::moeChunkScratchBytes(p.one, M)));
+      uint8_t *at = scratch.get<uint8_t>();
+      const int64_t pairs = int64_t{M} * s.topK;
+      auto take = [&](int64_t n) {
+        uint8_t *q = at;
+        at += (n + 255) / 256 * 256;
+        return q;
+      };
+      p.xhat = reinterpret_cast<uint16_t *>(take(M * s.D * 2));
+      p.pairAt = reinterpret_cast<int32_t *>(take(pairs * 4));
+      p.order = reinterpret_cast<int32_t *>(take(pairs * 4));
+      p.offsets = reinterpret_cast<int32_t *>(take((s.E + 1) * 4));
+      p.act = reinterpret_cast<uint16_t *>(take(pairs * s.inter * 2));
+      p.y = reinterpret_cast<uint16_t *>(take(pairs * s.D * 2));
+      p.sharedAct = reinterpret_cast<uint16_t *>(take(M * s.shared * 2));
+      p.sharedY = reinterpret_cast<uint16_t *>(take(M * s.D * 2));
+      const int64_t tiles = (M + k3::kMmaTileTokens - 1) / k3::kMmaTileTokens;
+      const int64_t experts = s.E + (s.shared > 0 ? 1 : 0);
+      const int64_t inter = std::max(s.inter, s.shared);
+      ASSERT_TRUE(launch("moe_chunk_route", p, M, 256).isOk());
+      ASSERT_TRUE(launch("moe_chunk_plan", p, 1, 256).isOk());
+      // gate_up and down: a grid of (column tiles, experts, token tiles).
+      for (const char *k : {"moe_chunk_gate_up", "moe_chunk_down"}) {
+        const bool gu = std::string(k) == "moe_chunk_gate_up";
+        const int64_t x = gu ? inter / k3::kMoeChunkInterTile
+                             : (s.D + k3::kMmaTileRows - 1) / k3::kMmaTileRows;
+        ASSERT_TRUE(launch3(k, p, {x, experts, tiles}, k3::kMmaTileThreads,
+                            k3::kMmaTileSmemBytes)
+                        .isOk());
+      }
+      ASSERT_TRUE(launch("moe_chunk_combine", p, M, 256).isOk());
+      const std::vector<uint8_t> got = d.download<uint8_t>(arena.size());
+      for (int t = 0; t < M; ++t) {
+        SCOPED_TRACE("token " + std::to_string(t));
+        // Nothing past the token's output (the arena's gap) was written.
+        for (int64_t b = offOut + s.D * 2; b < stride; ++b)
+          ASSERT_EQ(got[size_t(t * stride + b)], 0xFF) << "byte " << b;
+        std::vector<int32_t> ids(size_t(s.topK), -1);
+        std::vector<float> w(size_t(s.topK));
+        std::vector<uint16_t> out(size_t(s.D), 0xffff);
+        k3::MoeFfnParams q;
+        q.router = r.params(false);
+        q.router.h = hs[t].data();
+        q.router.outIds = ids.data();
+        q.router.outWeights = w.data();
+        q.experts = c.params(false);
+        q.experts.x = hs[t].data();
+        q.experts.normWeight = q.router.normWeight;
+        q.experts.normEps = q.router.normEps;
+        q.experts.residual = hs[t].data();
+        q.experts.ids = ids.data();
+        q.experts.weights = w.data();
+        q.experts.out = out.data();
+        k3::routerCpu(q.router);
+        std::vector<int32_t> gotIds(size_t(s.topK));
+        std::memcpy(gotIds.data(), got.data() + t * stride + offIds,
+                    s.topK * 4);
+        EXPECT_EQ(gotIds, ids);
+        std::vector<float> gotW(size_t(s.topK));
+        std::memcpy(gotW.data(), got.data() + t * stride + offW, s.topK * 4);
+        for (int k = 0; k < s.topK; ++k)
+          EXPECT_NEAR(gotW[k], w[k], 1e-5 * std::fabs(w[k]) + 1e-7) << k;
+        if (t == 0 || t == M / 2 || t == M - 1) {
+          k3::moeExpertsCpu(q.experts);
+          std::vector<uint16_t> gotOut(size_t(s.D));
+          std::memcpy(gotOut.data(), got.data() + t * stride + offOut, s.D * 2);
+          expectBf16Close(out, gotOut, what + ", token " + std::to_string(t));
+        }
+      }
+    }
+  }
+}
+
+} // namespace

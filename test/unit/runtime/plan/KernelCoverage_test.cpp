@@ -110,6 +110,11 @@ TEST(KernelCoverage, NoEntryPointOutsideTheTable) {
         << k << "_run";
     forms.insert(std::string(k) + "_run");
   }
+  for (const char *k : kCudaMoeChunkKernels) {
+    EXPECT_TRUE(defined.count(k)) << "kCudaMoeChunkKernels names " << k
+                                  << ", but no kernels/*/*.cu defines k3_" << k;
+    forms.insert(k);
+  }
   for (const char *k : kCudaMmaRowsForms) {
     EXPECT_TRUE(hasRowsForm(k)) << k << ": a tensor-core form of no rows form";
     EXPECT_TRUE(defined.count(std::string(k) + "_rows_mma"))
