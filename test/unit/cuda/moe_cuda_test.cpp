@@ -1099,7 +1099,8 @@ namespace {
 /// The MoE of a prompt chunk on the tensor cores (k3_moe_chunk_route, _plan,
 /// _gate_up, _down, _combine, as the CUDA backend launches them with
 /// PrefillForm::Chunk): M tokens of arenas a stride apart, each token's ids
-/// the CPU router's (well-separated ranks) and its output the CPU's
+/// the CPU router's (well-separated ranks), its weights within 1e-4 and its
+/// output the CPU's
 /// moeFfnCpu within the bf16 tolerances (tokens 0, M / 2, M - 1), at
 /// Kimi-Linear's router and the stand-in's experts; two token tiles; no
 /// shared expert. The bytes between the tokens' outputs stay untouched.
@@ -1220,8 +1221,11 @@ TEST(MoeChunkCuda, EveryTokenAsTheCpu) {
         EXPECT_EQ(gotIds, ids);
         std::vector<float> gotW(size_t(s.topK));
         std::memcpy(gotW.data(), got.data() + t * stride + offW, s.topK * 4);
+        // 1e-4: an element of x̂ may round to the neighbouring bf16 when the
+        // fp32 norm factor (its sum in another order) differs in its last
+        // bit, which moves a score by ~1e-5 (5e-5 seen on the H200).
         for (int k = 0; k < s.topK; ++k)
-          EXPECT_NEAR(gotW[k], w[k], 1e-5 * std::fabs(w[k]) + 1e-7) << k;
+          EXPECT_NEAR(gotW[k], w[k], 1e-4 * std::fabs(w[k])) << k;
         if (t == 0 || t == M / 2 || t == M - 1) {
           k3::moeExpertsCpu(q.experts);
           std::vector<uint16_t> gotOut(size_t(s.D));
