@@ -38,8 +38,9 @@ struct SlotStep {
 constexpr int64_t kMaxStepRows = 4096;
 
 /// How a step's consecutive rows of one sequence (a prompt chunk) run (the
-/// CPU: the KDA token, kda_decode; the CUDA backend: the projections of
-/// steps of 16 rows or more on the tensor cores): Rows, each row exactly
+/// CPU: the KDA token, kda_decode; the CUDA backend: the projections and
+/// the MoE of steps of 16 rows or more on the tensor cores): Rows, each row
+/// exactly
 /// what one step per token computes (bit for bit); Chunk, within rounding
 /// of Rows, not bit for bit: on the CPU the KDA tokens all at once in the
 /// chunk (WY / UT) form of the delta rule (kernels/kda/KdaCpu.h

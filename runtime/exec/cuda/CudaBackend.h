@@ -125,8 +125,9 @@ public:
   bool replaysGraph() const override { return graphExec_ != nullptr; }
   bool timesStepSlots() const override { return true; }
   /// PrefillForm::Chunk: steps of kMmaMinRows rows or more run the
-  /// projections on the tensor cores (RowsForms.h kCudaMmaRowsForms), within
-  /// rounding of the multi-row forms; everything else as Rows.
+  /// projections (RowsForms.h kCudaMmaRowsForms) and the MoE (bf16 experts:
+  /// kCudaMoeChunkKernels) on the tensor cores, within rounding of the
+  /// multi-row forms; everything else as Rows.
   Status setPrefillForm(PrefillForm form) override {
     chunkForm_ = form == PrefillForm::Chunk;
     return Status::ok();
