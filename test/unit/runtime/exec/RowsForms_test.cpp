@@ -268,6 +268,49 @@ TEST(RowsForms, MoeFfnInGroupsOfTheUnionKernel) {
   EXPECT_FALSE(moeFfnRowsFit(first.one, first.rows + 1));
 }
 
+/// The MoE of a prompt chunk: row 0's params with the rows' count and
+/// stride, for up to kMoeChunkRowsMax rows of one pattern whose shapes the
+/// kernels take; none otherwise.
+TEST(RowsForms, MoeChunkParamsOfAPromptChunk) {
+  std::vector<MoeFfnParams> rows;
+  for (int r = 0; r < 64; ++r)
+    rows.push_back(moeRow(r));
+  auto of = [](const std::vector<MoeFfnParams> &v) {
+    std::vector<const void *> ptrs;
+    for (const MoeFfnParams &p : v)
+      ptrs.push_back(&p);
+    return moeChunkParams(ptrs, sizeof(MoeFfnParams), kStride);
+  };
+  const std::optional<MoeChunkParams> c = of(rows);
+  ASSERT_TRUE(c.has_value());
+  EXPECT_EQ(std::memcmp(&c->one, &rows[0], sizeof(MoeFfnParams)), 0);
+  EXPECT_EQ(c->rows, 64);
+  EXPECT_EQ(c->stride, int64_t(kStride));
+  EXPECT_EQ(c->xhat, nullptr); // the caller's scratch
+  EXPECT_GT(moeChunkScratchBytes(c->one, 64), moeChunkScratchBytes(c->one, 16));
+  // One row, more than a group, a row out of the pattern.
+  EXPECT_FALSE(of({rows[0]}));
+  std::vector<MoeFfnParams> many;
+  for (int r = 0; r <= kMoeChunkRowsMax; ++r)
+    many.push_back(moeRow(r));
+  EXPECT_FALSE(of(many));
+  std::vector<MoeFfnParams> v = rows;
+  v[5].experts.out = rows[4].experts.out;
+  EXPECT_FALSE(of(v));
+  // Shapes outside the kernels' tiles: an expert width not a multiple of
+  // 32, a shared width not a multiple of 32, more experts than ranked.
+  for (auto change : {+[](MoeFfnParams &p) { p.experts.interDim = 1000; },
+                      +[](MoeFfnParams &p) { p.experts.sharedInterDim = 100; },
+                      +[](MoeFfnParams &p) {
+                        p.router.numExperts = p.experts.numExperts = 2048;
+                      }}) {
+    std::vector<MoeFfnParams> w = rows;
+    for (MoeFfnParams &p : w)
+      change(p);
+    EXPECT_FALSE(of(w));
+  }
+}
+
 TEST(RowsForms, MoeFfnRowsThatCannotRunTogether) {
   std::vector<MoeFfnParams> rows = {moeRow(0), moeRow(1), moeRow(2)};
   auto together = [](const std::vector<MoeFfnParams> &v, uint64_t stride) {
