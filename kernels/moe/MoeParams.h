@@ -234,24 +234,37 @@ K3C_HOST_DEVICE constexpr bool moeChunkFits(const MoeFfnParams &p) {
          p.router.outWeights == e.weights;
 }
 
-/// Bytes of the scratch of `rows` rows of `p` (each part 256-byte aligned,
-/// in MoeChunkParams' order).
-K3C_HOST_DEVICE constexpr int64_t moeChunkScratchBytes(const MoeFfnParams &p,
-                                                       int64_t rows) {
-  const MoeExpertsParams &e = p.experts;
-  const int64_t pairs = rows * e.topK;
-  const int64_t parts[8] = {rows * e.dim * 2,
-                            pairs * 4,
-                            pairs * 4,
-                            (e.numExperts + 1) * 4,
-                            pairs * e.interDim * 2,
-                            pairs * e.dim * 2,
-                            rows * e.sharedInterDim * 2,
-                            rows * e.dim * 2};
-  int64_t total = 0;
-  for (int i = 0; i < 8; ++i)
-    total += (parts[i] + 255) / 256 * 256;
-  return total;
+/// Points c's scratch fields (xhat .. sharedY) into `base` for c.rows rows
+/// of c.one, each part 256-byte aligned, in MoeChunkParams' order; returns
+/// the bytes they take (`base` null: only the count).
+K3C_HOST_DEVICE inline int64_t moeChunkBindScratch(MoeChunkParams &c,
+                                                   uint8_t *base) {
+  const MoeExpertsParams &e = c.one.experts;
+  const int64_t rows = c.rows, pairs = rows * e.topK;
+  int64_t at = 0;
+  auto take = [&](int64_t bytes) {
+    uint8_t *p = base ? base + at : nullptr;
+    at += (bytes + 255) / 256 * 256;
+    return p;
+  };
+  c.xhat = reinterpret_cast<uint16_t *>(take(rows * e.dim * 2));
+  c.pairAt = reinterpret_cast<int32_t *>(take(pairs * 4));
+  c.order = reinterpret_cast<int32_t *>(take(pairs * 4));
+  c.offsets = reinterpret_cast<int32_t *>(take((e.numExperts + 1) * 4));
+  c.act = reinterpret_cast<uint16_t *>(take(pairs * e.interDim * 2));
+  c.y = reinterpret_cast<uint16_t *>(take(pairs * e.dim * 2));
+  c.sharedAct = reinterpret_cast<uint16_t *>(take(rows * e.sharedInterDim * 2));
+  c.sharedY = reinterpret_cast<uint16_t *>(take(rows * e.dim * 2));
+  return at;
+}
+
+/// Bytes of the scratch of `rows` rows of `p` (moeChunkBindScratch's).
+K3C_HOST_DEVICE inline int64_t moeChunkScratchBytes(const MoeFfnParams &p,
+                                                    int64_t rows) {
+  MoeChunkParams c;
+  c.one = p;
+  c.rows = static_cast<int32_t>(rows);
+  return moeChunkBindScratch(c, nullptr);
 }
 
 /// What an event of a traced moe_ffn is (TraceEvent::kind, a

@@ -311,9 +311,7 @@ CudaBackend::bind(const PlanDoc &plan, const TensorStore &store,
       moeOk = be->moeChunk_[0] != nullptr;
       for (const auto &[name, arg] : plan.launches[i].args)
         if (arg.kind == PlanArg::Kind::Weight &&
-            plan.weights[static_cast<size_t>(arg.index)].format != "bf16" &&
-            plan.weights[static_cast<size_t>(arg.index)].format != "f32" &&
-            plan.weights[static_cast<size_t>(arg.index)].format != "vector")
+            plan.weights[static_cast<size_t>(arg.index)].format == "mxfp4")
           moeOk = false;
     }
     be->moeChunkOk_.push_back(moeOk);
@@ -845,23 +843,8 @@ CudaBackend::launchMoeChunk(size_t l, const std::vector<const void *> &params) {
       "launch " + std::to_string(l) + " (moe_ffn's chunk form)";
   for (MoeChunkParams &c : groups) {
     const MoeExpertsParams &e = c.one.experts;
-    const int64_t pairs = int64_t{c.rows} * e.topK;
-    uint8_t *at = reinterpret_cast<uint8_t *>(
-        static_cast<uintptr_t>(moeChunkScratch_.get()));
-    auto take = [&](int64_t n) {
-      uint8_t *p = at;
-      at += (n + 255) / 256 * 256;
-      return p;
-    };
-    c.xhat = reinterpret_cast<uint16_t *>(take(int64_t{c.rows} * e.dim * 2));
-    c.pairAt = reinterpret_cast<int32_t *>(take(pairs * 4));
-    c.order = reinterpret_cast<int32_t *>(take(pairs * 4));
-    c.offsets = reinterpret_cast<int32_t *>(take((e.numExperts + 1) * 4));
-    c.act = reinterpret_cast<uint16_t *>(take(pairs * e.interDim * 2));
-    c.y = reinterpret_cast<uint16_t *>(take(pairs * e.dim * 2));
-    c.sharedAct = reinterpret_cast<uint16_t *>(
-        take(int64_t{c.rows} * e.sharedInterDim * 2));
-    c.sharedY = reinterpret_cast<uint16_t *>(take(int64_t{c.rows} * e.dim * 2));
+    moeChunkBindScratch(c, reinterpret_cast<uint8_t *>(
+                               static_cast<uintptr_t>(moeChunkScratch_.get())));
     const int64_t tiles = (c.rows + kMmaTileTokens - 1) / kMmaTileTokens;
     const int64_t experts = e.numExperts + (e.sharedInterDim > 0 ? 1 : 0);
     const int64_t inter = std::max(e.interDim, e.sharedInterDim);

@@ -1162,21 +1162,7 @@ TEST(MoeChunkCuda, EveryTokenAsTheCpu) {
       ASSERT_TRUE(k3::moeChunkFits(p.one));
       Dev scratch =
           Dev::poisoned<uint8_t>(size_t(k3::moeChunkScratchBytes(p.one, M)));
-      uint8_t *at = scratch.get<uint8_t>();
-      const int64_t pairs = int64_t{M} * s.topK;
-      auto take = [&](int64_t n) {
-        uint8_t *q = at;
-        at += (n + 255) / 256 * 256;
-        return q;
-      };
-      p.xhat = reinterpret_cast<uint16_t *>(take(M * s.D * 2));
-      p.pairAt = reinterpret_cast<int32_t *>(take(pairs * 4));
-      p.order = reinterpret_cast<int32_t *>(take(pairs * 4));
-      p.offsets = reinterpret_cast<int32_t *>(take((s.E + 1) * 4));
-      p.act = reinterpret_cast<uint16_t *>(take(pairs * s.inter * 2));
-      p.y = reinterpret_cast<uint16_t *>(take(pairs * s.D * 2));
-      p.sharedAct = reinterpret_cast<uint16_t *>(take(M * s.shared * 2));
-      p.sharedY = reinterpret_cast<uint16_t *>(take(M * s.D * 2));
+      k3::moeChunkBindScratch(p, scratch.get<uint8_t>());
       const int64_t tiles = (M + k3::kMmaTileTokens - 1) / k3::kMmaTileTokens;
       const int64_t experts = s.E + (s.shared > 0 ? 1 : 0);
       const int64_t inter = std::max(s.inter, s.shared);

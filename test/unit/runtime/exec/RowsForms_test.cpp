@@ -288,6 +288,34 @@ TEST(RowsForms, MoeChunkParamsOfAPromptChunk) {
   EXPECT_EQ(c->stride, int64_t(kStride));
   EXPECT_EQ(c->xhat, nullptr); // the caller's scratch
   EXPECT_GT(moeChunkScratchBytes(c->one, 64), moeChunkScratchBytes(c->one, 16));
+  // The scratch parts: in order, 256-byte aligned, each as large as its
+  // rows need, within the counted bytes.
+  MoeChunkParams bound = *c;
+  const int64_t bytes = moeChunkScratchBytes(c->one, 64);
+  std::vector<uint8_t> scratch(static_cast<size_t>(bytes) + 256);
+  uint8_t *base =
+      scratch.data() +
+      (256 - reinterpret_cast<uintptr_t>(scratch.data()) % 256) % 256;
+  EXPECT_EQ(moeChunkBindScratch(bound, base), bytes);
+  const MoeExpertsParams &e = c->one.experts;
+  const int64_t pairs = 64 * e.topK;
+  const std::pair<const void *, int64_t> parts[] = {
+      {bound.xhat, 64 * e.dim * 2},
+      {bound.pairAt, pairs * 4},
+      {bound.order, pairs * 4},
+      {bound.offsets, (e.numExperts + 1) * 4},
+      {bound.act, pairs * e.interDim * 2},
+      {bound.y, pairs * e.dim * 2},
+      {bound.sharedAct, 64 * e.sharedInterDim * 2},
+      {bound.sharedY, 64 * e.dim * 2}};
+  int64_t end = 0;
+  for (const auto &[ptr, need] : parts) {
+    const int64_t off = static_cast<const uint8_t *>(ptr) - base;
+    EXPECT_EQ(off % 256, 0);
+    EXPECT_GE(off, end);
+    end = off + need;
+  }
+  EXPECT_LE(end, bytes);
   // One row, more than a group, a row out of the pattern.
   EXPECT_FALSE(of({rows[0]}));
   std::vector<MoeFfnParams> many;
