@@ -12,6 +12,15 @@
 
 namespace k3 {
 
+void appendPromptRows(std::vector<SlotStep> &rows,
+                      const std::vector<int64_t> &prompt, int64_t from,
+                      int64_t to, int64_t slot, int64_t base) {
+  const int64_t n = static_cast<int64_t>(prompt.size());
+  for (int64_t t = from; t < to; ++t)
+    rows.push_back(
+        {slot, prompt[static_cast<size_t>(t)], base + t, t + 1 == n});
+}
+
 Status Backend::checkSlot(int64_t slot) const {
   if (slot < 0 || slot >= maxBatch())
     return makeError("slot ", slot, " is outside the plan's ", maxBatch(),

@@ -32,7 +32,19 @@ struct SlotStep {
   int64_t slot = 0;
   int64_t token = 0;
   int64_t pos = 0;
+  /// Whether anyone reads the row's logits (rowLogits). A row without
+  /// (a prompt token before the prompt's last) may skip the plan's logits
+  /// tail (logitsTailStart: the final norm, the lm_head, the argmax, and
+  /// whatever else past the last state write); its rowLogits is null then.
+  bool logits = true;
 };
+
+/// Appends the rows of prompt tokens [from, to) for slot `slot` at
+/// positions base + t to `rows`: only the prompt's last token asks for its
+/// logits. Session's prefill and the prefill profile build their rows here.
+void appendPromptRows(std::vector<SlotStep> &rows,
+                      const std::vector<int64_t> &prompt, int64_t from,
+                      int64_t to, int64_t slot = 0, int64_t base = 0);
 
 /// The most rows one step may have (several sequences, prompt chunks).
 constexpr int64_t kMaxStepRows = 4096;
@@ -58,7 +70,7 @@ public:
   /// outside [0, max_seq); a failed launch.
   virtual Status step(int64_t token, int64_t pos) = 0;
   /// The logits of the last row of the last step: fp32 [vocab], valid
-  /// until the next step.
+  /// until the next step (when that row asked for them: SlotStep::logits).
   virtual const float *logits() const = 0;
   virtual int64_t vocab() const = 0;
   virtual int64_t maxSeq() const = 0;
@@ -106,7 +118,8 @@ public:
   /// positions in order, a row's step() input errors (named with its slot).
   virtual Status stepSlots(const std::vector<SlotStep> &rows);
   /// Row `row`'s logits after the last stepSlots(): fp32 [vocab]; null for
-  /// a row out of range (the default keeps only the last row's).
+  /// a row out of range or one that did not ask for them (the default keeps
+  /// only the last row's).
   virtual const float *rowLogits(size_t row) const {
     return row + 1 == lastRows_ ? logits() : nullptr;
   }

@@ -52,6 +52,7 @@ Expected<std::unique_ptr<CpuBackend>> CpuBackend::bind(const PlanDoc &plan,
   be->maxSeq_ = plan.maxSeq;
   be->slots_ = plan.maxBatch;
   be->arenaBytes_ = plan.arenaBytes;
+  be->logitsTail_ = logitsTailStart(plan);
   const uint64_t slots = static_cast<uint64_t>(plan.maxBatch);
   // validatePlan bounds every slot's states together, so these products
   // cannot wrap.
@@ -139,6 +140,7 @@ CpuBackend::Row &CpuBackend::rowZero(int64_t token, int64_t pos) {
   r.step[kStepNonFinite] = 0;
   logits_ = r.logits;
   lastRows_ = 1;
+  rowWantsLogits_.assign(1, true);
   return r;
 }
 
@@ -160,6 +162,7 @@ Expected<std::vector<GreedyChoice>> CpuBackend::chainGreedy(int64_t more) {
   bindRowToSlot(r, 0);
   logits_ = r.logits;
   lastRows_ = 1;
+  rowWantsLogits_.assign(1, true);
   const int64_t *step = r.step;
   if (more < 0 || more > maxSeq_ - step[kStepPos])
     return makeError("chaining ", more, " steps from position ", step[kStepPos],
@@ -230,36 +233,50 @@ Status CpuBackend::stepSlots(const std::vector<SlotStep> &rows) {
   // later rows are past its length).
   // A kernel with a multi-row form (the projections) runs all rows in one
   // call, each weight row read once for them; with PrefillForm::Chunk,
-  // kda_decode runs each slot's consecutive rows in its chunk form.
-  std::vector<const void *> params(rows.size());
+  // kda_decode runs each slot's consecutive rows in its chunk form. The
+  // logits tail runs only for the rows that asked for logits.
+  std::vector<size_t> all(rows.size()), wanted;
+  for (size_t i = 0; i < rows.size(); ++i) {
+    all[i] = i;
+    if (rows[i].logits)
+      wanted.push_back(i);
+  }
+  std::vector<const void *> params;
   if (launchTimes_)
     launchTimes_->assign(plan_.launches.size(), 0.0);
   for (size_t l = 0; l < plan_.launches.size(); ++l) {
     const Clock::time_point t0 = Clock::now();
-    const BoundLaunch &first = rows_[0]->launches[l];
+    const std::vector<size_t> &active = l < logitsTail_ ? all : wanted;
+    if (active.empty())
+      continue;
+    const BoundLaunch &first = rows_[active[0]]->launches[l];
     const CpuRowsEntry together = chunkForm_ && first.cpuChunkRows
                                       ? first.cpuChunkRows
                                       : first.cpuRows;
-    for (size_t i = 0; i < rows.size(); ++i) {
+    params.clear();
+    for (size_t i : active) {
       BoundLaunch &bl = rows_[i]->launches[l];
       bl.setInputs(rows[i].token, rows[i].pos);
-      if (together && rows.size() > 1)
-        params[i] = bl.params->data();
+      if (together && active.size() > 1)
+        params.push_back(bl.params->data());
       else
         K3_RETURN_IF_ERROR(run(bl, l));
     }
-    if (together && rows.size() > 1)
-      together(params.data(), rows.size());
+    if (together && active.size() > 1)
+      together(params.data(), active.size());
     if (launchTimes_)
       (*launchTimes_)[l] = microsecondsSince(t0);
   }
   lastRows_ = rows.size();
+  rowWantsLogits_.assign(rows.size(), false);
+  for (size_t i : wanted)
+    rowWantsLogits_[i] = true;
   logits_ = rows_[rows.size() - 1]->logits;
   return Status::ok();
 }
 
 const float *CpuBackend::rowLogits(size_t row) const {
-  return row < lastRows_ ? rows_[row]->logits : nullptr;
+  return row < lastRows_ && rowWantsLogits_[row] ? rows_[row]->logits : nullptr;
 }
 
 Status CpuBackend::runLaunch(size_t index, int64_t token, int64_t pos) {

@@ -160,6 +160,10 @@ private:
   std::vector<std::unique_ptr<Row>> rows_;
   /// The logits of the last row of the last step.
   const float *logits_ = nullptr;
+  /// The first launch of the plan's logits tail (logitsTailStart), and which
+  /// rows of the last stepSlots() ran it.
+  size_t logitsTail_ = 0;
+  std::vector<bool> rowWantsLogits_;
   bool chains_ = false;
   /// PrefillForm::Chunk selected (setPrefillForm).
   bool chunkForm_ = false;

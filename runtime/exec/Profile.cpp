@@ -221,8 +221,7 @@ Expected<PrefillProfile> profilePrefill(Backend &backend, const PlanDoc &plan,
   const auto t0 = std::chrono::steady_clock::now();
   for (int64_t i = 0; i < out.tokens; i += chunk) {
     rows.clear();
-    for (int64_t t = i; t < std::min(out.tokens, i + chunk); ++t)
-      rows.push_back({0, prompt[static_cast<size_t>(t)], t});
+    appendPromptRows(rows, prompt, i, std::min(out.tokens, i + chunk));
     Expected<std::vector<double>> us = backend.timeStepSlots(rows);
     if (!us)
       return us.status().withContext("prompt chunk at position " +

@@ -283,8 +283,7 @@ Status Session::feed(const std::vector<int64_t> &prompt, int64_t first,
   for (int64_t i = first; i < n; i += chunk) {
     const int64_t end = std::min(n, i + chunk);
     rows.clear();
-    for (int64_t t = i; t < end; ++t)
-      rows.push_back({0, prompt[static_cast<size_t>(t)], t});
+    appendPromptRows(rows, prompt, i, end);
     K3_RETURN_IF_ERROR(backend_->stepSlots(rows));
   }
   return Status::ok();
@@ -547,8 +546,7 @@ Session::generateBatch(const std::vector<SequenceRequest> &reqs,
       if (q.fed < n) {
         const int64_t end =
             std::min(n, q.fed + reqs[q.request].options.prefillChunk);
-        for (int64_t t = q.fed; t < end; ++t)
-          rows.push_back({q.slot, prompt[static_cast<size_t>(t)], q.base + t});
+        appendPromptRows(rows, prompt, q.fed, end, q.slot, q.base);
         promptRows += end - q.fed;
       } else {
         rows.push_back({q.slot, q.lastToken, q.pos()});

@@ -874,6 +874,33 @@ ojson argToJson(const PlanArg &a) {
 
 } // namespace
 
+size_t logitsTailStart(const PlanDoc &plan) {
+  size_t start = plan.launches.size();
+  while (start > 0) {
+    const PlanLaunch &l = plan.launches[start - 1];
+    const KernelInfo *k = findKernel(l.kernel);
+    if (!k)
+      break;
+    bool writesState = false;
+    for (const auto &[name, arg] : l.args) {
+      const KernelField *f = k->field(name);
+      if (arg.kind != PlanArg::Kind::State || !f ||
+          f->kind != FieldKind::PtrOut)
+        continue;
+      StateKind kind;
+      const bool known = arg.index >= 0 &&
+                         arg.index < static_cast<int64_t>(plan.states.size()) &&
+                         parseStateKind(plan.states[arg.index].kind, kind);
+      if (!known || !stateKindIsStepLocal(kind))
+        writesState = true;
+    }
+    if (writesState)
+      break;
+    --start;
+  }
+  return start;
+}
+
 std::string serializePlanBody(const PlanDoc &plan) {
   ojson j = ojson::object();
   j["version"] = plan.version;

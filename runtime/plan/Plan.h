@@ -241,6 +241,15 @@ uint32_t crc32(const void *data, size_t size);
 /// before writing a plan.
 Status validatePlan(const PlanDoc &plan);
 
+/// The first launch of the plan's logits tail: the longest run of last
+/// launches that write no sequence state (only the step's buffers, the
+/// step-local AttnRes blocks and the step block), so a row whose logits no
+/// one reads (a prompt row before the last) may stop before it and leave
+/// every sequence state as the whole step would. launches.size() when the
+/// last launch writes a sequence state; a kernel the table lacks counts as
+/// writing one.
+size_t logitsTailStart(const PlanDoc &plan);
+
 /// The JSON body alone (no header).
 std::string serializePlanBody(const PlanDoc &plan);
 /// The plan file bytes: "K3CPLAN <version> <crc32> <length>\n" + body.

@@ -423,6 +423,7 @@ CudaBackend::bind(const PlanDoc &plan, const TensorStore &store,
   for (size_t i = 0; i < plan.launches.size(); ++i)
     K3_RETURN_IF_ERROR(bindLaunch(plan, i, mem, be->launches_[i]));
   be->logitsOffset_ = plan.buffers[plan.logitsBuffer].offset;
+  be->logitsTail_ = logitsTailStart(plan);
 
   Expected<cuda::CUstream> stream = d.createStream();
   if (!stream)
@@ -930,21 +931,34 @@ Status CudaBackend::stepSlots(const std::vector<SlotStep> &rows) {
   // states in position order. Timed: event l + 1 closes launch l.
   if (timed)
     K3_RETURN_IF_ERROR(driver_->record(launchEvents_[0], stream_));
+  // The logits tail runs for the rows that asked for logits: one such row
+  // (a prompt chunk's last) alone; several run with the rest (a multi-row
+  // form reads each weight once for all its rows, so dropping some saves
+  // little).
+  std::vector<size_t> wanted;
+  for (size_t i = 0; i < rows.size(); ++i)
+    if (rows[i].logits)
+      wanted.push_back(i);
+  const bool tailAlone = wanted.size() < 2 && rows.size() > wanted.size();
   for (size_t l = 0; l < launches_.size(); ++l) {
     if (timed && l > 0)
       K3_RETURN_IF_ERROR(driver_->record(launchEvents_[l], stream_));
     const Grid &g = grids_[l];
+    const bool alone = tailAlone && l >= logitsTail_;
     bool together = false;
-    K3_RETURN_IF_ERROR(exclusive([&]() -> Status {
-      Expected<bool> t = launchRows(l, rows, distinctSlots);
-      if (!t)
-        return t.status();
-      together = *t;
-      return Status::ok();
-    }));
+    if (!alone)
+      K3_RETURN_IF_ERROR(exclusive([&]() -> Status {
+        Expected<bool> t = launchRows(l, rows, distinctSlots);
+        if (!t)
+          return t.status();
+        together = *t;
+        return Status::ok();
+      }));
     if (together)
       continue;
     for (size_t i = 0; i < rows.size(); ++i) {
+      if (alone && !rows[i].logits)
+        continue;
       BoundLaunch &bl = rows_[i]->launches[l];
       bl.setInputs(rows[i].token, rows[i].pos);
       if (bl.kernel->collective) {
@@ -966,7 +980,7 @@ Status CudaBackend::stepSlots(const std::vector<SlotStep> &rows) {
   if (timed)
     K3_RETURN_IF_ERROR(
         driver_->record(launchEvents_[launches_.size()], stream_));
-  for (size_t i = 0; i < rows.size(); ++i) {
+  for (size_t i : wanted) {
     Row &r = *rows_[i];
     K3_RETURN_IF_ERROR(
         driver_->copyToHostAsync(r.logits.data(), r.arena + logitsOffset_,
@@ -986,6 +1000,9 @@ Status CudaBackend::stepSlots(const std::vector<SlotStep> &rows) {
   }
   rowsStep_ = true;
   lastRows_ = rows.size();
+  rowWantsLogits_.assign(rows.size(), false);
+  for (size_t i : wanted)
+    rowWantsLogits_[i] = true;
   lastLogits_ = rows_[rows.size() - 1]->logits.data();
   return Status::ok();
 }
@@ -993,7 +1010,8 @@ Status CudaBackend::stepSlots(const std::vector<SlotStep> &rows) {
 const float *CudaBackend::rowLogits(size_t row) const {
   if (!rowsStep_)
     return row + 1 == lastRows_ ? logits_.data() : nullptr;
-  return row < lastRows_ ? rows_[row]->logits.data() : nullptr;
+  return row < lastRows_ && rowWantsLogits_[row] ? rows_[row]->logits.data()
+                                                 : nullptr;
 }
 
 //===----------------------------------------------------------------------===//

@@ -255,6 +255,10 @@ private:
   /// stepSlots().
   const float *lastLogits_ = nullptr;
   bool rowsStep_ = false; ///< the last step was stepSlots' rows
+  /// The first launch of the plan's logits tail (logitsTailStart), and which
+  /// rows of the last stepSlots() asked for logits.
+  size_t logitsTail_ = 0;
+  std::vector<bool> rowWantsLogits_;
   std::vector<cuda::DeviceBuffer> weightData_; ///< bf16/f32/packed/scale
   std::vector<BoundLaunch> launches_;
   struct Grid {

@@ -317,8 +317,9 @@ TEST_P(BatchInvariance, ChunkFormPrefillWithinRounding) {
     std::vector<float> sorted = want->logits;
     std::partial_sort(sorted.begin(), sorted.begin() + 2, sorted.end(),
                       std::greater<float>());
-    if (sorted[0] - sorted[1] > 2 * err)
+    if (sorted[0] - sorted[1] > 2 * err) {
       EXPECT_EQ(got->tokens, want->tokens) << "prompt of " << len;
+    }
   }
 
   // The batch: each sequence as alone with the chunk form, bit for bit.
@@ -449,6 +450,62 @@ TEST(BatchDecode, FailuresEndAlone) {
                         "more than the 1 the plan holds");
   // The batch-1 plan runs a batch of one.
   EXPECT_TRUE(f->single->generateBatch(reqs).hasValue());
+}
+
+/// Rows that ask for no logits (a prompt's tokens before its last) skip the
+/// plan's logits tail and leave every state and every asked-for row's
+/// logits as a step whose rows all ask for them, bit for bit.
+TEST(BatchDecode, PromptRowsSkipTheLogitsTail) {
+  K3C_SKIP_WITHOUT_COMPILER();
+  for (const char *preset : {"tiny", "tiny-linear"}) {
+    SCOPED_TRACE(preset);
+    Fixture *f = fixture(preset);
+    ASSERT_NE(f, nullptr);
+    const PlanDoc &plan = f->batched->plan();
+    Backend &be = const_cast<Backend &>(f->batched->backend());
+    // The tail holds the lm_head and the argmax, and no sequence state.
+    const size_t tail = logitsTailStart(plan);
+    ASSERT_LT(tail + 1, plan.launches.size());
+    EXPECT_GT(tail, 0u);
+    auto run = [&](const std::vector<bool> &wanted,
+                   std::vector<std::vector<float>> &logits,
+                   std::vector<std::vector<uint8_t>> &states) {
+      std::vector<SlotStep> rows = {
+          {0, 3, 0}, {0, 7, 1}, {0, 1, 2}, {1, 5, 0}, {1, 2, 1}};
+      for (size_t i = 0; i < rows.size(); ++i)
+        rows[i].logits = wanted[i];
+      ASSERT_TRUE(be.resetState().isOk());
+      ASSERT_TRUE(be.stepSlots(rows).isOk());
+      logits.assign(rows.size(), {});
+      for (size_t i = 0; i < rows.size(); ++i)
+        if (const float *l = be.rowLogits(i))
+          logits[i].assign(l, l + be.vocab());
+      states.clear();
+      for (int64_t slot : {0, 1})
+        for (size_t s = 0; s < plan.states.size(); ++s) {
+          states.emplace_back();
+          ASSERT_TRUE(be.readSlotState(slot, s, states.back()).isOk());
+        }
+    };
+    std::vector<std::vector<float>> all, some;
+    std::vector<std::vector<uint8_t>> allStates, someStates;
+    run({true, true, true, true, true}, all, allStates);
+    for (const std::vector<bool> &wanted :
+         {std::vector<bool>{false, false, true, false, true},
+          std::vector<bool>{false, false, false, false, true},
+          std::vector<bool>{false, false, false, false, false}}) {
+      run(wanted, some, someStates);
+      EXPECT_TRUE(someStates == allStates) << "a state differs";
+      for (size_t i = 0; i < wanted.size(); ++i) {
+        ASSERT_EQ(some[i].empty(), !wanted[i]) << "row " << i;
+        if (wanted[i]) {
+          EXPECT_EQ(0, std::memcmp(some[i].data(), all[i].data(),
+                                   all[i].size() * sizeof(float)))
+              << "row " << i;
+        }
+      }
+    }
+  }
 }
 
 /// The backend's slot interface refuses what is not a slot.
