@@ -1136,3 +1136,379 @@ extern "C" __global__ void __launch_bounds__(512)
   dev::loadRowParams(rp.rows, row);
   kdaDecodeBody(row.get(), shared, static_cast<unsigned>(rp.count));
 }
+
+//===----------------------------------------------------------------------===//
+// k3_kda_decode_chunk: kda_decode for a run of consecutive rows of one
+// sequence (KdaDecodeRowsParams, 1 <= count <= kKdaChunkMaxRows; a prompt
+// chunk with PrefillForm::Chunk) in the chunk (WY / UT) form of the delta
+// rule, as kdaDecodeChunkCpu computes it: the rows' convs, folded gates,
+// l2norms and decays first (each row exactly as kda_decode prepares it),
+// then for each head, with G the cumulative log decay within the chunk,
+//   A[s][r] = Σ_c k_s k_r e^{G_s − G_r} (r < s), B[t][s] = Σ_c q_t k_s
+//   e^{G_t − G_s} (s <= t),
+//   w_s = β_s (v_s − S0ᵀ(e^{G_s} ⊙ k_s) − Σ_{r<s} A[s][r] w_r),
+//   o_t = S0ᵀ(e^{G_t} ⊙ q_t) + Σ_{s<=t} B[t][s] w_s,
+//   S ← e^{G_T} ⊙ S0 + Σ_s (e^{G_T − G_s} ⊙ k_s) ⊗ w_s,
+// and each row's gated norm. Within fp32 rounding of the run form, not bit
+// for bit (other summation orders); the conv states and folded gates are
+// bit for bit.
+// Grid: the clustered path's (4 · numHeads blocks of 256 threads in
+// clusters of 4), kKdaChunkSmemBytes of dynamic shared memory. Block rank r
+// of head h owns value columns 32r + [0, 32) (and those channels of v, the
+// gate and the conv states); every block of a head computes q, k and the
+// decays of all 128 key channels itself, the A / B entries are split over
+// the cluster and stored into every block, and the rows' Σ o² meet through
+// distributed shared memory. Limits: the clustered path's shape and count
+// in [1, kKdaChunkMaxRows] (else every row's out is NaN, the states
+// untouched).
+//===----------------------------------------------------------------------===//
+namespace {
+
+constexpr int kChunkT = kKdaChunkMaxRows;
+
+/// Dynamic shared memory of k3_kda_decode_chunk.
+struct ChunkShared {
+  /// q̃ → q (normalised, scaled) → e^{G_t} ⊙ q_t.
+  float q[kChunkT][kClusterHeadDim];
+  /// k̃ → k (normalised) → e^{G_s} ⊙ k_s.
+  float k[kChunkT][kClusterHeadDim];
+  /// g (log decay) → G (cumulative) → e^{G_T − G_s} ⊙ k_s.
+  float g[kChunkT][kClusterHeadDim];
+  float v[kChunkT][kClusterCols];         ///< ṽ of the block's columns
+  float w[kChunkT][kClusterCols];         ///< v − S0ᵀ(e^G ⊙ k), then w
+  float o[kChunkT][kClusterCols];         ///< R(o) of the block's columns
+  float gt[kChunkT][kClusterCols];        ///< the output gate of its channels
+  float a[kChunkT][kChunkT];              ///< A (r < s)
+  float b[kChunkT][kChunkT];              ///< B (s <= t)
+  float s[kClusterHeadDim][kClusterCols]; ///< S0's slice [key][column]
+  float beta[kChunkT];
+  float ss[kChunkT][kClusterSlices]; ///< Σ o² of each block's columns
+  float keep[kClusterHeadDim];       ///< e^{G_T} of each key channel
+};
+static_assert(sizeof(ChunkShared) == kKdaChunkSmemBytes,
+              "kKdaChunkSmemBytes (KdaParams.h) states this layout's size");
+
+/// The dynamic shared memory of the launch, in bytes.
+__device__ __forceinline__ unsigned dynamicSmemBytes() {
+  unsigned n;
+  asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(n));
+  return n;
+}
+
+/// One channel's conv over the chunk's rows: `x[t · pitch]` holds u_t (as a
+/// float) on entry and R(SiLU(conv)) on return, `hs` the channel's history
+/// on entry and after the last row (convOut's and convShift's arithmetic).
+__device__ __forceinline__ void convRows(float *x, int pitch, int T,
+                                         const float (&taps)[kClusterMaxTaps],
+                                         float (&hs)[kClusterMaxTaps - 1],
+                                         int hist) {
+  for (int t = 0; t < T; ++t) {
+    const float u = x[t * pitch];
+    float acc = 0.0f;
+#pragma unroll
+    for (int i = 0; i < kClusterMaxTaps; ++i) {
+      if (i < hist)
+        acc = fmaf(taps[i], hs[i], acc);
+      else if (i == hist)
+        acc = fmaf(taps[i], u, acc);
+    }
+#pragma unroll
+    for (int i = 0; i < kClusterMaxTaps - 1; ++i)
+      if (i < hist)
+        hs[i] = i + 1 < hist ? hs[i + 1] : u;
+    x[t * pitch] = dev::bf16ToF(dev::fToBf16(dev::siluF(acc)));
+  }
+}
+
+} // namespace
+
+extern "C" __global__ void __launch_bounds__(kClusterThreads)
+    k3_kda_decode_chunk(const KdaDecodeRowsParams rp) {
+  extern __shared__ __align__(16) unsigned char chunkBytes[];
+  ChunkShared &sm = *reinterpret_cast<ChunkShared *>(chunkBytes);
+  __shared__ __align__(16) dev::RowParams<KdaDecodeParams> row;
+  dev::allowDependentLaunch();
+  const int T = rp.count;
+  if (T < 1)
+    return;
+  const KdaDecodeParams *rows = rp.rows;
+  dev::loadRowParams(rows, row, 0);
+  const KdaDecodeParams &p = row.get();
+  if (T > kChunkT || dev::clusterBlocks() <= 1 || !clusterShapeOk(p, 1) ||
+      dynamicSmemBytes() < sizeof(ChunkShared)) {
+    dev::waitForPriorGrids();
+    for (int t = 0; t < T; ++t)
+      fillNaN(rows[t].out, rows[t].numHeads * rows[t].headDim);
+    return;
+  }
+  constexpr int d = kClusterHeadDim, J = kClusterCols;
+  const int h = blockIdx.x / kClusterSlices;
+  const unsigned rank = dev::clusterRank();
+  const int j0 = static_cast<int>(rank) * J;
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int64_t c0 = static_cast<int64_t>(h) * d;
+  const int W = p.convWidth, hist = W - 1;
+  dev::waitForPriorGrids();
+
+  // 1. The convs: thread i < 128 q's channel i of the head, 128 <= i < 256
+  // k's channel i - 128, and threads 0-31 also v's channel j0 + i. The
+  // rows' inputs are staged first (independent loads), then each channel
+  // runs its rows in order from its history.
+  float hsMain[kClusterMaxTaps - 1], hsV[kClusterMaxTaps - 1];
+  const bool isK = tid >= d;
+  const int cc = tid & (d - 1);
+  {
+    float taps[kClusterMaxTaps] = {0.0f, 0.0f, 0.0f, 0.0f};
+    auto loadTaps = [&](const VectorRef &w, int64_t c) {
+      dev::withVector(w, [&](const auto *t) {
+#pragma unroll
+        for (int i = 0; i < kClusterMaxTaps; ++i)
+          if (i < W)
+            taps[i] = dev::elemF(t, c * W + i);
+        return 0;
+      });
+    };
+    auto loadHist = [&](const float *st, int64_t c,
+                        float(&hs)[kClusterMaxTaps - 1]) {
+#pragma unroll
+      for (int i = 0; i < kClusterMaxTaps - 1; ++i)
+        hs[i] = i < hist ? st[c * hist + i] : 0.0f;
+    };
+    const int64_t c = c0 + cc;
+    float *x = isK ? &sm.k[0][cc] : &sm.q[0][cc];
+    for (int t = 0; t < T; ++t)
+      x[t * d] = dev::bf16ToF(isK ? rows[t].uk[c] : rows[t].uq[c]);
+    if (tid < J)
+      for (int t = 0; t < T; ++t)
+        sm.v[t][tid] = dev::bf16ToF(rows[t].uv[c0 + j0 + tid]);
+    loadTaps(isK ? p.convK : p.convQ, c);
+    loadHist(isK ? p.convStateK : p.convStateQ, c, hsMain);
+    convRows(x, d, T, taps, hsMain, hist);
+    if (tid < J) {
+      loadTaps(p.convV, c0 + j0 + tid);
+      loadHist(p.convStateV, c0 + j0 + tid, hsV);
+      convRows(&sm.v[0][tid], J, T, taps, hsV, hist);
+    }
+  }
+
+  // 2. The decays of every key channel and row, the output gate of the
+  // block's channels (the folded rows as kda_decode sums them), β.
+  const float aH = expf(p.aLog[h]);
+  for (int i = tid; i < T * d; i += kClusterThreads) {
+    const int t = i / d, ch = i % d;
+    const int64_t c = c0 + ch;
+    const uint16_t f = p.fB
+                           ? lowRankRow(p.fB + c * p.fRank, rows[t].fA, p.fRank)
+                           : rows[t].f[c];
+    sm.g[t][ch] = gateF(f, p.dtBias[c], aH, p.hasLowerBound, p.lowerBound);
+  }
+  for (int i = tid; i < T * J; i += kClusterThreads) {
+    const int t = i / J, jj = i % J;
+    const int64_t c = c0 + j0 + jj;
+    uint16_t gt;
+    if (p.gB) {
+      gt = lowRankRow(p.gB + c * p.gRank, rows[t].gA, p.gRank);
+      rows[t].gateOut[c] = gt;
+    } else {
+      gt = rows[t].gate[c];
+    }
+    sm.gt[t][jj] = dev::bf16ToF(gt);
+  }
+  if (tid < T)
+    sm.beta[tid] = dev::sigmoidF(dev::bf16ToF(rows[tid].betaLogit[h]));
+  // The state slice [key][the block's columns].
+  {
+    const float *S = p.state + static_cast<int64_t>(h) * d * d + j0;
+    for (int i = tid; i < d * J / 4; i += kClusterThreads) {
+      const int c = i / (J / 4), q4 = i % (J / 4);
+      *reinterpret_cast<float4 *>(&sm.s[c][4 * q4]) =
+          *reinterpret_cast<const float4 *>(S + c * d + 4 * q4);
+    }
+  }
+  __syncthreads();
+
+  // 3. G = the running sum of g over the rows (e^{G_T} kept), and each
+  // row's l2norms of q̃ and k̃ (a warp per row).
+  if (tid < d) {
+    float run = 0.0f;
+    for (int t = 0; t < T; ++t) {
+      run += sm.g[t][tid];
+      sm.g[t][tid] = run;
+    }
+    sm.keep[tid] = expf(run);
+  }
+  {
+    const float qScale = 1.0f / sqrtf(static_cast<float>(d));
+    for (int t = warp; t < T; t += kClusterThreads / 32) {
+      float sq = 0.0f, sk = 0.0f;
+#pragma unroll
+      for (int m = 0; m < d / 32; ++m) {
+        const float xq = sm.q[t][lane + 32 * m], xk = sm.k[t][lane + 32 * m];
+        sq = fmaf(xq, xq, sq);
+        sk = fmaf(xk, xk, sk);
+      }
+      const float invQ = 1.0f / sqrtf(dev::warpSum(sq) + kKdaL2NormEps);
+      const float invK = 1.0f / sqrtf(dev::warpSum(sk) + kKdaL2NormEps);
+#pragma unroll
+      for (int m = 0; m < d / 32; ++m) {
+        float &xq = sm.q[t][lane + 32 * m];
+        xq = scaled(xq * invQ, qScale);
+        sm.k[t][lane + 32 * m] *= invK;
+      }
+    }
+  }
+  __syncthreads();
+
+  // 4. A and B: the cluster's 32 warps take the T(T+1)/2 pairs (s, r <= s)
+  // in turn, each entry stored into every block of the cluster.
+  {
+    const int pairs = T * (T + 1) / 2;
+    for (int i = static_cast<int>(rank) * (kClusterThreads / 32) + warp;
+         i < pairs; i += kClusterSlices * (kClusterThreads / 32)) {
+      int s = static_cast<int>((sqrtf(8.0f * i + 1.0f) - 1.0f) * 0.5f);
+      while (s * (s + 1) / 2 > i)
+        --s;
+      while ((s + 1) * (s + 2) / 2 <= i)
+        ++s;
+      const int r = i - s * (s + 1) / 2;
+      float accA = 0.0f, accB = 0.0f;
+#pragma unroll
+      for (int m = 0; m < d / 32; ++m) {
+        const int c = lane + 32 * m;
+        const float e = expf(sm.g[s][c] - sm.g[r][c]);
+        const float kr = sm.k[r][c];
+        accA = fmaf(sm.k[s][c] * kr, e, accA);
+        accB = fmaf(sm.q[s][c] * kr, e, accB);
+      }
+      accA = dev::warpSum(accA);
+      accB = dev::warpSum(accB);
+      if (lane < kClusterSlices) {
+        dev::storeCluster(&sm.b[s][r], lane, accB);
+        if (r < s)
+          dev::storeCluster(&sm.a[s][r], lane, accA);
+      }
+    }
+  }
+  // Every A / B entry is in every block, and every block has read its conv
+  // histories (the owners write them below).
+  dev::clusterSync();
+  if (!isK && (cc >> 5) == static_cast<int>(rank)) {
+    float *st = p.convStateQ + (c0 + cc) * hist;
+    for (int i = 0; i < hist; ++i)
+      st[i] = hsMain[i];
+  } else if (isK && (cc >> 5) == static_cast<int>(rank)) {
+    float *st = p.convStateK + (c0 + cc) * hist;
+    for (int i = 0; i < hist; ++i)
+      st[i] = hsMain[i];
+  }
+  if (tid < J) {
+    float *st = p.convStateV + (c0 + j0 + tid) * hist;
+    for (int i = 0; i < hist; ++i)
+      st[i] = hsV[i];
+  }
+
+  // 5. q ← e^G ⊙ q, k ← e^G ⊙ k, g ← e^{G_T − G} ⊙ k (G_T read first).
+  {
+    const int c = tid & (d - 1);
+    const float GT = sm.g[T - 1][c];
+    __syncthreads();
+    for (int t = tid >> 7; t < T; t += kClusterThreads / d) {
+      const float G = sm.g[t][c], e = expf(G), kk = sm.k[t][c];
+      sm.q[t][c] *= e;
+      sm.k[t][c] = e * kk;
+      sm.g[t][c] = expf(GT - G) * kk;
+    }
+  }
+  __syncthreads();
+
+  // 6. Thread (column lane, warp) takes rows warp + 8m: S0ᵀ(e^G ⊙ k) into
+  // w = v − it, S0ᵀ(e^G ⊙ q) kept for o.
+  constexpr int kRowsPerWarp = kChunkT / (kClusterThreads / 32);
+  float accO[kRowsPerWarp];
+  {
+    float accU[kRowsPerWarp];
+#pragma unroll
+    for (int m = 0; m < kRowsPerWarp; ++m)
+      accU[m] = accO[m] = 0.0f;
+    for (int c = 0; c < d; ++c) {
+      const float sv = sm.s[c][lane];
+#pragma unroll
+      for (int m = 0; m < kRowsPerWarp; ++m) {
+        const int t = warp + 8 * m;
+        if (t < T) {
+          accU[m] = fmaf(sm.k[t][c], sv, accU[m]);
+          accO[m] = fmaf(sm.q[t][c], sv, accO[m]);
+        }
+      }
+    }
+#pragma unroll
+    for (int m = 0; m < kRowsPerWarp; ++m) {
+      const int t = warp + 8 * m;
+      if (t < T)
+        sm.w[t][lane] = sm.v[t][lane] - accU[m];
+    }
+  }
+  __syncthreads();
+
+  // 7. The UT transform, column by column (they are independent): warp w
+  // takes columns 4w..4w+3, eight lanes a column, lane part l summing the
+  // earlier rows r ≡ l (mod 8).
+  {
+    const int col = 4 * warp + (lane >> 3), part = lane & 7;
+    for (int s = 0; s < T; ++s) {
+      float acc = 0.0f;
+      for (int r = part; r < s; r += 8)
+        acc = fmaf(sm.a[s][r], sm.w[r][col], acc);
+      acc += __shfl_xor_sync(0xffffffffu, acc, 4);
+      acc += __shfl_xor_sync(0xffffffffu, acc, 2);
+      acc += __shfl_xor_sync(0xffffffffu, acc, 1);
+      if (part == 0)
+        sm.w[s][col] = (sm.w[s][col] - acc) * sm.beta[s];
+      __syncwarp();
+    }
+  }
+  __syncthreads();
+
+  // 8. o_t = S0ᵀ(e^G ⊙ q_t) + Σ_{s<=t} B[t][s] w_s, rounded; each block's
+  // Σ o² of a row into every block.
+#pragma unroll
+  for (int m = 0; m < kRowsPerWarp; ++m) {
+    const int t = warp + 8 * m;
+    if (t >= T)
+      continue;
+    float o = accO[m];
+    for (int s = 0; s <= t; ++s)
+      o = fmaf(sm.b[t][s], sm.w[s][lane], o);
+    const float x = dev::bf16ToF(dev::fToBf16(o));
+    sm.o[t][lane] = x;
+    const float part = dev::warpSum(fmaf(x, x, 0.0f));
+    if (lane < kClusterSlices)
+      dev::storeCluster(&sm.ss[t][rank], lane, part);
+  }
+
+  // 9. The state after the chunk: thread (column lane, warp) takes key rows
+  // warp + 8i.
+  {
+    float *S = p.state + static_cast<int64_t>(h) * d * d + j0 + lane;
+    for (int c = warp; c < d; c += kClusterThreads / 32) {
+      float x = sm.keep[c] * sm.s[c][lane];
+      for (int s = 0; s < T; ++s)
+        x = fmaf(sm.g[s][c], sm.w[s][lane], x);
+      S[c * d] = x;
+    }
+  }
+  dev::clusterSync(); // every row's Σ o² is in every block; the last
+                      // access to another block's shared memory
+
+  // 10. Each row's gated norm of the block's channels.
+  {
+    const float normW = dev::vectorAt(p.normWeight, j0 + lane);
+    for (int t = warp; t < T; t += kClusterThreads / 32) {
+      const float rr =
+          1.0f / sqrtf(headSum(sm.ss[t]) / static_cast<float>(d) + p.normEps);
+      const float y =
+          sm.o[t][lane] * rr * normW * dev::sigmoidF(sm.gt[t][lane]);
+      rows[t].out[c0 + j0 + lane] = dev::fToBf16(y);
+    }
+  }
+}

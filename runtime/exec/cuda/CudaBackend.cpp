@@ -5,6 +5,7 @@
 #include "kernels/PtxModules.h"
 #include "kernels/collective/CollectiveParams.h"
 #include "kernels/gemv/GemvParams.h"
+#include "kernels/kda/KdaParams.h"
 #include "kernels/moe/MoeParams.h"
 #include "runtime/plan/PlanKernels.h"
 
@@ -284,6 +285,16 @@ CudaBackend::bind(const PlanDoc &plan, const TensorStore &store,
         run = *f;
     }
     be->runFunctions_.push_back(run);
+    cuda::CUfunction chunk = nullptr;
+    if (run && hasChunkForm(k)) {
+      Expected<cuda::CUfunction> f =
+          kernelFunction(d, k + "_chunk", plan.ptxFor(k));
+      Expected<int64_t> smem =
+          f ? d.allowDynamicShared(*f) : Expected<int64_t>(f.status());
+      if (f && smem && *smem >= kKdaChunkSmemBytes)
+        chunk = *f;
+    }
+    be->chunkFunctions_.push_back(chunk);
     // The MoE chunk kernels, once, from the moe_ffn launches' module; a
     // launch takes them only with bf16 weights everywhere.
     bool moeOk = false;
@@ -751,17 +762,26 @@ Expected<bool> CudaBackend::launchRows(size_t l,
       size_t b = a + 1;
       while (b < n && rows[b].slot == rows[a].slot)
         ++b;
-      RowsArrayParams p;
-      p.rows = rowParams_.get() + rowParamsOffset_[l] + a * size;
-      p.count = static_cast<int32_t>(b - a);
-      Status st =
-          driver_->launch(runFunctions_[l], g.grid, g.block, g.smem, stream_,
-                          &p, /*programmatic=*/true, g.cluster);
-      if (!st)
-        return st.withContext("launch " + std::to_string(l) + " (" +
-                              first.kernel->name + "'s run form) of rows " +
-                              std::to_string(a) + ".." + std::to_string(b - 1));
-      a = b;
+      // With PrefillForm::Chunk, a long enough run takes the chunk form,
+      // in pieces of at most kKdaChunkMaxRows rows.
+      const bool chunk = chunkForm_ && chunkFunctions_[l] &&
+                         b - a >= static_cast<size_t>(kKdaChunkMinRows);
+      const size_t piece = chunk ? kKdaChunkMaxRows : b - a;
+      for (size_t e = a; a < b; a = e) {
+        e = std::min(b, a + piece);
+        RowsArrayParams p;
+        p.rows = rowParams_.get() + rowParamsOffset_[l] + a * size;
+        p.count = static_cast<int32_t>(e - a);
+        Status st = driver_->launch(
+            chunk ? chunkFunctions_[l] : runFunctions_[l], g.grid, g.block,
+            chunk ? kKdaChunkSmemBytes : g.smem, stream_, &p,
+            /*programmatic=*/true, g.cluster);
+        if (!st)
+          return st.withContext(
+              "launch " + std::to_string(l) + " (" + first.kernel->name +
+              "'s " + (chunk ? "chunk" : "run") + " form) of rows " +
+              std::to_string(a) + ".." + std::to_string(e - 1));
+      }
     }
     ++launchesTogether_;
     return true;

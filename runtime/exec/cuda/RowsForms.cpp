@@ -200,6 +200,11 @@ bool hasRunForm(const std::string &kernel) {
                    kernel) != std::end(kCudaRunForms);
 }
 
+bool hasChunkForm(const std::string &kernel) {
+  return std::find(std::begin(kCudaChunkForms), std::end(kCudaChunkForms),
+                   kernel) != std::end(kCudaChunkForms);
+}
+
 bool hasMmaRowsForm(const std::string &kernel) {
   return std::find(std::begin(kCudaMmaRowsForms), std::end(kCudaMmaRowsForms),
                    kernel) != std::end(kCudaMmaRowsForms);

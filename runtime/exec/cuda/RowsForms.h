@@ -72,6 +72,16 @@ inline constexpr const char *kCudaRunForms[] = {"kda_decode"};
 /// Whether `kernel` has a run form.
 bool hasRunForm(const std::string &kernel);
 
+/// The run forms whose PTX also has a chunk form `k3_<kernel>_chunk` over
+/// the same params array (kda_decode: the chunk (WY / UT) form of the delta
+/// rule, kKdaChunkMaxRows rows per launch, kKdaChunkSmemBytes of dynamic
+/// shared memory): runs of at least kKdaChunkMinRows rows with
+/// PrefillForm::Chunk, within rounding of the run form.
+inline constexpr const char *kCudaChunkForms[] = {"kda_decode"};
+
+/// Whether `kernel` has a chunk form.
+bool hasChunkForm(const std::string &kernel);
+
 /// Whether `kernel` has a multi-row form over a params array.
 bool hasRowsArrayForm(const std::string &kernel);
 

@@ -27,6 +27,7 @@
 #include "kernels/kda/KdaCpu.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 
 namespace {
@@ -1144,6 +1145,129 @@ TEST(KdaCuda, DecodeRunIsOneLaunchPerToken) {
   rp.rows = array.get<k3::KdaDecodeParams>();
   rp.count = 1;
   ASSERT_TRUE(launch("kda_decode_run", rp, 128, 256).isOk());
+  for (uint16_t v : b.out.download<uint16_t>(l.C))
+    ASSERT_TRUE(std::isnan(k3::bf16ToFloat(v)));
+  EXPECT_EQ(dev.state.download<float>(32 * 128 * 128), state);
+}
+
+} // namespace
+
+namespace {
+
+/// kda_decode's chunk form (k3_kda_decode_chunk): T consecutive tokens of one
+/// sequence in the chunk (WY / UT) form on the GPU against the CPU's chunk
+/// form (kdaDecodeChunkCpu) from the same states: within fp32 rounding (the
+/// sums run in other orders), the conv states and folded gates bit for bit.
+/// Kimi-Linear as planned (folded rank 128) and K3's 96 heads, 1 to 64
+/// tokens; then more than 64 rows: NaN out, the states untouched.
+TEST(KdaCuda, DecodeChunkAsTheCpuChunkForm) {
+  K3_REQUIRE_GPU();
+  for (const DecodeCase &c : {DecodeCase{32, 128, 4, 0, 128, 256, 128, 4},
+                              DecodeCase{32, 128, 4, 1, 128, 256, 0, 4},
+                              DecodeCase{96, 128, 4, 1, 384, 256, 0, 4}}) {
+    for (int T : {1, 5, 16, 64}) {
+      const std::string name = c.name() + ", " + std::to_string(T) + " tokens";
+      SCOPED_TRACE(name);
+      const int64_t H = c.heads, d = c.headDim, C = H * d;
+      const int64_t conv = C * (c.width - 1);
+      Rand r(static_cast<uint64_t>(H * 31 + T + c.rank));
+      DecodeLayer l(r, H, d, c.width);
+      const LowRankWeights lr(r, C, c.rank);
+      const std::vector<float> sConv = bf16Valued(r, conv, 1.0f),
+                               state0 = r.f32(H * d * d, 0.5f);
+      std::vector<float> sQ = sConv, sK = sConv, sV = sConv, state = state0;
+      DecodeDev dev(l, sConv, state0);
+      std::vector<DecodeToken> tokens;
+      for (int i = 0; i < T; ++i)
+        tokens.emplace_back(r, l, c.rank);
+      // The CPU's chunk form.
+      std::vector<std::vector<uint16_t>> want(T), wantGate(T);
+      std::vector<k3::KdaDecodeParams> host(T);
+      std::vector<const k3::KdaDecodeParams *> hostRows;
+      for (int i = 0; i < T; ++i) {
+        const DecodeToken &t = tokens[i];
+        k3::KdaDecodeParams &p = host[i] = decodeParams(l, c.hasLowerBound);
+        p.uq = t.uq.data();
+        p.uk = t.uk.data();
+        p.uv = t.uv.data();
+        p.convQ = l.convQ.host();
+        p.convK = l.convK.host();
+        p.convV = l.convV.host();
+        p.convStateQ = sQ.data();
+        p.convStateK = sK.data();
+        p.convStateV = sV.data();
+        p.f = t.f.data();
+        p.betaLogit = t.betaLogit.data();
+        p.dtBias = l.gw.dtBias.data();
+        p.aLog = l.gw.aLog.data();
+        p.state = state.data();
+        p.gate = t.gate.data();
+        p.normWeight = l.normWeight.host();
+        want[i].assign(C, 0xFFFF);
+        wantGate[i].assign(C, 0xFFFF);
+        p.out = want[i].data();
+        if (c.rank) {
+          p.f = p.gate = nullptr;
+          p.fA = t.fA.data();
+          p.fB = lr.fB.data();
+          p.fRank = c.rank;
+          p.gA = t.gA.data();
+          p.gB = lr.gB.data();
+          p.gRank = c.rank;
+          p.gateOut = wantGate[i].data();
+        }
+        hostRows.push_back(&p);
+      }
+      k3::kdaDecodeChunkCpu(hostRows.data(), hostRows.size());
+      // The GPU's, in one launch.
+      std::vector<std::unique_ptr<DecodeBound>> bound;
+      std::vector<k3::KdaDecodeParams> params;
+      for (int i = 0; i < T; ++i) {
+        bound.push_back(std::make_unique<DecodeBound>(
+            l, tokens[i], dev, c.hasLowerBound, &lr, k3::L2Prefetch{}));
+        params.push_back(bound.back()->p);
+      }
+      Dev array = Dev::of(params);
+      k3::KdaDecodeRowsParams rp;
+      rp.rows = array.get<k3::KdaDecodeParams>();
+      rp.count = T;
+      k3::Status s = launch("kda_decode_chunk", rp, c.grid, c.block,
+                            k3::kKdaChunkSmemBytes, c.cluster);
+      ASSERT_TRUE(s.isOk()) << s.message();
+      for (int i = 0; i < T; ++i) {
+        const std::string tok = name + ", token " + std::to_string(i);
+        expectBf16Near(want[i], bound[i]->out.download<uint16_t>(C), tok + " y",
+                       0.05, 0.01);
+        if (c.rank)
+          expectSameBits(wantGate[i], bound[i]->gOut.download<uint16_t>(C),
+                         tok + " gate");
+      }
+      const std::vector<float> got = dev.state.download<float>(H * d * d);
+      std::printf("  %s: state rel err %.3g\n", name.c_str(),
+                  relErr(state, got));
+      expectF32Near(state, got, kF32FlipStateTol, name + " state");
+      EXPECT_NE(state, state0) << name;
+      expectSameBits(sQ, dev.sQ.download<float>(conv), name + " conv q");
+      expectSameBits(sK, dev.sK.download<float>(conv), name + " conv k");
+      expectSameBits(sV, dev.sV.download<float>(conv), name + " conv v");
+    }
+  }
+  // 65 rows: NaN out, the state untouched.
+  Rand r(7);
+  DecodeLayer l(r, 32, 128, 4);
+  const std::vector<float> sConv = bf16Valued(r, l.C * 3, 1.0f),
+                           state = r.f32(32 * 128 * 128, 0.5f);
+  DecodeDev dev(l, sConv, state);
+  const DecodeToken t(r, l);
+  DecodeBound b(l, t, dev, 0, nullptr, k3::L2Prefetch{});
+  Dev array =
+      Dev::of(std::vector<k3::KdaDecodeParams>(k3::kKdaChunkMaxRows + 1, b.p));
+  k3::KdaDecodeRowsParams rp;
+  rp.rows = array.get<k3::KdaDecodeParams>();
+  rp.count = k3::kKdaChunkMaxRows + 1;
+  ASSERT_TRUE(
+      launch("kda_decode_chunk", rp, 128, 256, k3::kKdaChunkSmemBytes, 4)
+          .isOk());
   for (uint16_t v : b.out.download<uint16_t>(l.C))
     ASSERT_TRUE(std::isnan(k3::bf16ToFloat(v)));
   EXPECT_EQ(dev.state.download<float>(32 * 128 * 128), state);

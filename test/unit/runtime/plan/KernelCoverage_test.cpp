@@ -110,6 +110,13 @@ TEST(KernelCoverage, NoEntryPointOutsideTheTable) {
         << k << "_run";
     forms.insert(std::string(k) + "_run");
   }
+  for (const char *k : kCudaChunkForms) {
+    EXPECT_TRUE(hasRunForm(k)) << k << ": a chunk form of no run form";
+    EXPECT_TRUE(defined.count(std::string(k) + "_chunk"))
+        << "kCudaChunkForms names " << k
+        << ", but no kernels/*/*.cu defines k3_" << k << "_chunk";
+    forms.insert(std::string(k) + "_chunk");
+  }
   for (const char *k : kCudaMoeChunkKernels) {
     EXPECT_TRUE(defined.count(k)) << "kCudaMoeChunkKernels names " << k
                                   << ", but no kernels/*/*.cu defines k3_" << k;
