@@ -1188,6 +1188,13 @@ struct ChunkShared {
 static_assert(sizeof(ChunkShared) == kKdaChunkSmemBytes,
               "kKdaChunkSmemBytes (KdaParams.h) states this layout's size");
 
+/// Row t's activation pointers (KdaDecodeParams), read once into shared
+/// memory so that the rows' loads are independent of one another.
+struct ChunkRowPtrs {
+  const uint16_t *uq, *uk, *uv, *f, *fA, *gA, *gate, *betaLogit;
+  uint16_t *out, *gateOut;
+};
+
 /// The dynamic shared memory of the launch, in bytes.
 __device__ __forceinline__ unsigned dynamicSmemBytes() {
   unsigned n;
@@ -1220,6 +1227,19 @@ __device__ __forceinline__ void convRows(float *x, int pitch, int T,
   }
 }
 
+/// Copies each row's `rank` bf16 inputs (16-byte aligned, rank % 8 == 0,
+/// rank <= kClusterStagedRank) to dst[t · rank ..] with 16-byte loads.
+template <typename Src>
+__device__ __forceinline__ void stageRanks(uint16_t *dst, int64_t rank, int T,
+                                           Src src) {
+  const int per = static_cast<int>(rank / 8);
+  for (int i = threadIdx.x; i < T * per; i += blockDim.x) {
+    const int t = i / per, q = i % per;
+    reinterpret_cast<uint4 *>(dst + t * rank)[q] =
+        reinterpret_cast<const uint4 *>(src(t))[q];
+  }
+}
+
 } // namespace
 
 extern "C" __global__ void __launch_bounds__(kClusterThreads)
@@ -1227,19 +1247,28 @@ extern "C" __global__ void __launch_bounds__(kClusterThreads)
   extern __shared__ __align__(16) unsigned char chunkBytes[];
   ChunkShared &sm = *reinterpret_cast<ChunkShared *>(chunkBytes);
   __shared__ __align__(16) dev::RowParams<KdaDecodeParams> row;
+  __shared__ ChunkRowPtrs ptr[kChunkT];
   dev::allowDependentLaunch();
   const int T = rp.count;
   if (T < 1)
     return;
+  dev::clusterArrive(); // waited for before the first remote store
   const KdaDecodeParams *rows = rp.rows;
   dev::loadRowParams(rows, row, 0);
   const KdaDecodeParams &p = row.get();
   if (T > kChunkT || dev::clusterBlocks() <= 1 || !clusterShapeOk(p, 1) ||
       dynamicSmemBytes() < sizeof(ChunkShared)) {
+    dev::clusterWait();
     dev::waitForPriorGrids();
     for (int t = 0; t < T; ++t)
       fillNaN(rows[t].out, rows[t].numHeads * rows[t].headDim);
     return;
+  }
+  if (threadIdx.x < T) {
+    const KdaDecodeParams &q = rows[threadIdx.x];
+    ptr[threadIdx.x] =
+        ChunkRowPtrs{q.uq, q.uk,   q.uv,        q.f,   q.fA,
+                     q.gA, q.gate, q.betaLogit, q.out, q.gateOut};
   }
   constexpr int d = kClusterHeadDim, J = kClusterCols;
   const int h = blockIdx.x / kClusterSlices;
@@ -1255,6 +1284,11 @@ extern "C" __global__ void __launch_bounds__(kClusterThreads)
   // rows' inputs are staged first (independent loads), then each channel
   // runs its rows in order from its history.
   float hsMain[kClusterMaxTaps - 1], hsV[kClusterMaxTaps - 1];
+  auto stageable = [&](const uint16_t *b, int64_t r) {
+    return b && r <= kClusterStagedRank && r % 8 == 0 && dev::aligned16(b);
+  };
+  bool stagedF = stageable(p.fB, p.fRank), stagedG = stageable(p.gB, p.gRank);
+  bool vecInputs = true;
   const bool isK = tid >= d;
   const int cc = tid & (d - 1);
   {
@@ -1276,11 +1310,53 @@ extern "C" __global__ void __launch_bounds__(kClusterThreads)
     };
     const int64_t c = c0 + cc;
     float *x = isK ? &sm.k[0][cc] : &sm.q[0][cc];
-    for (int t = 0; t < T; ++t)
-      x[t * d] = dev::bf16ToF(isK ? rows[t].uk[c] : rows[t].uq[c]);
-    if (tid < J)
+    __syncthreads(); // the pointer table
+    for (int t = 0; t < T; ++t) {
+      const ChunkRowPtrs &q = ptr[t];
+      stagedF = stagedF && dev::aligned16(q.fA);
+      stagedG = stagedG && dev::aligned16(q.gA);
+      vecInputs = vecInputs && dev::aligned16(q.uq) && dev::aligned16(q.uk) &&
+                  dev::aligned16(q.uv);
+    }
+    if (vecInputs) {
+      // 16-byte pieces: q's and k's 16 of the head and v's 4 of the block's
+      // columns per row, all loads of a thread issued together.
+      constexpr int kPieces = 2 * d / 8 + J / 8;
+#pragma unroll 4
+      for (int i = tid; i < T * kPieces; i += kClusterThreads) {
+        const int t = i / kPieces, q = i % kPieces;
+        const uint16_t *src = q < d / 8 ? ptr[t].uq + c0 + 8 * q
+                              : q < 2 * d / 8
+                                  ? ptr[t].uk + c0 + 8 * (q - d / 8)
+                                  : ptr[t].uv + c0 + j0 + 8 * (q - 2 * d / 8);
+        float *dst = q < d / 8       ? &sm.q[t][8 * q]
+                     : q < 2 * d / 8 ? &sm.k[t][8 * (q - d / 8)]
+                                     : &sm.v[t][8 * (q - 2 * d / 8)];
+        const uint4 u = *reinterpret_cast<const uint4 *>(src);
+        dst[0] = dev::loF(u.x);
+        dst[1] = dev::hiF(u.x);
+        dst[2] = dev::loF(u.y);
+        dst[3] = dev::hiF(u.y);
+        dst[4] = dev::loF(u.z);
+        dst[5] = dev::hiF(u.z);
+        dst[6] = dev::loF(u.w);
+        dst[7] = dev::hiF(u.w);
+      }
+    } else {
       for (int t = 0; t < T; ++t)
-        sm.v[t][tid] = dev::bf16ToF(rows[t].uv[c0 + j0 + tid]);
+        x[t * d] = dev::bf16ToF(isK ? ptr[t].uk[c] : ptr[t].uq[c]);
+      for (int i = tid; i < T * J; i += kClusterThreads)
+        sm.v[i / J][i % J] = dev::bf16ToF(ptr[i / J].uv[c0 + j0 + i % J]);
+    }
+    // The folded gates' inputs R(f_a h), R(g_a h) of every row, staged in
+    // the room of A and B (filled only after the next cluster barrier).
+    if (stagedF)
+      stageRanks(reinterpret_cast<uint16_t *>(&sm.a[0][0]), p.fRank, T,
+                 [&](int t) { return ptr[t].fA; });
+    if (stagedG)
+      stageRanks(reinterpret_cast<uint16_t *>(&sm.b[0][0]), p.gRank, T,
+                 [&](int t) { return ptr[t].gA; });
+    __syncthreads();
     loadTaps(isK ? p.convK : p.convQ, c);
     loadHist(isK ? p.convStateK : p.convStateQ, c, hsMain);
     convRows(x, d, T, taps, hsMain, hist);
@@ -1297,9 +1373,14 @@ extern "C" __global__ void __launch_bounds__(kClusterThreads)
   for (int i = tid; i < T * d; i += kClusterThreads) {
     const int t = i / d, ch = i % d;
     const int64_t c = c0 + ch;
-    const uint16_t f = p.fB
-                           ? lowRankRow(p.fB + c * p.fRank, rows[t].fA, p.fRank)
-                           : rows[t].f[c];
+    // lowRankRow's sum with the staged input as its shared operand (the
+    // products are the same either way round).
+    const uint16_t *fStaged =
+        reinterpret_cast<const uint16_t *>(&sm.a[0][0]) + t * p.fRank;
+    const uint16_t f =
+        stagedF ? lowRankRow<true>(fStaged, p.fB + c * p.fRank, p.fRank)
+        : p.fB  ? lowRankRow(p.fB + c * p.fRank, ptr[t].fA, p.fRank)
+                : ptr[t].f[c];
     sm.g[t][ch] = gateF(f, p.dtBias[c], aH, p.hasLowerBound, p.lowerBound);
   }
   for (int i = tid; i < T * J; i += kClusterThreads) {
@@ -1307,15 +1388,18 @@ extern "C" __global__ void __launch_bounds__(kClusterThreads)
     const int64_t c = c0 + j0 + jj;
     uint16_t gt;
     if (p.gB) {
-      gt = lowRankRow(p.gB + c * p.gRank, rows[t].gA, p.gRank);
-      rows[t].gateOut[c] = gt;
+      const uint16_t *gStaged =
+          reinterpret_cast<const uint16_t *>(&sm.b[0][0]) + t * p.gRank;
+      gt = stagedG ? lowRankRow<true>(gStaged, p.gB + c * p.gRank, p.gRank)
+                   : lowRankRow(p.gB + c * p.gRank, ptr[t].gA, p.gRank);
+      ptr[t].gateOut[c] = gt;
     } else {
-      gt = rows[t].gate[c];
+      gt = ptr[t].gate[c];
     }
     sm.gt[t][jj] = dev::bf16ToF(gt);
   }
   if (tid < T)
-    sm.beta[tid] = dev::sigmoidF(dev::bf16ToF(rows[tid].betaLogit[h]));
+    sm.beta[tid] = dev::sigmoidF(dev::bf16ToF(ptr[tid].betaLogit[h]));
   // The state slice [key][the block's columns].
   {
     const float *S = p.state + static_cast<int64_t>(h) * d * d + j0;
@@ -1360,7 +1444,10 @@ extern "C" __global__ void __launch_bounds__(kClusterThreads)
   __syncthreads();
 
   // 4. A and B: the cluster's 32 warps take the T(T+1)/2 pairs (s, r <= s)
-  // in turn, each entry stored into every block of the cluster.
+  // in turn, each entry stored into every block of the cluster, once every
+  // block has started and is done with the staged gate inputs.
+  dev::clusterWait();
+  dev::clusterSync();
   {
     const int pairs = T * (T + 1) / 2;
     for (int i = static_cast<int>(rank) * (kClusterThreads / 32) + warp;
@@ -1508,7 +1595,7 @@ extern "C" __global__ void __launch_bounds__(kClusterThreads)
           1.0f / sqrtf(headSum(sm.ss[t]) / static_cast<float>(d) + p.normEps);
       const float y =
           sm.o[t][lane] * rr * normW * dev::sigmoidF(sm.gt[t][lane]);
-      rows[t].out[c0 + j0 + lane] = dev::fToBf16(y);
+      ptr[t].out[c0 + j0 + lane] = dev::fToBf16(y);
     }
   }
 }
