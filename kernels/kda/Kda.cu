@@ -412,8 +412,9 @@ __device__ __forceinline__ float gateF(uint16_t f, float dtBias, float a,
 /// fp32, so fmaf adds exactly what the CPU adds: the row is the CPU's, bit
 /// for bit, and so is the folded form against the unfolded one there. The
 /// input a is read through L1 (every thread of the block reads it); the row
-/// w from global memory, or (SharedW) from a copy staged in shared memory.
-template <bool SharedW = false>
+/// w from global memory, or (SharedW) from a copy staged in shared memory;
+/// a likewise (SharedA).
+template <bool SharedW = false, bool SharedA = false>
 __device__ __forceinline__ uint16_t lowRankRow(const uint16_t *w,
                                                const uint16_t *a, int64_t r) {
   float acc[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
@@ -428,7 +429,11 @@ __device__ __forceinline__ uint16_t lowRankRow(const uint16_t *w,
         x = wv[c];
       else
         x = __ldg(wv + c);
-      const uint4 y = __ldg(av + c);
+      uint4 y;
+      if constexpr (SharedA)
+        y = av[c];
+      else
+        y = __ldg(av + c);
       acc[0] = fmaf(dev::loF(x.x), dev::loF(y.x), acc[0]);
       acc[1] = fmaf(dev::hiF(x.x), dev::hiF(y.x), acc[1]);
       acc[2] = fmaf(dev::loF(x.y), dev::loF(y.y), acc[2]);
@@ -452,7 +457,12 @@ __device__ __forceinline__ uint16_t lowRankRow(const uint16_t *w,
         wj = w[j + l];
       else
         wj = __ldg(w + j + l);
-      acc[l] = fmaf(dev::bf16ToF(wj), dev::bf16ToF(__ldg(a + j + l)), acc[l]);
+      uint16_t aj;
+      if constexpr (SharedA)
+        aj = a[j + l];
+      else
+        aj = __ldg(a + j + l);
+      acc[l] = fmaf(dev::bf16ToF(wj), dev::bf16ToF(aj), acc[l]);
     }
   }
   return dev::fToBf16(((acc[0] + acc[1]) + (acc[2] + acc[3])) +
@@ -1279,16 +1289,93 @@ extern "C" __global__ void __launch_bounds__(kClusterThreads)
   const int W = p.convWidth, hist = W - 1;
   dev::waitForPriorGrids();
 
-  // 1. The convs: thread i < 128 q's channel i of the head, 128 <= i < 256
-  // k's channel i - 128, and threads 0-31 also v's channel j0 + i. The
-  // rows' inputs are staged first (independent loads), then each channel
-  // runs its rows in order from its history.
-  float hsMain[kClusterMaxTaps - 1], hsV[kClusterMaxTaps - 1];
+  // 1. The folded gates: each row's R(f_a h), R(g_a h) staged (in the room of
+  // A and B), the head's f_b rows and the block's g_b rows staged (in the
+  // room of q and k, rows padded to kStagedPitch against bank conflicts),
+  // all with 16-byte loads; then the decays of every key channel and row,
+  // the output gate of the block's channels (lowRankRow's sums, bit for bit)
+  // and β. Unfolded (or unaligned) gates read f and the gate from memory.
   auto stageable = [&](const uint16_t *b, int64_t r) {
     return b && r <= kClusterStagedRank && r % 8 == 0 && dev::aligned16(b);
   };
   bool stagedF = stageable(p.fB, p.fRank), stagedG = stageable(p.gB, p.gRank);
   bool vecInputs = true;
+  __syncthreads(); // the pointer table
+  for (int t = 0; t < T; ++t) {
+    const ChunkRowPtrs &q = ptr[t];
+    stagedF = stagedF && dev::aligned16(q.fA);
+    stagedG = stagedG && dev::aligned16(q.gA);
+    vecInputs = vecInputs && dev::aligned16(q.uq) && dev::aligned16(q.uk) &&
+                dev::aligned16(q.uv);
+  }
+  uint16_t *const fIn = reinterpret_cast<uint16_t *>(&sm.a[0][0]);
+  uint16_t *const gIn = reinterpret_cast<uint16_t *>(&sm.b[0][0]);
+  uint16_t *const fRows = reinterpret_cast<uint16_t *>(&sm.q[0][0]);
+  uint16_t *const gRows = fRows + d * kStagedPitch;
+  static_assert((kClusterHeadDim + kClusterCols) * kStagedPitch * 2 <=
+                    2 * sizeof(ChunkShared::q),
+                "the staged gate rows fit the room of q and k");
+  static_assert(kClusterStagedRank * kChunkT * 2 <= sizeof(ChunkShared::a),
+                "a row's staged gate input fits the room of A");
+  auto stageRows = [&](uint16_t *dst, const uint16_t *src, int n,
+                       int64_t rank) {
+    const int per = static_cast<int>(rank / 8);
+    for (int i = tid; i < n * per; i += kClusterThreads)
+      reinterpret_cast<uint4 *>(dst + (i / per) * kStagedPitch)[i % per] =
+          reinterpret_cast<const uint4 *>(src + (i / per) * rank)[i % per];
+  };
+  if (stagedF) {
+    stageRanks(fIn, p.fRank, T, [&](int t) { return ptr[t].fA; });
+    stageRows(fRows, p.fB + c0 * p.fRank, d, p.fRank);
+  }
+  if (stagedG) {
+    stageRanks(gIn, p.gRank, T, [&](int t) { return ptr[t].gA; });
+    stageRows(gRows, p.gB + (c0 + j0) * p.gRank, J, p.gRank);
+  }
+  // The state slice [key][the block's columns] meanwhile.
+  {
+    const float *S = p.state + static_cast<int64_t>(h) * d * d + j0;
+    for (int i = tid; i < d * J / 4; i += kClusterThreads) {
+      const int c = i / (J / 4), q4 = i % (J / 4);
+      *reinterpret_cast<float4 *>(&sm.s[c][4 * q4]) =
+          *reinterpret_cast<const float4 *>(S + c * d + 4 * q4);
+    }
+  }
+  __syncthreads();
+  const float aH = expf(p.aLog[h]);
+  for (int i = tid; i < T * d; i += kClusterThreads) {
+    const int t = i / d, ch = i % d;
+    const int64_t c = c0 + ch;
+    const uint16_t f =
+        stagedF ? lowRankRow<true, true>(fRows + ch * kStagedPitch,
+                                         fIn + t * p.fRank, p.fRank)
+        : p.fB  ? lowRankRow(p.fB + c * p.fRank, ptr[t].fA, p.fRank)
+                : ptr[t].f[c];
+    sm.g[t][ch] = gateF(f, p.dtBias[c], aH, p.hasLowerBound, p.lowerBound);
+  }
+  for (int i = tid; i < T * J; i += kClusterThreads) {
+    const int t = i / J, jj = i % J;
+    const int64_t c = c0 + j0 + jj;
+    uint16_t gt;
+    if (p.gB) {
+      gt = stagedG ? lowRankRow<true, true>(gRows + jj * kStagedPitch,
+                                            gIn + t * p.gRank, p.gRank)
+                   : lowRankRow(p.gB + c * p.gRank, ptr[t].gA, p.gRank);
+      ptr[t].gateOut[c] = gt;
+    } else {
+      gt = ptr[t].gate[c];
+    }
+    sm.gt[t][jj] = dev::bf16ToF(gt);
+  }
+  if (tid < T)
+    sm.beta[tid] = dev::sigmoidF(dev::bf16ToF(ptr[tid].betaLogit[h]));
+  __syncthreads(); // done with the staged rows (the room of q and k)
+
+  // 2. The convs: thread i < 128 q's channel i of the head, 128 <= i < 256
+  // k's channel i - 128, and threads 0-31 also v's channel j0 + i. The
+  // rows' inputs are staged first (independent loads), then each channel
+  // runs its rows in order from its history.
+  float hsMain[kClusterMaxTaps - 1], hsV[kClusterMaxTaps - 1];
   const bool isK = tid >= d;
   const int cc = tid & (d - 1);
   {
@@ -1310,14 +1397,6 @@ extern "C" __global__ void __launch_bounds__(kClusterThreads)
     };
     const int64_t c = c0 + cc;
     float *x = isK ? &sm.k[0][cc] : &sm.q[0][cc];
-    __syncthreads(); // the pointer table
-    for (int t = 0; t < T; ++t) {
-      const ChunkRowPtrs &q = ptr[t];
-      stagedF = stagedF && dev::aligned16(q.fA);
-      stagedG = stagedG && dev::aligned16(q.gA);
-      vecInputs = vecInputs && dev::aligned16(q.uq) && dev::aligned16(q.uk) &&
-                  dev::aligned16(q.uv);
-    }
     if (vecInputs) {
       // 16-byte pieces: q's and k's 16 of the head and v's 4 of the block's
       // columns per row, all loads of a thread issued together.
@@ -1348,14 +1427,6 @@ extern "C" __global__ void __launch_bounds__(kClusterThreads)
       for (int i = tid; i < T * J; i += kClusterThreads)
         sm.v[i / J][i % J] = dev::bf16ToF(ptr[i / J].uv[c0 + j0 + i % J]);
     }
-    // The folded gates' inputs R(f_a h), R(g_a h) of every row, staged in
-    // the room of A and B (filled only after the next cluster barrier).
-    if (stagedF)
-      stageRanks(reinterpret_cast<uint16_t *>(&sm.a[0][0]), p.fRank, T,
-                 [&](int t) { return ptr[t].fA; });
-    if (stagedG)
-      stageRanks(reinterpret_cast<uint16_t *>(&sm.b[0][0]), p.gRank, T,
-                 [&](int t) { return ptr[t].gA; });
     __syncthreads();
     loadTaps(isK ? p.convK : p.convQ, c);
     loadHist(isK ? p.convStateK : p.convStateQ, c, hsMain);
@@ -1364,49 +1435,6 @@ extern "C" __global__ void __launch_bounds__(kClusterThreads)
       loadTaps(p.convV, c0 + j0 + tid);
       loadHist(p.convStateV, c0 + j0 + tid, hsV);
       convRows(&sm.v[0][tid], J, T, taps, hsV, hist);
-    }
-  }
-
-  // 2. The decays of every key channel and row, the output gate of the
-  // block's channels (the folded rows as kda_decode sums them), β.
-  const float aH = expf(p.aLog[h]);
-  for (int i = tid; i < T * d; i += kClusterThreads) {
-    const int t = i / d, ch = i % d;
-    const int64_t c = c0 + ch;
-    // lowRankRow's sum with the staged input as its shared operand (the
-    // products are the same either way round).
-    const uint16_t *fStaged =
-        reinterpret_cast<const uint16_t *>(&sm.a[0][0]) + t * p.fRank;
-    const uint16_t f =
-        stagedF ? lowRankRow<true>(fStaged, p.fB + c * p.fRank, p.fRank)
-        : p.fB  ? lowRankRow(p.fB + c * p.fRank, ptr[t].fA, p.fRank)
-                : ptr[t].f[c];
-    sm.g[t][ch] = gateF(f, p.dtBias[c], aH, p.hasLowerBound, p.lowerBound);
-  }
-  for (int i = tid; i < T * J; i += kClusterThreads) {
-    const int t = i / J, jj = i % J;
-    const int64_t c = c0 + j0 + jj;
-    uint16_t gt;
-    if (p.gB) {
-      const uint16_t *gStaged =
-          reinterpret_cast<const uint16_t *>(&sm.b[0][0]) + t * p.gRank;
-      gt = stagedG ? lowRankRow<true>(gStaged, p.gB + c * p.gRank, p.gRank)
-                   : lowRankRow(p.gB + c * p.gRank, ptr[t].gA, p.gRank);
-      ptr[t].gateOut[c] = gt;
-    } else {
-      gt = ptr[t].gate[c];
-    }
-    sm.gt[t][jj] = dev::bf16ToF(gt);
-  }
-  if (tid < T)
-    sm.beta[tid] = dev::sigmoidF(dev::bf16ToF(ptr[tid].betaLogit[h]));
-  // The state slice [key][the block's columns].
-  {
-    const float *S = p.state + static_cast<int64_t>(h) * d * d + j0;
-    for (int i = tid; i < d * J / 4; i += kClusterThreads) {
-      const int c = i / (J / 4), q4 = i % (J / 4);
-      *reinterpret_cast<float4 *>(&sm.s[c][4 * q4]) =
-          *reinterpret_cast<const float4 *>(S + c * d + 4 * q4);
     }
   }
   __syncthreads();

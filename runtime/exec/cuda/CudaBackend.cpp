@@ -239,6 +239,10 @@ CudaBackend::bind(const PlanDoc &plan, const TensorStore &store,
   // measure what they buy).
   const char *formsEnv = std::getenv("K3C_ROWS_FORMS");
   const bool useForms = !(formsEnv && std::string(formsEnv) == "0");
+  // K3C_KDA_CHUNK=0 keeps kda_decode's run form for prompt chunks (to
+  // measure what its chunk form buys).
+  const char *chunkEnv = std::getenv("K3C_KDA_CHUNK");
+  const bool useKdaChunk = !(chunkEnv && std::string(chunkEnv) == "0");
   std::map<std::string, std::pair<cuda::CUfunction, int64_t>> rowsForms;
   std::map<std::string, cuda::CUfunction> mmaForms;
   for (size_t i = 0; i < plan.launches.size(); ++i) {
@@ -286,7 +290,7 @@ CudaBackend::bind(const PlanDoc &plan, const TensorStore &store,
     }
     be->runFunctions_.push_back(run);
     cuda::CUfunction chunk = nullptr;
-    if (run && hasChunkForm(k)) {
+    if (run && useKdaChunk && hasChunkForm(k)) {
       Expected<cuda::CUfunction> f =
           kernelFunction(d, k + "_chunk", plan.ptxFor(k));
       Expected<int64_t> smem =
