@@ -239,10 +239,11 @@ CudaBackend::bind(const PlanDoc &plan, const TensorStore &store,
   // measure what they buy).
   const char *formsEnv = std::getenv("K3C_ROWS_FORMS");
   const bool useForms = !(formsEnv && std::string(formsEnv) == "0");
-  // K3C_KDA_CHUNK=0 keeps kda_decode's run form for prompt chunks (to
-  // measure what its chunk form buys).
+  // kda_decode's chunk form is opt-in (K3C_KDA_CHUNK=1): measured on the
+  // H200 it ties the run form (~316 µs per 64 rows against ~4.9 µs a row:
+  // docs/PERF.md 2026-12-04), and the run form is bit for bit the decode.
   const char *chunkEnv = std::getenv("K3C_KDA_CHUNK");
-  const bool useKdaChunk = !(chunkEnv && std::string(chunkEnv) == "0");
+  const bool useKdaChunk = chunkEnv && std::string(chunkEnv) == "1";
   std::map<std::string, std::pair<cuda::CUfunction, int64_t>> rowsForms;
   std::map<std::string, cuda::CUfunction> mmaForms;
   for (size_t i = 0; i < plan.launches.size(); ++i) {
