@@ -736,6 +736,36 @@ __device__ __forceinline__ bool clusterShapeOk(const KdaDecodeParams &p,
          rankOk(p.fB, p.fRank) && rankOk(p.gB, p.gRank);
 }
 
+/// Channel c's W conv taps (bf16 or fp32 filter) into registers; the rest
+/// stay as they are.
+__device__ __forceinline__ void loadConvTaps(const VectorRef &w, int64_t c,
+                                             int W,
+                                             float (&taps)[kClusterMaxTaps]) {
+  dev::withVector(w, [&](const auto *t) {
+#pragma unroll
+    for (int i = 0; i < kClusterMaxTaps; ++i)
+      if (i < W)
+        taps[i] = dev::elemF(t, c * W + i);
+    return 0;
+  });
+}
+
+/// convOut's sum on the clustered paths' registers: the history taps in
+/// order, then the newest input u (taps and history past `hist` unused).
+__device__ __forceinline__ float
+convTaps(const float (&taps)[kClusterMaxTaps],
+         const float (&hs)[kClusterMaxTaps - 1], float u, int hist) {
+  float acc = 0.0f;
+#pragma unroll
+  for (int i = 0; i < kClusterMaxTaps; ++i) {
+    if (i < hist)
+      acc = fmaf(taps[i], hs[i], acc);
+    else if (i == hist)
+      acc = fmaf(taps[i], u, acc);
+  }
+  return acc;
+}
+
 /// Stores `v` at `local` in every block of the cluster (lane-parallel: each
 /// call is kClusterSlices remote stores).
 __device__ __forceinline__ void storeAllBlocks(float *local, float v) {
@@ -780,13 +810,7 @@ decodeClustered(const KdaDecodeParams &p, ClusterShared &sm,
   float taps[kClusterMaxTaps] = {0.0f, 0.0f, 0.0f, 0.0f};
   if (warp < 3) {
     const VectorRef w = warp == 0 ? p.convQ : (warp == 1 ? p.convK : p.convV);
-    dev::withVector(w, [&](const auto *t) {
-#pragma unroll
-      for (int i = 0; i < kClusterMaxTaps; ++i)
-        if (i < W)
-          taps[i] = dev::elemF(t, c * W + i);
-      return 0;
-    });
+    loadConvTaps(w, c, W, taps);
   }
   float dtBias = 0.0f, a = 0.0f, normW = 0.0f;
   if (warp == 0)
@@ -835,15 +859,7 @@ decodeClustered(const KdaDecodeParams &p, ClusterShared &sm,
 #pragma unroll
     for (int i = 0; i < kClusterMaxTaps - 1; ++i)
       hs[i] = i < hist ? st[i] : 0.0f;
-    // convOut's sum: the history taps in order, then the newest.
-    float acc = 0.0f;
-#pragma unroll
-    for (int i = 0; i < kClusterMaxTaps; ++i) {
-      if (i < hist)
-        acc = fmaf(taps[i], hs[i], acc);
-      else if (i == hist)
-        acc = fmaf(taps[i], u, acc);
-    }
+    const float acc = convTaps(taps, hs, u, hist);
     // convShift: this block alone reads and writes these channels.
 #pragma unroll
     for (int i = 0; i < kClusterMaxTaps - 1; ++i)
@@ -1221,14 +1237,7 @@ __device__ __forceinline__ void convRows(float *x, int pitch, int T,
                                          int hist) {
   for (int t = 0; t < T; ++t) {
     const float u = x[t * pitch];
-    float acc = 0.0f;
-#pragma unroll
-    for (int i = 0; i < kClusterMaxTaps; ++i) {
-      if (i < hist)
-        acc = fmaf(taps[i], hs[i], acc);
-      else if (i == hist)
-        acc = fmaf(taps[i], u, acc);
-    }
+    const float acc = convTaps(taps, hs, u, hist);
 #pragma unroll
     for (int i = 0; i < kClusterMaxTaps - 1; ++i)
       if (i < hist)
@@ -1380,15 +1389,6 @@ extern "C" __global__ void __launch_bounds__(kClusterThreads)
   const int cc = tid & (d - 1);
   {
     float taps[kClusterMaxTaps] = {0.0f, 0.0f, 0.0f, 0.0f};
-    auto loadTaps = [&](const VectorRef &w, int64_t c) {
-      dev::withVector(w, [&](const auto *t) {
-#pragma unroll
-        for (int i = 0; i < kClusterMaxTaps; ++i)
-          if (i < W)
-            taps[i] = dev::elemF(t, c * W + i);
-        return 0;
-      });
-    };
     auto loadHist = [&](const float *st, int64_t c,
                         float(&hs)[kClusterMaxTaps - 1]) {
 #pragma unroll
@@ -1428,11 +1428,11 @@ extern "C" __global__ void __launch_bounds__(kClusterThreads)
         sm.v[i / J][i % J] = dev::bf16ToF(ptr[i / J].uv[c0 + j0 + i % J]);
     }
     __syncthreads();
-    loadTaps(isK ? p.convK : p.convQ, c);
+    loadConvTaps(isK ? p.convK : p.convQ, c, W, taps);
     loadHist(isK ? p.convStateK : p.convStateQ, c, hsMain);
     convRows(x, d, T, taps, hsMain, hist);
     if (tid < J) {
-      loadTaps(p.convV, c0 + j0 + tid);
+      loadConvTaps(p.convV, c0 + j0 + tid, W, taps);
       loadHist(p.convStateV, c0 + j0 + tid, hsV);
       convRows(&sm.v[0][tid], J, T, taps, hsV, hist);
     }

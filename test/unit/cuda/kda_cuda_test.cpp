@@ -630,6 +630,45 @@ k3::KdaDecodeParams decodeParams(const DecodeLayer &l, int32_t hasLowerBound) {
   return p;
 }
 
+/// kda_decode's params over host memory for token `t` of layer `l` (the
+/// CPU's side), the states and outputs the caller's; with lr.rank > 0 the
+/// folded low-rank gates (f and the gate unbound, gateOut written).
+k3::KdaDecodeParams hostDecodeParams(const DecodeLayer &l, const DecodeToken &t,
+                                     const LowRankWeights &lr,
+                                     int32_t hasLowerBound, float *sQ,
+                                     float *sK, float *sV, float *state,
+                                     uint16_t *out, uint16_t *gateOut) {
+  k3::KdaDecodeParams p = decodeParams(l, hasLowerBound);
+  p.uq = t.uq.data();
+  p.uk = t.uk.data();
+  p.uv = t.uv.data();
+  p.convQ = l.convQ.host();
+  p.convK = l.convK.host();
+  p.convV = l.convV.host();
+  p.convStateQ = sQ;
+  p.convStateK = sK;
+  p.convStateV = sV;
+  p.f = t.f.data();
+  p.betaLogit = t.betaLogit.data();
+  p.dtBias = l.gw.dtBias.data();
+  p.aLog = l.gw.aLog.data();
+  p.state = state;
+  p.gate = t.gate.data();
+  p.normWeight = l.normWeight.host();
+  p.out = out;
+  if (lr.rank) {
+    p.f = p.gate = nullptr;
+    p.fA = t.fA.data();
+    p.fB = lr.fB.data();
+    p.fRank = lr.rank;
+    p.gA = t.gA.data();
+    p.gB = lr.gB.data();
+    p.gRank = lr.rank;
+    p.gateOut = gateOut;
+  }
+  return p;
+}
+
 /// One token's kda_decode inputs on the device and the params bound to
 /// them (and to a layer's device copies); out (and gateOut) poisoned.
 /// With lr.rank > 0, f and the gate come from the folded low-rank form (f
@@ -768,35 +807,10 @@ void decodeMatchesCpu(bool f32) {
       const std::string name =
           c.name() + dtypeName(f32) + " token " + std::to_string(step);
       DecodeToken t(r, l, c.rank);
-      k3::KdaDecodeParams p = decodeParams(l, c.hasLowerBound);
-      p.uq = t.uq.data();
-      p.uk = t.uk.data();
-      p.uv = t.uv.data();
-      p.convQ = l.convQ.host();
-      p.convK = l.convK.host();
-      p.convV = l.convV.host();
-      p.convStateQ = sQ.data();
-      p.convStateK = sK.data();
-      p.convStateV = sV.data();
-      p.f = t.f.data();
-      p.betaLogit = t.betaLogit.data();
-      p.dtBias = l.gw.dtBias.data();
-      p.aLog = l.gw.aLog.data();
-      p.state = state.data();
-      p.gate = t.gate.data();
-      p.normWeight = l.normWeight.host();
       std::vector<uint16_t> want(C, 0xFFFF), wantGate(C, 0xFFFF), gotGate;
-      p.out = want.data();
-      if (c.rank) {
-        p.f = p.gate = nullptr;
-        p.fA = t.fA.data();
-        p.fB = lr.fB.data();
-        p.fRank = c.rank;
-        p.gA = t.gA.data();
-        p.gB = lr.gB.data();
-        p.gRank = c.rank;
-        p.gateOut = wantGate.data();
-      }
+      k3::KdaDecodeParams p = hostDecodeParams(
+          l, t, lr, c.hasLowerBound, sQ.data(), sK.data(), sV.data(),
+          state.data(), want.data(), wantGate.data());
       // Teacher-forced: the GPU starts every token from the CPU's states,
       // so each token is compared alone and a rounding flip of one token
       // (kF32FlipStateTol) is not carried into the next token's check.
@@ -1077,6 +1091,13 @@ TEST(KdaCuda, DecodeRowsAsOneLaunchPerRow) {
 
 namespace {
 
+/// kda_decode's clustered launches as the plans make them: Kimi-Linear with
+/// its folded low-rank gates and unfolded, K3's 96 heads.
+const DecodeCase kPlannedClusterCases[] = {
+    DecodeCase{32, 128, 4, 0, 128, 256, 128, 4},
+    DecodeCase{32, 128, 4, 1, 128, 256, 0, 4},
+    DecodeCase{96, 128, 4, 1, 384, 256, 0, 4}};
+
 /// kda_decode's run form (k3_kda_decode_run): T consecutive tokens of one
 /// sequence — one state, each token its own inputs — in one launch on the
 /// clustered grid; every token's output and folded gate, and the states
@@ -1085,9 +1106,7 @@ namespace {
 /// heads; 1, 2, 7 and 64 tokens. A launch without clusters writes NaN.
 TEST(KdaCuda, DecodeRunIsOneLaunchPerToken) {
   K3_REQUIRE_GPU();
-  for (const DecodeCase &c : {DecodeCase{32, 128, 4, 0, 128, 256, 128, 4},
-                              DecodeCase{32, 128, 4, 1, 128, 256, 0, 4},
-                              DecodeCase{96, 128, 4, 1, 384, 256, 0, 4}}) {
+  for (const DecodeCase &c : kPlannedClusterCases) {
     for (int T : {1, 2, 7, 64}) {
       const std::string name = c.name() + ", " + std::to_string(T) + " tokens";
       SCOPED_TRACE(name);
@@ -1162,9 +1181,7 @@ namespace {
 /// tokens; then more than 64 rows: NaN out, the states untouched.
 TEST(KdaCuda, DecodeChunkAsTheCpuChunkForm) {
   K3_REQUIRE_GPU();
-  for (const DecodeCase &c : {DecodeCase{32, 128, 4, 0, 128, 256, 128, 4},
-                              DecodeCase{32, 128, 4, 1, 128, 256, 0, 4},
-                              DecodeCase{96, 128, 4, 1, 384, 256, 0, 4}}) {
+  for (const DecodeCase &c : kPlannedClusterCases) {
     for (int T : {1, 5, 16, 64}) {
       const std::string name = c.name() + ", " + std::to_string(T) + " tokens";
       SCOPED_TRACE(name);
@@ -1185,38 +1202,12 @@ TEST(KdaCuda, DecodeChunkAsTheCpuChunkForm) {
       std::vector<k3::KdaDecodeParams> host(T);
       std::vector<const k3::KdaDecodeParams *> hostRows;
       for (int i = 0; i < T; ++i) {
-        const DecodeToken &t = tokens[i];
-        k3::KdaDecodeParams &p = host[i] = decodeParams(l, c.hasLowerBound);
-        p.uq = t.uq.data();
-        p.uk = t.uk.data();
-        p.uv = t.uv.data();
-        p.convQ = l.convQ.host();
-        p.convK = l.convK.host();
-        p.convV = l.convV.host();
-        p.convStateQ = sQ.data();
-        p.convStateK = sK.data();
-        p.convStateV = sV.data();
-        p.f = t.f.data();
-        p.betaLogit = t.betaLogit.data();
-        p.dtBias = l.gw.dtBias.data();
-        p.aLog = l.gw.aLog.data();
-        p.state = state.data();
-        p.gate = t.gate.data();
-        p.normWeight = l.normWeight.host();
         want[i].assign(C, 0xFFFF);
         wantGate[i].assign(C, 0xFFFF);
-        p.out = want[i].data();
-        if (c.rank) {
-          p.f = p.gate = nullptr;
-          p.fA = t.fA.data();
-          p.fB = lr.fB.data();
-          p.fRank = c.rank;
-          p.gA = t.gA.data();
-          p.gB = lr.gB.data();
-          p.gRank = c.rank;
-          p.gateOut = wantGate[i].data();
-        }
-        hostRows.push_back(&p);
+        host[i] = hostDecodeParams(l, tokens[i], lr, c.hasLowerBound, sQ.data(),
+                                   sK.data(), sV.data(), state.data(),
+                                   want[i].data(), wantGate[i].data());
+        hostRows.push_back(&host[i]);
       }
       k3::kdaDecodeChunkCpu(hostRows.data(), hostRows.size());
       // The GPU's, in one launch.
