@@ -115,6 +115,42 @@ TEST(PlanTest, FloatArgsKeepTheirKindAndValue) {
   EXPECT_EQ(static_cast<float>(eps->floatValue), 1e-5f);
 }
 
+/// The logits tail (what a prompt row that asks for no logits skips) starts
+/// past the last KDA / MLA state write and holds the lm_head and the argmax;
+/// a launch that writes a sequence state, or one the table lacks, ends it.
+TEST(PlanTest, LogitsTailStartsPastTheLastStateWrite) {
+  K3C_SKIP_WITHOUT_COMPILER();
+  EXPECT_EQ(logitsTailStart(PlanDoc()), 0u);
+  for (const char *preset : {"tiny", "tiny-linear"})
+    for (const char *fusion : test::kFusionStrategies) {
+      SCOPED_TRACE(std::string(preset) + " " + fusion);
+      Expected<PlanDoc> made = test::compiledPresetPlan(preset, fusion, 64);
+      ASSERT_TRUE(made.hasValue()) << made.message();
+      PlanDoc plan = made.take();
+      const size_t n = plan.launches.size(), tail = logitsTailStart(plan);
+      size_t lastState = 0, head = 0;
+      for (size_t i = 0; i < n; ++i) {
+        const std::string &k = plan.launches[i].kernel;
+        if (k == "kda_decode" || k == "mla_cache_append" || k == "kda_step" ||
+            k == "kda_conv")
+          lastState = i;
+        if (k == "linear")
+          head = i;
+      }
+      EXPECT_GT(tail, lastState);
+      EXPECT_LE(tail, head);
+      EXPECT_EQ(plan.launches.back().kernel, "argmax");
+      // A state write at the end leaves no tail; a kernel the table lacks
+      // ends the tail after it.
+      PlanDoc writes = plan;
+      writes.launches.push_back(plan.launches[lastState]);
+      EXPECT_EQ(logitsTailStart(writes), n + 1);
+      PlanDoc unknown = plan;
+      unknown.launches[head].kernel = "no_such_kernel";
+      EXPECT_EQ(logitsTailStart(unknown), head + 1);
+    }
+}
+
 TEST(PlanTest, NotAPlan) {
   EXPECT_ERROR_CONTAINS(parsePlan("hello world"), "not a k3c plan");
   EXPECT_ERROR_CONTAINS(parsePlan(""), "not a k3c plan");
