@@ -1098,6 +1098,28 @@ const DecodeCase kPlannedClusterCases[] = {
     DecodeCase{32, 128, 4, 1, 128, 256, 0, 4},
     DecodeCase{96, 128, 4, 1, 384, 256, 0, 4}};
 
+/// A launch of a rows-array form of kda_decode (`kernel`) over `count` copies
+/// of one Kimi-Linear token's params that the kernel refuses (its limits):
+/// every output NaN, the state untouched.
+void expectRowsRefused(const std::string &kernel, int count, int64_t smem,
+                       int64_t cluster, uint64_t seed) {
+  Rand r(seed);
+  DecodeLayer l(r, 32, 128, 4);
+  const std::vector<float> sConv = bf16Valued(r, l.C * 3, 1.0f),
+                           state = r.f32(32 * 128 * 128, 0.5f);
+  DecodeDev dev(l, sConv, state);
+  const DecodeToken t(r, l);
+  DecodeBound b(l, t, dev, 0, nullptr, k3::L2Prefetch{});
+  Dev array = Dev::of(std::vector<k3::KdaDecodeParams>(count, b.p));
+  k3::KdaDecodeRowsParams rp;
+  rp.rows = array.get<k3::KdaDecodeParams>();
+  rp.count = count;
+  ASSERT_TRUE(launch(kernel, rp, 128, 256, smem, cluster).isOk()) << kernel;
+  for (uint16_t v : b.out.download<uint16_t>(l.C))
+    ASSERT_TRUE(std::isnan(k3::bf16ToFloat(v))) << kernel;
+  EXPECT_EQ(dev.state.download<float>(32 * 128 * 128), state) << kernel;
+}
+
 /// kda_decode's run form (k3_kda_decode_run): T consecutive tokens of one
 /// sequence — one state, each token its own inputs — in one launch on the
 /// clustered grid; every token's output and folded gate, and the states
@@ -1152,21 +1174,7 @@ TEST(KdaCuda, DecodeRunIsOneLaunchPerToken) {
     }
   }
   // Without clusters: NaN out, the state untouched.
-  Rand r(5);
-  DecodeLayer l(r, 32, 128, 4);
-  const std::vector<float> sConv = bf16Valued(r, l.C * 3, 1.0f),
-                           state = r.f32(32 * 128 * 128, 0.5f);
-  DecodeDev dev(l, sConv, state);
-  const DecodeToken t(r, l);
-  DecodeBound b(l, t, dev, 0, nullptr, k3::L2Prefetch{});
-  Dev array = Dev::of(std::vector<k3::KdaDecodeParams>{b.p});
-  k3::KdaDecodeRowsParams rp;
-  rp.rows = array.get<k3::KdaDecodeParams>();
-  rp.count = 1;
-  ASSERT_TRUE(launch("kda_decode_run", rp, 128, 256).isOk());
-  for (uint16_t v : b.out.download<uint16_t>(l.C))
-    ASSERT_TRUE(std::isnan(k3::bf16ToFloat(v)));
-  EXPECT_EQ(dev.state.download<float>(32 * 128 * 128), state);
+  expectRowsRefused("kda_decode_run", 1, 0, 1, 5);
 }
 
 } // namespace
@@ -1244,24 +1252,8 @@ TEST(KdaCuda, DecodeChunkAsTheCpuChunkForm) {
     }
   }
   // 65 rows: NaN out, the state untouched.
-  Rand r(7);
-  DecodeLayer l(r, 32, 128, 4);
-  const std::vector<float> sConv = bf16Valued(r, l.C * 3, 1.0f),
-                           state = r.f32(32 * 128 * 128, 0.5f);
-  DecodeDev dev(l, sConv, state);
-  const DecodeToken t(r, l);
-  DecodeBound b(l, t, dev, 0, nullptr, k3::L2Prefetch{});
-  Dev array =
-      Dev::of(std::vector<k3::KdaDecodeParams>(k3::kKdaChunkMaxRows + 1, b.p));
-  k3::KdaDecodeRowsParams rp;
-  rp.rows = array.get<k3::KdaDecodeParams>();
-  rp.count = k3::kKdaChunkMaxRows + 1;
-  ASSERT_TRUE(
-      launch("kda_decode_chunk", rp, 128, 256, k3::kKdaChunkSmemBytes, 4)
-          .isOk());
-  for (uint16_t v : b.out.download<uint16_t>(l.C))
-    ASSERT_TRUE(std::isnan(k3::bf16ToFloat(v)));
-  EXPECT_EQ(dev.state.download<float>(32 * 128 * 128), state);
+  expectRowsRefused("kda_decode_chunk", k3::kKdaChunkMaxRows + 1,
+                    k3::kKdaChunkSmemBytes, 4, 7);
 }
 
 } // namespace
