@@ -244,6 +244,8 @@ CudaBackend::bind(const PlanDoc &plan, const TensorStore &store,
   // docs/PERF.md 2026-12-04), and the run form is bit for bit the decode.
   const char *chunkEnv = std::getenv("K3C_KDA_CHUNK");
   const bool useKdaChunk = chunkEnv && std::string(chunkEnv) == "1";
+  const char *syncEnv = std::getenv("K3C_SYNC_STEPS");
+  be->syncEachStep_ = syncEnv && std::string(syncEnv) == "1";
   std::map<std::string, std::pair<cuda::CUfunction, int64_t>> rowsForms;
   std::map<std::string, cuda::CUfunction> mmaForms;
   for (size_t i = 0; i < plan.launches.size(); ++i) {
@@ -481,7 +483,21 @@ CudaBackend::bind(const PlanDoc &plan, const TensorStore &store,
   return be;
 }
 
+Status CudaBackend::settle() {
+  if (unsettledSteps_ == 0)
+    return Status::ok();
+  const int64_t steps = unsettledSteps_, rows = unsettledRows_;
+  unsettledSteps_ = unsettledRows_ = 0;
+  Status st = driver_->synchronize(stream_);
+  return st ? st
+            : st.withContext(std::to_string(steps) + " step(s) of " +
+                             std::to_string(rows) +
+                             " rows queued earlier and not waited for "
+                             "(K3C_SYNC_STEPS=1 waits for each)");
+}
+
 Status CudaBackend::resetState() {
+  K3_RETURN_IF_ERROR(settle());
   for (cuda::DeviceBuffer &s : states_)
     K3_RETURN_IF_ERROR(driver_->memset8(s.get(), 0, s.bytes()));
   // cuMemsetD8 may return before it is done, and it runs on the legacy
@@ -490,6 +506,7 @@ Status CudaBackend::resetState() {
 }
 
 Status CudaBackend::setStep(int64_t token, int64_t pos) {
+  K3_RETURN_IF_ERROR(settle());
   stepHost_[kStepToken] = token;
   stepHost_[kStepPos] = pos;
   stepHost_[kStepNonFinite] = 0;
@@ -502,6 +519,7 @@ Expected<std::vector<GreedyChoice>> CudaBackend::chainGreedy(int64_t more) {
   if (!chains_)
     return makeError(name(), ": the plan has no argmax writing the step "
                              "block; recompile it with this k3c");
+  K3_RETURN_IF_ERROR(settle());
   if (rowsStep_) {
     // The chain goes on from the last row of the last step (a prompt
     // chunk's last token, whose argmax wrote the next token and position):
@@ -616,6 +634,7 @@ Status CudaBackend::runLaunch(size_t index, int64_t token, int64_t pos) {
 }
 
 Status CudaBackend::readArena(std::vector<uint8_t> &out) {
+  K3_RETURN_IF_ERROR(settle());
   out.resize(arena_.bytes());
   return driver_->copyToHost(out.data(), arena_.get(), out.size());
 }
@@ -634,6 +653,7 @@ Status CudaBackend::writeState(size_t state,
 Status CudaBackend::readSlotState(int64_t slot, size_t state,
                                   std::vector<uint8_t> &out) {
   K3_RETURN_IF_ERROR(checkStateAccess(slot, state, stateBytes_));
+  K3_RETURN_IF_ERROR(settle());
   out.resize(stateBytes_[state]);
   return driver_->copyToHost(
       out.data(), slotState(stepLocal_[state] ? 0 : slot, state), out.size());
@@ -643,6 +663,7 @@ Status CudaBackend::writeSlotState(int64_t slot, size_t state,
                                    const std::vector<uint8_t> &bytes) {
   const size_t written = bytes.size();
   K3_RETURN_IF_ERROR(checkStateAccess(slot, state, stateBytes_, &written));
+  K3_RETURN_IF_ERROR(settle());
   K3_RETURN_IF_ERROR(
       driver_->copyToDevice(slotState(stepLocal_[state] ? 0 : slot, state),
                             bytes.data(), bytes.size()));
@@ -653,6 +674,7 @@ Status CudaBackend::writeSlotState(int64_t slot, size_t state,
 
 Status CudaBackend::resetSlot(int64_t slot) {
   K3_RETURN_IF_ERROR(checkSlot(slot));
+  K3_RETURN_IF_ERROR(settle());
   for (size_t i = 0; i < states_.size(); ++i)
     K3_RETURN_IF_ERROR(driver_->memset8(slotState(slot, i), 0, stateBytes_[i]));
   return driver_->synchronize(nullptr).withContext(
@@ -666,6 +688,8 @@ Status CudaBackend::resetSlot(int64_t slot) {
 Status CudaBackend::ensureRows(size_t n) {
   if (rows_.size() >= n)
     return Status::ok();
+  // Queued steps read the rows about to be freed.
+  K3_RETURN_IF_ERROR(settle());
   size_t count = 1;
   while (count < n)
     count *= 2;
@@ -1011,8 +1035,18 @@ Status CudaBackend::stepSlots(const std::vector<SlotStep> &rows) {
         driver_->copyToHostAsync(r.logits.data(), r.arena + logitsOffset_,
                                  r.logits.size() * sizeof(float), stream_));
   }
-  if (Status st = driver_->synchronize(stream_); !st)
+  // Nothing to read back: the host goes on queuing the next step while
+  // this one runs (unsettledSteps_); the next entry point that reads waits.
+  const bool waitNow = !wanted.empty() || timed || comm_ || syncEachStep_;
+  if (!waitNow) {
+    ++unsettledSteps_;
+    unsettledRows_ += static_cast<int64_t>(rows.size());
+  } else if (unsettledSteps_ > 0) {
+    K3_RETURN_IF_ERROR(settle().withContext(
+        "a step of " + std::to_string(rows.size()) + " rows"));
+  } else if (Status st = driver_->synchronize(stream_); !st) {
     return st.withContext("a step of " + std::to_string(rows.size()) + " rows");
+  }
   if (timed) {
     timed->assign(launches_.size(), 0.0);
     for (size_t l = 0; l < launches_.size(); ++l) {
@@ -1264,6 +1298,7 @@ Expected<double> measureDeviceCopyGBps(uint64_t bytes) {
 
 Expected<double> CudaBackend::measureCopyGBps(uint64_t bytes) {
   // The plan's stream may still run work that the copy must not overlap.
+  K3_RETURN_IF_ERROR(settle());
   K3_RETURN_IF_ERROR(driver_->synchronize(stream_));
   return measureDeviceCopyGBps(bytes);
 }

@@ -14,7 +14,8 @@
 // (its arena, step block and step-local states, bound when a step first
 // needs that many rows, re-pointed at its slot's states before the step),
 // launch-major with the rows in order: the same kernels and params as
-// step(), so a row computes what it computes alone. The projections
+// step(), so a row computes what it computes alone. A step of rows that ask
+// for no logits is not waited for (unsettledSteps_). The projections
 // (`linear`, `linear_multi`) run once for all rows in their multi-row form
 // (GemvParams.h), which reads each weight once per pass of up to 8 rows and
 // gives each row the single-row kernel's bits; every other launch runs once
@@ -167,6 +168,11 @@ private:
   Status queueGate();
   /// Queues the write of a host-driven step's inputs into the step block.
   Status setStep(int64_t token, int64_t pos);
+  /// Waits for the steps of rows that stepSlots() left running (see
+  /// unsettledSteps_); every entry point but stepSlots() calls it before it
+  /// touches device memory or the rows. Errors: a failed kernel of those
+  /// steps, named as theirs.
+  Status settle();
 
   /// What one row of a several-row step runs on.
   struct Row {
@@ -283,6 +289,14 @@ private:
   float lastStepMs_ = 0;
   /// The rank's communicator (a tensor-parallel plan's), else null.
   Communicator *comm_ = nullptr;
+  /// Steps of rows queued and not waited for, and their rows: a step whose
+  /// rows ask for no logits (a prompt chunk but the last) returns once it
+  /// is queued, so that the host queues the next chunk while the GPU runs
+  /// this one (the host's launch work is off the GPU's critical path).
+  /// K3C_SYNC_STEPS=1 waits for every step (a failing kernel then names its
+  /// own step).
+  int64_t unsettledSteps_ = 0, unsettledRows_ = 0;
+  bool syncEachStep_ = false;
   // Profiling, made on first use: an event per launch boundary, and the
   // gate's copy buffers with the device time of one copy and the copies the
   // next timeLaunches queues.
