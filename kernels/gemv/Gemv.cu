@@ -748,26 +748,69 @@ __device__ bool mmaTakes(const Rows &rows, const uint16_t *x, int64_t k,
          (!normW || aligned16(normW));
 }
 
+/// Loads in flight per thread in tokenSquares.
+constexpr int kNormLoads = 8;
+static_assert(kGemvMmaThreads == 2 * kGemvMmaTokens,
+              "tokenSquares gives each token two threads");
+
+/// sq[t] = Σ x[t][c]² over columns [c0, c1) (multiples of 8) for tokens
+/// t < nTok (trow(t): token t's first element, 16-byte aligned), in fp32:
+/// two threads per token, each kNormLoads 16-byte loads in flight, then
+/// their pair. The caller synchronises before reading sq.
+template <class TRow>
+__device__ void tokenSquares(const TRow &trow, int nTok, int64_t c0, int64_t c1,
+                             float *sq) {
+  const int t = threadIdx.x >> 1, h = threadIdx.x & 1;
+  float s = 0.0f;
+  if (t < nTok) {
+    const uint4 *xv = reinterpret_cast<const uint4 *>(trow(t));
+    const int64_t end = c1 / 8;
+    for (int64_t c = c0 / 8 + h; c < end; c += 2 * kNormLoads) {
+      uint4 v[kNormLoads];
+#pragma unroll
+      for (int u = 0; u < kNormLoads; ++u)
+        v[u] = c + 2 * u < end ? __ldg(xv + c + 2 * u) : make_uint4(0, 0, 0, 0);
+#pragma unroll
+      for (int u = 0; u < kNormLoads; ++u)
+        s = dev::sumSquares8(v[u], s);
+    }
+  }
+  s += __shfl_xor_sync(0xffffffffu, s, 1);
+  if (h == 0 && t < nTok)
+    sq[t] = s;
+}
+
 /// y = W x̂_t for the block's tile of kGemvMmaTokens tokens (blockIdx.y)
 /// and each tile of kGemvMmaRows weight rows of its grid-stride loop, on the
-/// tensor-core tile (kernels/common/MmaTile.cuh). With a pre-norm, each
-/// token's norm factor is computed once per block (a warp per token, after
-/// the PDL wait) and each thread rewrites its own landed x chunks as x̂. The
-/// stores are storeRow's (R, the residual, or fp32).
+/// tensor-core tile (kernels/common/MmaTile.cuh), split over k by the
+/// block's cluster (GemvParams.h kGemvMmaMaxSplit; a launch without
+/// clusters is a split of one): block r of a cluster of S sums stages
+/// [r·n/S, (r+1)·n/S) of the n k stages of the cluster's tile, each block
+/// stores its sums in its shared memory, and block r adds every block's sums
+/// in rank order for its eighth parts g ≡ r (mod S) of the tile (16 tokens
+/// × 8 rows each) and stores those. With a pre-norm, each block sums the
+/// squares of its columns of every token (tokenSquares), the cluster adds
+/// them in rank order, and each thread rewrites its own landed x chunks as
+/// x̂. The stores are storeRow's (R, the residual, or fp32).
 template <typename Rows>
 __device__ void mmaRowsTile(const Rows &rows, int tokens,
                             const TokenStrides &ts, const uint16_t *x,
                             int64_t k, const uint16_t *normW, float eps,
                             uint4 *smem, float *norm) {
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int t0 = static_cast<int>(blockIdx.y) * kGemvMmaTokens;
   const int nTok = min(kGemvMmaTokens, tokens - t0);
   const int64_t total = rows.count();
+  const unsigned split = dev::clusterBlocks(), rank = dev::clusterRank();
+  const int64_t stages = (k + kMmaTileK - 1) / kMmaTileK;
+  const int64_t c0 = stages * rank / split * kMmaTileK;
+  const int64_t c1 = min(k, stages * (rank + 1) / split * kMmaTileK);
+  const int64_t share = c1 > c0 ? c1 - c0 : 0;
   auto wrow = [&](int64_t r) {
     const RowTarget t = rows.at(r);
-    return t.w.bf16 + t.row * k;
+    return t.w.bf16 + t.row * k + c0;
   };
   auto trow = [&](int i) { return x + (t0 + i) * ts.x; };
+  auto shareRow = [&](int i) { return trow(i) + c0; };
   bool waited = false;
   auto first = [&] {
     if (waited)
@@ -776,39 +819,89 @@ __device__ void mmaRowsTile(const Rows &rows, int tokens,
     dev::waitForPriorGrids();
     if (!normW)
       return;
-    // Each token's norm factor, a warp per token (fp32 sum of squares).
-    for (int t = warp; t < nTok; t += dev::kMmaWarps) {
-      const uint4 *xv = reinterpret_cast<const uint4 *>(trow(t));
-      float sq = 0.0f;
-      for (int64_t c = lane; c < k / 8; c += 32)
-        sq = dev::sumSquares8(__ldg(xv + c), sq);
-      sq = dev::warpSum(sq);
-      if (lane == 0)
-        norm[t] = 1.0f / sqrtf(sq / static_cast<float>(k) + eps);
+    tokenSquares(trow, nTok, c0, c0 + share, norm);
+    if (split > 1) {
+      // Every block's sums are in place (and every block has started).
+      dev::clusterSync();
+      float total = 0.0f;
+      const int t = threadIdx.x;
+      if (t < nTok)
+        for (unsigned r = 0; r < split; ++r)
+          total += dev::loadCluster(norm + t, r);
+      // No block overwrites its sums before every block has read them.
+      dev::clusterSync();
+      if (t < nTok)
+        norm[t] = total;
     }
+    __syncthreads();
+    if (threadIdx.x < nTok)
+      norm[threadIdx.x] =
+          1.0f / sqrtf(norm[threadIdx.x] / static_cast<float>(k) + eps);
     __syncthreads();
   };
   auto xform = [&](uint4 &v, int i, int64_t col) {
-    const uint4 w = __ldg(reinterpret_cast<const uint4 *>(normW + col));
+    const uint4 w = __ldg(reinterpret_cast<const uint4 *>(normW + c0 + col));
     const float f = norm[i];
     v = make_uint4(dev::rmsNormPair(v.x, w.x, f), dev::rmsNormPair(v.y, w.y, f),
                    dev::rmsNormPair(v.z, w.z, f),
                    dev::rmsNormPair(v.w, w.w, f));
   };
-  for (int64_t n0 = static_cast<int64_t>(blockIdx.x) * kGemvMmaRows; n0 < total;
-       n0 += static_cast<int64_t>(gridDim.x) * kGemvMmaRows) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int g8 = lane >> 2, t4 = lane & 3;
+  // The sums of the cluster's blocks: [part][element][thread], part =
+  // 2 · token tile + n8 tile.
+  float *const partial = reinterpret_cast<float *>(smem);
+  auto slot = [&](int m, int j, int e) {
+    return ((m * 2 + j) * 4 + e) * kGemvMmaThreads + threadIdx.x;
+  };
+  for (int64_t n0 = static_cast<int64_t>(blockIdx.x / split) * kGemvMmaRows;
+       n0 < total;
+       n0 += static_cast<int64_t>(gridDim.x / split) * kGemvMmaRows) {
     dev::MmaAcc acc;
     if (normW)
-      dev::mmaTileSums<true>(wrow, n0, total, trow, nTok, k, xform, first, smem,
-                             acc);
+      dev::mmaTileSums<true>(wrow, n0, total, shareRow, nTok, share, xform,
+                             first, smem, acc);
     else
-      dev::mmaTileSums<false>(wrow, n0, total, trow, nTok, k, xform, first,
-                              smem, acc);
-    __syncthreads(); // the next tile's copies reuse every stage
-    dev::mmaTileForEach(acc, nTok, [&](int tok, int r, float y) {
-      if (n0 + r < total)
-        storeRow(atToken(rows.at(n0 + r), t0 + tok, ts), y);
-    });
+      dev::mmaTileSums<false>(wrow, n0, total, shareRow, nTok, share, xform,
+                              first, smem, acc);
+    __syncthreads(); // every warp is done with the stages
+    if (split > 1) {
+#pragma unroll
+      for (int m = 0; m < dev::kMmaTokenTiles; ++m)
+#pragma unroll
+        for (int j = 0; j < 2; ++j)
+#pragma unroll
+          for (int e = 0; e < 4; ++e)
+            partial[slot(m, j, e)] = acc[m][j][e];
+      dev::clusterSync();
+    }
+#pragma unroll
+    for (int m = 0; m < dev::kMmaTokenTiles; ++m)
+#pragma unroll
+      for (int j = 0; j < 2; ++j) {
+        if ((m * 2 + j) % split != rank || 16 * m >= nTok)
+          continue;
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          float y = acc[m][j][e];
+          if (split > 1) {
+            y = 0.0f;
+            for (unsigned r = 0; r < split; ++r)
+              y += dev::loadCluster(partial + slot(m, j, e), r);
+          }
+          const int tok = 16 * m + g8 + (e >> 1) * 8;
+          const int64_t row =
+              n0 + dev::kMmaWarpRows * warp + 8 * j + 2 * t4 + (e & 1);
+          if (tok < nTok && row < total)
+            storeRow(atToken(rows.at(row), t0 + tok, ts), y);
+        }
+      }
+    // The next tile's copies reuse the stages (and the partial sums, which
+    // the cluster's blocks read until here).
+    if (split > 1)
+      dev::clusterSync();
+    else
+      __syncthreads();
   }
   first();
 }
@@ -820,7 +913,7 @@ __device__ void mmaRowsBody(const Rows &rows, int tokens,
                             const TokenStrides &ts, const uint16_t *x,
                             int64_t k, const uint16_t *normW, float eps) {
   extern __shared__ uint4 rowsStage[];
-  __shared__ float norm[kGemvMmaTokens];
+  __shared__ float norm[kGemvMmaTokens]; // sums of squares, then factors
   dev::allowDependentLaunch();
   const int t0 = static_cast<int>(blockIdx.y) * kGemvMmaTokens;
   if (t0 >= tokens)

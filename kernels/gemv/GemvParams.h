@@ -98,6 +98,30 @@ constexpr int kGemvMmaTokens = kMmaTileTokens;
 constexpr int kGemvMmaThreads = kMmaTileThreads;
 constexpr int64_t kGemvMmaSmemBytes = kMmaTileSmemBytes;
 
+/// Split over k: launched in thread-block clusters of `split` blocks (grid
+/// x = tiles × split), block r of a cluster sums the r-th share of every
+/// tile's k stages, and the cluster adds the shares in rank order through
+/// distributed shared memory (the same bits for any grid of that split). A
+/// chunk's projections have few tiles (Kimi-Linear's o_proj: 36 for 132
+/// SMs), so without it most SMs idle and each block's stream is a chain of
+/// 64 dependent stages. At most kGemvMmaMaxSplit (a portable cluster), and
+/// each share at least kGemvMmaMinShareStages stages.
+constexpr int kGemvMmaMaxSplit = 8;
+constexpr int kGemvMmaMinShareStages = 4;
+
+/// The split a launch of `tiles` tiles (weight-row tiles × token tiles) over
+/// k input columns takes on a device of `sms` SMs: the smallest power of two
+/// that gives every SM a block, within the limits above.
+K3C_HOST_DEVICE constexpr int gemvMmaSplit(int64_t tiles, int64_t k,
+                                           int64_t sms) {
+  const int64_t stages = (k + kMmaTileK - 1) / kMmaTileK;
+  int split = 1;
+  while (split < kGemvMmaMaxSplit && tiles * split < sms &&
+         stages >= 2 * split * kGemvMmaMinShareStages)
+    split *= 2;
+  return split;
+}
+
 /// The multi-row form of `linear` (k3_linear_rows): the same projection for
 /// `rows` tokens in one launch, token t's x, residual and out (or outF32) at
 /// one's pointers + t times their stride. Each token's output is exactly

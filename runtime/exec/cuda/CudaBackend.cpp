@@ -838,12 +838,14 @@ Expected<bool> CudaBackend::launchRows(size_t l,
       return moe;
   }
   if (chunkForm_ && n >= kMmaMinRows && mmaFunctions_[l]) {
-    std::optional<RowsLaunch> mma = mmaRowsLaunch(
-        first.kernel->name, params, first.params->size(), rowArenaStride_);
+    std::optional<RowsLaunch> mma =
+        mmaRowsLaunch(first.kernel->name, params, first.params->size(),
+                      rowArenaStride_, driver_->smCount());
     if (mma) {
-      Status st = driver_->launch(mmaFunctions_[l], mma->grid, mma->block,
-                                  mma->smem, stream_, mma->params.data(),
-                                  /*programmatic=*/true, nullptr);
+      Status st =
+          driver_->launch(mmaFunctions_[l], mma->grid, mma->block, mma->smem,
+                          stream_, mma->params.data(), /*programmatic=*/true,
+                          mma->cluster[0] > 1 ? mma->cluster : nullptr);
       if (!st)
         return st.withContext("launch " + std::to_string(l) + " (" +
                               first.kernel->name + "'s tensor-core form) of " +

@@ -212,25 +212,33 @@ bool hasMmaRowsForm(const std::string &kernel) {
 
 std::optional<RowsLaunch> mmaRowsLaunch(const std::string &kernel,
                                         const std::vector<const void *> &rows,
-                                        size_t size, uint64_t arenaStride) {
+                                        size_t size, uint64_t arenaStride,
+                                        int64_t sms) {
   if (!hasMmaRowsForm(kernel))
     return std::nullopt;
   std::optional<RowsLaunch> l = rowsLaunch(kernel, rows, size, arenaStride);
   if (!l)
     return std::nullopt;
-  int64_t weightRows = 0;
+  int64_t weightRows = 0, k = 0;
   if (kernel == "linear") {
-    weightRows = static_cast<const LinearParams *>(rows[0])->n;
+    const auto &p = *static_cast<const LinearParams *>(rows[0]);
+    weightRows = p.n;
+    k = p.k;
   } else {
     const auto &p = *static_cast<const LinearMultiParams *>(rows[0]);
     for (int e = 0; e < p.count && e < kLinearMultiMax; ++e)
       weightRows += p.entries[e].n;
+    k = p.k;
   }
   const int64_t n = static_cast<int64_t>(rows.size());
-  l->smem = kGemvMmaSmemBytes;
-  l->grid[0] =
+  const int64_t across =
       std::max<int64_t>(1, (weightRows + kGemvMmaRows - 1) / kGemvMmaRows);
-  l->grid[1] = (n + kGemvMmaTokens - 1) / kGemvMmaTokens;
+  const int64_t down = (n + kGemvMmaTokens - 1) / kGemvMmaTokens;
+  const int split = gemvMmaSplit(across * down, k, sms);
+  l->smem = kGemvMmaSmemBytes;
+  l->grid[0] = across * split;
+  l->cluster[0] = split;
+  l->grid[1] = down;
   l->grid[2] = 1;
   l->block[0] = kGemvMmaThreads;
   l->block[1] = l->block[2] = 1;

@@ -102,6 +102,9 @@ struct RowsLaunch {
   /// (the tensor-core forms); zero: the plan's launch's.
   int64_t grid[3] = {0, 0, 0};
   int64_t block[3] = {0, 0, 0};
+  /// Thread-block clusters of this shape (the tensor-core forms' split over
+  /// k); ones: none.
+  int64_t cluster[3] = {1, 1, 1};
 };
 
 /// The multi-row launch of `kernel` for rows whose bound params structs
@@ -124,12 +127,15 @@ std::vector<RowsLaunch> rowsLaunches(const std::string &kernel,
                                      size_t size, uint64_t arenaStride);
 
 /// The tensor-core launch of `kernel` (hasMmaRowsForm) for `rows` as
-/// rowsLaunch takes them: the same params, kGemvMmaSmemBytes, a block of
-/// kGemvMmaThreads and a grid of one block per kGemvMmaRows weight rows
-/// across, one per kGemvMmaTokens rows down. None as rowsLaunch.
+/// rowsLaunch takes them, on a device of `sms` SMs: the same params,
+/// kGemvMmaSmemBytes, a block of kGemvMmaThreads, and a grid of
+/// gemvMmaSplit(tiles, k, sms) blocks per kGemvMmaRows weight rows across
+/// (in clusters of that many: the split over k), one per kGemvMmaTokens
+/// rows down. None as rowsLaunch.
 std::optional<RowsLaunch> mmaRowsLaunch(const std::string &kernel,
                                         const std::vector<const void *> &rows,
-                                        size_t size, uint64_t arenaStride);
+                                        size_t size, uint64_t arenaStride,
+                                        int64_t sms);
 
 /// The kernels of the MoE of a prompt chunk, in launch order (one
 /// MoeChunkParams for all five; kernels/moe/Moe.cu).

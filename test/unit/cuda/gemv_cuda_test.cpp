@@ -184,6 +184,7 @@ struct LinearCase {
   int64_t wOffset = 0;        ///< misalign the matrix by this much
   int64_t xOffset = 0;        ///< misalign x (and the norm weight)
   float eps = 1e-5f;
+  int split = 1; ///< tensor-core forms: clusters of this many (split over k)
 };
 
 std::string describe(const LinearCase &c) {
@@ -196,7 +197,8 @@ std::string describe(const LinearCase &c) {
                 c.aliasResidual ? " residual==out" : "",
                 c.wOffset ? " misaligned-w" : "",
                 c.xOffset ? " misaligned-x" : "");
-  return buf;
+  return c.split > 1 ? buf + std::string(" split=") + std::to_string(c.split)
+                     : std::string(buf);
 }
 
 void runLinear(LinearCase c, uint64_t seed) {
@@ -517,8 +519,8 @@ void expectSameBits(const std::vector<T> &want, const std::vector<T> &got,
 void runLinearRows(LinearCase c, int tokens, int64_t smem, uint64_t seed,
                    bool mma = false) {
   if (c.grid == 0)
-    c.grid =
-        mma ? (c.n + k3::kGemvMmaRows - 1) / k3::kGemvMmaRows : (c.n + 7) / 8;
+    c.grid = mma ? (c.n + k3::kGemvMmaRows - 1) / k3::kGemvMmaRows * c.split
+                 : (c.n + 7) / 8;
   const std::string what =
       describe(c) + " tokens=" + std::to_string(tokens) +
       (smem >= 0 ? " smem=" + std::to_string(smem) : std::string()) +
@@ -559,7 +561,7 @@ void runLinearRows(LinearCase c, int tokens, int64_t smem, uint64_t seed,
   rp.outStride = os;
   if (mma)
     ASSERT_TRUE(launch("linear_rows_mma", rp, c.grid, k3::kGemvMmaThreads,
-                       smem >= 0 ? smem : k3::kGemvMmaSmemBytes, 1,
+                       smem >= 0 ? smem : k3::kGemvMmaSmemBytes, c.split,
                        (tokens + k3::kGemvMmaTokens - 1) / k3::kGemvMmaTokens)
                     .isOk());
   else
@@ -712,18 +714,90 @@ TEST(LinearRowsMmaCuda, ProjectionsOfAPromptChunk) {
   runLinearRows(mx, 20, -1, 460, true);
 }
 
+/// The tensor-core form split over k (clusters of 2, 4, 8: GemvParams.h
+/// gemvMmaSplit): each against the CPU as above — o_proj with the residual
+/// in place, a normed width (the norm's sums added across the cluster), an
+/// lm_head slice in fp32, k not a multiple of the stage (a short last
+/// share), fewer stages than blocks (empty shares), a grid of fewer
+/// clusters than tiles (looping); and a split's outputs the same bits for
+/// any grid of that split.
+TEST(LinearRowsMmaCuda, SplitOverK) {
+  K3_REQUIRE_GPU();
+  for (int split : {2, 4, 8}) {
+    LinearCase oProj{2304, 4096};
+    oProj.residual = oProj.aliasResidual = true;
+    oProj.split = split;
+    runLinearRows(oProj, 64, -1, 470 + split, true);
+    LinearCase normed{4096, 2304};
+    normed.norm = true;
+    normed.split = split;
+    runLinearRows(normed, 100, -1, 480 + split, true);
+  }
+  LinearCase head{2000, 2304};
+  head.f32 = true;
+  head.norm = true;
+  head.split = 4;
+  runLinearRows(head, 64, -1, 490, true);
+  LinearCase ragged{600, 1000};
+  ragged.residual = true;
+  ragged.norm = true;
+  ragged.split = 4;
+  runLinearRows(ragged, 40, -1, 491, true);
+  LinearCase empty{300, 128}; // 2 stages for 8 blocks
+  empty.norm = true;
+  empty.split = 8;
+  runLinearRows(empty, 20, -1, 492, true);
+  LinearCase looping{2304, 4096};
+  looping.residual = true;
+  looping.split = 4;
+  looping.grid = 3 * 4;
+  runLinearRows(looping, 64, -1, 493, true);
+
+  // The same bits from a grid of one cluster per tile and from 3 clusters.
+  Rand r(494);
+  const int64_t n = 2304, k = 4096, tokens = 64;
+  Matrix m = Matrix::make(false, n, k, 495);
+  const std::vector<uint16_t> x = r.bf16(tokens * k, 4.0f);
+  std::vector<uint16_t> normW(k);
+  for (auto &v : normW)
+    v = k3::floatToBf16(1.0f + 0.2f * r.f32(1)[0]);
+  Dev dX = Dev::of(x), dNormW = Dev::of(normW);
+  std::vector<std::vector<uint16_t>> outs;
+  for (int64_t grid : {n / k3::kGemvMmaRows * 4, int64_t{3 * 4}}) {
+    Dev dOut = Dev::poisoned<uint16_t>(tokens * n);
+    k3::LinearRowsParams rp;
+    rp.one.x = dX.get<uint16_t>();
+    rp.one.w = m.device();
+    rp.one.n = n;
+    rp.one.k = k;
+    rp.one.normWeight = dNormW.get<uint16_t>();
+    rp.one.normEps = 1e-6f;
+    rp.one.out = dOut.get<uint16_t>();
+    rp.rows = tokens;
+    rp.xStride = k;
+    rp.outStride = n;
+    ASSERT_TRUE(launch("linear_rows_mma", rp, grid, k3::kGemvMmaThreads,
+                       k3::kGemvMmaSmemBytes, 4)
+                    .isOk());
+    outs.push_back(dOut.download<uint16_t>(tokens * n));
+  }
+  expectSameBits(outs[0], outs[1], "split 4: 36 clusters against 3");
+}
+
 /// k3_linear_multi_rows: Kimi-Linear's KDA projections of h (q, k, v, f_a,
 /// b, g_a with the folded norm) for several tokens, each token's entries
 /// bit for bit k3_linear_multi's, the gaps between tokens untouched.
 /// With `mma`, k3_linear_multi_rows_mma for a prompt chunk (one partial
-/// token tile, and two): tokens 0, 31 and the last against the CPU.
-void runKdaMultiRows(bool mma) {
+/// token tile, and two): tokens 0, 31 and the last against the CPU; split
+/// over k in clusters of `split`.
+void runKdaMultiRows(bool mma, int split = 1) {
   const int64_t k = 2304;
   const std::vector<int64_t> ns = {4096, 4096, 4096, 128, 32, 128};
   for (int tokens :
        mma ? std::vector<int>{40, 70} : std::vector<int>{3, 8, 16}) {
     const std::string what =
-        "kda tokens=" + std::to_string(tokens) + (mma ? " mma" : "");
+        "kda tokens=" + std::to_string(tokens) + (mma ? " mma" : "") +
+        (split > 1 ? " split=" + std::to_string(split) : std::string());
     SCOPED_TRACE(what);
     Rand r(300 + tokens);
     const int64_t xs = k + 8, os = 4096 + 24;
@@ -755,11 +829,12 @@ void runKdaMultiRows(bool mma) {
     rp.outStride = os;
     const int64_t grid = std::min<int64_t>((total + 7) / 8, 528);
     if (mma)
-      ASSERT_TRUE(launch("linear_multi_rows_mma", rp,
-                         (total + k3::kGemvMmaRows - 1) / k3::kGemvMmaRows,
-                         k3::kGemvMmaThreads, k3::kGemvMmaSmemBytes, 1,
-                         (tokens + k3::kGemvMmaTokens - 1) / k3::kGemvMmaTokens)
-                      .isOk());
+      ASSERT_TRUE(
+          launch("linear_multi_rows_mma", rp,
+                 (total + k3::kGemvMmaRows - 1) / k3::kGemvMmaRows * split,
+                 k3::kGemvMmaThreads, k3::kGemvMmaSmemBytes, split,
+                 (tokens + k3::kGemvMmaTokens - 1) / k3::kGemvMmaTokens)
+              .isOk());
     else
       ASSERT_TRUE(launch("linear_multi_rows", rp, grid, 256,
                          k3::gemvRowsSmemBytes(k, tokens))
@@ -819,6 +894,14 @@ TEST(LinearMultiRowsCuda, KdaProjectionsOfSeveralTokens) {
 TEST(LinearMultiRowsMmaCuda, KdaProjectionsOfAPromptChunk) {
   K3_REQUIRE_GPU();
   runKdaMultiRows(true);
+}
+
+/// The KDA projections split over k by clusters of 2 and 4 (the folded
+/// norm's sums of squares added across the cluster).
+TEST(LinearMultiRowsMmaCuda, KdaProjectionsSplitOverK) {
+  K3_REQUIRE_GPU();
+  runKdaMultiRows(true, 2);
+  runKdaMultiRows(true, 4);
 }
 
 } // namespace

@@ -117,7 +117,8 @@ TEST(RowsForms, MmaFormsTileWeightRowsAndTokens) {
   std::vector<const void *> ptrs;
   for (const LinearParams &p : rows)
     ptrs.push_back(&p);
-  const auto mma = mmaRowsLaunch("linear", ptrs, sizeof(LinearParams), kStride);
+  const auto mma =
+      mmaRowsLaunch("linear", ptrs, sizeof(LinearParams), kStride, 1);
   ASSERT_TRUE(mma.has_value());
   const auto plain = launchOf("linear", rows);
   ASSERT_TRUE(plain.has_value());
@@ -127,6 +128,15 @@ TEST(RowsForms, MmaFormsTileWeightRowsAndTokens) {
   EXPECT_EQ(mma->grid[0], 2304 / kGemvMmaRows);
   EXPECT_EQ(mma->grid[1], 2); // 64 + 6 tokens
   EXPECT_EQ(mma->grid[2], 1);
+  EXPECT_EQ(mma->cluster[0], 1); // 72 tiles fill a device of one SM
+  // On 132 SMs the 72 tiles (k = 4096: 64 stages) split over k in two.
+  const auto split =
+      mmaRowsLaunch("linear", ptrs, sizeof(LinearParams), kStride, 132);
+  ASSERT_TRUE(split.has_value());
+  EXPECT_EQ(split->grid[0], 2 * 2304 / kGemvMmaRows);
+  EXPECT_EQ(split->grid[1], 2);
+  EXPECT_EQ(split->cluster[0], 2);
+  EXPECT_EQ(split->params, plain->params);
   EXPECT_EQ(plain->grid[0], 0); // the plan's grid
   // linear_multi: the entries' rows are one index space.
   LinearMultiParams m{};
@@ -143,17 +153,29 @@ TEST(RowsForms, MmaFormsTileWeightRowsAndTokens) {
   for (int e = 0; e < 3; ++e)
     m1.entries[e].out += kStride / 2;
   const std::vector<const void *> two = {&m, &m1};
-  const auto multi =
-      mmaRowsLaunch("linear_multi", two, sizeof(LinearMultiParams), kStride);
+  const auto multi = mmaRowsLaunch("linear_multi", two,
+                                   sizeof(LinearMultiParams), kStride, 132);
   ASSERT_TRUE(multi.has_value());
-  EXPECT_EQ(multi->grid[0], (8192 + 32 + kGemvMmaRows - 1) / kGemvMmaRows);
+  // 129 tiles, short of 132 SMs: split in two.
+  EXPECT_EQ(multi->grid[0],
+            2 * ((8192 + 32 + kGemvMmaRows - 1) / kGemvMmaRows));
   EXPECT_EQ(multi->grid[1], 1);
+  EXPECT_EQ(multi->cluster[0], 2);
+  // The split: every SM a block, at most 8, each share >= 4 stages.
+  EXPECT_EQ(gemvMmaSplit(36, 4096, 132), 4);
+  EXPECT_EQ(gemvMmaSplit(36, 4096, 264), 8);
+  EXPECT_EQ(gemvMmaSplit(1, 1 << 20, 1000), kGemvMmaMaxSplit);
+  EXPECT_EQ(gemvMmaSplit(36, 512, 132), 2); // 8 stages: two shares of 4
+  EXPECT_EQ(gemvMmaSplit(36, 448, 132), 1); // 7 stages
+  EXPECT_EQ(gemvMmaSplit(200, 4096, 132), 1);
   // No tensor-core form: the MoE, a kernel without rows form, rows that
   // cannot run together.
   EXPECT_FALSE(hasMmaRowsForm("moe_ffn"));
-  EXPECT_FALSE(mmaRowsLaunch("rms_norm", ptrs, sizeof(LinearParams), kStride));
+  EXPECT_FALSE(
+      mmaRowsLaunch("rms_norm", ptrs, sizeof(LinearParams), kStride, 132));
   rows[3].x = rows[0].x;
-  EXPECT_FALSE(mmaRowsLaunch("linear", ptrs, sizeof(LinearParams), kStride));
+  EXPECT_FALSE(
+      mmaRowsLaunch("linear", ptrs, sizeof(LinearParams), kStride, 132));
 }
 
 TEST(RowsForms, LinearMultiMovesEveryEntrysOut) {
