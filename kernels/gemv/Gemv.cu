@@ -974,6 +974,38 @@ extern "C" __global__ void __launch_bounds__(256, kRowsMinBlocks)
                p.one.normWeight, p.one.normEps);
 }
 
+/// k3_linear_rows_prenorm: x̂ of `rows` tokens (LinearPreNormParams), each
+/// token's factor rmsFactor's (the single-row launch's bits).
+/// Grid: (rows, 1, 1) blocks of any width up to 1024 (256 planned); a block
+/// past `rows` returns. Limits: out must not alias x.
+extern "C" __global__ void __launch_bounds__(kMaxThreads)
+    k3_linear_rows_prenorm(const LinearPreNormParams p) {
+  __shared__ float scratch[32];
+  dev::allowDependentLaunch();
+  dev::waitForPriorGrids();
+  if (static_cast<int32_t>(blockIdx.x) >= p.rows)
+    return;
+  const uint16_t *x = p.x + blockIdx.x * p.xStride;
+  uint16_t *out = p.out + blockIdx.x * p.outStride;
+  const float r = rmsFactor(x, p.k, p.normEps, scratch);
+  int64_t j = 0;
+  if (aligned16(x) && aligned16(p.normWeight) && aligned16(out)) {
+    const uint4 *xv = reinterpret_cast<const uint4 *>(x);
+    const uint4 *wv = reinterpret_cast<const uint4 *>(p.normWeight);
+    uint4 *ov = reinterpret_cast<uint4 *>(out);
+    for (int64_t c = threadIdx.x; c < (p.k >> 3); c += blockDim.x) {
+      const uint4 v = __ldg(xv + c), w = __ldg(wv + c);
+      ov[c] = make_uint4(
+          dev::rmsNormPair(v.x, w.x, r), dev::rmsNormPair(v.y, w.y, r),
+          dev::rmsNormPair(v.z, w.z, r), dev::rmsNormPair(v.w, w.w, r));
+    }
+    j = (p.k >> 3) << 3;
+  }
+  for (j += threadIdx.x; j < p.k; j += blockDim.x)
+    out[j] = static_cast<uint16_t>(
+        dev::rmsNormBf16(dev::bf16ToF(x[j]), dev::bf16ToF(p.normWeight[j]), r));
+}
+
 /// k3_linear_rows_mma: k3_linear_rows on the tensor cores (GemvParams.h
 /// kGemvMma*): not bit for bit the single-row launch, within its rounding.
 /// Grid: (any, ceil(rows / kGemvMmaTokens)), the compiler's

@@ -146,6 +146,23 @@ struct LinearMultiRowsParams {
   int64_t outStride = 0;
 };
 
+/// The pre-norm of a tensor-core launch (k3_linear_rows_prenorm): out_t =
+/// x̂_t = R(R(x_t · r_t) · normWeight) for `rows` tokens, r_t the factor the
+/// single-row k3_linear computes for x_t (its block's fp32 sum of squares:
+/// the same bits). The tensor-core forms then read x̂ with no norm of their
+/// own, instead of every block of the launch norming every token again.
+/// Grid: one block per token (blockIdx.x), 256 threads.
+struct LinearPreNormParams {
+  const uint16_t *x = nullptr; ///< [rows][xStride] bf16, x[t] at t·xStride
+  const uint16_t *normWeight = nullptr; ///< [k] bf16
+  uint16_t *out = nullptr;              ///< [rows][outStride] bf16
+  int64_t k = 0;
+  int64_t xStride = 0;   ///< elements between tokens' x
+  int64_t outStride = 0; ///< elements between tokens' out
+  float normEps = 1e-5f;
+  int32_t rows = 0;
+};
+
 } // namespace k3
 
 #endif // K3C_KERNELS_GEMV_GEMVPARAMS_H

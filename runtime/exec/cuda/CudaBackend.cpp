@@ -284,6 +284,15 @@ CudaBackend::bind(const PlanDoc &plan, const TensorStore &store,
       mma = known->second;
     }
     be->mmaFunctions_.push_back(mma);
+    // The tensor-core forms' pre-norm, from the same module.
+    cuda::CUfunction preNorm = nullptr;
+    if (mma) {
+      Expected<cuda::CUfunction> f =
+          kernelFunction(d, "linear_rows_prenorm", plan.ptxFor(k));
+      if (f)
+        preNorm = *f;
+    }
+    be->preNormFunctions_.push_back(preNorm);
     cuda::CUfunction run = nullptr;
     if (form.first && hasRunForm(k) && plan.launches[i].cluster[0] > 1) {
       Expected<cuda::CUfunction> f =
@@ -841,6 +850,27 @@ Expected<bool> CudaBackend::launchRows(size_t l,
     std::optional<RowsLaunch> mma =
         mmaRowsLaunch(first.kernel->name, params, first.params->size(),
                       rowArenaStride_, driver_->smCount());
+    if (mma && preNormFunctions_[l]) {
+      // x̂ once for all rows, not once per block of the tensor-core launch.
+      const uint64_t need = preNormScratchBytes(first.kernel->name, *mma);
+      if (need > 0 && preNormScratch_.bytes() < need) {
+        K3_RETURN_IF_ERROR(driver_->synchronize(stream_));
+        K3_RETURN_IF_ERROR(
+            alloc(need, preNormScratch_).withContext("the pre-norm scratch"));
+      }
+      if (std::optional<RowsLaunch> norm =
+              splitPreNorm(first.kernel->name, *mma, preNormScratch_.get());
+          norm) {
+        if (Status st =
+                driver_->launch(preNormFunctions_[l], norm->grid, norm->block,
+                                0, stream_, norm->params.data(),
+                                /*programmatic=*/true, nullptr);
+            !st)
+          return st.withContext("launch " + std::to_string(l) + " (" +
+                                first.kernel->name + "'s pre-norm) of " +
+                                std::to_string(n) + " rows");
+      }
+    }
     if (mma) {
       Status st =
           driver_->launch(mmaFunctions_[l], mma->grid, mma->block, mma->smem,

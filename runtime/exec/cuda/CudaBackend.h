@@ -231,6 +231,11 @@ private:
   /// (kCudaMmaRowsForms) when the PTX has one and the device gives it
   /// kGemvMmaSmemBytes, else null; used with chunkForm_.
   std::vector<cuda::CUfunction> mmaFunctions_;
+  /// Per launch with a tensor-core form, k3_linear_rows_prenorm of its
+  /// module (null: the form norms in its own blocks), and the rows' x̂
+  /// (RowsForms.h splitPreNorm).
+  std::vector<cuda::CUfunction> preNormFunctions_;
+  cuda::DeviceBuffer preNormScratch_;
   /// Per launch, the run form of its array form (kCudaRunForms) for a
   /// clustered launch whose PTX has one, else null: a sequence's
   /// consecutive rows in one launch.

@@ -245,6 +245,69 @@ std::optional<RowsLaunch> mmaRowsLaunch(const std::string &kernel,
   return l;
 }
 
+namespace {
+/// The x, its stride, the norm weight and eps, k and the rows of a
+/// tensor-core launch's params (LinearRowsParams or LinearMultiRowsParams).
+struct MmaInput {
+  const uint16_t **x;
+  int64_t *xStride;
+  const uint16_t **normWeight;
+  float eps;
+  int64_t k;
+  int32_t rows;
+};
+std::optional<MmaInput> mmaInput(const std::string &kernel, RowsLaunch &l) {
+  if (kernel == "linear" && l.params.size() == sizeof(LinearRowsParams)) {
+    auto *p = reinterpret_cast<LinearRowsParams *>(l.params.data());
+    return MmaInput{&p->one.x,      &p->xStride, &p->one.normWeight,
+                    p->one.normEps, p->one.k,    p->rows};
+  }
+  if (kernel == "linear_multi" &&
+      l.params.size() == sizeof(LinearMultiRowsParams)) {
+    auto *p = reinterpret_cast<LinearMultiRowsParams *>(l.params.data());
+    return MmaInput{&p->one.x,      &p->xStride, &p->one.normWeight,
+                    p->one.normEps, p->one.k,    p->rows};
+  }
+  return std::nullopt;
+}
+int64_t preNormStride(int64_t k) { return (k + 7) / 8 * 8; }
+} // namespace
+
+uint64_t preNormScratchBytes(const std::string &kernel, const RowsLaunch &mma) {
+  RowsLaunch copy = mma;
+  std::optional<MmaInput> in = mmaInput(kernel, copy);
+  if (!in || !*in->normWeight)
+    return 0;
+  return static_cast<uint64_t>(in->rows) * preNormStride(in->k) * 2;
+}
+
+std::optional<RowsLaunch> splitPreNorm(const std::string &kernel,
+                                       RowsLaunch &mma, uint64_t scratch) {
+  std::optional<MmaInput> in = mmaInput(kernel, mma);
+  if (!in || !*in->normWeight)
+    return std::nullopt;
+  LinearPreNormParams p;
+  p.x = *in->x;
+  p.xStride = *in->xStride;
+  p.normWeight = *in->normWeight;
+  p.normEps = in->eps;
+  p.k = in->k;
+  p.rows = in->rows;
+  p.out = reinterpret_cast<uint16_t *>(static_cast<uintptr_t>(scratch));
+  p.outStride = preNormStride(in->k);
+  RowsLaunch norm;
+  norm.params.resize(sizeof(p));
+  std::memcpy(norm.params.data(), &p, sizeof(p));
+  norm.grid[0] = in->rows;
+  norm.grid[1] = norm.grid[2] = 1;
+  norm.block[0] = 256;
+  norm.block[1] = norm.block[2] = 1;
+  *in->x = p.out;
+  *in->xStride = p.outStride;
+  *in->normWeight = nullptr;
+  return norm;
+}
+
 std::optional<MoeChunkParams>
 moeChunkParams(const std::vector<const void *> &rows, size_t size,
                uint64_t arenaStride) {

@@ -137,6 +137,20 @@ std::optional<RowsLaunch> mmaRowsLaunch(const std::string &kernel,
                                         size_t size, uint64_t arenaStride,
                                         int64_t sms);
 
+/// The pre-norm of a tensor-core launch `mma` of `kernel` (mmaRowsLaunch)
+/// whose projection folds a norm: the k3_linear_rows_prenorm launch
+/// (GemvParams.h LinearPreNormParams: one block of 256 per row) that writes
+/// the rows' x̂ to `scratch` (device address, preNormScratchBytes), with
+/// `mma`'s params rewritten to read x̂ there with no norm of their own (so
+/// that no block of `mma` norms every row again). None, `mma` unchanged,
+/// without a norm.
+std::optional<RowsLaunch> splitPreNorm(const std::string &kernel,
+                                       RowsLaunch &mma, uint64_t scratch);
+
+/// Bytes of the scratch splitPreNorm's launch for `mma` writes: its rows of
+/// k bf16 each, rows 16 bytes apart.
+uint64_t preNormScratchBytes(const std::string &kernel, const RowsLaunch &mma);
+
 /// The kernels of the MoE of a prompt chunk, in launch order (one
 /// MoeChunkParams for all five; kernels/moe/Moe.cu).
 inline constexpr const char *kCudaMoeChunkKernels[] = {

@@ -26,6 +26,7 @@
 //===----------------------------------------------------------------------===//
 #include "test/unit/cuda/CudaTestUtil.h"
 
+#include "kernels/common/CpuMath.h"
 #include "kernels/gemv/GemvCpu.h"
 
 #include <algorithm>
@@ -790,6 +791,56 @@ TEST(LinearRowsMmaCuda, SplitOverK) {
     outs.push_back(dOut.download<uint16_t>(tokens * n));
   }
   expectSameBits(outs[0], outs[1], "split 4: 36 clusters against 3");
+}
+
+/// k3_linear_rows_prenorm (the tensor-core forms' x̂, written once per
+/// chunk): every token's x̂ as cpu::rmsNormBf16 — an element may be its bf16
+/// neighbour where the fp32 factor differs in its last bit (at most 1% of
+/// them) — at Kimi-Linear's and K3's widths and an odd one (the element
+/// tail), with strides between the tokens whose gaps stay poisoned, and a
+/// grid wider than the rows.
+TEST(LinearRowsMmaCuda, PreNormAsTheCpu) {
+  K3_REQUIRE_GPU();
+  for (int64_t k : {int64_t{2304}, int64_t{7168}, int64_t{1003}}) {
+    SCOPED_TRACE("k=" + std::to_string(k));
+    const int rows = 70;
+    const int64_t xs = k + 24, os = k + 40;
+    Rand r(600 + k);
+    const std::vector<uint16_t> x = r.bf16(rows * xs, 4.0f);
+    std::vector<uint16_t> normW(k);
+    for (auto &v : normW)
+      v = k3::floatToBf16(1.0f + 0.2f * r.f32(1)[0]);
+    Dev dX = Dev::of(x), dW = Dev::of(normW);
+    Dev dOut = Dev::poisoned<uint16_t>(rows * os);
+    k3::LinearPreNormParams p;
+    p.x = dX.get<uint16_t>();
+    p.normWeight = dW.get<uint16_t>();
+    p.out = dOut.get<uint16_t>();
+    p.k = k;
+    p.xStride = xs;
+    p.outStride = os;
+    p.normEps = 1e-6f;
+    p.rows = rows;
+    ASSERT_TRUE(launch("linear_rows_prenorm", p, rows + 3).isOk());
+    const std::vector<uint16_t> all = dOut.download<uint16_t>(rows * os);
+    size_t differing = 0, beyond = 0, gaps = 0;
+    for (int t = 0; t < rows; ++t) {
+      std::vector<uint16_t> want(k);
+      k3::cpu::rmsNormBf16(x.data() + t * xs, normW.data(), k, 1e-6f,
+                           want.data());
+      for (int64_t i = 0; i < k; ++i) {
+        const float w = k3::bf16ToFloat(want[i]);
+        const float g = k3::bf16ToFloat(all[t * os + i]);
+        differing += want[i] != all[t * os + i];
+        beyond += !(std::fabs(double(g) - double(w)) <= bf16Ulp(w));
+      }
+      for (int64_t i = k; i < os; ++i)
+        gaps += all[t * os + i] != 0xFFFF;
+    }
+    EXPECT_EQ(beyond, 0u);
+    EXPECT_LE(differing, size_t(rows * k / 100));
+    EXPECT_EQ(gaps, 0u);
+  }
 }
 
 /// k3_linear_multi_rows: Kimi-Linear's KDA projections of h (q, k, v, f_a,

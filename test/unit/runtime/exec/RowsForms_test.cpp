@@ -178,6 +178,56 @@ TEST(RowsForms, MmaFormsTileWeightRowsAndTokens) {
       mmaRowsLaunch("linear", ptrs, sizeof(LinearParams), kStride, 132));
 }
 
+/// A tensor-core launch whose projection folds a norm splits off its
+/// pre-norm: one block of 256 per row writing x̂ to the scratch, rows 16
+/// bytes apart, and the launch reading it there with no norm; without a
+/// norm nothing splits.
+TEST(RowsForms, MmaFormsSplitOffTheirPreNorm) {
+  std::vector<LinearParams> rows;
+  for (int r = 0; r < 20; ++r)
+    rows.push_back(linearRow(r));
+  std::vector<const void *> ptrs;
+  for (const LinearParams &p : rows)
+    ptrs.push_back(&p);
+  auto mma = mmaRowsLaunch("linear", ptrs, sizeof(LinearParams), kStride, 132);
+  ASSERT_TRUE(mma.has_value());
+  const uint64_t scratch = 0x40000000ull;
+  EXPECT_EQ(preNormScratchBytes("linear", *mma), uint64_t{20} * 4096 * 2);
+  const RowsLaunch before = *mma;
+  auto norm = splitPreNorm("linear", *mma, scratch);
+  ASSERT_TRUE(norm.has_value());
+  EXPECT_EQ(norm->grid[0], 20);
+  EXPECT_EQ(norm->block[0], 256);
+  LinearPreNormParams n;
+  ASSERT_EQ(norm->params.size(), sizeof(n));
+  std::memcpy(&n, norm->params.data(), sizeof(n));
+  EXPECT_EQ(n.x, rows[0].x);
+  EXPECT_EQ(n.xStride, static_cast<int64_t>(kStride / 2));
+  EXPECT_EQ(n.normWeight, rows[0].normWeight);
+  EXPECT_EQ(n.normEps, rows[0].normEps);
+  EXPECT_EQ(n.k, 4096);
+  EXPECT_EQ(n.rows, 20);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(n.out), scratch);
+  EXPECT_EQ(n.outStride, 4096);
+  LinearRowsParams p;
+  std::memcpy(&p, mma->params.data(), sizeof(p));
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(p.one.x), scratch);
+  EXPECT_EQ(p.xStride, 4096);
+  EXPECT_EQ(p.one.normWeight, nullptr);
+  EXPECT_EQ(mma->grid[0], before.grid[0]);
+  // Nothing left to split; and a projection without a norm has none.
+  EXPECT_EQ(preNormScratchBytes("linear", *mma), 0u);
+  EXPECT_FALSE(splitPreNorm("linear", *mma, scratch).has_value());
+  for (LinearParams &r : rows)
+    r.normWeight = nullptr;
+  auto plain =
+      mmaRowsLaunch("linear", ptrs, sizeof(LinearParams), kStride, 132);
+  ASSERT_TRUE(plain.has_value());
+  const RowsLaunch kept = *plain;
+  EXPECT_FALSE(splitPreNorm("linear", *plain, scratch).has_value());
+  EXPECT_EQ(plain->params, kept.params);
+}
+
 TEST(RowsForms, LinearMultiMovesEveryEntrysOut) {
   auto row = [](int r) {
     LinearMultiParams p{};
