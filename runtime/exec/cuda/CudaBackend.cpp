@@ -172,6 +172,9 @@ CudaBackend::~CudaBackend() {
   driver_->destroy(end_);
   for (cuda::CUevent e : launchEvents_)
     driver_->destroy(e);
+  freeStages();
+  for (HostStage &st : stages_)
+    driver_->destroy(st.copied);
   driver_->destroy(stream_);
 }
 
@@ -540,7 +543,7 @@ Expected<std::vector<GreedyChoice>> CudaBackend::chainGreedy(int64_t more) {
                        "the last step's last row was slot ",
                        last.slot);
     K3_RETURN_IF_ERROR(driver_->copyDeviceAsync(
-        step_.get(), last.step.get(), kStepWords * sizeof(int64_t), stream_));
+        step_.get(), last.step, kStepWords * sizeof(int64_t), stream_));
     stepPos_ = last.stepHost[kStepPos] + 1;
     rowsStep_ = false;
     lastRows_ = 1;
@@ -711,18 +714,21 @@ Status CudaBackend::ensureRows(size_t n) {
   K3_RETURN_IF_ERROR(alloc(rowArenaStride_ * count, rowArenas_)
                          .withContext("the arenas of " + std::to_string(count) +
                                       " step rows"));
+  const size_t stepBytes = kStepWords * sizeof(int64_t);
+  K3_RETURN_IF_ERROR(alloc(stepBytes * count, rowSteps_)
+                         .withContext("the step blocks of " +
+                                      std::to_string(count) + " step rows"));
   for (size_t index = 0; index < count; ++index) {
     const std::string what = " of step row " + std::to_string(index);
     auto row = std::make_unique<Row>();
     row->arena = rowArenas_.get() + rowArenaStride_ * index;
-    K3_RETURN_IF_ERROR(alloc(kStepWords * sizeof(int64_t), row->step)
-                           .withContext("the step block" + what));
+    row->step = rowSteps_.get() + stepBytes * index;
     row->local.resize(plan_.states.size());
     PlanMemory mem;
     mem.arena = reinterpret_cast<uint8_t *>(static_cast<uintptr_t>(row->arena));
     mem.stateBytes = stateBytes_;
     mem.weights = weightViews_;
-    mem.step = row->step.as<int64_t>();
+    mem.step = reinterpret_cast<int64_t *>(static_cast<uintptr_t>(row->step));
     for (size_t i = 0; i < plan_.states.size(); ++i) {
       if (stepLocal_[i]) {
         K3_RETURN_IF_ERROR(
@@ -749,28 +755,65 @@ Status CudaBackend::ensureRows(size_t n) {
       rowParamsOffset_[l] = bytes;
       bytes += (count * launches_[l].params->size() + 255) / 256 * 256;
     }
-  rowParamsHost_.assign(bytes, 0);
+  rowParamsBytes_ = bytes;
   if (bytes > 0)
     K3_RETURN_IF_ERROR(alloc(bytes, rowParams_)
                            .withContext("the step rows' params arrays"));
+  // The host stages: the step blocks, then the arrays (256-byte aligned).
+  freeStages();
+  stageBytes_ = (stepBytes * count + 255) / 256 * 256 + bytes;
+  for (HostStage &st : stages_) {
+    Expected<void *> host = driver_->allocHost(stageBytes_);
+    if (!host)
+      return host.status().withContext("the step rows' host stage");
+    st.host = static_cast<uint8_t *>(*host);
+    if (!st.copied) {
+      Expected<cuda::CUevent> e = driver_->createEvent();
+      if (!e)
+        return e.status();
+      st.copied = *e;
+    }
+  }
   return driver_->synchronize(nullptr).withContext("zeroing the rows' states");
 }
 
-Status CudaBackend::uploadRowParams(size_t n) {
+void CudaBackend::freeStages() {
+  for (HostStage &st : stages_) {
+    driver_->freeHost(st.host);
+    st.host = nullptr;
+    st.inFlight = false;
+  }
+}
+
+Status CudaBackend::uploadRows(size_t n, bool arrays) {
+  HostStage &st = stages_[nextStage_];
+  nextStage_ = (nextStage_ + 1) % stages_.size();
+  if (st.inFlight)
+    K3_RETURN_IF_ERROR(driver_->wait(st.copied).withContext(
+        "waiting for a host stage's copies"));
+  st.inFlight = false;
+  const size_t stepBytes = kStepWords * sizeof(int64_t);
+  for (size_t i = 0; i < n; ++i)
+    std::memcpy(st.host + i * stepBytes, rows_[i]->stepHost, stepBytes);
+  K3_RETURN_IF_ERROR(driver_->copyToDeviceAsync(rowSteps_.get(), st.host,
+                                                n * stepBytes, stream_));
+  uint8_t *const host = st.host + (stageBytes_ - rowParamsBytes_);
   size_t end = 0;
-  for (size_t l = 0; l < launches_.size(); ++l) {
+  for (size_t l = 0; arrays && l < launches_.size(); ++l) {
     if (!rowsArray_[l] || !rowsFunctions_[l])
       continue;
     const size_t size = launches_[l].params->size();
     for (size_t i = 0; i < n; ++i)
-      std::memcpy(rowParamsHost_.data() + rowParamsOffset_[l] + i * size,
+      std::memcpy(host + rowParamsOffset_[l] + i * size,
                   rows_[i]->launches[l].params->data(), size);
     end = rowParamsOffset_[l] + n * size;
   }
-  if (end == 0)
-    return Status::ok();
-  return driver_->copyToDeviceAsync(rowParams_.get(), rowParamsHost_.data(),
-                                    end, stream_);
+  if (end > 0)
+    K3_RETURN_IF_ERROR(
+        driver_->copyToDeviceAsync(rowParams_.get(), host, end, stream_));
+  K3_RETURN_IF_ERROR(driver_->record(st.copied, stream_));
+  st.inFlight = true;
+  return Status::ok();
 }
 
 Expected<bool> CudaBackend::launchRows(size_t l,
@@ -991,8 +1034,6 @@ Status CudaBackend::stepSlots(const std::vector<SlotStep> &rows) {
     r.stepHost[kStepToken] = rows[i].token;
     r.stepHost[kStepPos] = rows[i].pos;
     r.stepHost[kStepNonFinite] = 0;
-    K3_RETURN_IF_ERROR(driver_->copyToDeviceAsync(r.step.get(), r.stepHost,
-                                                  sizeof(r.stepHost), stream_));
   }
   // The params-array forms (several rows' states at once for different
   // sequences, the run forms for one sequence's consecutive rows) take the
@@ -1006,8 +1047,8 @@ Status CudaBackend::stepSlots(const std::vector<SlotStep> &rows) {
       for (size_t l = 0; l < launches_.size(); ++l)
         if (rowsArray_[l])
           rows_[i]->launches[l].setInputs(rows[i].token, rows[i].pos);
-    K3_RETURN_IF_ERROR(uploadRowParams(rows.size()));
   }
+  K3_RETURN_IF_ERROR(uploadRows(rows.size(), rows.size() > 1));
   // Launch-major, the rows in order (Backend.h): a slot's rows meet its
   // states in position order. Timed: event l + 1 closes launch l.
   if (timed)

@@ -177,7 +177,7 @@ private:
   /// What one row of a several-row step runs on.
   struct Row {
     cuda::CUdeviceptr arena = 0; ///< in rowArenas_, rowArenaStride_ apart
-    cuda::DeviceBuffer step;
+    cuda::CUdeviceptr step = 0;  ///< in rowSteps_, row r's block at r
     std::vector<cuda::DeviceBuffer> local; ///< step-local states (else empty)
     std::vector<BoundLaunch> launches;
     std::vector<std::vector<StatePatch>> patches; ///< per launch
@@ -199,9 +199,10 @@ private:
   /// arenas; false when it cannot (the caller launches row by row).
   Expected<bool> launchRows(size_t l, const std::vector<SlotStep> &rows,
                             bool distinctSlots);
-  /// Writes, for each launch with a params-array form (rowsArray_), the
-  /// first `n` rows' bound params into rowParams_ (one copy per step).
-  Status uploadRowParams(size_t n);
+  /// Writes the first `n` rows' step blocks and, for each launch with a
+  /// params-array form (rowsArray_), their bound params (`arrays`) into the
+  /// next host stage and queues one copy of each to the device.
+  Status uploadRows(size_t n, bool arrays);
   /// Points row `r`'s launches at slot `slot`'s states.
   void bindRowToSlot(Row &r, int64_t slot);
 
@@ -219,8 +220,9 @@ private:
   PlanDoc plan_;
   std::vector<PlanMemory::Weight> weightViews_;
   std::vector<std::unique_ptr<Row>> rows_;
-  /// Every row's arena, row r at r · rowArenaStride_ (256-byte aligned).
-  cuda::DeviceBuffer rowArenas_;
+  /// Every row's arena, row r at r · rowArenaStride_ (256-byte aligned),
+  /// and every row's step block (kStepWords each, in row order).
+  cuda::DeviceBuffer rowArenas_, rowSteps_;
   uint64_t rowArenaStride_ = 0;
   /// Per launch, the multi-row form of its kernel (kernels/gemv: `linear`,
   /// `linear_multi`) when the PTX has one, else null; and the dynamic shared
@@ -263,7 +265,21 @@ private:
   std::vector<bool> rowsArray_;
   std::vector<size_t> rowParamsOffset_;
   cuda::DeviceBuffer rowParams_;
-  std::vector<uint8_t> rowParamsHost_;
+  size_t rowParamsBytes_ = 0;
+  /// Two pinned host stages of the rows' step blocks and params arrays
+  /// (steps first, then the arrays at rowParamsOffset_), used in turn: a
+  /// pageable copy may wait for the stream to reach it, which would stall
+  /// the host behind the chunk it is queuing ahead of; a stage is rewritten
+  /// only once its copies are done (its event).
+  struct HostStage {
+    uint8_t *host = nullptr;
+    cuda::CUevent copied = nullptr;
+    bool inFlight = false;
+  };
+  std::array<HostStage, 2> stages_;
+  size_t stageBytes_ = 0, nextStage_ = 0;
+  /// Frees the stages (their copies must be done).
+  void freeStages();
   int64_t launchesTogether_ = 0;
   /// What logits() returns: logits_ after step(), the last row's after
   /// stepSlots().
