@@ -222,10 +222,19 @@ Expected<PrefillProfile> profilePrefill(Backend &backend, const PlanDoc &plan,
   for (int64_t i = 0; i < out.tokens; i += chunk) {
     rows.clear();
     appendPromptRows(rows, prompt, i, std::min(out.tokens, i + chunk));
+    const auto s0 = std::chrono::steady_clock::now();
     Expected<std::vector<double>> us = backend.timeStepSlots(rows);
     if (!us)
       return us.status().withContext("prompt chunk at position " +
                                      std::to_string(i));
+    const double stepUs = std::chrono::duration<double, std::micro>(
+                              std::chrono::steady_clock::now() - s0)
+                              .count();
+    out.stepsUs += stepUs;
+    if (out.chunks == 0)
+      out.firstStepUs = stepUs;
+    else
+      out.slowestStepUs = std::max(out.slowestStepUs, stepUs);
     for (size_t l = 0; l < sum.size() && l < us->size(); ++l)
       sum[l] += (*us)[l];
     ++out.chunks;
@@ -247,6 +256,13 @@ std::string formatPrefillProfile(const PrefillProfile &p) {
           static_cast<long long>(p.chunk), p.backend.c_str(), p.wallUs / 1e3,
           p.tokensPerSecond());
   const double total = p.launches.total.us;
+  appendf(out,
+          "host: %.2f ms in the chunks' steps (their launches %.2f ms, the "
+          "rest the steps' own work before the first launch and after the "
+          "last), %.2f ms between the steps; first step %.2f ms, slowest "
+          "other %.2f ms\n",
+          p.stepsUs / 1e3, total / 1e3, (p.wallUs - p.stepsUs) / 1e3,
+          p.firstStepUs / 1e3, p.slowestStepUs / 1e3);
   auto table = [&](const char *what, const std::vector<ProfileRow> &rows) {
     appendf(out, "\n%-18s %9s %11s %11s %7s\n", what, "launches", "ms",
             "us/chunk", "share");

@@ -116,6 +116,14 @@ struct PrefillProfile {
   std::string backend;
   int64_t tokens = 0, chunk = 0, chunks = 0;
   double wallUs = 0; ///< the host's time for the whole prompt
+  /// The host's time inside the chunks' steps (timeStepSlots calls): the
+  /// rest of wallUs is spent between them; each step's time beyond its
+  /// launches' (their device time, launches.total) is the host's own work
+  /// before its first launch and after its last.
+  double stepsUs = 0;
+  /// The first chunk's step and the slowest of the others (µs): a first
+  /// step that binds the rows shows here.
+  double firstStepUs = 0, slowestStepUs = 0;
   StepProfile launches;
   double tokensPerSecond() const {
     return wallUs > 0 ? 1e6 * static_cast<double>(tokens) / wallUs : 0.0;

@@ -460,11 +460,16 @@ TEST_F(ProfileStepTest, PrefillTimesEveryLaunchOfEachChunk) {
   EXPECT_GT(p->wallUs, 0.0);
   EXPECT_GT(p->tokensPerSecond(), 0.0);
   expectTablesCoverThePlan(plan, p->launches, /*withBytes=*/false);
-  // The launches ran inside the wall time.
-  EXPECT_LE(p->launches.total.us, p->wallUs);
+  // The launches ran inside the steps, the steps inside the wall time.
+  EXPECT_LE(p->launches.total.us, p->stepsUs);
+  EXPECT_LE(p->stepsUs, p->wallUs);
+  EXPECT_GT(p->firstStepUs, 0.0);
+  EXPECT_GT(p->slowestStepUs, 0.0);
+  EXPECT_LE(p->firstStepUs + p->slowestStepUs, p->stepsUs);
   const std::string text = formatPrefillProfile(*p);
   for (const char *want : {"prefill profile: 7 prompt tokens in 3 chunks of 3",
-                           "\nkernel ", "\nlayer part ", "\ntotal "})
+                           "\nhost: ", "between the steps", "\nkernel ",
+                           "\nlayer part ", "\ntotal "})
     EXPECT_TRUE(test::contains(text, want)) << want << "\n" << text;
 
   // The state holds the prompt: the next step's logits are those of a
