@@ -293,7 +293,7 @@ CudaBackend::bind(const PlanDoc &plan, const TensorStore &store,
     cuda::CUfunction preNorm = nullptr;
     if (mma) {
       Expected<cuda::CUfunction> f =
-          kernelFunction(d, "linear_rows_prenorm", plan.ptxFor(k));
+          kernelFunction(d, kCudaMmaPreNormKernel, plan.ptxFor(k));
       if (f)
         preNorm = *f;
     }

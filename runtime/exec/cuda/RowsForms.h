@@ -137,6 +137,10 @@ std::optional<RowsLaunch> mmaRowsLaunch(const std::string &kernel,
                                         size_t size, uint64_t arenaStride,
                                         int64_t sms);
 
+/// The entry point (`k3_` + this, in the projections' module) of the
+/// tensor-core forms' pre-norm (splitPreNorm).
+inline constexpr const char *kCudaMmaPreNormKernel = "linear_rows_prenorm";
+
 /// The pre-norm of a tensor-core launch `mma` of `kernel` (mmaRowsLaunch)
 /// whose projection folds a norm: the k3_linear_rows_prenorm launch
 /// (GemvParams.h LinearPreNormParams: one block of 256 per row) that writes

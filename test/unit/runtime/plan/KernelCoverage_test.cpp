@@ -129,6 +129,9 @@ TEST(KernelCoverage, NoEntryPointOutsideTheTable) {
         << ", but no kernels/*/*.cu defines k3_" << k << "_rows_mma";
     forms.insert(std::string(k) + "_rows_mma");
   }
+  EXPECT_TRUE(defined.count(kCudaMmaPreNormKernel))
+      << "no kernels/*/*.cu defines k3_" << kCudaMmaPreNormKernel;
+  forms.insert(kCudaMmaPreNormKernel);
   for (const std::string &name : defined)
     EXPECT_TRUE(findKernel(name) != nullptr || forms.count(name))
         << "kernels/*/*.cu defines k3_" << name
