@@ -1008,8 +1008,11 @@ extern "C" __global__ void __launch_bounds__(kMaxThreads)
 
 /// k3_linear_rows_mma: k3_linear_rows on the tensor cores (GemvParams.h
 /// kGemvMma*): not bit for bit the single-row launch, within its rounding.
-/// Grid: (any, ceil(rows / kGemvMmaTokens)), the compiler's
-/// ceil(n / kGemvMmaRows) across; kGemvMmaThreads threads and
+/// Grid: (any multiple of the cluster size S, ceil(rows / kGemvMmaTokens)),
+/// in clusters of (S, 1, 1) (S ≤ kGemvMmaMaxSplit; none: S = 1) that split
+/// each tile's k over their blocks — the host gives ceil(n / kGemvMmaRows)
+/// · gemvMmaSplit(...) across; fewer clusters than tiles loop. Each output
+/// has the same bits for any grid of one S. kGemvMmaThreads threads and
 /// kGemvMmaSmemBytes of dynamic shared memory (else, or for MXFP4 or
 /// unaligned operands, gemvBody once per token of the block's tile).
 /// Limits as k3_linear_rows.
