@@ -174,9 +174,6 @@ CudaBackend::~CudaBackend() {
   driver_->destroy(end_);
   for (cuda::CUevent e : launchEvents_)
     driver_->destroy(e);
-  freeStages();
-  for (HostStage &st : stages_)
-    driver_->destroy(st.copied);
   driver_->destroy(stream_);
 }
 
@@ -773,49 +770,22 @@ Status CudaBackend::ensureRows(size_t n) {
       rowParamsOffset_[l] = bytes;
       bytes += (count * launches_[l].params->size() + 255) / 256 * 256;
     }
-  rowParamsBytes_ = bytes;
   if (bytes > 0)
     K3_RETURN_IF_ERROR(alloc(bytes, rowParams_)
                            .withContext("the step rows' params arrays"));
-  // The host stages: the step blocks, then the arrays (256-byte aligned).
-  freeStages();
-  stageBytes_ = (stepBytes * count + 255) / 256 * 256 + bytes;
-  for (HostStage &st : stages_) {
-    Expected<void *> host = driver_->allocHost(stageBytes_);
-    if (!host)
-      return host.status().withContext("the step rows' host stage");
-    st.host = static_cast<uint8_t *>(*host);
-    if (!st.copied) {
-      Expected<cuda::CUevent> e = driver_->createEvent();
-      if (!e)
-        return e.status();
-      st.copied = *e;
-    }
-  }
+  rowsHostArrays_ = stepBytes * count;
+  rowsHost_.assign(rowsHostArrays_ + bytes, 0);
   return driver_->synchronize(nullptr).withContext("zeroing the rows' states");
 }
 
-void CudaBackend::freeStages() {
-  for (HostStage &st : stages_) {
-    driver_->freeHost(st.host);
-    st.host = nullptr;
-    st.inFlight = false;
-  }
-}
-
 Status CudaBackend::uploadRows(size_t n, bool arrays) {
-  HostStage &st = stages_[nextStage_];
-  nextStage_ = (nextStage_ + 1) % stages_.size();
-  if (st.inFlight)
-    K3_RETURN_IF_ERROR(driver_->wait(st.copied).withContext(
-        "waiting for a host stage's copies"));
-  st.inFlight = false;
   const size_t stepBytes = kStepWords * sizeof(int64_t);
   for (size_t i = 0; i < n; ++i)
-    std::memcpy(st.host + i * stepBytes, rows_[i]->stepHost, stepBytes);
-  K3_RETURN_IF_ERROR(driver_->copyToDeviceAsync(rowSteps_.get(), st.host,
-                                                n * stepBytes, stream_));
-  uint8_t *const host = st.host + (stageBytes_ - rowParamsBytes_);
+    std::memcpy(rowsHost_.data() + i * stepBytes, rows_[i]->stepHost,
+                stepBytes);
+  K3_RETURN_IF_ERROR(driver_->copyToDeviceAsync(
+      rowSteps_.get(), rowsHost_.data(), n * stepBytes, stream_));
+  uint8_t *const host = rowsHost_.data() + rowsHostArrays_;
   size_t end = 0;
   for (size_t l = 0; arrays && l < launches_.size(); ++l) {
     if (!rowsArray_[l] || !rowsFunctions_[l])
@@ -826,12 +796,9 @@ Status CudaBackend::uploadRows(size_t n, bool arrays) {
                   rows_[i]->launches[l].params->data(), size);
     end = rowParamsOffset_[l] + n * size;
   }
-  if (end > 0)
-    K3_RETURN_IF_ERROR(
-        driver_->copyToDeviceAsync(rowParams_.get(), host, end, stream_));
-  K3_RETURN_IF_ERROR(driver_->record(st.copied, stream_));
-  st.inFlight = true;
-  return Status::ok();
+  if (end == 0)
+    return Status::ok();
+  return driver_->copyToDeviceAsync(rowParams_.get(), host, end, stream_);
 }
 
 Expected<bool> CudaBackend::launchRows(size_t l,

@@ -200,8 +200,8 @@ private:
   Expected<bool> launchRows(size_t l, const std::vector<SlotStep> &rows,
                             bool distinctSlots);
   /// Writes the first `n` rows' step blocks and, for each launch with a
-  /// params-array form (rowsArray_), their bound params (`arrays`) into the
-  /// next host stage and queues one copy of each to the device.
+  /// params-array form (rowsArray_), their bound params (`arrays`) into
+  /// rowsHost_ and queues one copy of each to the device.
   Status uploadRows(size_t n, bool arrays);
   /// Points row `r`'s launches at slot `slot`'s states.
   void bindRowToSlot(Row &r, int64_t slot);
@@ -265,21 +265,11 @@ private:
   std::vector<bool> rowsArray_;
   std::vector<size_t> rowParamsOffset_;
   cuda::DeviceBuffer rowParams_;
-  size_t rowParamsBytes_ = 0;
-  /// Two pinned host stages of the rows' step blocks and params arrays
-  /// (steps first, then the arrays at rowParamsOffset_), used in turn: a
-  /// pageable copy may wait for the stream to reach it, which would stall
-  /// the host behind the chunk it is queuing ahead of; a stage is rewritten
-  /// only once its copies are done (its event).
-  struct HostStage {
-    uint8_t *host = nullptr;
-    cuda::CUevent copied = nullptr;
-    bool inFlight = false;
-  };
-  std::array<HostStage, 2> stages_;
-  size_t stageBytes_ = 0, nextStage_ = 0;
-  /// Frees the stages (their copies must be done).
-  void freeStages();
+  /// The host copy of the rows' step blocks, then (from rowsHostArrays_)
+  /// their params arrays at rowParamsOffset_: pageable, so a copy from it
+  /// is staged before the call returns and it may be rewritten at once.
+  std::vector<uint8_t> rowsHost_;
+  size_t rowsHostArrays_ = 0;
   int64_t launchesTogether_ = 0;
   /// What logits() returns: logits_ after step(), the last row's after
   /// stepSlots().

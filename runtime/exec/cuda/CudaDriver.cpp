@@ -114,8 +114,6 @@ struct Driver::Api {
   CUresult (*ctxSetCurrent)(CUcontext);
   CUresult (*memAlloc)(CUdeviceptr *, size_t);
   CUresult (*memFree)(CUdeviceptr);
-  CUresult (*memHostAlloc)(void **, size_t, unsigned);
-  CUresult (*memFreeHost)(void *);
   CUresult (*memcpyHtoD)(CUdeviceptr, const void *, size_t);
   CUresult (*memcpyDtoH)(void *, CUdeviceptr, size_t);
   CUresult (*memcpyDtoHAsync)(void *, CUdeviceptr, size_t, CUstream);
@@ -196,8 +194,6 @@ Expected<Driver *> Driver::get() {
         {(void **)&a.ctxSetCurrent, "cuCtxSetCurrent"},
         {(void **)&a.memAlloc, "cuMemAlloc_v2"},
         {(void **)&a.memFree, "cuMemFree_v2"},
-        {(void **)&a.memHostAlloc, "cuMemHostAlloc"},
-        {(void **)&a.memFreeHost, "cuMemFreeHost"},
         {(void **)&a.memcpyHtoD, "cuMemcpyHtoD_v2"},
         {(void **)&a.memcpyDtoH, "cuMemcpyDtoH_v2"},
         {(void **)&a.memcpyDtoHAsync, "cuMemcpyDtoHAsync_v2"},
@@ -316,19 +312,6 @@ Expected<CUdeviceptr> Driver::alloc(size_t bytes) {
 void Driver::free(CUdeviceptr p) {
   if (p)
     api_->memFree(p);
-}
-
-Expected<void *> Driver::allocHost(size_t bytes) {
-  void *p = nullptr;
-  K3_RETURN_IF_ERROR(
-      check(api_->memHostAlloc(&p, bytes ? bytes : 1, 0), "cuMemHostAlloc")
-          .withContext(std::to_string(bytes) + " bytes of pinned host memory"));
-  return p;
-}
-
-void Driver::freeHost(void *p) {
-  if (p)
-    api_->memFreeHost(p);
 }
 
 Status Driver::copyToDevice(CUdeviceptr dst, const void *src, size_t bytes) {
@@ -554,10 +537,6 @@ Expected<CUevent> Driver::createEvent() {
 
 Status Driver::record(CUevent e, CUstream stream) {
   return check(api_->eventRecord(e, stream), "cuEventRecord");
-}
-
-Status Driver::wait(CUevent e) {
-  return check(api_->eventSynchronize(e), "cuEventSynchronize");
 }
 
 Expected<float> Driver::elapsedMs(CUevent start, CUevent end) {

@@ -51,10 +51,6 @@ public:
   int smCount() const { return smCount_; }
 
   Expected<CUdeviceptr> alloc(size_t bytes);
-  /// Page-locked host memory (cuMemHostAlloc): copies from it are truly
-  /// asynchronous, so the caller must not rewrite it before they are done.
-  Expected<void *> allocHost(size_t bytes);
-  void freeHost(void *p);
   void free(CUdeviceptr p);
   Status copyToDevice(CUdeviceptr dst, const void *src, size_t bytes);
   Status copyToHost(void *dst, CUdeviceptr src, size_t bytes);
@@ -126,8 +122,6 @@ public:
   Status synchronize(CUstream stream);
   Expected<CUevent> createEvent();
   Status record(CUevent e, CUstream stream);
-  /// Blocks until the work before `e`'s last record is done.
-  Status wait(CUevent e);
   /// Milliseconds between two recorded events (waits for `end`).
   Expected<float> elapsedMs(CUevent start, CUevent end);
 
