@@ -97,6 +97,11 @@ __device__ __forceinline__ uint32_t rmsNormPair(uint32_t x, uint32_t w,
   return rmsNormBf16(loF(x), loF(w), r) |
          (rmsNormBf16(hiF(x), hiF(w), r) << 16);
 }
+/// rmsNormPair of the 8 elements of a 16-byte chunk of x and of the weight.
+__device__ __forceinline__ uint4 rmsNormChunk(uint4 x, uint4 w, float r) {
+  return make_uint4(rmsNormPair(x.x, w.x, r), rmsNormPair(x.y, w.y, r),
+                    rmsNormPair(x.z, w.z, r), rmsNormPair(x.w, w.w, r));
+}
 
 /// True when `p` is aligned to `bytes` (a power of two).
 __device__ __forceinline__ bool aligned(const void *p, uintptr_t bytes) {

@@ -136,9 +136,7 @@ __device__ void stageInput(const uint16_t *x, const uint16_t *normW, float r,
       uint4 v = __ldg(xv + c);
       if (normW) {
         const uint4 w = __ldg(wv + c);
-        v = make_uint4(
-            dev::rmsNormPair(v.x, w.x, r), dev::rmsNormPair(v.y, w.y, r),
-            dev::rmsNormPair(v.z, w.z, r), dev::rmsNormPair(v.w, w.w, r));
+        v = dev::rmsNormChunk(v, w, r);
       }
       xs[swz(c)] = v;
     }
@@ -841,10 +839,7 @@ __device__ void mmaRowsTile(const Rows &rows, int tokens,
   };
   auto xform = [&](uint4 &v, int i, int64_t col) {
     const uint4 w = __ldg(reinterpret_cast<const uint4 *>(normW + c0 + col));
-    const float f = norm[i];
-    v = make_uint4(dev::rmsNormPair(v.x, w.x, f), dev::rmsNormPair(v.y, w.y, f),
-                   dev::rmsNormPair(v.z, w.z, f),
-                   dev::rmsNormPair(v.w, w.w, f));
+    v = dev::rmsNormChunk(v, w, norm[i]);
   };
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int g8 = lane >> 2, t4 = lane & 3;
@@ -995,9 +990,7 @@ extern "C" __global__ void __launch_bounds__(kMaxThreads)
     uint4 *ov = reinterpret_cast<uint4 *>(out);
     for (int64_t c = threadIdx.x; c < (p.k >> 3); c += blockDim.x) {
       const uint4 v = __ldg(xv + c), w = __ldg(wv + c);
-      ov[c] = make_uint4(
-          dev::rmsNormPair(v.x, w.x, r), dev::rmsNormPair(v.y, w.y, r),
-          dev::rmsNormPair(v.z, w.z, r), dev::rmsNormPair(v.w, w.w, r));
+      ov[c] = dev::rmsNormChunk(v, w, r);
     }
     j = (p.k >> 3) << 3;
   }

@@ -19,13 +19,6 @@ constexpr int kRegChunks = 4;
 
 using dev::aligned16;
 
-/// rmsNormPair of the 8 elements of a 16-byte chunk of x and of w.
-__device__ __forceinline__ uint4 normChunk(uint4 x, uint4 w, float r) {
-  return make_uint4(
-      dev::rmsNormPair(x.x, w.x, r), dev::rmsNormPair(x.y, w.y, r),
-      dev::rmsNormPair(x.z, w.z, r), dev::rmsNormPair(x.w, w.w, r));
-}
-
 /// rsqrt(mean + eps) from the block's sum of squares, exactly as the CPU
 /// (IEEE division and square root).
 __device__ __forceinline__ float factor(float s, int64_t n, float eps) {
@@ -87,7 +80,7 @@ extern "C" __global__ void __launch_bounds__(1024)
     for (int i = 0; i < kRegChunks; ++i) {
       const int c = tid + i * threads;
       if (c < nv)
-        ov[c] = normChunk(xr[i], wr[i], r);
+        ov[c] = dev::rmsNormChunk(xr[i], wr[i], r);
     }
     if (tail)
       p.out[j] = static_cast<uint16_t>(dev::rmsNormBf16(xt, wt, r));
