@@ -47,13 +47,19 @@ LinearParams linearRow(int r, bool residual = true, bool f32 = false) {
   return p;
 }
 
+/// The rows' params as the backend hands them over: a pointer each.
 template <typename P>
-std::optional<RowsLaunch> launchOf(const std::string &kernel,
-                                   const std::vector<P> &rows) {
+std::vector<const void *> pointersTo(const std::vector<P> &rows) {
   std::vector<const void *> ptrs;
   for (const P &p : rows)
     ptrs.push_back(&p);
-  return rowsLaunch(kernel, ptrs, sizeof(P), kStride);
+  return ptrs;
+}
+
+template <typename P>
+std::optional<RowsLaunch> launchOf(const std::string &kernel,
+                                   const std::vector<P> &rows) {
+  return rowsLaunch(kernel, pointersTo(rows), sizeof(P), kStride);
 }
 
 TEST(RowsForms, LinearRowsAStrideApart) {
@@ -114,9 +120,7 @@ TEST(RowsForms, MmaFormsTileWeightRowsAndTokens) {
   std::vector<LinearParams> rows;
   for (int r = 0; r < 70; ++r)
     rows.push_back(linearRow(r));
-  std::vector<const void *> ptrs;
-  for (const LinearParams &p : rows)
-    ptrs.push_back(&p);
+  const std::vector<const void *> ptrs = pointersTo(rows);
   const auto mma =
       mmaRowsLaunch("linear", ptrs, sizeof(LinearParams), kStride, 1);
   ASSERT_TRUE(mma.has_value());
@@ -186,9 +190,7 @@ TEST(RowsForms, MmaFormsSplitOffTheirPreNorm) {
   std::vector<LinearParams> rows;
   for (int r = 0; r < 20; ++r)
     rows.push_back(linearRow(r));
-  std::vector<const void *> ptrs;
-  for (const LinearParams &p : rows)
-    ptrs.push_back(&p);
+  const std::vector<const void *> ptrs = pointersTo(rows);
   auto mma = mmaRowsLaunch("linear", ptrs, sizeof(LinearParams), kStride, 132);
   ASSERT_TRUE(mma.has_value());
   const uint64_t scratch = 0x40000000ull;
@@ -299,9 +301,7 @@ TEST(RowsForms, MoeFfnInGroupsOfTheUnionKernel) {
   std::vector<MoeFfnParams> rows;
   for (int r = 0; r < 37; ++r)
     rows.push_back(moeRow(r));
-  std::vector<const void *> ptrs;
-  for (const MoeFfnParams &p : rows)
-    ptrs.push_back(&p);
+  const std::vector<const void *> ptrs = pointersTo(rows);
   // 37 rows: groups of 16, 16 and 5, each from its first row's params.
   const std::vector<RowsLaunch> forms =
       rowsLaunches("moe_ffn", ptrs, sizeof(MoeFfnParams), kStride);
@@ -348,10 +348,7 @@ TEST(RowsForms, MoeChunkParamsOfAPromptChunk) {
   for (int r = 0; r < 64; ++r)
     rows.push_back(moeRow(r));
   auto of = [](const std::vector<MoeFfnParams> &v) {
-    std::vector<const void *> ptrs;
-    for (const MoeFfnParams &p : v)
-      ptrs.push_back(&p);
-    return moeChunkParams(ptrs, sizeof(MoeFfnParams), kStride);
+    return moeChunkParams(pointersTo(v), sizeof(MoeFfnParams), kStride);
   };
   const std::optional<MoeChunkParams> c = of(rows);
   ASSERT_TRUE(c.has_value());
@@ -414,10 +411,7 @@ TEST(RowsForms, MoeChunkParamsOfAPromptChunk) {
 TEST(RowsForms, MoeFfnRowsThatCannotRunTogether) {
   std::vector<MoeFfnParams> rows = {moeRow(0), moeRow(1), moeRow(2)};
   auto together = [](const std::vector<MoeFfnParams> &v, uint64_t stride) {
-    std::vector<const void *> ptrs;
-    for (const MoeFfnParams &p : v)
-      ptrs.push_back(&p);
-    return !rowsLaunches("moe_ffn", ptrs, sizeof(MoeFfnParams), stride)
+    return !rowsLaunches("moe_ffn", pointersTo(v), sizeof(MoeFfnParams), stride)
                 .empty();
   };
   ASSERT_TRUE(together(rows, kStride));
