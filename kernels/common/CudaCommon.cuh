@@ -129,6 +129,16 @@ __device__ __forceinline__ float e8m0ToF(uint32_t e) {
   return __uint_as_float(bits);
 }
 
+/// 2^x on the special-function unit (ex2.approx.ftz: within ~2 ulps,
+/// subnormal results flushed to zero): for sums that are within rounding of
+/// their CPU twin anyway, where expf's range reduction would be most of the
+/// work.
+__device__ __forceinline__ float exp2Approx(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+
 __device__ __forceinline__ float sigmoidF(float x) {
   return 1.0f / (1.0f + expf(-x));
 }

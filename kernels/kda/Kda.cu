@@ -1191,6 +1191,8 @@ extern "C" __global__ void __launch_bounds__(512)
 namespace {
 
 constexpr int kChunkT = kKdaChunkMaxRows;
+/// log2(e): e^x = 2^(x · log2 e).
+constexpr float kLog2e = 1.4426950408889634f;
 
 /// Dynamic shared memory of k3_kda_decode_chunk.
 struct ChunkShared {
@@ -1201,7 +1203,9 @@ struct ChunkShared {
   /// g (log decay) → G (cumulative) → e^{G_T − G_s} ⊙ k_s.
   float g[kChunkT][kClusterHeadDim];
   float v[kChunkT][kClusterCols];         ///< ṽ of the block's columns
-  float w[kChunkT][kClusterCols];         ///< v − S0ᵀ(e^G ⊙ k), then w
+  /// v − S0ᵀ(e^G ⊙ k), then w; rows padded by 4 so that the UT
+  /// transform's lanes (8 earlier rows × 4 columns) meet 32 banks.
+  float w[kChunkT][kClusterCols + 4];
   float o[kChunkT][kClusterCols];         ///< R(o) of the block's columns
   float gt[kChunkT][kClusterCols];        ///< the output gate of its channels
   float a[kChunkT][kChunkT];              ///< A (r < s)
@@ -1261,7 +1265,10 @@ __device__ __forceinline__ void stageRanks(uint16_t *dst, int64_t rank, int T,
 
 } // namespace
 
-extern "C" __global__ void __launch_bounds__(kClusterThreads)
+// One block per SM (its shared memory), so every register may be used: the
+// minimum of 1 keeps ptxas from aiming at 64 registers for four blocks an SM
+// (it spilled there).
+extern "C" __global__ void __launch_bounds__(kClusterThreads, 1)
     k3_kda_decode_chunk(const KdaDecodeRowsParams rp) {
   extern __shared__ __align__(16) unsigned char chunkBytes[];
   ChunkShared &sm = *reinterpret_cast<ChunkShared *>(chunkBytes);
@@ -1299,11 +1306,14 @@ extern "C" __global__ void __launch_bounds__(kClusterThreads)
   dev::waitForPriorGrids();
 
   // 1. The folded gates: each row's R(f_a h), R(g_a h) staged (in the room of
-  // A and B), the head's f_b rows and the block's g_b rows staged (in the
+  // A and B), the f_b and g_b rows of the block's 32 channels staged (in the
   // room of q and k, rows padded to kStagedPitch against bank conflicts),
-  // all with 16-byte loads; then the decays of every key channel and row,
-  // the output gate of the block's channels (lowRankRow's sums, bit for bit)
-  // and β. Unfolded (or unaligned) gates read f and the gate from memory.
+  // all with 16-byte loads; then the decays of the block's channels for
+  // every row, stored into every block of the cluster (each block computes a
+  // quarter of the head's decays: the sums were a quarter of the launch's
+  // instructions when every block computed all 128), the output gate of the
+  // block's channels (lowRankRow's sums, bit for bit) and β. Unfolded (or
+  // unaligned) gates read f and the gate from memory.
   auto stageable = [&](const uint16_t *b, int64_t r) {
     return b && r <= kClusterStagedRank && r % 8 == 0 && dev::aligned16(b);
   };
@@ -1335,7 +1345,7 @@ extern "C" __global__ void __launch_bounds__(kClusterThreads)
   };
   if (stagedF) {
     stageRanks(fIn, p.fRank, T, [&](int t) { return ptr[t].fA; });
-    stageRows(fRows, p.fB + c0 * p.fRank, d, p.fRank);
+    stageRows(fRows, p.fB + (c0 + j0) * p.fRank, J, p.fRank);
   }
   if (stagedG) {
     stageRanks(gIn, p.gRank, T, [&](int t) { return ptr[t].gA; });
@@ -1351,16 +1361,20 @@ extern "C" __global__ void __launch_bounds__(kClusterThreads)
     }
   }
   __syncthreads();
+  dev::clusterWait(); // every block has started: remote stores may begin
   const float aH = expf(p.aLog[h]);
-  for (int i = tid; i < T * d; i += kClusterThreads) {
-    const int t = i / d, ch = i % d;
-    const int64_t c = c0 + ch;
+  for (int i = tid; i < T * J; i += kClusterThreads) {
+    const int t = i / J, jj = i % J;
+    const int64_t c = c0 + j0 + jj;
     const uint16_t f =
-        stagedF ? lowRankRow<true, true>(fRows + ch * kStagedPitch,
+        stagedF ? lowRankRow<true, true>(fRows + jj * kStagedPitch,
                                          fIn + t * p.fRank, p.fRank)
         : p.fB  ? lowRankRow(p.fB + c * p.fRank, ptr[t].fA, p.fRank)
                 : ptr[t].f[c];
-    sm.g[t][ch] = gateF(f, p.dtBias[c], aH, p.hasLowerBound, p.lowerBound);
+    const float g = gateF(f, p.dtBias[c], aH, p.hasLowerBound, p.lowerBound);
+#pragma unroll
+    for (unsigned b = 0; b < kClusterSlices; ++b)
+      dev::storeCluster(&sm.g[t][j0 + jj], b, g);
   }
   for (int i = tid; i < T * J; i += kClusterThreads) {
     const int t = i / J, jj = i % J;
@@ -1440,7 +1454,10 @@ extern "C" __global__ void __launch_bounds__(kClusterThreads)
   __syncthreads();
 
   // 3. G = the running sum of g over the rows (e^{G_T} kept), and each
-  // row's l2norms of q̃ and k̃ (a warp per row).
+  // row's l2norms of q̃ and k̃ (a warp per row), once every block's decays
+  // are in every block (after which no block reads its staged gate inputs:
+  // A and B may be stored over them).
+  dev::clusterSync();
   if (tid < d) {
     float run = 0.0f;
     for (int t = 0; t < T; ++t) {
@@ -1471,15 +1488,21 @@ extern "C" __global__ void __launch_bounds__(kClusterThreads)
   }
   __syncthreads();
 
-  // 4. A and B: the cluster's 32 warps take the T(T+1)/2 pairs (s, r <= s)
-  // in turn, each entry stored into every block of the cluster, once every
-  // block has started and is done with the staged gate inputs.
-  dev::clusterWait();
-  dev::clusterSync();
+  // 4. A and B: groups of 8 lanes take the T(T+1)/2 pairs (s, r <= s) in
+  // turn, 4 groups a warp and 128 in the cluster; lane l of a group sums
+  // channels 4l + 32m + [0, 4) (16-byte loads) and the group adds its lanes
+  // with three shuffles. A pair's A and B entries share their decay
+  // e^{G_s − G_r} (exp2 of the difference: within a few ulps of expf, as
+  // the chunk form is within rounding of the run form anyway). Each entry
+  // is stored into every block of the cluster.
   {
     const int pairs = T * (T + 1) / 2;
-    for (int i = static_cast<int>(rank) * (kClusterThreads / 32) + warp;
-         i < pairs; i += kClusterSlices * (kClusterThreads / 32)) {
+    const int grp = lane >> 3, l = lane & 7;
+    constexpr int kGroups = kClusterSlices * (kClusterThreads / 32) * 4;
+    for (int base =
+             (static_cast<int>(rank) * (kClusterThreads / 32) + warp) * 4;
+         base < pairs; base += kGroups) {
+      const int i = min(base + grp, pairs - 1);
       int s = static_cast<int>((sqrtf(8.0f * i + 1.0f) - 1.0f) * 0.5f);
       while (s * (s + 1) / 2 > i)
         --s;
@@ -1489,18 +1512,34 @@ extern "C" __global__ void __launch_bounds__(kClusterThreads)
       float accA = 0.0f, accB = 0.0f;
 #pragma unroll
       for (int m = 0; m < d / 32; ++m) {
-        const int c = lane + 32 * m;
-        const float e = expf(sm.g[s][c] - sm.g[r][c]);
-        const float kr = sm.k[r][c];
-        accA = fmaf(sm.k[s][c] * kr, e, accA);
-        accB = fmaf(sm.q[s][c] * kr, e, accB);
+        const int c = 4 * l + 32 * m;
+        const float4 gs = *reinterpret_cast<const float4 *>(&sm.g[s][c]);
+        const float4 gr = *reinterpret_cast<const float4 *>(&sm.g[r][c]);
+        const float4 ks = *reinterpret_cast<const float4 *>(&sm.k[s][c]);
+        const float4 kr = *reinterpret_cast<const float4 *>(&sm.k[r][c]);
+        const float4 qs = *reinterpret_cast<const float4 *>(&sm.q[s][c]);
+        const float e0 = dev::exp2Approx((gs.x - gr.x) * kLog2e);
+        const float e1 = dev::exp2Approx((gs.y - gr.y) * kLog2e);
+        const float e2 = dev::exp2Approx((gs.z - gr.z) * kLog2e);
+        const float e3 = dev::exp2Approx((gs.w - gr.w) * kLog2e);
+        accA = fmaf(ks.x * kr.x, e0, accA);
+        accB = fmaf(qs.x * kr.x, e0, accB);
+        accA = fmaf(ks.y * kr.y, e1, accA);
+        accB = fmaf(qs.y * kr.y, e1, accB);
+        accA = fmaf(ks.z * kr.z, e2, accA);
+        accB = fmaf(qs.z * kr.z, e2, accB);
+        accA = fmaf(ks.w * kr.w, e3, accA);
+        accB = fmaf(qs.w * kr.w, e3, accB);
       }
-      accA = dev::warpSum(accA);
-      accB = dev::warpSum(accB);
-      if (lane < kClusterSlices) {
-        dev::storeCluster(&sm.b[s][r], lane, accB);
+#pragma unroll
+      for (int o = 4; o > 0; o >>= 1) {
+        accA += __shfl_xor_sync(0xffffffffu, accA, o);
+        accB += __shfl_xor_sync(0xffffffffu, accB, o);
+      }
+      if (l < kClusterSlices && base + grp < pairs) {
+        dev::storeCluster(&sm.b[s][r], l, accB);
         if (r < s)
-          dev::storeCluster(&sm.a[s][r], lane, accA);
+          dev::storeCluster(&sm.a[s][r], l, accA);
       }
     }
   }
@@ -1545,14 +1584,25 @@ extern "C" __global__ void __launch_bounds__(kClusterThreads)
 #pragma unroll
     for (int m = 0; m < kRowsPerWarp; ++m)
       accU[m] = accO[m] = 0.0f;
-    for (int c = 0; c < d; ++c) {
-      const float sv = sm.s[c][lane];
+    // Four key channels per step: a row's four as one 16-byte broadcast
+    // load (the sums keep their order, c ascending).
+    for (int c = 0; c < d; c += 4) {
+      const float sv0 = sm.s[c][lane], sv1 = sm.s[c + 1][lane],
+                  sv2 = sm.s[c + 2][lane], sv3 = sm.s[c + 3][lane];
 #pragma unroll
       for (int m = 0; m < kRowsPerWarp; ++m) {
         const int t = warp + 8 * m;
         if (t < T) {
-          accU[m] = fmaf(sm.k[t][c], sv, accU[m]);
-          accO[m] = fmaf(sm.q[t][c], sv, accO[m]);
+          const float4 k4 = *reinterpret_cast<const float4 *>(&sm.k[t][c]);
+          const float4 q4 = *reinterpret_cast<const float4 *>(&sm.q[t][c]);
+          accU[m] = fmaf(k4.x, sv0, accU[m]);
+          accO[m] = fmaf(q4.x, sv0, accO[m]);
+          accU[m] = fmaf(k4.y, sv1, accU[m]);
+          accO[m] = fmaf(q4.y, sv1, accO[m]);
+          accU[m] = fmaf(k4.z, sv2, accU[m]);
+          accO[m] = fmaf(q4.z, sv2, accO[m]);
+          accU[m] = fmaf(k4.w, sv3, accU[m]);
+          accO[m] = fmaf(q4.w, sv3, accO[m]);
         }
       }
     }
@@ -1566,17 +1616,17 @@ extern "C" __global__ void __launch_bounds__(kClusterThreads)
   __syncthreads();
 
   // 7. The UT transform, column by column (they are independent): warp w
-  // takes columns 4w..4w+3, eight lanes a column, lane part l summing the
-  // earlier rows r ≡ l (mod 8).
+  // takes columns 4w..4w+3, eight lanes a column (lane = 4 · part + the
+  // column's index), lane part l summing the earlier rows r ≡ l (mod 8).
   {
-    const int col = 4 * warp + (lane >> 3), part = lane & 7;
+    const int col = 4 * warp + (lane & 3), part = lane >> 2;
     for (int s = 0; s < T; ++s) {
       float acc = 0.0f;
       for (int r = part; r < s; r += 8)
         acc = fmaf(sm.a[s][r], sm.w[r][col], acc);
+      acc += __shfl_xor_sync(0xffffffffu, acc, 16);
+      acc += __shfl_xor_sync(0xffffffffu, acc, 8);
       acc += __shfl_xor_sync(0xffffffffu, acc, 4);
-      acc += __shfl_xor_sync(0xffffffffu, acc, 2);
-      acc += __shfl_xor_sync(0xffffffffu, acc, 1);
       if (part == 0)
         sm.w[s][col] = (sm.w[s][col] - acc) * sm.beta[s];
       __syncwarp();
@@ -1601,16 +1651,31 @@ extern "C" __global__ void __launch_bounds__(kClusterThreads)
       dev::storeCluster(&sm.ss[t][rank], lane, part);
   }
 
-  // 9. The state after the chunk: thread (column lane, warp) takes key rows
-  // warp + 8i.
+  // 9. The state after the chunk: thread (column lane, warp) takes the 16
+  // key rows 16·warp + [0, 16), each row's sum over s in order; a row s of
+  // e^{G_T − G_s} ⊙ k_s is read as four 16-byte broadcast loads.
   {
-    float *S = p.state + static_cast<int64_t>(h) * d * d + j0 + lane;
-    for (int c = warp; c < d; c += kClusterThreads / 32) {
-      float x = sm.keep[c] * sm.s[c][lane];
-      for (int s = 0; s < T; ++s)
-        x = fmaf(sm.g[s][c], sm.w[s][lane], x);
-      S[c * d] = x;
+    constexpr int kKeyRows = d / (kClusterThreads / 32);
+    const int cb = kKeyRows * warp;
+    float x[kKeyRows];
+#pragma unroll
+    for (int i = 0; i < kKeyRows; ++i)
+      x[i] = sm.keep[cb + i] * sm.s[cb + i][lane];
+    for (int s = 0; s < T; ++s) {
+      const float wv = sm.w[s][lane];
+#pragma unroll
+      for (int i = 0; i < kKeyRows; i += 4) {
+        const float4 g4 = *reinterpret_cast<const float4 *>(&sm.g[s][cb + i]);
+        x[i] = fmaf(g4.x, wv, x[i]);
+        x[i + 1] = fmaf(g4.y, wv, x[i + 1]);
+        x[i + 2] = fmaf(g4.z, wv, x[i + 2]);
+        x[i + 3] = fmaf(g4.w, wv, x[i + 3]);
+      }
     }
+    float *S = p.state + static_cast<int64_t>(h) * d * d + j0 + lane;
+#pragma unroll
+    for (int i = 0; i < kKeyRows; ++i)
+      S[(cb + i) * d] = x[i];
   }
   dev::clusterSync(); // every row's Σ o² is in every block; the last
                       // access to another block's shared memory

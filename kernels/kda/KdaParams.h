@@ -216,14 +216,15 @@ struct KdaDecodeRowsParams {
 /// chunks with PrefillForm::Chunk): at most this many rows per launch (a
 /// longer run is cut into pieces of it), and the dynamic shared memory it
 /// takes: q, k and the cumulative log decay of every row and key channel, a
-/// block's 32 value columns of v, w and o, the two row × row products, the
+/// block's 32 value columns of v, w (rows padded by 4) and o, the two row ×
+/// row products, the
 /// state slice, the output gate, and small per-row and per-channel sums
 /// (Kda.cu's ChunkShared, which static_asserts this size).
 constexpr int kKdaChunkMaxRows = 64;
 constexpr int64_t kKdaChunkSmemBytes =
     4 * (3 * kKdaChunkMaxRows * 128 + 4 * kKdaChunkMaxRows * 32 +
-         2 * kKdaChunkMaxRows * kKdaChunkMaxRows + 128 * 32 + kKdaChunkMaxRows +
-         4 * kKdaChunkMaxRows + 128);
+         4 * kKdaChunkMaxRows + 2 * kKdaChunkMaxRows * kKdaChunkMaxRows +
+         128 * 32 + kKdaChunkMaxRows + 4 * kKdaChunkMaxRows + 128);
 /// Runs shorter than this keep the run form (bit for bit one launch per
 /// row) even with PrefillForm::Chunk.
 constexpr int kKdaChunkMinRows = 4;

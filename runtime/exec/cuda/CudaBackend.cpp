@@ -241,11 +241,12 @@ CudaBackend::bind(const PlanDoc &plan, const TensorStore &store,
   // measure what they buy).
   const char *formsEnv = std::getenv("K3C_ROWS_FORMS");
   const bool useForms = !(formsEnv && std::string(formsEnv) == "0");
-  // kda_decode's chunk form is opt-in (K3C_KDA_CHUNK=1): measured on the
-  // H200 it ties the run form (~316 µs per 64 rows against ~4.9 µs a row:
-  // docs/PERF.md 2026-12-04), and the run form is bit for bit the decode.
+  // kda_decode's chunk form runs a prompt chunk's KDA rows unless
+  // K3C_KDA_CHUNK=0 (the run form, bit for bit the decode): measured on the
+  // H200 ~221 µs per 64 rows against ~4.9 µs a row (docs/PERF.md
+  // 2026-12-04, twenty-first session).
   const char *chunkEnv = std::getenv("K3C_KDA_CHUNK");
-  const bool useKdaChunk = chunkEnv && std::string(chunkEnv) == "1";
+  const bool useKdaChunk = !(chunkEnv && std::string(chunkEnv) == "0");
   const char *syncEnv = std::getenv("K3C_SYNC_STEPS");
   be->syncEachStep_ = syncEnv && std::string(syncEnv) == "1";
   std::map<std::string, std::pair<cuda::CUfunction, int64_t>> rowsForms;

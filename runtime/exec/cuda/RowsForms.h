@@ -76,8 +76,8 @@ bool hasRunForm(const std::string &kernel);
 /// the same params array (kda_decode: the chunk (WY / UT) form of the delta
 /// rule, kKdaChunkMaxRows rows per launch, kKdaChunkSmemBytes of dynamic
 /// shared memory): runs of at least kKdaChunkMinRows rows with
-/// PrefillForm::Chunk and K3C_KDA_CHUNK=1 (it does not beat the run form
-/// yet), within rounding of the run form.
+/// PrefillForm::Chunk (K3C_KDA_CHUNK=0 keeps the run form), within rounding
+/// of the run form.
 inline constexpr const char *kCudaChunkForms[] = {"kda_decode"};
 
 /// Whether `kernel` has a chunk form.
