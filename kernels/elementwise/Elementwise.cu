@@ -97,3 +97,14 @@ extern "C" __global__ void k3_gated_act(const GatedActParams p) {
   map2(p.g, p.u, p.out, p.n,
        GatedActOp{p.activation, p.beta1, p.hasBeta2, p.beta2});
 }
+
+/// k3_gated_act_rows: k3_gated_act for several rows (GatedActRowsParams),
+/// block (x, y) block x of row y's launch.
+extern "C" __global__ void k3_gated_act_rows(const GatedActRowsParams rp) {
+  __shared__ __align__(16) dev::RowParams<GatedActParams> row;
+  dev::loadRowParams(rp.rows, row);
+  dev::enterStep();
+  const GatedActParams &p = row.get();
+  map2(p.g, p.u, p.out, p.n,
+       GatedActOp{p.activation, p.beta1, p.hasBeta2, p.beta2});
+}

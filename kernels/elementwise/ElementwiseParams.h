@@ -46,6 +46,13 @@ struct GatedActParams {
   float beta2 = 25.0f;           ///< SiTU: activation_situ_linear_beta
 };
 
+/// The multi-row form of `gated_act` (k3_gated_act_rows): grid (the single
+/// launch's x, count, 1), row y's whole params at rows[y] in device memory.
+struct GatedActRowsParams {
+  const GatedActParams *rows = nullptr; ///< [count] in device memory
+  int32_t count = 0;
+};
+
 } // namespace k3
 
 #endif // K3C_KERNELS_ELEMENTWISE_ELEMENTWISEPARAMS_H

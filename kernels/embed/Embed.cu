@@ -10,8 +10,9 @@
 
 using namespace k3;
 
-extern "C" __global__ void k3_embed(const EmbedParams p) {
-  dev::enterStep();
+namespace {
+
+__device__ __forceinline__ void embedRow(const EmbedParams &p) {
   // The step block, when bound, was written by the previous step's argmax:
   // read through L2.
   const int64_t token = p.step ? __ldcg(p.step + kStepToken) : p.token;
@@ -19,4 +20,20 @@ extern "C" __global__ void k3_embed(const EmbedParams p) {
   const uint16_t *row = p.table + (valid ? token : 0) * p.dim;
   for (int64_t i = dev::globalThread(); i < p.dim; i += dev::gridThreads())
     p.out[i] = valid ? row[i] : uint16_t(0);
+}
+
+} // namespace
+
+extern "C" __global__ void k3_embed(const EmbedParams p) {
+  dev::enterStep();
+  embedRow(p);
+}
+
+/// k3_embed_rows: k3_embed for several rows (EmbedRowsParams), block (x, y)
+/// block x of row y's launch.
+extern "C" __global__ void k3_embed_rows(const EmbedRowsParams rp) {
+  __shared__ __align__(16) dev::RowParams<EmbedParams> row;
+  dev::loadRowParams(rp.rows, row);
+  dev::enterStep();
+  embedRow(row.get());
 }

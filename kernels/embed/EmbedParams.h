@@ -28,6 +28,15 @@ struct EmbedParams {
   const int64_t *step = nullptr;
 };
 
+/// The multi-row form of `embed` (k3_embed_rows): grid (the single launch's
+/// x, count, 1), row y's whole params at rows[y] in device memory (a prompt
+/// chunk's or a batch's rows, each reading its token from its own step
+/// block).
+struct EmbedRowsParams {
+  const EmbedParams *rows = nullptr; ///< [count] in device memory
+  int32_t count = 0;
+};
+
 } // namespace k3
 
 #endif // K3C_KERNELS_EMBED_EMBEDPARAMS_H

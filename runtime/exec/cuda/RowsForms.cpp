@@ -1,6 +1,8 @@
 //===- RowsForms.cpp - Params of the CUDA multi-row forms -----------------===//
 #include "runtime/exec/cuda/RowsForms.h"
 
+#include "kernels/elementwise/ElementwiseParams.h"
+#include "kernels/embed/EmbedParams.h"
 #include "kernels/gemv/GemvParams.h"
 #include "kernels/kda/KdaParams.h"
 #include "kernels/mla/MlaParams.h"
@@ -178,7 +180,9 @@ template <typename P> constexpr bool isRowsArray() {
 }
 static_assert(isRowsArray<KdaDecodeRowsParams>() &&
                   isRowsArray<MlaCacheAppendRowsParams>() &&
-                  isRowsArray<MlaAttendRowsParams>(),
+                  isRowsArray<MlaAttendRowsParams>() &&
+                  isRowsArray<EmbedRowsParams>() &&
+                  isRowsArray<GatedActRowsParams>(),
               "the array forms' params are {rows, count}");
 
 std::optional<RowsLaunch> rowsLaunch(const std::string &kernel,

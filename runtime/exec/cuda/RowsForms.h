@@ -51,13 +51,15 @@ constexpr size_t kMmaMinRows = 16;
 /// different sequences (a sequence's rows meet its states in order), but
 /// see kCudaRowsAnySlotForms and kCudaRunForms.
 inline constexpr const char *kCudaRowsArrayForms[] = {
-    "kda_decode", "mla_cache_append", "mla_attend_clustered"};
+    "kda_decode", "mla_cache_append", "mla_attend_clustered", "embed",
+    "gated_act"};
 
 /// The array forms whose rows never depend on one another, so that rows of
 /// one sequence (a prompt chunk) run together as well: each row writes only
-/// its own position's cache row, or reads its cache through its own length.
-inline constexpr const char *kCudaRowsAnySlotForms[] = {"mla_cache_append",
-                                                        "mla_attend_clustered"};
+/// its own position's cache row, or reads its cache through its own length,
+/// or touches only its own arena (embed, gated_act).
+inline constexpr const char *kCudaRowsAnySlotForms[] = {
+    "mla_cache_append", "mla_attend_clustered", "embed", "gated_act"};
 
 /// Whether `kernel`'s array form takes rows of one sequence together.
 bool hasRowsAnySlotForm(const std::string &kernel);

@@ -160,4 +160,58 @@ TEST(GatedActCuda, MatchesCpu) {
   }
 }
 
+/// The multi-row form (k3_gated_act_rows): M rows in one launch, each
+/// row's own g, u and output (one in place) and the same activation, params
+/// from a device array: every row the bytes its single-row launch writes,
+/// outputs poisoned first, at Kimi-Linear's dense width and an odd one.
+TEST(GatedActCuda, RowsAsOneLaunchPerRow) {
+  K3_REQUIRE_GPU();
+  for (int variant = 0; variant < 2; ++variant) {
+    for (int64_t n : {int64_t(9216), int64_t(1001)}) {
+      const int M = 5;
+      Rand r(static_cast<uint64_t>(n + variant));
+      std::vector<std::vector<uint16_t>> gs, us;
+      std::vector<Dev> dg, du, single, rows, rowsG;
+      std::vector<k3::GatedActParams> params;
+      for (int i = 0; i < M; ++i) {
+        gs.push_back(r.bf16(n, 4.0f));
+        us.push_back(r.bf16(n, 12.0f));
+        dg.push_back(Dev::of(gs.back()));
+        du.push_back(Dev::of(us.back()));
+        single.push_back(Dev::poisoned<uint16_t>(n));
+        rows.push_back(Dev::poisoned<uint16_t>(n));
+        rowsG.push_back(Dev::of(gs.back())); // row 2 writes over its g
+      }
+      for (int i = 0; i < M; ++i) {
+        k3::GatedActParams p;
+        p.activation = variant ? k3::kActSwiGLU : k3::kActSiTU;
+        p.g = dg[i].get<uint16_t>();
+        p.u = du[i].get<uint16_t>();
+        p.n = n;
+        p.out = single[i].get<uint16_t>();
+        ASSERT_TRUE(launch("gated_act", p, (n + 255) / 256).isOk());
+        if (i == 2) {
+          p.g = rowsG[i].get<uint16_t>();
+          p.out = rowsG[i].get<uint16_t>();
+        } else {
+          p.out = rows[i].get<uint16_t>();
+        }
+        params.push_back(p);
+      }
+      Dev array = Dev::of(params);
+      k3::GatedActRowsParams rp;
+      rp.rows = array.get<k3::GatedActParams>();
+      rp.count = M;
+      ASSERT_TRUE(
+          launch("gated_act_rows", rp, (n + 255) / 256, 256, 0, 1, M).isOk());
+      for (int i = 0; i < M; ++i) {
+        const auto want = single[i].download<uint16_t>(n);
+        EXPECT_NE(want, gs[i]) << "row " << i << " wrote nothing";
+        EXPECT_EQ((i == 2 ? rowsG[i] : rows[i]).download<uint16_t>(n), want)
+            << "rows form n " << n << ", row " << i;
+      }
+    }
+  }
+}
+
 } // namespace

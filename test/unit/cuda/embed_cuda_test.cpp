@@ -62,4 +62,57 @@ TEST(EmbedCuda, AnyGridCoversTheRow) {
                                   table.begin() + 6 * 7168));
 }
 
+/// The multi-row form (k3_embed_rows): M rows in one launch, each row's
+/// params from a device array (its own token, one row reading it from its
+/// step block, its own output): every row the bytes its single-row launch
+/// writes, outputs poisoned first, at K3's width and an odd one.
+TEST(EmbedCuda, RowsAsOneLaunchPerRow) {
+  K3_REQUIRE_GPU();
+  for (auto [vocab, dim] :
+       {std::pair<int64_t, int64_t>{4096, 7168}, {37, 1000}}) {
+    Rand r(static_cast<uint64_t>(vocab + dim));
+    std::vector<uint16_t> table = r.bf16(vocab * dim);
+    Dev dTable = Dev::of(table);
+    for (int M : {2, 7}) {
+      std::vector<Dev> single, rows, steps;
+      std::vector<k3::EmbedParams> params;
+      for (int i = 0; i < M; ++i) {
+        k3::EmbedParams p;
+        p.table = dTable.get<uint16_t>();
+        p.vocab = vocab;
+        p.dim = dim;
+        p.token = (7 * i + 3) % vocab;
+        if (i == 1) { // this row's token from its step block
+          std::vector<int64_t> step(k3::kStepWords, 0);
+          step[k3::kStepToken] = vocab - 2;
+          steps.push_back(Dev::of(step));
+          p.step = steps.back().get<int64_t>();
+        }
+        single.push_back(Dev::poisoned<uint16_t>(dim));
+        rows.push_back(Dev::poisoned<uint16_t>(dim));
+        p.out = single.back().get<uint16_t>();
+        ASSERT_TRUE(launch("embed", p, (dim + 255) / 256).isOk());
+        p.out = rows.back().get<uint16_t>();
+        params.push_back(p);
+      }
+      Dev array = Dev::of(params);
+      k3::EmbedRowsParams rp;
+      rp.rows = array.get<k3::EmbedParams>();
+      rp.count = M;
+      ASSERT_TRUE(
+          launch("embed_rows", rp, (dim + 255) / 256, 256, 0, 1, M).isOk());
+      for (int i = 0; i < M; ++i) {
+        const int64_t token = i == 1 ? vocab - 2 : (7 * i + 3) % vocab;
+        const auto want = single[i].download<uint16_t>(dim);
+        EXPECT_EQ(want,
+                  std::vector<uint16_t>(table.begin() + token * dim,
+                                        table.begin() + (token + 1) * dim))
+            << "single launch, row " << i;
+        EXPECT_EQ(rows[i].download<uint16_t>(dim), want)
+            << "rows form, " << M << " rows, row " << i;
+      }
+    }
+  }
+}
+
 } // namespace
