@@ -1318,15 +1318,18 @@ extern "C" __global__ void __launch_bounds__(kClusterThreads, 1)
     return b && r <= kClusterStagedRank && r % 8 == 0 && dev::aligned16(b);
   };
   bool stagedF = stageable(p.fB, p.fRank), stagedG = stageable(p.gB, p.gRank);
-  bool vecInputs = true;
-  __syncthreads(); // the pointer table
-  for (int t = 0; t < T; ++t) {
-    const ChunkRowPtrs &q = ptr[t];
-    stagedF = stagedF && dev::aligned16(q.fA);
-    stagedG = stagedG && dev::aligned16(q.gA);
-    vecInputs = vecInputs && dev::aligned16(q.uq) && dev::aligned16(q.uk) &&
-                dev::aligned16(q.uv);
+  // Every row's inputs 16-byte aligned? Row tid checks its own pointers
+  // (the barriers also publish the pointer table).
+  bool rowF = true, rowG = true, rowV = true;
+  if (tid < T) {
+    const ChunkRowPtrs &q = ptr[tid];
+    rowF = dev::aligned16(q.fA);
+    rowG = dev::aligned16(q.gA);
+    rowV = dev::aligned16(q.uq) && dev::aligned16(q.uk) && dev::aligned16(q.uv);
   }
+  stagedF = __syncthreads_and(rowF) && stagedF;
+  stagedG = __syncthreads_and(rowG) && stagedG;
+  const bool vecInputs = __syncthreads_and(rowV);
   uint16_t *const fIn = reinterpret_cast<uint16_t *>(&sm.a[0][0]);
   uint16_t *const gIn = reinterpret_cast<uint16_t *>(&sm.b[0][0]);
   uint16_t *const fRows = reinterpret_cast<uint16_t *>(&sm.q[0][0]);
@@ -1395,9 +1398,11 @@ extern "C" __global__ void __launch_bounds__(kClusterThreads, 1)
   __syncthreads(); // done with the staged rows (the room of q and k)
 
   // 2. The convs: thread i < 128 q's channel i of the head, 128 <= i < 256
-  // k's channel i - 128, and threads 0-31 also v's channel j0 + i. The
-  // rows' inputs are staged first (independent loads), then each channel
-  // runs its rows in order from its history.
+  // k's channel i - 128, each channel's rows in order from its history; v's
+  // 32 channels of the block in 8 pieces of rows, thread i channel i % 32
+  // and piece i / 32 (a conv reads inputs, never outputs: a piece's history
+  // is the inputs before it, read before any piece writes). The rows'
+  // inputs are staged first (independent loads).
   float hsMain[kClusterMaxTaps - 1], hsV[kClusterMaxTaps - 1];
   const bool isK = tid >= d;
   const int cc = tid & (d - 1);
@@ -1442,14 +1447,27 @@ extern "C" __global__ void __launch_bounds__(kClusterThreads, 1)
         sm.v[i / J][i % J] = dev::bf16ToF(ptr[i / J].uv[c0 + j0 + i % J]);
     }
     __syncthreads();
+    // v's piece: its history (the inputs before its first row, from the
+    // conv state before row 0) and, threads 0-31, the history after the
+    // chunk (the state written back below).
+    constexpr int kPieces = kClusterThreads / J;
+    const int vc = tid % J, piece = tid / J;
+    const int per = (T + kPieces - 1) / kPieces;
+    const int vBegin = min(T, piece * per), vEnd = min(T, vBegin + per);
+    const float *stV = p.convStateV + (c0 + j0 + vc) * hist;
+    float hsPiece[kClusterMaxTaps - 1];
+#pragma unroll
+    for (int i = 0; i < kClusterMaxTaps - 1; ++i) {
+      const int r = vBegin - hist + i, e = T - hist + i;
+      hsPiece[i] = i >= hist ? 0.0f : r >= 0 ? sm.v[r][vc] : stV[hist + r];
+      hsV[i] = i >= hist ? 0.0f : e >= 0 ? sm.v[e][vc] : stV[hist + e];
+    }
+    __syncthreads();
     loadConvTaps(isK ? p.convK : p.convQ, c, W, taps);
     loadHist(isK ? p.convStateK : p.convStateQ, c, hsMain);
     convRows(x, d, T, taps, hsMain, hist);
-    if (tid < J) {
-      loadConvTaps(p.convV, c0 + j0 + tid, W, taps);
-      loadHist(p.convStateV, c0 + j0 + tid, hsV);
-      convRows(&sm.v[0][tid], J, T, taps, hsV, hist);
-    }
+    loadConvTaps(p.convV, c0 + j0 + vc, W, taps);
+    convRows(&sm.v[vBegin][vc], J, vEnd - vBegin, taps, hsPiece, hist);
   }
   __syncthreads();
 
