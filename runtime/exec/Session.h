@@ -242,6 +242,10 @@ public:
   Status setPrefillForm(PrefillForm form) {
     return backend_->setPrefillForm(form);
   }
+  /// Binds room for steps of up to `rows` rows before the first prompt
+  /// (Backend::reserveRows): the first prompt chunk then pays only for its
+  /// launches.
+  Status reserveRows(size_t rows) { return backend_->reserveRows(rows); }
 
 private:
   Session() = default;

@@ -39,6 +39,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -634,6 +635,10 @@ struct Totals {
   /// A batched decode: its steps and the most sequences one step ran.
   int64_t batchSteps = 0, maxActive = 0, maxRows = 0;
   double prefillSeconds = 0, decodeSeconds = 0;
+  /// Step rows bound before the first prompt (Session::reserveRows), and
+  /// how long that took: not part of the prefill time.
+  int64_t boundRows = 0;
+  double bindSeconds = 0;
   void add(const k3::GenerateResult &g) {
     ++prompts;
     tokens += static_cast<int64_t>(g.tokens.size());
@@ -684,6 +689,9 @@ std::string summary(const Totals &t, const std::string &backend) {
        rate(t.fed, t.prefillSeconds) + " tokens/s); decode " +
        count(t.decodeSteps, "step") + " in " + seconds(t.decodeSeconds) +
        " s (" + rate(t.decodeSteps, t.decodeSeconds) + " tokens/s)";
+  if (t.boundRows > 1)
+    s += "; " + count(t.boundRows, "step row") + " bound in " +
+         seconds(t.bindSeconds) + " s before the prompts";
   if (t.batchSteps > 0)
     s += "; batched: " + count(t.batchSteps, "step") + ", up to " +
          count(t.maxActive, "sequence") + " and " + count(t.maxRows, "token") +
@@ -984,6 +992,25 @@ int run(int argc, char **argv) {
         "--batch " + std::to_string(req.batch) +
         " is more than the plan's max_batch of " + std::to_string(slots) +
         "; compile the plan with k3c --max-batch " + std::to_string(req.batch));
+  if (slots == 1) {
+    // The prompts' chunks run as steps of up to --prefill-chunk rows: their
+    // room is bound now, once, not inside the first prompt's prefill time.
+    size_t longest = 0;
+    for (const k3::Prompt &p : req.prompts)
+      longest = std::max(longest, p.ids.size());
+    const size_t rows =
+        std::min(static_cast<size_t>(req.prefillChunk), longest);
+    if (rows > 1) {
+      const auto t0 = std::chrono::steady_clock::now();
+      if (k3::Status s = ses.reserveRows(rows); !s)
+        return runtimeError("binding " + std::to_string(rows) +
+                            " step rows: " + s.message());
+      totals.boundRows = static_cast<int64_t>(rows);
+      totals.bindSeconds =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - t0)
+              .count();
+    }
+  }
   if (slots > 1) {
     // Batched: every prompt a request; each line is printed once it and
     // those before it are done, so stdout keeps the prompts' order.

@@ -129,6 +129,10 @@ public:
   /// projections (RowsForms.h kCudaMmaRowsForms) and the MoE (bf16 experts:
   /// kCudaMoeChunkKernels) on the tensor cores, within rounding of the
   /// multi-row forms; everything else as Rows.
+  Status reserveRows(size_t rows) override {
+    K3_RETURN_IF_ERROR(Backend::reserveRows(rows));
+    return ensureRows(rows);
+  }
   Status setPrefillForm(PrefillForm form) override {
     chunkForm_ = form == PrefillForm::Chunk;
     return Status::ok();

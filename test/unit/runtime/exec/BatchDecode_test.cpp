@@ -270,6 +270,29 @@ TEST_P(BatchInvariance, ChunkedPrefillAsTokenByToken) {
   bad.prefillChunk = 0;
   EXPECT_ERROR_CONTAINS(f->single->generate({1, 2}, bad),
                         "the prefill chunk must be in [1, 4096] tokens, got 0");
+  // Rows reserved before a prompt (Session::reserveRows, as k3-run does):
+  // more than any step so far (the rows bound again), then chunks that
+  // fit: the same bits.
+  const std::vector<int64_t> prompt =
+      randomPrompt(rng, 20, f->config.vocabSize);
+  GenerateOptions o;
+  o.maxNew = 4;
+  o.keepLogits = true;
+  o.prefillChunk = 1;
+  Expected<GenerateResult> want = f->single->generate(prompt, o);
+  ASSERT_TRUE(want.hasValue()) << want.message();
+  ASSERT_TRUE(f->single->reserveRows(200).isOk());
+  for (int64_t chunk : {7, 20}) {
+    o.prefillChunk = chunk;
+    Expected<GenerateResult> got = f->single->generate(prompt, o);
+    ASSERT_TRUE(got.hasValue()) << got.message();
+    EXPECT_EQ(got->tokens, want->tokens) << "reserved, chunk " << chunk;
+    EXPECT_EQ(0, std::memcmp(got->logits.data(), want->logits.data(),
+                             want->logits.size() * sizeof(float)))
+        << "reserved, chunk " << chunk;
+  }
+  EXPECT_ERROR_CONTAINS(f->single->reserveRows(4097),
+                        "cannot reserve 4097 step rows: at most 4096");
 }
 
 /// PrefillForm::Chunk: a prompt chunk's KDA tokens in the chunk form of the
