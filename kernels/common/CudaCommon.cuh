@@ -339,6 +339,13 @@ __device__ __forceinline__ float weightAt(const WeightRef &w, int64_t cols,
   return e2m1ToF(code) * e8m0ToF(w.scale[row * (cols / 32) + col / 32]);
 }
 
+/// The dynamic shared memory of the running launch, in bytes.
+__device__ __forceinline__ unsigned dynamicSmemBytes() {
+  unsigned n;
+  asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(n));
+  return n;
+}
+
 /// Writes the bf16 NaN to out[0, n) over the grid: the output of a call
 /// outside a kernel's limits (never silent).
 __device__ inline void fillNaN(uint16_t *out, int64_t n) {

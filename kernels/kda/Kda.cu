@@ -45,6 +45,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "kernels/common/CudaCommon.cuh"
+#include "kernels/common/CudaWeights.cuh"
 #include "kernels/kda/KdaParams.h"
 
 using namespace k3;
@@ -1225,13 +1226,6 @@ struct ChunkRowPtrs {
   uint16_t *out, *gateOut;
 };
 
-/// The dynamic shared memory of the launch, in bytes.
-__device__ __forceinline__ unsigned dynamicSmemBytes() {
-  unsigned n;
-  asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(n));
-  return n;
-}
-
 /// One channel's conv over the chunk's rows: `x[t · pitch]` holds u_t (as a
 /// float) on entry and R(SiLU(conv)) on return, `hs` the channel's history
 /// on entry and after the last row (convOut's and convShift's arithmetic).
@@ -1283,7 +1277,7 @@ extern "C" __global__ void __launch_bounds__(kClusterThreads, 1)
   dev::loadRowParams(rows, row, 0);
   const KdaDecodeParams &p = row.get();
   if (T > kChunkT || dev::clusterBlocks() <= 1 || !clusterShapeOk(p, 1) ||
-      dynamicSmemBytes() < sizeof(ChunkShared)) {
+      dev::dynamicSmemBytes() < sizeof(ChunkShared)) {
     dev::clusterWait();
     dev::waitForPriorGrids();
     for (int t = 0; t < T; ++t)
@@ -1430,15 +1424,11 @@ extern "C" __global__ void __launch_bounds__(kClusterThreads, 1)
         float *dst = q < d / 8       ? &sm.q[t][8 * q]
                      : q < 2 * d / 8 ? &sm.k[t][8 * (q - d / 8)]
                                      : &sm.v[t][8 * (q - 2 * d / 8)];
-        const uint4 u = *reinterpret_cast<const uint4 *>(src);
-        dst[0] = dev::loF(u.x);
-        dst[1] = dev::hiF(u.x);
-        dst[2] = dev::loF(u.y);
-        dst[3] = dev::hiF(u.y);
-        dst[4] = dev::loF(u.z);
-        dst[5] = dev::hiF(u.z);
-        dst[6] = dev::loF(u.w);
-        dst[7] = dev::hiF(u.w);
+        float x[8];
+        dev::bf16x8ToF(*reinterpret_cast<const uint4 *>(src), x);
+#pragma unroll
+        for (int e = 0; e < 8; ++e)
+          dst[e] = x[e];
       }
     } else {
       for (int t = 0; t < T; ++t)

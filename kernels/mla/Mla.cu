@@ -12,6 +12,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "kernels/common/CudaCommon.cuh"
+#include "kernels/common/CudaWeights.cuh"
 #include "kernels/common/KernelTrace.cuh"
 #include "kernels/common/WorkQueue.cuh"
 #include "kernels/mla/MlaParams.h"
@@ -1649,5 +1650,298 @@ extern "C" __global__ void __launch_bounds__(kAttendMaxThreads)
       attendHead<8, 4, 1, 2>(p, h, split, splits, s);
     else
       attendHead<1, 32, 4, 1>(p, h, split, splits, s);
+  }
+}
+
+//===----------------------------------------------------------------------===//
+// k3_mla_attend_clustered_chunk: mla_attend_clustered for the rows of a
+// prompt chunk (MlaAttendRowsParams: one cache, row t attending its own
+// length with its own q, gate and out; MlaParams.h kMlaChunk*), a block per
+// (head h = blockIdx.x, tile of kMlaChunkRows rows = blockIdx.y), all in
+// fp32 as the per-row forms:
+//   1. q̂_t = W_UK,hᵀ q_nope,t for the tile's rows (thread i: latent columns
+//      2i, 2i + 1; W_UK read once per block, not once per row);
+//   2. the cache in rounds of kMlaChunkTile rows staged in shared memory
+//      (each row read once per block): the scores (warp w: tile rows 2w and
+//      2w + 1, lane: a cache row), an online softmax per row (its running
+//      max and sum in the warp's registers), then ĉ_t ← α_t ĉ_t + Σ_j p_tj c_j
+//      (thread i: latent columns 2i, 2i + 1 of all the tile's rows, in
+//      registers);
+//   3. o_t = R(W_UV,h ĉ_t / Σ_t), gated as mla_attend (thread i: row i / 2 of
+//      W_UV, eight of the tile's rows).
+// Within fp32 rounding of the rows form (other summation orders; the
+// softmax weights are applied unnormalised and ĉ divided by their sum).
+// A row attends only lengths mla_attend_clustered owns (the handover: the
+// others' outputs are left alone); a row of another cache than the tile's
+// first, or past kMlaClusteredMaxRows rows without a handover, writes NaN.
+// Grid: (>= numHeads, ceil(count / kMlaChunkRows)); blocks kMlaChunkThreads,
+// kMlaChunkSmemBytes of dynamic shared memory. Limits: mlaChunkShape (else
+// every row's head h is NaN).
+//===----------------------------------------------------------------------===//
+namespace {
+
+constexpr int kCQ = kMlaChunkRows, kCT = kMlaChunkTile, kCP = kMlaChunkPitch;
+constexpr int kCL = 512, kCR = 64, kCN = 128, kCV = 128;
+constexpr int kCRow = kCL + kCR; ///< a cache row's bf16 values
+
+/// Dynamic shared memory of k3_mla_attend_clustered_chunk.
+struct AttendChunkShared {
+  float qHat[kCQ][kCL];    ///< q̂ of the tile's rows, then ĉ / Σ
+  float qr[kCQ][kCR];      ///< q_r
+  uint16_t tile[kCT][kCP]; ///< the round's cache rows (q_nope first)
+  float w[kCQ][kCT];       ///< the round's softmax weights e^(s − M)
+  float alpha[kCQ];        ///< the round's rescale of each row's ĉ
+  float sum[kCQ];          ///< Σ e^(s − M) of each row, at the end
+  int len[kCQ];            ///< rows attended (0: none)
+  int state[kCQ];          ///< 0: attend, 1: not this launch's, 2: NaN
+};
+static_assert(sizeof(AttendChunkShared) == kMlaChunkSmemBytes,
+              "kMlaChunkSmemBytes (MlaParams.h) states this layout's size");
+static_assert(kCQ == 2 * (kMlaChunkThreads / 32) && kCT == 32 &&
+                  kMlaChunkThreads * 2 == kCL && kMlaChunkThreads == 2 * kCV &&
+                  kCQ == 16,
+              "the thread mappings of the three phases");
+
+/// acc += Σ_i x[i] · a[i] over 8 values, a at `a` (16-byte aligned).
+__device__ __forceinline__ float dot8(const float (&x)[8], const float *a,
+                                      float acc) {
+  const float4 a0 = *reinterpret_cast<const float4 *>(a);
+  const float4 a1 = *reinterpret_cast<const float4 *>(a + 4);
+  acc = fmaf(x[0], a0.x, acc);
+  acc = fmaf(x[1], a0.y, acc);
+  acc = fmaf(x[2], a0.z, acc);
+  acc = fmaf(x[3], a0.w, acc);
+  acc = fmaf(x[4], a1.x, acc);
+  acc = fmaf(x[5], a1.y, acc);
+  acc = fmaf(x[6], a1.z, acc);
+  return fmaf(x[7], a1.w, acc);
+}
+
+/// One row's online softmax over the round's scores (a lane per cache row;
+/// −∞ for rows it does not attend): the new max M, the round's weights
+/// e^(s − M) into w, the rescale α of its earlier ĉ, and its running sum.
+__device__ __forceinline__ void softmaxRound(float s, float &m, float &l,
+                                             float *w, float *alpha, int lane) {
+  const float mn = fmaxf(m, dev::warpMax(s));
+  const float a = mn == -INFINITY ? 1.0f : expf(m - mn);
+  const float e = mn == -INFINITY ? 0.0f : expf(s - mn);
+  l = l * a + dev::warpSum(e);
+  m = mn;
+  w[lane] = e;
+  if (lane == 0)
+    *alpha = a;
+}
+
+} // namespace
+
+extern "C" __global__ void __launch_bounds__(kMlaChunkThreads)
+    k3_mla_attend_clustered_chunk(const MlaAttendRowsParams rp) {
+  extern __shared__ __align__(16) unsigned char attendChunkBytes[];
+  AttendChunkShared &sm =
+      *reinterpret_cast<AttendChunkShared *>(attendChunkBytes);
+  __shared__ __align__(16) dev::RowParams<MlaAttendParams> first;
+  __shared__ const uint16_t *qPtr[kCQ], *gatePtr[kCQ];
+  __shared__ uint16_t *outPtr[kCQ];
+  dev::allowDependentLaunch();
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int t0 = static_cast<int>(blockIdx.y) * kCQ;
+  const int nq = min(kCQ, rp.count - t0);
+  if (nq <= 0)
+    return;
+  dev::loadRowParams(rp.rows, first, t0);
+  const MlaAttendParams &p = first.get();
+  const int h = static_cast<int>(blockIdx.x);
+  if (h >= p.numHeads)
+    return;
+  if (blockDim.x != kMlaChunkThreads || !mlaChunkShape(p) ||
+      dev::dynamicSmemBytes() < sizeof(AttendChunkShared)) {
+    dev::waitForPriorGrids();
+    for (int t = 0; t < nq; ++t)
+      for (int64_t i = tid; i < p.vDim; i += blockDim.x)
+        rp.rows[t0 + t].out[h * p.vDim + i] = dev::kBf16NaN;
+    return;
+  }
+  dev::waitForPriorGrids(); // q, the cache rows and the step blocks
+  if (tid < kCQ) {
+    int state = 1, len = 0;
+    if (tid < nq) {
+      const MlaAttendParams &r = rp.rows[t0 + tid];
+      const int64_t n = attendLength(r);
+      if (mlaAttendOwnsRows(r, true, n)) {
+        const bool fits = r.cache == p.cache && r.kvB == p.kvB &&
+                          r.numHeads == p.numHeads && mlaChunkShape(r) &&
+                          n >= 1 && n <= kMlaClusteredMaxRows;
+        state = fits ? 0 : 2;
+        len = fits ? static_cast<int>(n) : 0;
+      }
+      qPtr[tid] = r.q;
+      gatePtr[tid] = r.gate;
+      outPtr[tid] = r.out;
+    }
+    sm.state[tid] = state;
+    sm.len[tid] = len;
+  }
+  __syncthreads();
+
+  // 1. q_nope (fp32, in the room of the cache rows) and q_r of the rows,
+  // then q̂ of latent columns 2·tid, 2·tid + 1.
+  float *const qn = reinterpret_cast<float *>(&sm.tile[0][0]);
+  static_assert(sizeof(float) * kCQ * kCN <= sizeof(AttendChunkShared::tile),
+                "q_nope fits the room of the cache rows");
+  constexpr int kQPieces = (kCN + kCR) / 8;
+  for (int i = tid; i < kCQ * kQPieces; i += kMlaChunkThreads) {
+    const int t = i / kQPieces, k = i % kQPieces;
+    float x[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
+    if (sm.len[t] > 0)
+      dev::bf16x8ToF(
+          *reinterpret_cast<const uint4 *>(
+              qPtr[t] + static_cast<int64_t>(h) * (kCN + kCR) + 8 * k),
+          x);
+    float *dst =
+        k < kCN / 8 ? qn + t * kCN + 8 * k : &sm.qr[t][8 * (k - kCN / 8)];
+#pragma unroll
+    for (int e = 0; e < 8; ++e)
+      dst[e] = x[e];
+  }
+  __syncthreads();
+  float acc[kCQ][2];
+#pragma unroll
+  for (int t = 0; t < kCQ; ++t)
+    acc[t][0] = acc[t][1] = 0.0f;
+  {
+    const uint16_t *wuk =
+        p.kvB + static_cast<int64_t>(h) * (kCN + kCV) * kCL + 2 * tid;
+#pragma unroll 4
+    for (int k = 0; k < kCN; ++k) {
+      const uint32_t w2 =
+          __ldg(reinterpret_cast<const uint32_t *>(wuk + k * kCL));
+      const float w0 = dev::loF(w2), w1 = dev::hiF(w2);
+#pragma unroll
+      for (int t = 0; t < kCQ; ++t) {
+        const float x = qn[t * kCN + k];
+        acc[t][0] = fmaf(x, w0, acc[t][0]);
+        acc[t][1] = fmaf(x, w1, acc[t][1]);
+      }
+    }
+  }
+  int maxLen = 0;
+#pragma unroll
+  for (int t = 0; t < kCQ; ++t) {
+    *reinterpret_cast<float2 *>(&sm.qHat[t][2 * tid]) =
+        make_float2(acc[t][0], acc[t][1]);
+    acc[t][0] = acc[t][1] = 0.0f;
+    maxLen = max(maxLen, sm.len[t]);
+  }
+
+  // 2. The cache in rounds of kCT rows (rows past maxLen staged as zeros).
+  const int ta = 2 * warp, tb = ta + 1;
+  const int lenA = sm.len[ta], lenB = sm.len[tb];
+  float mA = -INFINITY, mB = -INFINITY, lA = 0.0f, lB = 0.0f;
+  for (int j0 = 0; j0 < maxLen; j0 += kCT) {
+    __syncthreads(); // q̂ written; the last round's rows and weights read
+    const int rows = min(kCT, maxLen - j0);
+    for (int i = tid; i < kCT * (kCRow / 8); i += kMlaChunkThreads) {
+      const int r = i / (kCRow / 8), k = i % (kCRow / 8);
+      uint4 u = make_uint4(0u, 0u, 0u, 0u);
+      if (r < rows)
+        u = *reinterpret_cast<const uint4 *>(
+            p.cache + static_cast<int64_t>(j0 + r) * kCRow + 8 * k);
+      *reinterpret_cast<uint4 *>(&sm.tile[r][8 * k]) = u;
+    }
+    __syncthreads();
+    float sa = 0.0f, sb = 0.0f;
+    {
+      const uint16_t *c = sm.tile[lane];
+#pragma unroll 4
+      for (int k = 0; k < kCL / 8; ++k) {
+        float x[8];
+        dev::bf16x8ToF(*reinterpret_cast<const uint4 *>(c + 8 * k), x);
+        sa = dot8(x, &sm.qHat[ta][8 * k], sa);
+        sb = dot8(x, &sm.qHat[tb][8 * k], sb);
+      }
+#pragma unroll
+      for (int k = 0; k < kCR / 8; ++k) {
+        float x[8];
+        dev::bf16x8ToF(*reinterpret_cast<const uint4 *>(c + kCL + 8 * k), x);
+        sa = dot8(x, &sm.qr[ta][8 * k], sa);
+        sb = dot8(x, &sm.qr[tb][8 * k], sb);
+      }
+    }
+    const int j = j0 + lane;
+    softmaxRound(j < lenA ? sa * p.scale : -INFINITY, mA, lA, sm.w[ta],
+                 &sm.alpha[ta], lane);
+    softmaxRound(j < lenB ? sb * p.scale : -INFINITY, mB, lB, sm.w[tb],
+                 &sm.alpha[tb], lane);
+    __syncthreads();
+#pragma unroll
+    for (int t = 0; t < kCQ; ++t) {
+      const float a = sm.alpha[t];
+      acc[t][0] *= a;
+      acc[t][1] *= a;
+    }
+#pragma unroll 2
+    for (int jj = 0; jj < kCT; jj += 4) {
+      float2 c[4];
+#pragma unroll
+      for (int q = 0; q < 4; ++q) {
+        const uint32_t u =
+            *reinterpret_cast<const uint32_t *>(&sm.tile[jj + q][2 * tid]);
+        c[q] = make_float2(dev::loF(u), dev::hiF(u));
+      }
+#pragma unroll
+      for (int t = 0; t < kCQ; ++t) {
+        const float4 w4 = *reinterpret_cast<const float4 *>(&sm.w[t][jj]);
+        acc[t][0] = fmaf(w4.x, c[0].x, acc[t][0]);
+        acc[t][1] = fmaf(w4.x, c[0].y, acc[t][1]);
+        acc[t][0] = fmaf(w4.y, c[1].x, acc[t][0]);
+        acc[t][1] = fmaf(w4.y, c[1].y, acc[t][1]);
+        acc[t][0] = fmaf(w4.z, c[2].x, acc[t][0]);
+        acc[t][1] = fmaf(w4.z, c[2].y, acc[t][1]);
+        acc[t][0] = fmaf(w4.w, c[3].x, acc[t][0]);
+        acc[t][1] = fmaf(w4.w, c[3].y, acc[t][1]);
+      }
+    }
+  }
+  if (lane == 0) {
+    sm.sum[ta] = lA;
+    sm.sum[tb] = lB;
+  }
+  __syncthreads();
+#pragma unroll
+  for (int t = 0; t < kCQ; ++t) {
+    const float l = sm.sum[t];
+    *reinterpret_cast<float2 *>(&sm.qHat[t][2 * tid]) =
+        l > 0.0f ? make_float2(acc[t][0] / l, acc[t][1] / l)
+                 : make_float2(0.0f, 0.0f);
+  }
+  __syncthreads();
+
+  // 3. Row v = tid / 2 of W_UV against ĉ of tile rows 8·(tid % 2) + [0, 8).
+  const int v = tid >> 1, half = tid & 1;
+  const uint16_t *wuv =
+      p.kvB + (static_cast<int64_t>(h) * (kCN + kCV) + kCN + v) * kCL;
+  float o[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll 2
+  for (int k = 0; k < kCL / 8; ++k) {
+    float x[8];
+    dev::bf16x8ToF(__ldg(reinterpret_cast<const uint4 *>(wuv + 8 * k)), x);
+#pragma unroll
+    for (int i = 0; i < 8; ++i)
+      o[i] = dot8(x, &sm.qHat[8 * half + i][8 * k], o[i]);
+  }
+#pragma unroll
+  for (int i = 0; i < 8; ++i) {
+    const int t = 8 * half + i;
+    if (t >= nq || sm.state[t] == 1)
+      continue;
+    const int64_t c = static_cast<int64_t>(h) * kCV + v;
+    if (sm.state[t] == 2) {
+      outPtr[t][c] = dev::kBf16NaN;
+      continue;
+    }
+    float r = dev::roundBf16(o[i]);
+    if (gatePtr[t])
+      r = r * dev::sigmoidF(dev::bf16ToF(__ldg(gatePtr[t] + c)));
+    outPtr[t][c] = dev::fToBf16(r);
   }
 }

@@ -118,6 +118,40 @@ constexpr int64_t kMlaClusteredMaxRows = 4096;
 /// / 32.9 (the step 2561: the clusters of 8 did not all fit at once).
 constexpr int kMlaClusterBlocks = 4;
 
+/// The chunk form of `mla_attend_clustered` (k3_mla_attend_clustered_chunk):
+/// rows of one sequence (a prompt chunk: one cache, row t attending its own
+/// length with its own q, gate and out), a block per (head, tile of
+/// kMlaChunkRows rows), grid (N, ceil(count / kMlaChunkRows)) of
+/// kMlaChunkThreads threads and kMlaChunkSmemBytes of dynamic shared memory:
+/// each block reads W_UK / W_UV of its head and every cache row its tile
+/// attends once for its rows (the rows form reads them once per row). Steps
+/// of at least kMlaChunkMinRows rows of one slot with PrefillForm::Chunk
+/// take it; within fp32 rounding of the rows form.
+constexpr int kMlaChunkRows = 16;
+constexpr int kMlaChunkThreads = 256;
+constexpr int kMlaChunkMinRows = 16;
+/// Cache rows staged per round, and the staged row's pitch in bf16 (L + R
+/// and 8 more, so that lanes reading consecutive rows meet all banks).
+constexpr int kMlaChunkTile = 32;
+constexpr int kMlaChunkPitch = 512 + 64 + 8;
+/// q̂ [rows][512] and q_r [rows][64] fp32, the staged cache rows (bf16), the
+/// softmax weights [rows][tile] and per-row α, Σ and lengths.
+constexpr int64_t kMlaChunkSmemBytes =
+    4 * (kMlaChunkRows * 512 + kMlaChunkRows * 64) +
+    2 * kMlaChunkTile * kMlaChunkPitch + 4 * kMlaChunkRows * kMlaChunkTile +
+    4 * 4 * kMlaChunkRows;
+
+/// Whether the chunk form takes a launch of this shape: the plans' head
+/// shape (L = 512, R = 64, P = V = 128), 16-byte aligned operands.
+K3C_HOST_DEVICE inline bool mlaChunkShape(const MlaAttendParams &p) {
+  const uintptr_t bits =
+      reinterpret_cast<uintptr_t>(p.q) | reinterpret_cast<uintptr_t>(p.kvB) |
+      reinterpret_cast<uintptr_t>(p.cache) |
+      reinterpret_cast<uintptr_t>(p.out) | reinterpret_cast<uintptr_t>(p.gate);
+  return p.kvLoraRank == 512 && p.ropeDim == 64 && p.nopeDim == 128 &&
+         p.vDim == 128 && p.numHeads >= 1 && (bits & 15) == 0;
+}
+
 constexpr int kMlaAllHeadsMaxLatent = 512;
 constexpr int kMlaAllHeadsMaxRope = 64;
 constexpr int kMlaAllHeadsMaxHeads = 256;

@@ -8,6 +8,7 @@
 #include "kernels/collective/CollectiveParams.h"
 #include "kernels/gemv/GemvParams.h"
 #include "kernels/kda/KdaParams.h"
+#include "kernels/mla/MlaParams.h"
 #include "kernels/moe/MoeParams.h"
 #include "runtime/plan/PlanKernels.h"
 
@@ -247,6 +248,10 @@ CudaBackend::bind(const PlanDoc &plan, const TensorStore &store,
   // 2026-12-04, twenty-first session).
   const char *chunkEnv = std::getenv("K3C_KDA_CHUNK");
   const bool useKdaChunk = !(chunkEnv && std::string(chunkEnv) == "0");
+  // mla_attend_clustered's chunk form likewise (K3C_MLA_CHUNK=0: the rows
+  // form, each row its own launch's bits).
+  const char *mlaChunkEnv = std::getenv("K3C_MLA_CHUNK");
+  const bool useMlaChunk = !(mlaChunkEnv && std::string(mlaChunkEnv) == "0");
   const char *syncEnv = std::getenv("K3C_SYNC_STEPS");
   be->syncEachStep_ = syncEnv && std::string(syncEnv) == "1";
   std::map<std::string, std::pair<cuda::CUfunction, int64_t>> rowsForms;
@@ -305,12 +310,15 @@ CudaBackend::bind(const PlanDoc &plan, const TensorStore &store,
     }
     be->runFunctions_.push_back(run);
     cuda::CUfunction chunk = nullptr;
-    if (run && useKdaChunk && hasChunkForm(k)) {
+    const bool kdaChunk = run && useKdaChunk;
+    const bool mlaChunk = form.first && hasRowsAnySlotForm(k) && useMlaChunk;
+    if ((kdaChunk || mlaChunk) && hasChunkForm(k)) {
       Expected<cuda::CUfunction> f =
           kernelFunction(d, k + "_chunk", plan.ptxFor(k));
       Expected<int64_t> smem =
           f ? d.allowDynamicShared(*f) : Expected<int64_t>(f.status());
-      if (f && smem && *smem >= kKdaChunkSmemBytes)
+      if (f && smem &&
+          *smem >= (kdaChunk ? kKdaChunkSmemBytes : kMlaChunkSmemBytes))
         chunk = *f;
     }
     be->chunkFunctions_.push_back(chunk);
@@ -852,6 +860,34 @@ Expected<bool> CudaBackend::launchRows(size_t l,
     }
     ++launchesTogether_;
     return true;
+  }
+  if (rowsArray_[l] && chunkForm_ && chunkFunctions_[l] &&
+      n >= static_cast<size_t>(kMlaChunkMinRows) &&
+      first.params->size() == sizeof(MlaAttendParams) &&
+      std::all_of(rows.begin(), rows.end(),
+                  [&](const SlotStep &r) { return r.slot == rows[0].slot; })) {
+    // The rows of one sequence share its cache: mla_attend_clustered's
+    // chunk form reads it once per head and tile of rows.
+    MlaAttendParams head;
+    std::memcpy(&head, first.params->data(), sizeof head);
+    if (mlaChunkShape(head)) {
+      RowsArrayParams p;
+      p.rows = rowParams_.get() + rowParamsOffset_[l];
+      p.count = static_cast<int32_t>(n);
+      const int64_t grid[3] = {
+          head.numHeads,
+          static_cast<int64_t>((n + kMlaChunkRows - 1) / kMlaChunkRows), 1};
+      const int64_t block[3] = {kMlaChunkThreads, 1, 1};
+      Status st = driver_->launch(chunkFunctions_[l], grid, block,
+                                  kMlaChunkSmemBytes, stream_, &p,
+                                  /*programmatic=*/true, nullptr);
+      if (!st)
+        return st.withContext("launch " + std::to_string(l) + " (" +
+                              first.kernel->name + "'s chunk form) of " +
+                              std::to_string(n) + " rows");
+      ++launchesTogether_;
+      return true;
+    }
   }
   if (rowsArray_[l]) {
     // Every row's own params (uploaded by uploadRowParams), grid y = rows.

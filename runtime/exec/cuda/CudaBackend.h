@@ -246,8 +246,9 @@ private:
   /// clustered launch whose PTX has one, else null: a sequence's
   /// consecutive rows in one launch.
   std::vector<cuda::CUfunction> runFunctions_;
-  /// Per launch with a run form, its chunk form (kCudaChunkForms) when the
-  /// PTX has one and the device lends it its shared memory, else null.
+  /// Per launch with a run form or a rows form of any slot, its chunk form
+  /// (kCudaChunkForms) when the PTX has one and the device lends it its
+  /// shared memory, else null.
   std::vector<cuda::CUfunction> chunkFunctions_;
   /// The MoE of a prompt chunk on the tensor cores (kernels/moe
   /// MoeChunkParams): route, plan, gate/up, down, combine, from the

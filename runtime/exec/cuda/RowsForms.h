@@ -74,13 +74,18 @@ inline constexpr const char *kCudaRunForms[] = {"kda_decode"};
 /// Whether `kernel` has a run form.
 bool hasRunForm(const std::string &kernel);
 
-/// The run forms whose PTX also has a chunk form `k3_<kernel>_chunk` over
-/// the same params array (kda_decode: the chunk (WY / UT) form of the delta
-/// rule, kKdaChunkMaxRows rows per launch, kKdaChunkSmemBytes of dynamic
-/// shared memory): runs of at least kKdaChunkMinRows rows with
-/// PrefillForm::Chunk (K3C_KDA_CHUNK=0 keeps the run form), within rounding
-/// of the run form.
-inline constexpr const char *kCudaChunkForms[] = {"kda_decode"};
+/// The array forms whose PTX also has a chunk form `k3_<kernel>_chunk` over
+/// the same params array, for the rows of one sequence with
+/// PrefillForm::Chunk, within rounding of the run or rows form:
+/// kda_decode's run form (the chunk (WY / UT) form of the delta rule,
+/// kKdaChunkMaxRows rows per launch, kKdaChunkSmemBytes of dynamic shared
+/// memory; runs of at least kKdaChunkMinRows rows; K3C_KDA_CHUNK=0 keeps the
+/// run form) and mla_attend_clustered's rows form (each cache row and W_UK /
+/// W_UV read once per head and tile of kMlaChunkRows rows; steps of at least
+/// kMlaChunkMinRows rows of one slot and mlaChunkShape; K3C_MLA_CHUNK=0 keeps
+/// the rows form).
+inline constexpr const char *kCudaChunkForms[] = {"kda_decode",
+                                                  "mla_attend_clustered"};
 
 /// Whether `kernel` has a chunk form.
 bool hasChunkForm(const std::string &kernel);

@@ -543,6 +543,112 @@ TEST(MlaCuda, AttendClusteredRowsAsOneLaunchPerRow) {
   }
 }
 
+/// mla_attend_clustered's chunk form (k3_mla_attend_clustered_chunk): the
+/// rows of a prompt chunk — one cache, row t attending its first start + t
+/// + 1 rows (one row's length from its step block) with its own q, gate and
+/// out — a block per head and tile of 16 rows. Every row within the bf16
+/// rule of the CPU (and so of the rows form); Kimi-Linear's 32 heads and
+/// K3's 96, 1 to 64 rows (a partial last tile), from an empty cache and
+/// from 950 rows, with and without the gate. Then the handover (rows past
+/// it left alone, poison kept) and a row of another cache (NaN).
+TEST(MlaCuda, AttendChunkAsTheCpu) {
+  K3_REQUIRE_GPU();
+  const int64_t Q = k3::kMlaChunkRows;
+  for (int64_t heads : {32, 96}) {
+    for (int64_t T : {1, 16, 37, 64}) {
+      for (int64_t start : {0, 950}) {
+        const bool gated = (T + start) % 2 == 1;
+        const AttendShape sh{heads, 128, 64, 512, 128};
+        const int64_t width = sh.L + sh.R;
+        SCOPED_TRACE("N" + std::to_string(heads) + " rows " +
+                     std::to_string(T) + " from " + std::to_string(start) +
+                     (gated ? " gated" : ""));
+        Rand r(static_cast<uint64_t>(70 + heads + T + start));
+        const std::vector<uint16_t> kvB =
+            r.bf16(sh.heads * (sh.P + sh.V) * sh.L, 0.05f);
+        const std::vector<uint16_t> cache = r.bf16((start + T) * width, 1.0f);
+        const int64_t qn = sh.heads * (sh.P + sh.R), on = sh.heads * sh.V;
+        const std::vector<uint16_t> q = r.bf16(T * qn, 1.0f),
+                                    gate = r.bf16(T * on, 2.0f);
+        Dev dKvB = Dev::of(kvB), dCache = Dev::of(cache), dQ = Dev::of(q),
+            dGate = Dev::of(gate), out = Dev::poisoned<uint16_t>(T * on);
+        std::vector<int64_t> step(k3::kStepWords, 0);
+        step[k3::kStepPos] = start + T / 2; // row T / 2's length: its own
+        Dev dStep = Dev::of(step);
+        std::vector<k3::MlaAttendParams> rows;
+        for (int64_t t = 0; t < T; ++t) {
+          k3::MlaAttendParams p = attendParams(sh, start + t + 1);
+          p.q = dQ.get<uint16_t>() + t * qn;
+          p.kvB = dKvB.get<uint16_t>();
+          p.cache = dCache.get<uint16_t>();
+          p.gate = gated ? dGate.get<uint16_t>() + t * on : nullptr;
+          p.out = out.get<uint16_t>() + t * on;
+          if (t == T / 2) {
+            p.length = 0;
+            p.step = dStep.get<int64_t>();
+          }
+          rows.push_back(p);
+        }
+        Dev array = Dev::of(rows);
+        k3::MlaAttendRowsParams rp;
+        rp.rows = array.get<k3::MlaAttendParams>();
+        rp.count = static_cast<int32_t>(T);
+        ASSERT_TRUE(launch("mla_attend_clustered_chunk", rp, heads,
+                           k3::kMlaChunkThreads, k3::kMlaChunkSmemBytes, 1,
+                           (T + Q - 1) / Q)
+                        .isOk());
+        const std::vector<uint16_t> got = out.download<uint16_t>(T * on);
+        for (int64_t t = 0; t < T; ++t) {
+          k3::MlaAttendParams cpu = attendParams(sh, start + t + 1);
+          cpu.q = q.data() + t * qn;
+          cpu.kvB = kvB.data();
+          cpu.cache = cache.data();
+          cpu.gate = gated ? gate.data() + t * on : nullptr;
+          std::vector<uint16_t> ref(on, 0xFFFF);
+          cpu.out = ref.data();
+          k3::mlaAttendCpu(cpu);
+          expectBf16Near(ref,
+                         std::vector<uint16_t>(got.begin() + t * on,
+                                               got.begin() + (t + 1) * on),
+                         "chunk row " + std::to_string(t), 1, 0.02);
+        }
+        if (T != 37 || start != 950)
+          continue;
+        // The handover: rows attending more than start + 20 rows are the
+        // next launch's; a row of another cache is NaN.
+        Dev other = Dev::of(cache), again = Dev::poisoned<uint16_t>(T * on);
+        for (int64_t t = 0; t < T; ++t) {
+          rows[t].handover = start + 20;
+          rows[t].out = again.get<uint16_t>() + t * on;
+        }
+        rows[3].cache = other.get<uint16_t>();
+        Dev array2 = Dev::of(rows);
+        rp.rows = array2.get<k3::MlaAttendParams>();
+        ASSERT_TRUE(launch("mla_attend_clustered_chunk", rp, heads,
+                           k3::kMlaChunkThreads, k3::kMlaChunkSmemBytes, 1,
+                           (T + Q - 1) / Q)
+                        .isOk());
+        const std::vector<uint16_t> h = again.download<uint16_t>(T * on);
+        for (int64_t t = 0; t < T; ++t) {
+          const std::vector<uint16_t> row(h.begin() + t * on,
+                                          h.begin() + (t + 1) * on),
+              want(got.begin() + t * on, got.begin() + (t + 1) * on);
+          const int64_t len = t == T / 2 ? start + T / 2 + 1 : start + t + 1;
+          if (t == 3) {
+            for (uint16_t x : row)
+              ASSERT_EQ(x & 0x7FFFu, 0x7FC0u) << "row 3 (another cache)";
+          } else if (len > start + 20) {
+            EXPECT_EQ(row, std::vector<uint16_t>(on, 0xFFFF))
+                << "row " << t << " is past the handover";
+          } else {
+            EXPECT_EQ(row, want) << "row " << t;
+          }
+        }
+      }
+    }
+  }
+}
+
 /// mla_attend_clustered outside its limits writes NaN (never a silent
 /// wrong answer): beyond 4096 rows, another head shape, a launch without
 /// clusters or a grid that is not 4 blocks per head.
