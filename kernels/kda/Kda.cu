@@ -1182,12 +1182,12 @@ extern "C" __global__ void __launch_bounds__(512)
 // Grid: the clustered path's (4 · numHeads blocks of 256 threads in
 // clusters of 4), kKdaChunkSmemBytes of dynamic shared memory. Block rank r
 // of head h owns value columns 32r + [0, 32) (and those channels of v, the
-// gate and the conv states); every block of a head computes q, k and the
-// decays of all 128 key channels itself, the A / B entries are split over
-// the cluster and stored into every block, and the rows' Σ o² meet through
-// distributed shared memory. Limits: the clustered path's shape and count
-// in [1, kKdaChunkMaxRows] (else every row's out is NaN, the states
-// untouched).
+// gate and the conv states) and the decays of those 32 key channels (stored
+// into every block); every block computes q and k of all 128 channels
+// itself, the A / B entries are split over the cluster and stored into every
+// block, and the rows' Σ o² meet through distributed shared memory. Limits: the
+// clustered path's shape and count in [1, kKdaChunkMaxRows] (else every row's
+// out is NaN, the states untouched).
 //===----------------------------------------------------------------------===//
 namespace {
 

@@ -51,13 +51,13 @@ constexpr int64_t kMaxStepRows = 4096;
 
 /// How a step's consecutive rows of one sequence (a prompt chunk) run (the
 /// CPU: the KDA token, kda_decode; the CUDA backend: the projections and
-/// the MoE of steps of 16 rows or more on the tensor cores): Rows, each row
-/// exactly
-/// what one step per token computes (bit for bit); Chunk, within rounding
-/// of Rows, not bit for bit: on the CPU the KDA tokens all at once in the
-/// chunk (WY / UT) form of the delta rule (kernels/kda/KdaCpu.h
-/// kdaDecodeChunkCpu), on the GPU bf16 products summed in fp32 by the
-/// tensor cores. Single rows (decode) are the same in both.
+/// the MoE of steps of 16 rows or more on the tensor cores, KDA in its chunk
+/// form, MLA's attend over tiles of rows): Rows, each row exactly what one
+/// step per token computes (bit for bit); Chunk, within rounding of Rows,
+/// not bit for bit: on the CPU the KDA tokens all at once in the chunk (WY /
+/// UT) form of the delta rule (kernels/kda/KdaCpu.h kdaDecodeChunkCpu), on
+/// the GPU also bf16 products summed in fp32 by the tensor cores and other
+/// summation orders. Single rows (decode) are the same in both.
 enum class PrefillForm { Rows, Chunk };
 
 class Backend {
@@ -110,16 +110,20 @@ public:
   }
   /// Binds room for steps of up to `rows` rows now (their arenas and every
   /// launch's params), so that the first such step does not pay for it: a
-  /// server or k3-run does this once, before the first prompt (~13 ms for
-  /// 256 rows at Kimi-Linear size on the H200). Outputs are the same either
-  /// way. Errors: more than kMaxStepRows, or the memory. The default (a
-  /// backend that runs a step per row) binds nothing.
+  /// server or k3-run does this once, before the first step (26 ms for 256
+  /// rows at Kimi-Linear size on the H200). Outputs are the same either way;
+  /// binding more rows than before drops the last step's row logits
+  /// (rowLogits, logits). Errors: more than kMaxStepRows, or the memory. The
+  /// default (a backend that runs a step per row) binds nothing.
   virtual Status reserveRows(size_t rows) {
     if (rows > static_cast<size_t>(kMaxStepRows))
       return makeError("cannot reserve ", rows, " step rows: at most ",
                        kMaxStepRows);
     return Status::ok();
   }
+  /// Step rows bound so far (reserveRows, or the steps before); 0 for a
+  /// backend that binds none.
+  virtual size_t boundRows() const { return 0; }
   /// Zeroes slot `slot`'s states (a sequence joins it). Errors: no such slot.
   virtual Status resetSlot(int64_t slot) {
     K3_RETURN_IF_ERROR(checkSlot(slot));

@@ -74,11 +74,12 @@ public:
   /// step-local states (stateKindIsStepLocal), bound once (rows are added as
   /// a step needs them) and pointed at its slot's states before the step.
   int64_t maxBatch() const override { return slots_; }
-  /// Chunk: kda_decode's chunk form over a slot's consecutive rows.
   Status reserveRows(size_t rows) override {
     K3_RETURN_IF_ERROR(Backend::reserveRows(rows));
     return ensureRows(rows);
   }
+  size_t boundRows() const override { return rows_.size(); }
+  /// Chunk: kda_decode's chunk form over a slot's consecutive rows.
   Status setPrefillForm(PrefillForm form) override {
     chunkForm_ = form == PrefillForm::Chunk;
     return Status::ok();

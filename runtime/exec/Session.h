@@ -246,6 +246,8 @@ public:
   /// (Backend::reserveRows): the first prompt chunk then pays only for its
   /// launches.
   Status reserveRows(size_t rows) { return backend_->reserveRows(rows); }
+  /// Step rows the backend has bound (Backend::boundRows).
+  size_t boundRows() const { return backend_->boundRows(); }
 
 private:
   Session() = default;

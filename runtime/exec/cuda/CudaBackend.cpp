@@ -863,6 +863,7 @@ Expected<bool> CudaBackend::launchRows(size_t l,
   }
   if (rowsArray_[l] && chunkForm_ && chunkFunctions_[l] &&
       n >= static_cast<size_t>(kMlaChunkMinRows) &&
+      first.kernel->name == "mla_attend_clustered" &&
       first.params->size() == sizeof(MlaAttendParams) &&
       std::all_of(rows.begin(), rows.end(),
                   [&](const SlotStep &r) { return r.slot == rows[0].slot; })) {

@@ -125,14 +125,17 @@ public:
   Expected<double> timeStep(int64_t token, int64_t pos, bool replay) override;
   bool replaysGraph() const override { return graphExec_ != nullptr; }
   bool timesStepSlots() const override { return true; }
-  /// PrefillForm::Chunk: steps of kMmaMinRows rows or more run the
-  /// projections (RowsForms.h kCudaMmaRowsForms) and the MoE (bf16 experts:
-  /// kCudaMoeChunkKernels) on the tensor cores, within rounding of the
-  /// multi-row forms; everything else as Rows.
   Status reserveRows(size_t rows) override {
     K3_RETURN_IF_ERROR(Backend::reserveRows(rows));
     return ensureRows(rows);
   }
+  size_t boundRows() const override { return rows_.size(); }
+  /// PrefillForm::Chunk: steps of kMmaMinRows rows or more run the
+  /// projections (RowsForms.h kCudaMmaRowsForms) and the MoE (bf16 experts:
+  /// kCudaMoeChunkKernels) on the tensor cores, a slot's runs of KDA rows the
+  /// chunk form of kda_decode and its steps of kMlaChunkMinRows rows or more
+  /// mla_attend_clustered's chunk form (RowsForms.h kCudaChunkForms), all
+  /// within rounding of the multi-row forms; everything else as Rows.
   Status setPrefillForm(PrefillForm form) override {
     chunkForm_ = form == PrefillForm::Chunk;
     return Status::ok();

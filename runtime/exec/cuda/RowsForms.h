@@ -46,10 +46,11 @@ constexpr size_t kMmaMinRows = 16;
 
 /// The kernels whose PTX has a multi-row form `k3_<kernel>_rows` that takes
 /// every row's whole params from a device array ({rows, count}: e.g.
-/// KdaDecodeRowsParams, grid y = the rows), for kernels whose rows differ
-/// by more than their arenas (their slots' states). Only for rows of
-/// different sequences (a sequence's rows meet its states in order), but
-/// see kCudaRowsAnySlotForms and kCudaRunForms.
+/// KdaDecodeRowsParams, grid y = the rows): kernels whose rows differ by
+/// more than their arenas (their slots' states), and small per-row kernels
+/// (embed, gated_act) whose arena-stride form would buy nothing more. Only for
+/// rows of different sequences (a sequence's rows meet its states in order),
+/// but see kCudaRowsAnySlotForms and kCudaRunForms.
 inline constexpr const char *kCudaRowsArrayForms[] = {
     "kda_decode", "mla_cache_append", "mla_attend_clustered", "embed",
     "gated_act"};

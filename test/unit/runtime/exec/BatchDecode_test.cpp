@@ -271,8 +271,8 @@ TEST_P(BatchInvariance, ChunkedPrefillAsTokenByToken) {
   EXPECT_ERROR_CONTAINS(f->single->generate({1, 2}, bad),
                         "the prefill chunk must be in [1, 4096] tokens, got 0");
   // Rows reserved before a prompt (Session::reserveRows, as k3-run does):
-  // more than any step so far (the rows bound again), then chunks that
-  // fit: the same bits.
+  // more than any step so far (bound: boundRows), then chunks that fit: the
+  // same bits.
   const std::vector<int64_t> prompt =
       randomPrompt(rng, 20, f->config.vocabSize);
   GenerateOptions o;
@@ -281,7 +281,9 @@ TEST_P(BatchInvariance, ChunkedPrefillAsTokenByToken) {
   o.prefillChunk = 1;
   Expected<GenerateResult> want = f->single->generate(prompt, o);
   ASSERT_TRUE(want.hasValue()) << want.message();
+  ASSERT_LT(f->single->boundRows(), 200u);
   ASSERT_TRUE(f->single->reserveRows(200).isOk());
+  EXPECT_GE(f->single->boundRows(), 200u);
   for (int64_t chunk : {7, 20}) {
     o.prefillChunk = chunk;
     Expected<GenerateResult> got = f->single->generate(prompt, o);
