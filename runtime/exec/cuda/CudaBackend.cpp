@@ -8,7 +8,6 @@
 #include "kernels/collective/CollectiveParams.h"
 #include "kernels/gemv/GemvParams.h"
 #include "kernels/kda/KdaParams.h"
-#include "kernels/mla/MlaParams.h"
 #include "kernels/moe/MoeParams.h"
 #include "runtime/plan/PlanKernels.h"
 
@@ -244,7 +243,7 @@ CudaBackend::bind(const PlanDoc &plan, const TensorStore &store,
   const bool useForms = !(formsEnv && std::string(formsEnv) == "0");
   // kda_decode's chunk form runs a prompt chunk's KDA rows unless
   // K3C_KDA_CHUNK=0 (the run form, bit for bit the decode): measured on the
-  // H200 ~221 µs per 64 rows against ~4.9 µs a row (docs/PERF.md
+  // H200 ~195 µs per 64 rows against ~4.9 µs a row (docs/PERF.md
   // 2026-12-04, twenty-first session).
   const char *chunkEnv = std::getenv("K3C_KDA_CHUNK");
   const bool useKdaChunk = !(chunkEnv && std::string(chunkEnv) == "0");
@@ -317,8 +316,7 @@ CudaBackend::bind(const PlanDoc &plan, const TensorStore &store,
           kernelFunction(d, k + "_chunk", plan.ptxFor(k));
       Expected<int64_t> smem =
           f ? d.allowDynamicShared(*f) : Expected<int64_t>(f.status());
-      if (f && smem &&
-          *smem >= (kdaChunk ? kKdaChunkSmemBytes : kMlaChunkSmemBytes))
+      if (f && smem && *smem >= chunkFormSmemBytes(k))
         chunk = *f;
     }
     be->chunkFunctions_.push_back(chunk);
@@ -862,25 +860,15 @@ Expected<bool> CudaBackend::launchRows(size_t l,
     return true;
   }
   if (rowsArray_[l] && chunkForm_ && chunkFunctions_[l] &&
-      n >= static_cast<size_t>(kMlaChunkMinRows) &&
-      first.kernel->name == "mla_attend_clustered" &&
-      first.params->size() == sizeof(MlaAttendParams) &&
       std::all_of(rows.begin(), rows.end(),
                   [&](const SlotStep &r) { return r.slot == rows[0].slot; })) {
     // The rows of one sequence share its cache: mla_attend_clustered's
     // chunk form reads it once per head and tile of rows.
-    MlaAttendParams head;
-    std::memcpy(&head, first.params->data(), sizeof head);
-    if (mlaChunkShape(head)) {
-      RowsArrayParams p;
-      p.rows = rowParams_.get() + rowParamsOffset_[l];
-      p.count = static_cast<int32_t>(n);
-      const int64_t grid[3] = {
-          head.numHeads,
-          static_cast<int64_t>((n + kMlaChunkRows - 1) / kMlaChunkRows), 1};
-      const int64_t block[3] = {kMlaChunkThreads, 1, 1};
-      Status st = driver_->launch(chunkFunctions_[l], grid, block,
-                                  kMlaChunkSmemBytes, stream_, &p,
+    if (std::optional<RowsLaunch> c = mlaChunkLaunch(
+            first.kernel->name, first.params->data(), first.params->size(), n,
+            rowParams_.get() + rowParamsOffset_[l])) {
+      Status st = driver_->launch(chunkFunctions_[l], c->grid, c->block,
+                                  c->smem, stream_, c->params.data(),
                                   /*programmatic=*/true, nullptr);
       if (!st)
         return st.withContext("launch " + std::to_string(l) + " (" +

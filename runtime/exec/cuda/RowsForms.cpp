@@ -214,6 +214,39 @@ bool hasMmaRowsForm(const std::string &kernel) {
                    kernel) != std::end(kCudaMmaRowsForms);
 }
 
+int64_t chunkFormSmemBytes(const std::string &kernel) {
+  if (kernel == "kda_decode")
+    return kKdaChunkSmemBytes;
+  if (kernel == "mla_attend_clustered")
+    return kMlaChunkSmemBytes;
+  return 0;
+}
+
+std::optional<RowsLaunch> mlaChunkLaunch(const std::string &kernel,
+                                         const void *first, size_t size,
+                                         size_t n, uint64_t rowsArray) {
+  if (kernel != "mla_attend_clustered" || size != sizeof(MlaAttendParams) ||
+      n < static_cast<size_t>(kMlaChunkMinRows))
+    return std::nullopt;
+  MlaAttendParams head;
+  std::memcpy(&head, first, sizeof head);
+  if (!mlaChunkShape(head))
+    return std::nullopt;
+  RowsArrayParams p;
+  p.rows = rowsArray;
+  p.count = static_cast<int32_t>(n);
+  RowsLaunch l;
+  l.params.resize(sizeof p);
+  std::memcpy(l.params.data(), &p, sizeof p);
+  l.smem = kMlaChunkSmemBytes;
+  l.grid[0] = head.numHeads;
+  l.grid[1] = static_cast<int64_t>((n + kMlaChunkRows - 1) / kMlaChunkRows);
+  l.grid[2] = 1;
+  l.block[0] = kMlaChunkThreads;
+  l.block[1] = l.block[2] = 1;
+  return l;
+}
+
 std::optional<RowsLaunch> mmaRowsLaunch(const std::string &kernel,
                                         const std::vector<const void *> &rows,
                                         size_t size, uint64_t arenaStride,

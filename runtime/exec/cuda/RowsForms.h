@@ -91,6 +91,10 @@ inline constexpr const char *kCudaChunkForms[] = {"kda_decode",
 /// Whether `kernel` has a chunk form.
 bool hasChunkForm(const std::string &kernel);
 
+/// The dynamic shared memory `kernel`'s chunk form takes (KdaParams.h
+/// kKdaChunkSmemBytes, MlaParams.h kMlaChunkSmemBytes); 0 without one.
+int64_t chunkFormSmemBytes(const std::string &kernel);
+
 /// Whether `kernel` has a multi-row form over a params array.
 bool hasRowsArrayForm(const std::string &kernel);
 
@@ -144,6 +148,17 @@ std::optional<RowsLaunch> mmaRowsLaunch(const std::string &kernel,
                                         const std::vector<const void *> &rows,
                                         size_t size, uint64_t arenaStride,
                                         int64_t sms);
+
+/// The chunk-form launch of `kernel` (mla_attend_clustered only) for `n`
+/// rows of one sequence, row 0's bound params `first` (`size` bytes), their
+/// params array at device address `rowsArray`: RowsArrayParams {rowsArray,
+/// n}, a grid of numHeads × ceil(n / kMlaChunkRows) blocks of
+/// kMlaChunkThreads (no clusters), kMlaChunkSmemBytes. None for another
+/// kernel, fewer than kMlaChunkMinRows rows, or a shape mlaChunkShape
+/// refuses (the rows form runs them).
+std::optional<RowsLaunch> mlaChunkLaunch(const std::string &kernel,
+                                         const void *first, size_t size,
+                                         size_t n, uint64_t rowsArray);
 
 /// The entry point (`k3_` + this, in the projections' module) of the
 /// tensor-core forms' pre-norm (splitPreNorm).

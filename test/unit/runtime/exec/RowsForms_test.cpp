@@ -11,6 +11,8 @@
 #include "runtime/exec/cuda/RowsForms.h"
 
 #include "kernels/gemv/GemvParams.h"
+#include "kernels/kda/KdaParams.h"
+#include "kernels/mla/MlaParams.h"
 #include "kernels/moe/MoeParams.h"
 
 #include <gtest/gtest.h>
@@ -338,6 +340,57 @@ TEST(RowsForms, MoeFfnInGroupsOfTheUnionKernel) {
   std::memcpy(&first, k3[0].params.data(), sizeof(first));
   EXPECT_TRUE(moeFfnRowsFit(first.one, first.rows));
   EXPECT_FALSE(moeFfnRowsFit(first.one, first.rows + 1));
+}
+
+/// mla_attend_clustered's chunk form: {rows array, n}, a block of
+/// kMlaChunkThreads per head and tile of kMlaChunkRows rows,
+/// kMlaChunkSmemBytes; none below kMlaChunkMinRows rows, for another head
+/// shape, a misaligned operand or another kernel; the chunk forms' shared
+/// memory as their kernels state it.
+TEST(RowsForms, MlaChunkLaunchOfAPromptChunk) {
+  MlaAttendParams p;
+  p.q = reinterpret_cast<const uint16_t *>(uintptr_t{0x10000});
+  p.kvB = reinterpret_cast<const uint16_t *>(uintptr_t{0x20000});
+  p.cache = reinterpret_cast<const uint16_t *>(uintptr_t{0x30000});
+  p.out = reinterpret_cast<uint16_t *>(uintptr_t{0x40000});
+  p.numHeads = 32;
+  p.nopeDim = 128;
+  p.ropeDim = 64;
+  p.vDim = 128;
+  p.kvLoraRank = 512;
+  const uint64_t array = 0x50000;
+  std::optional<RowsLaunch> l =
+      mlaChunkLaunch("mla_attend_clustered", &p, sizeof p, 257, array);
+  ASSERT_TRUE(l.has_value());
+  ASSERT_EQ(l->params.size(), sizeof(RowsArrayParams));
+  RowsArrayParams rp;
+  std::memcpy(&rp, l->params.data(), sizeof rp);
+  EXPECT_EQ(rp.rows, array);
+  EXPECT_EQ(rp.count, 257);
+  EXPECT_EQ(l->grid[0], 32);
+  EXPECT_EQ(l->grid[1], (257 + kMlaChunkRows - 1) / kMlaChunkRows);
+  EXPECT_EQ(l->grid[2], 1);
+  EXPECT_EQ(l->block[0], kMlaChunkThreads);
+  EXPECT_EQ(l->smem, kMlaChunkSmemBytes);
+  EXPECT_EQ(l->cluster[0], 1);
+  EXPECT_FALSE(mlaChunkLaunch("mla_attend_clustered", &p, sizeof p,
+                              kMlaChunkMinRows - 1, array));
+  EXPECT_FALSE(mlaChunkLaunch("mla_attend", &p, sizeof p, 64, array));
+  EXPECT_FALSE(
+      mlaChunkLaunch("mla_attend_clustered", &p, sizeof p - 8, 64, array));
+  MlaAttendParams other = p;
+  other.kvLoraRank = 256;
+  EXPECT_FALSE(
+      mlaChunkLaunch("mla_attend_clustered", &other, sizeof other, 64, array));
+  other = p;
+  other.q += 4; // 8 bytes off
+  EXPECT_FALSE(
+      mlaChunkLaunch("mla_attend_clustered", &other, sizeof other, 64, array));
+  EXPECT_EQ(chunkFormSmemBytes("kda_decode"), kKdaChunkSmemBytes);
+  EXPECT_EQ(chunkFormSmemBytes("mla_attend_clustered"), kMlaChunkSmemBytes);
+  EXPECT_EQ(chunkFormSmemBytes("linear"), 0);
+  for (const char *k : kCudaChunkForms)
+    EXPECT_GT(chunkFormSmemBytes(k), 0) << k;
 }
 
 /// The MoE of a prompt chunk: row 0's params with the rows' count and
