@@ -65,6 +65,9 @@ struct Options {
   int64_t context = 1024, promptLen = 64, steps = 50, warmup = 5;
   int64_t batch = 1; ///< rows per step (--batch: a plan of >= N slots)
   bool timeline = false; ///< --timeline: each plan's replayed step per launch
+  bool profile = false;  ///< --profile: a batch step launch by launch
+  /// --prefill-form: how steps of several rows run (Backend::setPrefillForm).
+  k3::PrefillForm form = k3::PrefillForm::Rows;
   uint64_t copyBytes = 0;
 };
 
@@ -102,9 +105,22 @@ void printHelp() {
       "                     --max-batch >= N): each slot filled with its\n"
       "                     own prompt, then steps of N rows at position\n"
       "                     C-1 timed on the host clock (mode batch-N;\n"
-      "                     us/token is the step over N). Its floor is a\n"
-      "                     batch-1 step's bytes, each weight once: a lower\n"
-      "                     bound (the rows' other experts add to it)\n"
+      "                     us/token is the step over N), greedy: only the\n"
+      "                     plan's choices come back (where it has an\n"
+      "                     argmax), not the rows' logits. Its floor counts\n"
+      "                     each weight once per step, an expert table the\n"
+      "                     expected union of N rows' top-k picks (about\n"
+      "                     102 of 256 experts at N = 16), the states and\n"
+      "                     cache rows once per row\n"
+      "  --prefill-form rows|chunk\n"
+      "                     how a step of several rows runs (k3-run's\n"
+      "                     option): rows (default), the multi-row forms,\n"
+      "                     bit for bit one row at a time; chunk, the\n"
+      "                     tensor-core forms from 16 rows on, within\n"
+      "                     rounding (what a batch-16 decode should use)\n"
+      "  --profile          with --batch: after timing, 5 more steps with\n"
+      "                     each plan launch timed on its own (events\n"
+      "                     around it), the medians summed per kernel\n"
       "  --timeline         after timing a plan, print its replayed step\n"
       "                     launch by launch as the kernels saw it (the\n"
       "                     time between launches passing their dependent-\n"
@@ -212,6 +228,52 @@ struct Row {
   uint64_t bytes = 0;
 };
 
+/// --profile with --batch: five steps of `step`'s rows with each plan launch
+/// timed on its own (Backend::timeStepSlots), the medians grouped by kernel
+/// and printed with their bytes (launchBytes of that many rows) and rate.
+k3::Status printBatchProfile(const k3::PlanDoc &plan, k3::Backend &be,
+                             const std::vector<k3::SlotStep> &step,
+                             int64_t context, double copyGBps) {
+  constexpr int kSteps = 5;
+  std::vector<std::vector<double>> runs;
+  for (int i = 0; i < kSteps; ++i) {
+    k3::Expected<std::vector<double>> us = be.timeStepSlots(step);
+    if (!us)
+      return us.status().withContext("--profile");
+    runs.push_back(us.take());
+  }
+  const int64_t n = static_cast<int64_t>(step.size());
+  std::vector<double> median(plan.launches.size(), 0.0);
+  std::vector<k3::LaunchBytes> bytes(plan.launches.size());
+  for (size_t l = 0; l < plan.launches.size(); ++l) {
+    std::vector<double> at;
+    for (const std::vector<double> &r : runs)
+      if (l < r.size())
+        at.push_back(r[l]);
+    median[l] = at.empty() ? 0.0 : k3::median(at);
+    bytes[l] = k3::launchBytes(plan, l, context, n);
+  }
+  const k3::StepProfile p = k3::summarizeProfile(plan, median, bytes);
+  std::fprintf(stderr,
+               "decode_bench: a step of %lld rows launch by launch (events "
+               "around each plan launch, median of %d; copy %.1f GB/s)\n",
+               static_cast<long long>(n), kSteps, copyGBps);
+  std::fprintf(stderr, "%-24s %9s %10s %10s %11s %9s %7s\n", "kernel",
+               "launches", "us/step", "us/launch", "bytes/step", "GB/s",
+               "of copy");
+  std::vector<const k3::ProfileRow *> all;
+  for (const k3::ProfileRow &r : p.kernels)
+    all.push_back(&r);
+  all.push_back(&p.total);
+  for (const k3::ProfileRow *r : all)
+    std::fprintf(stderr, "%-24s %9lld %10.1f %10.2f %11s %9.1f %6.1f%%\n",
+                 r->name.c_str(), static_cast<long long>(r->launches), r->us,
+                 r->launches ? r->us / static_cast<double>(r->launches) : 0.0,
+                 k3::formatBytes(static_cast<double>(r->bytes)).c_str(),
+                 r->gbps(), copyGBps > 0 ? 100.0 * r->gbps() / copyGBps : 0.0);
+  return k3::Status::ok();
+}
+
 /// --batch N: slot s filled with prompt s (greedy after it) up to position
 /// context - 2, all slots stepping together; then steps of N rows, one per
 /// slot at position context - 1, timed on the host clock (stepSlots waits
@@ -232,22 +294,39 @@ k3::Status benchBatch(const Options &o, const ModelSpec &m, const PlanSpec &ps,
     prompts.emplace_back(p.begin() + s, p.end()); // a different prompt per slot
   }
   std::vector<k3::SlotStep> step(static_cast<size_t>(o.batch));
-  auto tokenAt = [&](int64_t s, int64_t pos) {
+  // Greedy as a user's batch decodes: the plan's choices come back, not the
+  // rows' logits (Backend::rowChoice), where the plan can.
+  const bool device = be.choosesRows();
+  k3::Status chosen = k3::Status::ok();
+  auto tokenAt = [&](int64_t s, int64_t pos) -> int64_t {
     if (pos < o.promptLen)
       return prompts[static_cast<size_t>(s)][static_cast<size_t>(pos)];
+    if (device) {
+      k3::Expected<k3::GreedyChoice> c = be.rowChoice(static_cast<size_t>(s));
+      if (!c) {
+        chosen = c.status();
+        return 0;
+      }
+      return c->id;
+    }
     const float *l = be.rowLogits(static_cast<size_t>(s));
     return static_cast<int64_t>(std::max_element(l, l + vocab) - l);
+  };
+  auto setRows = [&](int64_t pos) {
+    for (int64_t s = 0; s < o.batch; ++s) {
+      k3::SlotStep &row = step[static_cast<size_t>(s)];
+      row = {s, tokenAt(s, pos), pos};
+      row.hostLogits = !device;
+    }
+    return chosen;
   };
   for (int64_t s = 0; s < o.batch; ++s)
     K3_RETURN_IF_ERROR(be.resetSlot(s));
   for (int64_t pos = 0; pos + 1 < o.context; ++pos) {
-    for (int64_t s = 0; s < o.batch; ++s)
-      step[static_cast<size_t>(s)] = {s, tokenAt(s, pos), pos};
+    K3_RETURN_IF_ERROR(setRows(pos));
     K3_RETURN_IF_ERROR(be.stepSlots(step));
   }
-  for (int64_t s = 0; s < o.batch; ++s)
-    step[static_cast<size_t>(s)] = {s, tokenAt(s, o.context - 1),
-                                    o.context - 1};
+  K3_RETURN_IF_ERROR(setRows(o.context - 1));
   std::vector<double> us;
   for (int64_t i = -o.warmup; i < o.steps; ++i) {
     const auto t0 = std::chrono::steady_clock::now();
@@ -270,12 +349,17 @@ k3::Status benchBatch(const Options &o, const ModelSpec &m, const PlanSpec &ps,
   r.us = k3::median(us) / n;
   r.usMin = *std::min_element(us.begin(), us.end()) / n;
   r.usMax = *std::max_element(us.begin(), us.end()) / n;
-  r.bytes = k3::stepBytes(plan, o.context).total();
+  r.bytes = k3::stepBytes(plan, o.context, o.batch).total();
   r.floorUs = r.bytes / (copyGBps * 1e3) / n;
   rows.push_back(r);
-  std::fprintf(stderr, "decode_bench: %s %s batch %lld: %.2f us per step\n",
+  std::fprintf(stderr,
+               "decode_bench: %s %s batch %lld: %.2f us per step (floor "
+               "%.2f us: %s at %.1f GB/s)\n",
                r.model.c_str(), r.fusion.c_str(),
-               static_cast<long long>(o.batch), r.us * n);
+               static_cast<long long>(o.batch), r.us * n, r.floorUs * n,
+               k3::formatBytes(static_cast<double>(r.bytes)).c_str(), copyGBps);
+  if (o.profile)
+    return printBatchProfile(plan, be, step, o.context, copyGBps);
   return k3::Status::ok();
 }
 
@@ -344,6 +428,7 @@ k3::Status benchPlan(const Options &o, const ModelSpec &m, const PlanSpec &ps,
     copyMethod = be.copyMethod(o.copyBytes);
   }
 
+  K3_RETURN_IF_ERROR(be.setPrefillForm(o.form));
   if (o.batch > 1)
     return benchBatch(o, m, ps, *plan, be, copyGBps, rows);
 
@@ -451,7 +536,11 @@ ojson rowJson(const Row &r, const Options &o, double copyGBps,
   j["backend"] = r.backend;
   j["plan"] = r.plan;
   j["launches"] = r.launches;
-  j["bytes_per_token"] = r.bytes;
+  // A step of several rows moves r.bytes for all of them (each weight once).
+  j["bytes_per_token"] =
+      r.bytes / static_cast<uint64_t>(std::max<int64_t>(r.batch, 1));
+  j["bytes_per_step"] = r.bytes;
+  j["prefill_form"] = o.form == k3::PrefillForm::Chunk ? "chunk" : "rows";
   j["context"] = o.context;
   j["prompt_len"] = o.promptLen;
   j["steps"] = o.steps;
@@ -556,6 +645,12 @@ int main(int argc, char **argv) {
       o.copyBytes = static_cast<uint64_t>(copyMb) << 20;
     } else if (a == "--timeline") {
       o.timeline = true;
+    } else if (a == "--profile") {
+      o.profile = true;
+    } else if (a == "--prefill-form") {
+      if (!value(v) || (v != "rows" && v != "chunk"))
+        return usageError("--prefill-form needs rows or chunk");
+      o.form = v == "chunk" ? k3::PrefillForm::Chunk : k3::PrefillForm::Rows;
     } else if (a == "--commit") {
       if (!value(o.commit) || o.commit.empty())
         return usageError("--commit needs a hash");
@@ -571,6 +666,10 @@ int main(int argc, char **argv) {
   }
   if (o.models.empty())
     return usageError("no --weights DIR given");
+  if (o.profile && o.batch < 2)
+    return usageError("--profile times a step of several rows: it needs "
+                      "--batch N with N >= 2 (k3-run --profile profiles a "
+                      "batch-1 step)");
   for (const ModelSpec &m : o.models)
     if (m.plans.empty())
       return usageError("no --plan given for " + m.dir);
@@ -605,12 +704,14 @@ int main(int argc, char **argv) {
               "fusion", "mode", "launches", "us/token", "floor us", "of floor",
               "tokens/s", "bytes/token");
   for (const Row &r : rows)
-    std::printf("%-24s %-10s %-12s %8lld %12.2f %12.2f %9.1f%% %9.1f %12s\n",
-                r.model.c_str(), r.fusion.c_str(), r.mode.c_str(),
-                static_cast<long long>(r.launches), r.us, r.floorUs,
-                r.us > 0 ? 100.0 * r.floorUs / r.us : 0.0,
-                r.us > 0 ? 1e6 / r.us : 0.0,
-                k3::formatBytes(static_cast<double>(r.bytes)).c_str());
+    std::printf(
+        "%-24s %-10s %-12s %8lld %12.2f %12.2f %9.1f%% %9.1f %12s\n",
+        r.model.c_str(), r.fusion.c_str(), r.mode.c_str(),
+        static_cast<long long>(r.launches), r.us, r.floorUs,
+        r.us > 0 ? 100.0 * r.floorUs / r.us : 0.0, r.us > 0 ? 1e6 / r.us : 0.0,
+        k3::formatBytes(static_cast<double>(r.bytes) /
+                        static_cast<double>(std::max<int64_t>(r.batch, 1)))
+            .c_str());
 
   // JSON: one file per model (or every row in --json FILE).
   std::vector<std::pair<std::string, ojson>> files;

@@ -37,6 +37,13 @@ struct SlotStep {
   /// tail (logitsTailStart: the final norm, the lm_head, the argmax, and
   /// whatever else past the last state write); its rowLogits is null then.
   bool logits = true;
+  /// With `logits`: whether they come back to the host after the step
+  /// (rowLogits). A greedy caller that needs only the id sets it false and
+  /// reads rowChoice(), the plan's on-device argmax: 32 bytes back instead
+  /// of the vocabulary's floats (655 KB a row for Kimi), and no host pass
+  /// over them; fetchRowLogits() brings them when it needs them after all
+  /// (a non-finite choice's message).
+  bool hostLogits = true;
 };
 
 /// Appends the rows of prompt tokens [from, to) for slot `slot` at
@@ -134,10 +141,34 @@ public:
   /// positions in order, a row's step() input errors (named with its slot).
   virtual Status stepSlots(const std::vector<SlotStep> &rows);
   /// Row `row`'s logits after the last stepSlots(): fp32 [vocab]; null for
-  /// a row out of range or one that did not ask for them (the default keeps
-  /// only the last row's).
+  /// a row out of range or one that did not ask for them, and until
+  /// fetchRowLogits() for one that left them on the device
+  /// (SlotStep::hostLogits false); the default keeps only the last row's.
   virtual const float *rowLogits(size_t row) const {
     return row + 1 == lastRows_ ? logits() : nullptr;
+  }
+  /// Brings row `row`'s logits to the host after a step that left them on
+  /// the device (SlotStep::hostLogits false); rowLogits(row) returns them
+  /// afterwards. Errors: a row out of range or without logits, the copy.
+  virtual Status fetchRowLogits(size_t row) {
+    if (!rowLogits(row))
+      return makeError(name(), ": step row ", row, " of ", lastRows_,
+                       " has no logits");
+    return Status::ok();
+  }
+  /// Whether rowChoice() works: the plan's argmax writes each row's greedy
+  /// choice into its step block (as for chainsGreedy()).
+  virtual bool choosesRows() const { return false; }
+  /// The plan's greedy choice for row `row` of the last step (stepSlots()
+  /// or step()): the argmax of its logits, the lowest index among equal
+  /// maxima as the host's greedy Sampler, and whether any logit was NaN or
+  /// ±Inf. Errors: choosesRows() false, a row out of range or without
+  /// logits.
+  virtual Expected<GreedyChoice> rowChoice(size_t row) {
+    (void)row;
+    return makeError(name(), " cannot report the rows' greedy choices with "
+                             "this plan (it has no argmax writing the step "
+                             "block; recompile it with this k3c)");
   }
   /// readState / writeState of slot `slot`.
   virtual Status readSlotState(int64_t slot, size_t state,

@@ -276,7 +276,20 @@ Status CpuBackend::stepSlots(const std::vector<SlotStep> &rows) {
 }
 
 const float *CpuBackend::rowLogits(size_t row) const {
+  // The logits are in host memory whether or not the row asked to have
+  // them there (SlotStep::hostLogits).
   return row < lastRows_ && rowWantsLogits_[row] ? rows_[row]->logits : nullptr;
+}
+
+Expected<GreedyChoice> CpuBackend::rowChoice(size_t row) {
+  if (!chains_)
+    return Backend::rowChoice(row);
+  if (row >= lastRows_ || !rowWantsLogits_[row])
+    return makeError("cpu: step row ", row, " of ", lastRows_,
+                     " has no logits, so no greedy choice");
+  // The plan's argmax wrote the row's step block (argmaxCpu).
+  const int64_t *step = rows_[row]->step;
+  return GreedyChoice{step[kStepToken], step[kStepNonFinite] != 0};
 }
 
 Status CpuBackend::runLaunch(size_t index, int64_t token, int64_t pos) {

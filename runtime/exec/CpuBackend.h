@@ -93,6 +93,8 @@ public:
                         const std::vector<uint8_t> &bytes) override;
 
   bool chainsGreedy() const override { return chains_; }
+  bool choosesRows() const override { return chains_; }
+  Expected<GreedyChoice> rowChoice(size_t row) override;
   Expected<std::vector<GreedyChoice>> chainGreedy(int64_t more) override;
 
   /// Profiling: wall time (steady_clock) around each launch / the whole step

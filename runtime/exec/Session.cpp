@@ -447,17 +447,15 @@ Session::generateBatch(const std::vector<SequenceRequest> &reqs,
   std::vector<int64_t> lastPos(static_cast<size_t>(batch), 0);
   size_t next = 0; // the first request not started
 
-  // Chooses sequence `q`'s next token from `logits`; false when it ended
-  // (done, stopped, or failed: `finish` was called and its slot cleared).
-  auto choose = [&](LiveSequence &q, const float *logits) -> bool {
+  // Takes `id` as sequence `q`'s next token, or ends it with `failed`;
+  // false when it ended (done, stopped, or failed: `finish` was called and
+  // its slot cleared).
+  auto accept = [&](LiveSequence &q, int64_t id, Status failed) -> bool {
     const SequenceRequest &req = reqs[q.request];
     GenerateResult &r = q.result;
     const int64_t s = static_cast<int64_t>(r.tokens.size());
-    Status finite = checkFiniteLogits(logits, vocab, s, q.pos() - 1, store_);
-    if (finite && req.options.keepLogits)
-      r.logits.insert(r.logits.end(), logits, logits + vocab);
-    if (finite) {
-      const int64_t id = q.sampler->next(logits, vocab);
+    const bool ok = failed.isOk();
+    if (ok) {
       r.tokens.push_back(id);
       if (req.options.onToken)
         req.options.onToken(s, id);
@@ -474,14 +472,48 @@ Session::generateBatch(const std::vector<SequenceRequest> &reqs,
     lastPos[static_cast<size_t>(q.slot)] = q.pos();
     busy[static_cast<size_t>(q.slot)] = false;
     Status cleared = backend_->resetSlot(q.slot);
-    if (!finite)
-      finish(q.request, finite);
+    if (!ok)
+      finish(q.request, failed);
     else if (!cleared)
       finish(q.request,
              cleared.withContext("clearing slot " + std::to_string(q.slot)));
     else
       finish(q.request, std::move(r));
     return false;
+  };
+  // Chooses sequence `q`'s next token from `logits` (its sampler; refused
+  // when one is not finite); false when it ended.
+  auto choose = [&](LiveSequence &q, const float *logits) -> bool {
+    GenerateResult &r = q.result;
+    const int64_t s = static_cast<int64_t>(r.tokens.size());
+    Status finite = checkFiniteLogits(logits, vocab, s, q.pos() - 1, store_);
+    if (!finite)
+      return accept(q, 0, finite);
+    if (reqs[q.request].options.keepLogits)
+      r.logits.insert(r.logits.end(), logits, logits + vocab);
+    return accept(q, q.sampler->next(logits, vocab), Status::ok());
+  };
+  // Greedy sequences that keep no logits take the plan's choice from the
+  // device (Backend::rowChoice): only the ids come back, not a row of
+  // vocabulary floats each, and the host makes no pass over them.
+  auto choosesOnDevice = [&](const LiveSequence &q) {
+    const GenerateOptions &o = reqs[q.request].options;
+    return o.deviceGreedy && o.sampling.greedy() && !o.keepLogits &&
+           backend_->choosesRows();
+  };
+  // Sequence `q`'s next token from row `row` of the last step.
+  auto chooseFromRow = [&](LiveSequence &q, size_t row) -> bool {
+    if (!choosesOnDevice(q))
+      return choose(q, backend_->rowLogits(row));
+    Expected<GreedyChoice> c = backend_->rowChoice(row);
+    if (!c)
+      return accept(q, 0, c.status());
+    if (!c->nonFinite)
+      return accept(q, c->id, Status::ok());
+    // A NaN or ±Inf logit: the host's check names it.
+    if (Status st = backend_->fetchRowLogits(row); !st)
+      return accept(q, 0, st);
+    return choose(q, backend_->rowLogits(row));
   };
 
   // Starts request `i` in a free slot; false when it ended at once (a
@@ -552,6 +584,7 @@ Session::generateBatch(const std::vector<SequenceRequest> &reqs,
         rows.push_back({q.slot, q.lastToken, q.pos()});
       }
       lastRow.push_back(rows.size() - 1);
+      rows.back().hostLogits = !choosesOnDevice(q);
     }
     const auto t0 = std::chrono::steady_clock::now();
     Status st = backend_->stepSlots(rows);
@@ -578,7 +611,7 @@ Session::generateBatch(const std::vector<SequenceRequest> &reqs,
         still.push_back(std::move(q));
         continue;
       }
-      if (choose(q, backend_->rowLogits(lastRow[k])))
+      if (chooseFromRow(q, lastRow[k]))
         still.push_back(std::move(q));
     }
     live = std::move(still);

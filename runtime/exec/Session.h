@@ -128,7 +128,11 @@ constexpr int64_t kChainSteps = 16;
 /// One sequence of a batched decode (Session::generateBatch).
 struct SequenceRequest {
   std::vector<int64_t> prompt;
-  /// As for generate(); deviceGreedy is ignored (the host chooses).
+  /// As for generate(). deviceGreedy (greedy, no keepLogits): the plan's
+  /// argmax chooses the sequence's tokens on the device and only the ids
+  /// come back (Backend::rowChoice), when the backend and plan can; the
+  /// steps are not chained (the batch's other sequences need the host
+  /// between steps). The same tokens as the host's argmax.
   GenerateOptions options;
 };
 

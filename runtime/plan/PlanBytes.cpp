@@ -12,6 +12,7 @@
 #include "kernels/common/StepInputs.h"
 
 #include <algorithm>
+#include <cmath>
 #include <map>
 #include <set>
 
@@ -61,9 +62,24 @@ bool parseLayerProbe(const std::string &name, int64_t &layer, bool &mixer) {
 // Bytes
 //===----------------------------------------------------------------------===//
 
-LaunchBytes launchBytes(const PlanDoc &plan, size_t index,
-                        int64_t contextRows) {
-  LaunchBytes b;
+double expertsRead(int64_t experts, int64_t topK, int64_t rows) {
+  if (experts <= 0 || topK <= 0 || rows <= 0)
+    return 0.0;
+  const double e = static_cast<double>(experts);
+  const double k = std::min(static_cast<double>(topK), e);
+  if (rows == 1)
+    return k;
+  // Each expert is missed by one row with probability 1 - k/E.
+  return e * (1.0 - std::pow(1.0 - k / e, static_cast<double>(rows)));
+}
+
+LaunchBytes launchBytes(const PlanDoc &plan, size_t index, int64_t contextRows,
+                        int64_t rows) {
+  rows = std::max<int64_t>(rows, 1);
+  // Weights are read once per step whatever its rows; everything else
+  // (states, buffers, cache rows, the embedded row) once per row: the
+  // per-row bytes go to `b` and are scaled at the end, the weights' to `w`.
+  LaunchBytes b, w;
   if (index >= plan.launches.size())
     return b;
   const PlanLaunch &l = plan.launches[index];
@@ -98,18 +114,23 @@ LaunchBytes launchBytes(const PlanDoc &plan, size_t index,
     } else if (arg.kind == PlanArg::Kind::Weight) {
       if (at >= plan.weights.size())
         continue;
-      const PlanWeight &w = plan.weights[at];
+      const PlanWeight &pw = plan.weights[at];
       // A "vector" weight counts at its bf16 size (under 0.1% of a KDA
       // layer's bytes when the checkpoint stores it f32).
-      bytes = planWeightBytes(w);
-      // The embedding reads one bf16 row of its table.
-      if (l.kernel == "embed" && w.shape.size() >= 2)
-        bytes = static_cast<uint64_t>(w.shape[1]) * 2;
-      // Only the routed top-k experts of a stacked table are read.
+      bytes = planWeightBytes(pw);
+      // The embedding reads one bf16 row of its table per row.
+      if (l.kernel == "embed" && pw.shape.size() >= 2) {
+        b.read += static_cast<uint64_t>(pw.shape[1]) * 2;
+        continue;
+      }
+      // Only the routed experts of a stacked table are read.
       if (f && f->kind == FieldKind::WeightTable && topK > 0 &&
-          !w.shape.empty() && w.shape[0] > 0)
-        bytes = bytes / static_cast<uint64_t>(w.shape[0]) *
-                static_cast<uint64_t>(topK);
+          !pw.shape.empty() && pw.shape[0] > 0)
+        bytes = static_cast<uint64_t>(std::llround(
+            static_cast<double>(bytes / static_cast<uint64_t>(pw.shape[0])) *
+            expertsRead(pw.shape[0], topK, rows)));
+      w.read += bytes;
+      continue;
     } else { // state
       if (at >= plan.states.size())
         continue;
@@ -155,13 +176,14 @@ LaunchBytes launchBytes(const PlanDoc &plan, size_t index,
     }
     (out ? b.written : b.read) += bytes;
   }
-  return b;
+  const uint64_t n = static_cast<uint64_t>(rows);
+  return {w.read + b.read * n, w.written + b.written * n};
 }
 
-LaunchBytes stepBytes(const PlanDoc &plan, int64_t contextRows) {
+LaunchBytes stepBytes(const PlanDoc &plan, int64_t contextRows, int64_t rows) {
   LaunchBytes sum;
   for (size_t i = 0; i < plan.launches.size(); ++i) {
-    const LaunchBytes b = launchBytes(plan, i, contextRows);
+    const LaunchBytes b = launchBytes(plan, i, contextRows, rows);
     sum.read += b.read;
     sum.written += b.written;
   }

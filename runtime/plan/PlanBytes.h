@@ -41,10 +41,22 @@ struct LaunchBytes {
 /// row by the append and read `contextRows` rows by any other launch (<= 0:
 /// all max_seq rows, the planned worst case `k3c --report` prints). `plan`
 /// must be valid (validatePlan); an index out of range gives zero bytes.
+///
+/// `rows` > 1: the launch over a step of that many sequences (one row each),
+/// each weight read once for all of them (a step's floor counts what it must
+/// move, not what a kernel happens to re-read): a stacked expert table
+/// counts the expected union of the rows' top-k experts under uniform
+/// routing, E·(1 − (1 − k/E)^rows) of its E experts (expertsRead); states,
+/// buffers, the embedded row and the cache rows count once per row.
 LaunchBytes launchBytes(const PlanDoc &plan, size_t index,
-                        int64_t contextRows = 0);
-/// The sum over every launch (one decode step).
-LaunchBytes stepBytes(const PlanDoc &plan, int64_t contextRows = 0);
+                        int64_t contextRows = 0, int64_t rows = 1);
+/// The sum over every launch (one decode step of `rows` sequences).
+LaunchBytes stepBytes(const PlanDoc &plan, int64_t contextRows = 0,
+                      int64_t rows = 1);
+/// The experts of an `experts`-expert table that a step of `rows` rows
+/// reads when each row picks `topK` of them uniformly at random: the
+/// expected size of the union (topK at one row; all of them at most).
+double expertsRead(int64_t experts, int64_t topK, int64_t rows);
 
 //===----------------------------------------------------------------------===//
 // Layer parts

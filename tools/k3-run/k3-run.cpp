@@ -210,12 +210,17 @@ void declareOptions(CLI::App &app, Args &a, bool embedded) {
       ->type_name("N")
       ->group(model);
   app.add_option("--prefill-form", a.prefillForm,
-                 "how a chunk runs the KDA layers: rows (default),\n"
-                 "one token after another, bit for bit as one\n"
-                 "step per token; chunk, the chunk (WY) form of\n"
-                 "the delta rule, within fp32 rounding (cpu only\n"
-                 "so far)")
-      ->type_name("rows|chunk")
+                 "how a step of several rows runs (a prompt's\n"
+                 "chunks, a batch's decode steps): rows, bit for bit\n"
+                 "as one step per token; chunk, within rounding of\n"
+                 "it: KDA in the chunk (WY) form of the delta rule,\n"
+                 "and on the GPU the projections and the MoE of 16\n"
+                 "rows or more on the tensor cores and MLA over tiles\n"
+                 "of rows (several times faster there); auto\n"
+                 "(default), chunk with --backend cuda and rows\n"
+                 "otherwise (--check-against and tensor-parallel\n"
+                 "models: rows)")
+      ->type_name("auto|rows|chunk")
       ->group(model);
   app.add_option("--max-new", a.maxNew,
                  "the most tokens to generate per prompt (>= 1);\n"
@@ -427,8 +432,14 @@ std::string checkArgs(Args &a, Request &r) {
            std::to_string(k3::kMaxStepRows) + "], got '" + a.prefillChunk + "'";
   if (a.prefillForm == "chunk")
     r.prefillForm = k3::PrefillForm::Chunk;
-  else if (!a.prefillForm.empty() && a.prefillForm != "rows")
-    return "--prefill-form needs rows or chunk, got '" + a.prefillForm + "'";
+  else if (!a.prefillForm.empty() && a.prefillForm != "rows" &&
+           a.prefillForm != "auto")
+    return "--prefill-form needs auto, rows or chunk, got '" + a.prefillForm +
+           "'";
+  // auto: the GPU's fast form where nothing compares bits.
+  if ((a.prefillForm.empty() || a.prefillForm == "auto") &&
+      a.backend == "cuda" && a.checkAgainst.empty() && a.rankPlans.empty())
+    r.prefillForm = k3::PrefillForm::Chunk;
   if (r.prefillForm == k3::PrefillForm::Chunk && !a.checkAgainst.empty())
     return "--check-against compares one token per step; it takes no "
            "--prefill-form chunk";

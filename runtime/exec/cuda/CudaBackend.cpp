@@ -1113,11 +1113,24 @@ Status CudaBackend::stepSlots(const std::vector<SlotStep> &rows) {
   if (timed)
     K3_RETURN_IF_ERROR(
         driver_->record(launchEvents_[launches_.size()], stream_));
+  // The logits the caller reads on the host; the others stay in the rows'
+  // arenas (fetchRowLogits) and the caller reads the argmax's choice from
+  // the step blocks, which come back whole (32 bytes a row).
+  rowLogitsOnHost_.assign(rows.size(), false);
   for (size_t i : wanted) {
+    if (!rows[i].hostLogits)
+      continue;
     Row &r = *rows_[i];
     K3_RETURN_IF_ERROR(
         driver_->copyToHostAsync(r.logits.data(), r.arena + logitsOffset_,
                                  r.logits.size() * sizeof(float), stream_));
+    rowLogitsOnHost_[i] = true;
+  }
+  if (chains_ && !wanted.empty()) {
+    rowStepsBack_.resize(rows.size() * kStepWords);
+    K3_RETURN_IF_ERROR(driver_->copyToHostAsync(
+        rowStepsBack_.data(), rowSteps_.get(),
+        rowStepsBack_.size() * sizeof(int64_t), stream_));
   }
   // Nothing to read back: the host goes on queuing the next step while
   // this one runs (unsettledSteps_); the next entry point that reads waits.
@@ -1153,8 +1166,51 @@ Status CudaBackend::stepSlots(const std::vector<SlotStep> &rows) {
 const float *CudaBackend::rowLogits(size_t row) const {
   if (!rowsStep_)
     return row + 1 == lastRows_ ? logits_.data() : nullptr;
-  return row < lastRows_ && rowWantsLogits_[row] ? rows_[row]->logits.data()
-                                                 : nullptr;
+  return row < lastRows_ && rowWantsLogits_[row] && rowLogitsOnHost_[row]
+             ? rows_[row]->logits.data()
+             : nullptr;
+}
+
+Status CudaBackend::fetchRowLogits(size_t row) {
+  if (!rowsStep_ || (row < lastRows_ && rowLogitsOnHost_[row]))
+    return Backend::fetchRowLogits(row); // step() copied its logits
+  if (row >= lastRows_ || !rowWantsLogits_[row])
+    return makeError(name(), ": step row ", row, " of ", lastRows_,
+                     " has no logits");
+  // The step was waited for (its rows asked for logits); its arenas stay
+  // until the next step.
+  Row &r = *rows_[row];
+  K3_RETURN_IF_ERROR(
+      driver_->copyToHostAsync(r.logits.data(), r.arena + logitsOffset_,
+                               r.logits.size() * sizeof(float), stream_));
+  K3_RETURN_IF_ERROR(driver_->synchronize(stream_).withContext(
+      "the logits of step row " + std::to_string(row)));
+  rowLogitsOnHost_[row] = true;
+  return Status::ok();
+}
+
+Expected<GreedyChoice> CudaBackend::rowChoice(size_t row) {
+  if (!chains_)
+    return Backend::rowChoice(row);
+  if (!rowsStep_) {
+    // step(): the argmax wrote the backend's own step block.
+    if (row + 1 != lastRows_)
+      return makeError(name(), ": step row ", row, " of ", lastRows_,
+                       " has no logits, so no greedy choice");
+    K3_RETURN_IF_ERROR(settle());
+    int64_t block[kStepWords];
+    K3_RETURN_IF_ERROR(
+        driver_->copyToHostAsync(block, step_.get(), sizeof(block), stream_));
+    K3_RETURN_IF_ERROR(
+        driver_->synchronize(stream_).withContext("the step's greedy choice"));
+    return GreedyChoice{block[kStepToken], block[kStepNonFinite] != 0};
+  }
+  if (row >= lastRows_ || !rowWantsLogits_[row] ||
+      rowStepsBack_.size() < (row + 1) * kStepWords)
+    return makeError(name(), ": step row ", row, " of ", lastRows_,
+                     " has no logits, so no greedy choice");
+  const int64_t *block = rowStepsBack_.data() + row * kStepWords;
+  return GreedyChoice{block[kStepToken], block[kStepNonFinite] != 0};
 }
 
 //===----------------------------------------------------------------------===//

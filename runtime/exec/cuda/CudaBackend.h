@@ -99,6 +99,9 @@ public:
   /// back to back, each followed by a device-to-device copy of the step
   /// block into a ring; one copy of the ring to the host at the end.
   bool chainsGreedy() const override { return chains_; }
+  bool choosesRows() const override { return chains_; }
+  Expected<GreedyChoice> rowChoice(size_t row) override;
+  Status fetchRowLogits(size_t row) override;
   Expected<std::vector<GreedyChoice>> chainGreedy(int64_t more) override;
 
   /// Steps of several rows (file comment); a step of one row in a plan of
@@ -283,10 +286,14 @@ private:
   /// stepSlots().
   const float *lastLogits_ = nullptr;
   bool rowsStep_ = false; ///< the last step was stepSlots' rows
-  /// The first launch of the plan's logits tail (logitsTailStart), and which
-  /// rows of the last stepSlots() asked for logits.
+  /// The first launch of the plan's logits tail (logitsTailStart), which
+  /// rows of the last stepSlots() asked for logits, and which of those have
+  /// them on the host (SlotStep::hostLogits, fetchRowLogits).
   size_t logitsTail_ = 0;
-  std::vector<bool> rowWantsLogits_;
+  std::vector<bool> rowWantsLogits_, rowLogitsOnHost_;
+  /// The step blocks of the last stepSlots()'s rows as the plan's argmax
+  /// left them (kStepWords per row): rowChoice() reads them.
+  std::vector<int64_t> rowStepsBack_;
   std::vector<cuda::DeviceBuffer> weightData_; ///< bf16/f32/packed/scale
   std::vector<BoundLaunch> launches_;
   struct Grid {

@@ -37,6 +37,7 @@
 #include <iostream>
 #include <map>
 #include <optional>
+#include <set>
 #include <unistd.h>
 
 namespace {
@@ -518,6 +519,89 @@ TEST(DecodeCudaBatch, SequencesAsAloneAndAsTheCpu) {
                                   bound);
         }
       }
+    }
+  }
+}
+
+/// Rows that leave their logits on the GPU (SlotStep::hostLogits false):
+/// rowChoice is the plan's argmax of the row's logits — the host's greedy
+/// choice over the logits a step that copied them gave (the same kernels,
+/// bit for bit) — no logits reach the host until fetchRowLogits, and then
+/// the same bits. A batch of greedy sequences choosing on the device gives
+/// the host's tokens.
+TEST(DecodeCudaBatch, RowChoicesAsTheHostsArgmax) {
+  K3_REQUIRE_PLANS();
+  const std::string plans = std::getenv("K3C_CUDA_TEST_PLANS");
+  for (const std::string preset : {"tiny", "tiny-linear", "tiny-odd"}) {
+    SCOPED_TRACE(preset);
+    const std::string batched = plans + "/" + preset + "-default-b4.plan";
+    auto plan = k3::readPlanFile(batched);
+    ASSERT_TRUE(plan.hasValue()) << plan.message();
+    auto store = k3::TensorStore::open(modelDir(preset));
+    ASSERT_TRUE(store.hasValue()) << store.message();
+    auto be = k3::CudaBackend::bind(*plan, *store);
+    ASSERT_TRUE(be.hasValue()) << be.message();
+    k3::CudaBackend &b = **be;
+    ASSERT_TRUE(b.choosesRows());
+    const int64_t vocab = b.vocab();
+    std::vector<k3::SlotStep> rows;
+    k3::appendPromptRows(rows, {3, 9, 27, 81, 243}, 0, 5, 0);
+    rows.push_back({1, 7, 0});
+    rows.push_back({2, 11, 0});
+    rows.push_back({3, 500, 0});
+    std::vector<std::vector<float>> copied(rows.size());
+    ASSERT_TRUE(b.resetState().isOk());
+    ASSERT_TRUE(b.stepSlots(rows).isOk());
+    for (size_t i = 0; i < rows.size(); ++i)
+      if (const float *l = b.rowLogits(i))
+        copied[i].assign(l, l + vocab);
+    EXPECT_FALSE(b.rowChoice(0).hasValue()) << "a prompt row without logits";
+
+    for (k3::SlotStep &r : rows)
+      r.hostLogits = false;
+    ASSERT_TRUE(b.resetState().isOk());
+    ASSERT_TRUE(b.stepSlots(rows).isOk());
+    std::set<int64_t> ids;
+    for (size_t i = 4; i < rows.size(); ++i) {
+      SCOPED_TRACE("row " + std::to_string(i));
+      ASSERT_EQ(copied[i].size(), static_cast<size_t>(vocab));
+      EXPECT_EQ(b.rowLogits(i), nullptr) << "logits copied unasked";
+      auto c = b.rowChoice(i);
+      ASSERT_TRUE(c.hasValue()) << c.message();
+      EXPECT_FALSE(c->nonFinite);
+      k3::Sampler greedy{k3::SamplingParams()};
+      EXPECT_EQ(c->id, greedy.next(copied[i].data(), vocab));
+      ids.insert(c->id);
+      ASSERT_TRUE(b.fetchRowLogits(i).isOk());
+      const float *l = b.rowLogits(i);
+      ASSERT_NE(l, nullptr);
+      EXPECT_EQ(0, std::memcmp(l, copied[i].data(), copied[i].size() * 4));
+    }
+    EXPECT_GT(ids.size(), 1u);
+
+    auto session = k3::Session::open(plan.take(), modelDir(preset),
+                                     k3::BackendKind::Cuda, true);
+    ASSERT_TRUE(session.hasValue()) << session.message();
+    std::vector<k3::SequenceRequest> reqs;
+    for (int r = 0; r < 6; ++r) {
+      k3::SequenceRequest q;
+      for (int t = 0; t < 2 + 7 * r; ++t)
+        q.prompt.push_back((53 * r + 97 * t + 3) % 1000);
+      q.options.maxNew = 5 + r;
+      q.options.prefillChunk = 8;
+      reqs.push_back(q);
+    }
+    std::vector<k3::SequenceRequest> host = reqs;
+    for (k3::SequenceRequest &q : host)
+      q.options.deviceGreedy = false;
+    auto d = (*session)->generateBatch(reqs);
+    auto h = (*session)->generateBatch(host);
+    ASSERT_TRUE(d.hasValue()) << d.message();
+    ASSERT_TRUE(h.hasValue()) << h.message();
+    for (size_t r = 0; r < reqs.size(); ++r) {
+      ASSERT_TRUE(d->sequences[r].hasValue()) << d->sequences[r].message();
+      ASSERT_TRUE(h->sequences[r].hasValue()) << h->sequences[r].message();
+      EXPECT_EQ(d->sequences[r]->tokens, h->sequences[r]->tokens) << r;
     }
   }
 }

@@ -638,18 +638,26 @@ TEST(BadWeights, NonFiniteLogitsEndOneSequenceOfABatch) {
   reqs[1].prompt = {4, 13, 5};
   reqs[2].prompt = {6, 7};
   reqs[3].prompt = {8};
-  for (SequenceRequest &r : reqs)
-    r.options.maxNew = 6;
-  Expected<BatchResult> b = (*s)->generateBatch(reqs);
-  ASSERT_TRUE(b.hasValue()) << b.message();
-  EXPECT_ERROR_CONTAINS(b->sequences[1],
-                        "decode step 0 (the logits after position 2) is not "
-                        "finite: logits[0] = ");
-  for (size_t i : {size_t(0), size_t(2), size_t(3)}) {
-    ASSERT_TRUE(b->sequences[i].hasValue()) << b->sequences[i].message();
-    Expected<GenerateResult> alone = (*s)->generate(reqs[i].prompt, 6);
-    ASSERT_TRUE(alone.hasValue()) << alone.message();
-    EXPECT_EQ(b->sequences[i]->tokens, alone->tokens) << i;
+  // Chosen on the device (the default: the argmax flags the non-finite
+  // row, whose logits then come to the host for the message) and on the
+  // host.
+  for (bool device : {true, false}) {
+    SCOPED_TRACE(device ? "device choice" : "host choice");
+    for (SequenceRequest &r : reqs) {
+      r.options.maxNew = 6;
+      r.options.deviceGreedy = device;
+    }
+    Expected<BatchResult> b = (*s)->generateBatch(reqs);
+    ASSERT_TRUE(b.hasValue()) << b.message();
+    EXPECT_ERROR_CONTAINS(b->sequences[1],
+                          "decode step 0 (the logits after position 2) is not "
+                          "finite: logits[0] = ");
+    for (size_t i : {size_t(0), size_t(2), size_t(3)}) {
+      ASSERT_TRUE(b->sequences[i].hasValue()) << b->sequences[i].message();
+      Expected<GenerateResult> alone = (*s)->generate(reqs[i].prompt, 6);
+      ASSERT_TRUE(alone.hasValue()) << alone.message();
+      EXPECT_EQ(b->sequences[i]->tokens, alone->tokens) << i;
+    }
   }
 }
 

@@ -230,7 +230,7 @@ TEST_F(K3RunToolTest, UsageErrorsExitTwo) {
   EXPECT_TRUE(test::contains(help.out, "--no-cuda-graph")) << help.out;
   EXPECT_TRUE(test::contains(help.out, "--check-against cpu")) << help.out;
   EXPECT_TRUE(test::contains(help.out, "--batch N")) << help.out;
-  EXPECT_TRUE(test::contains(help.out, "--prefill-form rows|chunk"))
+  EXPECT_TRUE(test::contains(help.out, "--prefill-form auto|rows|chunk"))
       << help.out;
   for (const std::string &args :
        {std::string(""), " " + dir->file("m.plan"),

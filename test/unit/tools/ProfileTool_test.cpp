@@ -218,8 +218,10 @@ TEST_F(ProfileToolTest, DecodeBenchWritesEveryField) {
 }
 
 /// --batch N: a plan of N slots, each filled with its own prompt, then steps
-/// of N rows; the row reports the step over N and a floor of one batch-1
-/// step's bytes over N. Too few slots is an error naming the plan's.
+/// of N rows; the row reports the step over N and a floor of the bytes of a
+/// step of N rows (each weight once, the experts' expected union) over N.
+/// --profile prints the step's kernels; --prefill-form chunk is recorded.
+/// Too few slots is an error naming the plan's.
 TEST_F(ProfileToolTest, DecodeBenchBatch) {
   Expected<PlanDoc> b = test::compiledPlan(config, "default", kMaxSeq, 4);
   ASSERT_TRUE(b.hasValue()) << b.message();
@@ -228,7 +230,8 @@ TEST_F(ProfileToolTest, DecodeBenchBatch) {
   const std::string p = " --plan " + dir->file("b4.plan");
   const RunResult r = run(bench() + w + p +
                               " --batch 4 --context 10 --prompt-len 3 "
-                              "--steps 3 --warmup 1 --copy-mb 8 --json " +
+                              "--steps 3 --warmup 1 --copy-mb 8 --profile "
+                              "--prefill-form chunk --json " +
                               dir->file("batch.json"),
                           *dir);
   ASSERT_EQ(r.exitCode, 0) << r.err;
@@ -242,9 +245,28 @@ TEST_F(ProfileToolTest, DecodeBenchBatch) {
   EXPECT_EQ(row["mode"], "batch-4");
   EXPECT_GT(row["us_per_token"].get<double>(), 0.0);
   EXPECT_NEAR(row["floor_us"].get<double>(),
-              stepBytes(*b, 10).total() /
+              stepBytes(*b, 10, 4).total() /
                   (row["copy_gbps"].get<double>() * 1e3) / 4.0,
               1e-6);
+  EXPECT_EQ(row["bytes_per_step"].get<uint64_t>(),
+            stepBytes(*b, 10, 4).total());
+  EXPECT_EQ(row["prefill_form"], "chunk");
+  // Four rows read more than one row but less than four rows' weights.
+  EXPECT_GT(stepBytes(*b, 10, 4).total(), stepBytes(*b, 10).total());
+  EXPECT_LT(stepBytes(*b, 10, 4).total(), 4 * stepBytes(*b, 10).total());
+  // --profile: the kernels of a step of 4 rows, and their total.
+  EXPECT_TRUE(test::contains(r.err, "a step of 4 rows launch by launch"))
+      << r.err;
+  EXPECT_TRUE(test::contains(r.err, "\nmoe_experts ")) << r.err;
+  EXPECT_TRUE(test::contains(r.err, "\ntotal ")) << r.err;
+  RunResult lone = run(bench() + w + p + " --profile --context 4", *dir);
+  EXPECT_EQ(lone.exitCode, 2) << lone.err;
+  EXPECT_TRUE(test::contains(lone.err, "it needs --batch N with N >= 2"))
+      << lone.err;
+  lone = run(bench() + w + p + " --prefill-form wy", *dir);
+  EXPECT_EQ(lone.exitCode, 2) << lone.err;
+  EXPECT_TRUE(test::contains(lone.err, "--prefill-form needs rows or chunk"))
+      << lone.err;
   RunResult bad = run(bench() + w + p + " --batch 5 --context 4 --copy-mb 8",
                       *dir);
   EXPECT_EQ(bad.exitCode, 1) << bad.err;

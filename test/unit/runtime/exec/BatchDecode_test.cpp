@@ -32,6 +32,7 @@
 #include <map>
 #include <memory>
 #include <random>
+#include <set>
 
 namespace k3 {
 namespace {
@@ -529,6 +530,91 @@ TEST(BatchDecode, PromptRowsSkipTheLogitsTail) {
               << "row " << i;
         }
       }
+    }
+  }
+}
+
+/// Rows that leave their logits on the device (SlotStep::hostLogits false)
+/// report the plan's argmax (rowChoice): the host's greedy choice over the
+/// same logits, which fetchRowLogits brings afterwards, bit for bit those
+/// of a step that copied them. A row without logits has no choice.
+TEST(BatchDecode, RowChoiceIsTheArgmaxOfTheRowsLogits) {
+  K3C_SKIP_WITHOUT_COMPILER();
+  for (const char *preset : {"tiny", "tiny-linear"}) {
+    SCOPED_TRACE(preset);
+    Fixture *f = fixture(preset);
+    ASSERT_NE(f, nullptr);
+    Backend &be = const_cast<Backend &>(f->batched->backend());
+    ASSERT_TRUE(be.choosesRows());
+    const int64_t vocab = be.vocab();
+    std::vector<SlotStep> rows = {
+        {0, 3, 0}, {0, 7, 1}, {1, 5, 0}, {2, 9, 0}, {3, 1, 0}};
+    rows[0].logits = false;
+    ASSERT_TRUE(be.resetState().isOk());
+    ASSERT_TRUE(be.stepSlots(rows).isOk());
+    std::vector<std::vector<float>> copied(rows.size());
+    for (size_t i = 1; i < rows.size(); ++i) {
+      const float *l = be.rowLogits(i);
+      ASSERT_NE(l, nullptr) << i;
+      copied[i].assign(l, l + vocab);
+    }
+    EXPECT_FALSE(be.rowChoice(0).hasValue()) << "a row without logits";
+    EXPECT_FALSE(be.rowChoice(rows.size()).hasValue()) << "out of range";
+    EXPECT_FALSE(be.fetchRowLogits(0).isOk());
+
+    for (SlotStep &r : rows)
+      r.hostLogits = false;
+    ASSERT_TRUE(be.resetState().isOk());
+    ASSERT_TRUE(be.stepSlots(rows).isOk());
+    std::set<int64_t> ids;
+    for (size_t i = 1; i < rows.size(); ++i) {
+      Expected<GreedyChoice> c = be.rowChoice(i);
+      ASSERT_TRUE(c.hasValue()) << c.message();
+      EXPECT_FALSE(c->nonFinite) << i;
+      Sampler greedy{SamplingParams()};
+      EXPECT_EQ(c->id, greedy.next(copied[i].data(), vocab)) << "row " << i;
+      ids.insert(c->id);
+      ASSERT_TRUE(be.fetchRowLogits(i).isOk());
+      const float *l = be.rowLogits(i);
+      ASSERT_NE(l, nullptr) << i;
+      EXPECT_EQ(0, std::memcmp(l, copied[i].data(), copied[i].size() * 4))
+          << "row " << i;
+    }
+    // Different rows, different choices: not one row's answer for all.
+    EXPECT_GT(ids.size(), 1u);
+  }
+}
+
+/// Greedy sequences without logits take the device's choices in a batch:
+/// the tokens of the host's choosing and of each sequence alone.
+TEST(BatchDecode, DeviceChoicesAsTheHosts) {
+  K3C_SKIP_WITHOUT_COMPILER();
+  for (const char *preset : {"tiny", "tiny-linear"}) {
+    SCOPED_TRACE(preset);
+    Fixture *f = fixture(preset);
+    ASSERT_NE(f, nullptr);
+    std::vector<SequenceRequest> reqs =
+        randomRequests(61, 7, f->config.vocabSize);
+    for (SequenceRequest &r : reqs) {
+      r.options.keepLogits = false;
+      r.options.deviceGreedy = true;
+    }
+    reqs[3].options.prefillChunk = 3;
+    std::vector<SequenceRequest> host = reqs;
+    for (SequenceRequest &r : host)
+      r.options.deviceGreedy = false;
+    EXPECT_INVARIANT(*f, reqs, BatchOptions());
+    Expected<BatchResult> a = f->batched->generateBatch(reqs),
+                          b = f->batched->generateBatch(host);
+    ASSERT_TRUE(a.hasValue()) << a.message();
+    ASSERT_TRUE(b.hasValue()) << b.message();
+    for (size_t i = 0; i < reqs.size(); ++i) {
+      ASSERT_TRUE(a->sequences[i].hasValue()) << a->sequences[i].message();
+      ASSERT_TRUE(b->sequences[i].hasValue()) << b->sequences[i].message();
+      EXPECT_EQ(a->sequences[i]->tokens, b->sequences[i]->tokens) << i;
+      EXPECT_EQ(a->sequences[i]->tokens.size(),
+                static_cast<size_t>(reqs[i].options.maxNew))
+          << i;
     }
   }
 }

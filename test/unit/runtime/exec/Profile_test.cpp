@@ -16,6 +16,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <map>
 #include <set>
 
@@ -131,6 +132,69 @@ TEST(LaunchBytes, ExpertsCountTopKOfTheirTable) {
                               perExpert)
         << name;
     EXPECT_EQ(b.written, argBytes(plan, *arg("out")) + routerWrites) << name;
+  }
+}
+
+TEST(LaunchBytes, ExpertsReadIsTheExpectedUnionOfTheRowsPicks) {
+  EXPECT_EQ(expertsRead(256, 8, 1), 8.0);
+  EXPECT_EQ(expertsRead(12, 2, 1), 2.0);
+  // Kimi-Linear at 16 rows: about 102 of 256 (the "about 100").
+  EXPECT_NEAR(expertsRead(256, 8, 16), 256.0 * (1.0 - std::pow(31.0 / 32, 16)),
+              1e-9);
+  EXPECT_NEAR(expertsRead(256, 8, 16), 101.96, 0.01);
+  EXPECT_GT(expertsRead(256, 8, 4096), 255.99);
+  EXPECT_LE(expertsRead(256, 8, 4096), 256.0);
+  EXPECT_EQ(expertsRead(4, 8, 3), 4.0); // k > E: every expert
+  EXPECT_EQ(expertsRead(0, 8, 3), 0.0);
+}
+
+TEST(LaunchBytes, AStepOfRowsReadsEachWeightOnceAndTheRestPerRow) {
+  K3C_SKIP_WITHOUT_COMPILER();
+  for (const char *name : {"tiny", "tiny-linear"}) {
+    const ModelConfig c = preset(name);
+    const PlanDoc plan = compiled(c);
+    for (size_t i = 0; i < plan.launches.size(); ++i) {
+      const PlanLaunch &l = plan.launches[i];
+      const LaunchBytes one = launchBytes(plan, i, 9),
+                        four = launchBytes(plan, i, 9, 4);
+      // Writes are per row (no launch writes a weight).
+      EXPECT_EQ(four.written, 4 * one.written) << name << " " << l.kernel;
+      if (l.kernel == "embed") {
+        EXPECT_EQ(four.read, 4 * one.read) << name << " " << l.kernel;
+        continue;
+      }
+      // Reads: the weights once, so less than four rows' worth whenever
+      // the launch reads a weight, and more than one row's.
+      bool weights = false;
+      for (const auto &[field, arg] : l.args)
+        weights |= arg.kind == PlanArg::Kind::Weight;
+      if (weights)
+        EXPECT_LT(four.read, 4 * one.read) << name << " " << l.kernel;
+      else
+        EXPECT_EQ(four.read, 4 * one.read) << name << " " << l.kernel;
+      EXPECT_GT(four.read, one.read) << name << " " << l.kernel;
+    }
+    // The expert tables count the expected union U(n) of n rows' picks:
+    // with W the other weights and R a row's other bytes, a step of n rows
+    // reads W + U(n)·e + n·R, so (4 rows) − (1) − 3·((2) − (1)) leaves
+    // (U(4) − k − 3·(U(2) − k))·e, whatever W and R are.
+    const size_t m = firstLaunch(
+        plan, std::string(name) == "tiny-linear" ? "moe_ffn" : "moe_experts");
+    const double perMatrix =
+        static_cast<double>(c.moeHiddenSize() * c.moeIntermediateSize);
+    const double perExpert =
+        3 * (c.expertsMxfp4 ? perMatrix / 2 + perMatrix / 32 : perMatrix * 2);
+    auto readAt = [&](int64_t rows) {
+      return static_cast<double>(launchBytes(plan, m, 9, rows).read);
+    };
+    const double k = static_cast<double>(c.numExpertsPerToken);
+    auto u = [&](int64_t rows) {
+      return expertsRead(c.numExperts, c.numExpertsPerToken, rows);
+    };
+    EXPECT_NEAR(readAt(4) - readAt(1) - 3 * (readAt(2) - readAt(1)),
+                (u(4) - k - 3 * (u(2) - k)) * perExpert, 8.0)
+        << name;
+    EXPECT_LT(u(4) - k - 3 * (u(2) - k), -0.1) << name; // not trivially 0
   }
 }
 
