@@ -292,7 +292,8 @@ void declareOptions(CLI::App &app, Args &a, bool embedded) {
                "choose greedy tokens on the host from the copied\n"
                "logits, waiting for each step (by default the\n"
                "plan's argmax chooses them on the device and the\n"
-               "steps run back to back; the same tokens)")
+               "steps run back to back; in a batch only each\n"
+               "row's id comes back; the same tokens)")
       ->group(where);
 
   const char *output = "Output";
