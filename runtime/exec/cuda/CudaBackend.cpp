@@ -253,6 +253,18 @@ CudaBackend::bind(const PlanDoc &plan, const TensorStore &store,
   const bool useMlaChunk = !(mlaChunkEnv && std::string(mlaChunkEnv) == "0");
   const char *syncEnv = std::getenv("K3C_SYNC_STEPS");
   be->syncEachStep_ = syncEnv && std::string(syncEnv) == "1";
+  // The tensor-core projections split k until the grid gives every SM this
+  // many blocks (gemvMmaSplit; 1 by default): a knob to sweep on the GPU
+  // without a rebuild, each split's bits covered by LinearRowsMmaCuda.
+  if (const char *e = std::getenv("K3C_MMA_BLOCKS_PER_SM"); e && *e) {
+    char *end = nullptr;
+    const long v = std::strtol(e, &end, 10);
+    if (*end != '\0' || v < 1 || v > 8)
+      return makeError("K3C_MMA_BLOCKS_PER_SM must be an integer in [1, 8], "
+                       "got '",
+                       e, "'");
+    be->mmaBlocksPerSm_ = static_cast<int>(v);
+  }
   std::map<std::string, std::pair<cuda::CUfunction, int64_t>> rowsForms;
   std::map<std::string, cuda::CUfunction> mmaForms;
   for (size_t i = 0; i < plan.launches.size(); ++i) {
@@ -903,7 +915,7 @@ Expected<bool> CudaBackend::launchRows(size_t l,
   if (chunkForm_ && n >= kMmaMinRows && mmaFunctions_[l]) {
     std::optional<RowsLaunch> mma =
         mmaRowsLaunch(first.kernel->name, params, first.params->size(),
-                      rowArenaStride_, driver_->smCount());
+                      rowArenaStride_, driver_->smCount() * mmaBlocksPerSm_);
     if (mma && preNormFunctions_[l]) {
       // x̂ once for all rows, not once per block of the tensor-core launch.
       const uint64_t need = preNormScratchBytes(first.kernel->name, *mma);

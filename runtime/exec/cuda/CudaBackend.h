@@ -323,6 +323,9 @@ private:
   /// own step).
   int64_t unsettledSteps_ = 0, unsettledRows_ = 0;
   bool syncEachStep_ = false;
+  /// K3C_MMA_BLOCKS_PER_SM: the blocks per SM the tensor-core projections'
+  /// split over k aims at (mmaRowsLaunch's `sms` is the SMs times this).
+  int mmaBlocksPerSm_ = 1;
   // Profiling, made on first use: an event per launch boundary, and the
   // gate's copy buffers with the device time of one copy and the copies the
   // next timeLaunches queues.
