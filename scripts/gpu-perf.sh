@@ -15,20 +15,56 @@
 # hold the files): decode_bench of the three strategies and the default
 # strategy's profile.
 #
-#   scripts/gpu-perf.sh [STAGE_DIR] [--no-ncu] [--full]
+# --batch16: issue 12's batch target instead of all the above: steps of 16
+# sequences of the full geometry (plans/kimi-linear-48b-default-b16.plan,
+# synthetic weights) in decode_bench --batch 16 with the chunk form and its
+# per-kernel profile, the rows form beside it, and the tensor-core
+# projections' split swept (K3C_MMA_BLOCKS_PER_SM 1, 2, 3).
+#
+#   scripts/gpu-perf.sh [STAGE_DIR] [--no-ncu] [--full] [--batch16]
 #
 #===----------------------------------------------------------------------===#
 set -uo pipefail
 STAGE=${1:-build/gpu-stage}
 NCU=1
 FULL=0
+BATCH16=0
 for a in "${@:2}"; do
   [ "$a" = "--no-ncu" ] && NCU=0
   [ "$a" = "--full" ] && FULL=1
+  [ "$a" = "--batch16" ] && BATCH16=1
 done
 OUTDIR=${OUT:-/tmp/gpu-perf}
 mkdir -p "$OUTDIR"
 export LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-}:/usr/local/nvidia/lib64
+
+if [ $BATCH16 = 1 ]; then
+  status=0
+  plan="$STAGE/plans/kimi-linear-48b-default-b16.plan"
+  [ -f "$plan" ] || { echo "no $plan (scripts/gpu-stage.sh makes it)"; exit 1; }
+  mkdir -p "$OUTDIR/results"
+  # b16 FORM TAG [ENV...]: steps of 16 rows at context 128 (16 prompts of
+  # 64 tokens, then greedy), the floor each weight once and the experts'
+  # expected union.
+  b16() {
+    local form=$1 tag=$2
+    shift 2
+    env "$@" "$STAGE"/bin/decode_bench --weights synthetic:1 \
+      --model kimi-linear-48b-e256 --plan "$plan" --backend cuda --batch 16 \
+      --context 128 --prompt-len 64 --steps 10 --warmup 2 \
+      --prefill-form "$form" --profile \
+      --json "$OUTDIR/results/b16-$tag.json" >"$OUTDIR/b16-$tag.txt" 2>&1 ||
+      status=1
+    echo "== $tag ($form${*:+, $*})"
+    grep -E "us per step|^(moe_ffn|linear|linear_multi|kda_decode|mla_[a-z_]*|argmax|embed|gated_act|total) " \
+      "$OUTDIR/b16-$tag.txt"
+  }
+  b16 chunk chunk
+  b16 rows rows
+  b16 chunk split2 K3C_MMA_BLOCKS_PER_SM=2
+  b16 chunk split3 K3C_MMA_BLOCKS_PER_SM=3
+  exit $status
+fi
 MODELS=${K3C_MODELS:-/tmp/k3-models}
 KL=$MODELS/kimi-linear-48b-e32
 status=0
