@@ -143,9 +143,9 @@ LaunchBytes launchBytes(const PlanDoc &plan, size_t index, int64_t contextRows,
           if (s.shape.size() >= 2)
             b.written += static_cast<uint64_t>(s.shape[1]) * 2;
         } else {
-          const int64_t rows = s.shape.empty() ? 0 : s.shape[0];
-          if (contextRows > 0 && rows > 0 && contextRows < rows)
-            bytes = bytes / static_cast<uint64_t>(rows) *
+          const int64_t cacheRows = s.shape.empty() ? 0 : s.shape[0];
+          if (contextRows > 0 && cacheRows > 0 && contextRows < cacheRows)
+            bytes = bytes / static_cast<uint64_t>(cacheRows) *
                     static_cast<uint64_t>(contextRows);
           b.read += bytes;
         }

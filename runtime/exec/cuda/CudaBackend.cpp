@@ -554,6 +554,9 @@ Expected<std::vector<GreedyChoice>> CudaBackend::chainGreedy(int64_t more) {
     // The chain goes on from the last row of the last step (a prompt
     // chunk's last token, whose argmax wrote the next token and position):
     // slot 0's own launches take over its step block.
+    if (lastRows_ == 0)
+      return makeError(name(), ": no step to chain greedy steps from (the "
+                               "last step of rows failed)");
     const Row &last = *rows_[lastRows_ - 1];
     if (last.slot != 0)
       return makeError(name(),
@@ -1049,6 +1052,11 @@ Status CudaBackend::stepSlots(const std::vector<SlotStep> &rows) {
     return Backend::stepSlots(rows); // step(): the graph's path
   K3_RETURN_IF_ERROR(checkRows(rows));
   K3_RETURN_IF_ERROR(ensureRows(rows.size()));
+  // Until this step has run, no row of the last one is readable (a step
+  // that fails half-way leaves none: rowLogits, rowChoice refuse).
+  rowsStep_ = true;
+  lastRows_ = 0;
+  rowWantsLogits_.clear();
   if (timed)
     K3_RETURN_IF_ERROR(ensureLaunchEvents());
   for (size_t i = 0; i < rows.size(); ++i) {
@@ -1178,13 +1186,15 @@ Status CudaBackend::stepSlots(const std::vector<SlotStep> &rows) {
 const float *CudaBackend::rowLogits(size_t row) const {
   if (!rowsStep_)
     return row + 1 == lastRows_ ? logits_.data() : nullptr;
-  return row < lastRows_ && rowWantsLogits_[row] && rowLogitsOnHost_[row]
+  return row < lastRows_ && row < rowLogitsOnHost_.size() &&
+                 rowWantsLogits_[row] && rowLogitsOnHost_[row]
              ? rows_[row]->logits.data()
              : nullptr;
 }
 
 Status CudaBackend::fetchRowLogits(size_t row) {
-  if (!rowsStep_ || (row < lastRows_ && rowLogitsOnHost_[row]))
+  if (!rowsStep_ || (row < lastRows_ && row < rowLogitsOnHost_.size() &&
+                     rowLogitsOnHost_[row]))
     return Backend::fetchRowLogits(row); // step() copied its logits
   if (row >= lastRows_ || !rowWantsLogits_[row])
     return makeError(name(), ": step row ", row, " of ", lastRows_,
