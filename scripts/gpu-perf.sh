@@ -18,8 +18,9 @@
 # --batch16: issue 12's batch target instead of all the above: steps of 16
 # sequences of the full geometry (plans/kimi-linear-48b-default-b16.plan,
 # synthetic weights) in decode_bench --batch 16 with the chunk form and its
-# per-kernel profile, the rows form beside it, and the tensor-core
-# projections' split swept (K3C_MMA_BLOCKS_PER_SM 1, 2, 3).
+# per-kernel profile, the rows form beside it, the tensor-core
+# projections' split swept (K3C_MMA_BLOCKS_PER_SM 1, 2, 3) and the MoE
+# chunk's variants (K3C_MOE_CHUNK_PLAN, K3C_MOE_CHUNK_ROUTE_GROUPS).
 #
 #   scripts/gpu-perf.sh [STAGE_DIR] [--no-ncu] [--full] [--batch16]
 #
@@ -63,6 +64,11 @@ if [ $BATCH16 = 1 ]; then
   b16 rows rows
   b16 chunk split2 K3C_MMA_BLOCKS_PER_SM=2
   b16 chunk split3 K3C_MMA_BLOCKS_PER_SM=3
+  # The MoE chunk's variants (MoeChunkParams: the plan in parallel, the
+  # route in groups of experts), alone and together.
+  b16 chunk plan K3C_MOE_CHUNK_PLAN=parallel
+  b16 chunk route8 K3C_MOE_CHUNK_ROUTE_GROUPS=8
+  b16 chunk both K3C_MOE_CHUNK_PLAN=parallel K3C_MOE_CHUNK_ROUTE_GROUPS=8
   exit $status
 fi
 MODELS=${K3C_MODELS:-/tmp/k3-models}

@@ -191,6 +191,40 @@ __device__ __forceinline__ float blockSum(float v, float *scratch) {
   return warpSum(t);
 }
 
+/// The exclusive sum over the block of each thread's `v` (threads in
+/// order), and in `total` (every thread) the sum of all. `scratch` holds 32
+/// ints of shared memory; blockDim.x a multiple of 32; the call
+/// synchronises the block three times.
+__device__ __forceinline__ int blockExclusiveSum(int v, int *scratch,
+                                                 int &total) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int warps = (blockDim.x + 31) >> 5;
+  int in = v; // inclusive within the warp
+#pragma unroll
+  for (int off = 1; off < 32; off <<= 1) {
+    const int o = __shfl_up_sync(0xffffffffu, in, off);
+    if (lane >= off)
+      in += o;
+  }
+  __syncthreads(); // scratch may still be read by a previous reduction
+  if (lane == 31)
+    scratch[warp] = in;
+  __syncthreads();
+  if (warp == 0) {
+    int w = lane < warps ? scratch[lane] : 0;
+#pragma unroll
+    for (int off = 1; off < 32; off <<= 1) {
+      const int o = __shfl_up_sync(0xffffffffu, w, off);
+      if (lane >= off)
+        w += o;
+    }
+    scratch[lane] = w; // inclusive over the warps
+  }
+  __syncthreads();
+  total = scratch[warps - 1];
+  return (warp > 0 ? scratch[warp - 1] : 0) + in - v;
+}
+
 /// Max over the block; every thread gets the result (see blockSum).
 __device__ __forceinline__ float blockMax(float v, float *scratch) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;

@@ -1824,13 +1824,17 @@ extern "C" __global__ void __launch_bounds__(kMlaChunkThreads)
       }
     }
   }
-  int maxLen = 0;
+  // maxLen: the rounds; minLen: the shortest attending row's length, below
+  // which every attending row takes every cache row of a round.
+  int maxLen = 0, minLen = kMlaClusteredMaxRows;
 #pragma unroll
   for (int t = 0; t < kCQ; ++t) {
     *reinterpret_cast<float2 *>(&sm.qHat[t][2 * tid]) =
         make_float2(acc[t][0], acc[t][1]);
     acc[t][0] = acc[t][1] = 0.0f;
     maxLen = max(maxLen, sm.len[t]);
+    if (sm.len[t] > 0)
+      minLen = min(minLen, sm.len[t]);
   }
 
   // 2. The cache in rounds of kCT rows (rows past maxLen staged as zeros).
@@ -1878,6 +1882,25 @@ extern "C" __global__ void __launch_bounds__(kMlaChunkThreads)
       const float a = sm.alpha[t];
       acc[t][0] *= a;
       acc[t][1] *= a;
+    }
+    if (j0 + kCT > minLen) {
+      // A round past some row's length: each row adds only its own cache
+      // rows, as the rows form does (a weight of 0 would still carry a
+      // non-finite value of a later position into the sum).
+      for (int jj = 0; jj < rows; ++jj) {
+        const uint32_t u =
+            *reinterpret_cast<const uint32_t *>(&sm.tile[jj][2 * tid]);
+        const float c0 = dev::loF(u), c1 = dev::hiF(u);
+#pragma unroll
+        for (int t = 0; t < kCQ; ++t) {
+          if (j0 + jj >= sm.len[t])
+            continue;
+          const float w = sm.w[t][jj];
+          acc[t][0] = fmaf(w, c0, acc[t][0]);
+          acc[t][1] = fmaf(w, c1, acc[t][1]);
+        }
+      }
+      continue;
     }
 #pragma unroll 2
     for (int jj = 0; jj < kCT; jj += 4) {

@@ -1958,14 +1958,21 @@ __device__ __forceinline__ ChunkTile chunkTile(const MoeChunkParams &c) {
 /// x̂ = RMSNorm(h) rounded as rms_norm (or h), into c.xhat; s = sigmoid(gate
 /// · x̂) a warp per expert; the top-k of s + bias in routerCpu's order
 /// (warp 0, one rank at a time); the weights (unbiased s, renormalised in
-/// rank order, scaled) into the row's outIds / outWeights. Grid: rows
-/// blocks of 256 threads. Limits: moeChunkFits.
+/// rank order, scaled) into the row's outIds / outWeights. With a grid
+/// of G > 1 blocks per row (grid y), blocks (t, g) share row t: each computes x̂
+/// (block 0 stores it) and the scores of the g-th G-th of the experts into
+/// c.scores, and the last of the G to arrive (c.arrivals[t], which it
+/// resets) ranks all of them: the same scores (an expert's sum is one
+/// warp's in either form), so the same ids and weights. Grid: (rows, G)
+/// blocks of 256 threads (the runtime's G: K3C_MOE_CHUNK_ROUTE_GROUPS, 1 by
+/// default until measured on a GPU). Limits: moeChunkFits.
 extern "C" __global__ void __launch_bounds__(256)
     k3_moe_chunk_route(const MoeChunkParams c) {
   __shared__ __align__(16) uint16_t xs[kMoeRowsDimCap];
   __shared__ float score[kMoeChunkMaxExperts];
   __shared__ unsigned char taken[kMoeChunkMaxExperts];
   __shared__ float scratch[32];
+  __shared__ int ranks;
   dev::allowDependentLaunch();
   dev::waitForPriorGrids();
   const int t = blockIdx.x;
@@ -1974,6 +1981,10 @@ extern "C" __global__ void __launch_bounds__(256)
   const RouterParams &rp = c.one.router;
   const int64_t D = rp.dim, E = rp.numExperts;
   const int K = rp.topK;
+  const int G = static_cast<int>(gridDim.y);
+  const int g = static_cast<int>(blockIdx.y);
+  const int64_t per = (E + G - 1) / G;
+  const int64_t eBegin = min(E, g * per), eEnd = min(E, eBegin + per);
   const uint16_t *h = chunkRow(rp.h, t, c.stride);
   float r = 0.0f;
   if (rp.normWeight) {
@@ -1992,23 +2003,43 @@ extern "C" __global__ void __launch_bounds__(256)
                   dev::bf16ToF(h[i]), dev::bf16ToF(rp.normWeight[i]), r))
             : h[i];
     xs[i] = v;
-    c.xhat[t * D + i] = v;
+    if (g == 0)
+      c.xhat[t * D + i] = v;
   }
   for (int64_t e = threadIdx.x; e < E; e += blockDim.x)
     taken[e] = 0;
   __syncthreads();
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  for (int64_t e = warp; e < E; e += blockDim.x >> 5) {
-    const uint4 *g = reinterpret_cast<const uint4 *>(rp.gate + e * D);
+  for (int64_t e = eBegin + warp; e < eEnd; e += blockDim.x >> 5) {
+    const uint4 *gw = reinterpret_cast<const uint4 *>(rp.gate + e * D);
     const uint4 *x = reinterpret_cast<const uint4 *>(xs);
     float acc = 0.0f;
     for (int64_t j = lane; j < D / 8; j += 32) {
-      const uint4 a = __ldg(g + j), b = x[j];
+      const uint4 a = __ldg(gw + j), b = x[j];
       acc = dev::dotBf16x8(a, b, acc);
     }
     acc = dev::warpSum(acc);
-    if (lane == 0)
+    if (lane == 0) {
       score[e] = dev::sigmoidF(acc);
+      if (G > 1) {
+        c.scores[t * E + e] = score[e];
+        __threadfence(); // before this block's arrival is counted
+      }
+    }
+  }
+  if (G > 1) {
+    __syncthreads(); // every score of the block stored and fenced
+    if (threadIdx.x == 0)
+      ranks = atomicAdd(&c.arrivals[t], 1u) == static_cast<unsigned>(G - 1);
+    __syncthreads();
+    if (!ranks)
+      return;
+    // The last block of row t: every group's scores are visible.
+    __threadfence();
+    for (int64_t e = threadIdx.x; e < E; e += blockDim.x)
+      score[e] = __ldcg(&c.scores[t * E + e]);
+    if (threadIdx.x == 0)
+      c.arrivals[t] = 0; // for the next launch
   }
   __syncthreads();
   if (warp != 0)
@@ -2055,10 +2086,108 @@ extern "C" __global__ void __launch_bounds__(256)
   }
 }
 
+namespace {
+
+/// Experts per pass of the parallel plan's row bitmaps (kernels/moe
+/// k3_moe_chunk_plan), and 32-row words per expert.
+constexpr int kPlanPassExperts = 256;
+constexpr int kPlanRowWords = kMoeChunkRowsMax / 32;
+static_assert(kMoeChunkMaxExperts < 65536, "expert ids fit 16 bits");
+
+/// The parallel plan (c.parallelPlan): each pair's expert into sid and
+/// counted (shared atomics); the counts' exclusive sums by the block (each
+/// thread a run of consecutive experts) into c.offsets and `count`; then,
+/// a pass of kPlanPassExperts experts at a time, a bitmap of the rows that
+/// chose each expert, and pair (t, k) of expert e at count[e] plus the
+/// rows before t in e's bitmap: the serial walk's place when no row names
+/// an expert twice (the router's top-k never does). A row that does (a
+/// forced expert) makes thread 0 place the pairs as the walk does.
+__device__ void moeChunkPlanParallel(const MoeChunkParams &c, int *count) {
+  __shared__ uint16_t sid[kMoeChunkRowsMax * 32];
+  __shared__ uint32_t member[kPlanPassExperts][kPlanRowWords];
+  __shared__ int warpSums[32];
+  __shared__ int twice;
+  const MoeExpertsParams &ep = c.one.experts;
+  const int E = static_cast<int>(ep.numExperts);
+  const int K = ep.topK;
+  const int pairs = c.rows * K;
+  if (threadIdx.x == 0)
+    twice = 0;
+  for (int p = threadIdx.x; p < pairs; p += blockDim.x) {
+    const int t = p / K;
+    const int e = chunkRow(ep.ids, t, c.stride)[p - t * K];
+    sid[p] = static_cast<uint16_t>(e);
+    atomicAdd(&count[e], 1);
+  }
+  __syncthreads();
+  for (int p = threadIdx.x; p < pairs; p += blockDim.x) {
+    const int first = p / K * K;
+    for (int q = first; q < p; ++q)
+      if (sid[q] == sid[p])
+        twice = 1; // every writer writes 1
+  }
+  // The offsets: this thread's run of experts [e0, e1).
+  const int per = (E + static_cast<int>(blockDim.x) - 1) / blockDim.x;
+  const int e0 = min(E, static_cast<int>(threadIdx.x) * per);
+  const int e1 = min(E, e0 + per);
+  int run = 0;
+  for (int e = e0; e < e1; ++e)
+    run += count[e];
+  int total = 0;
+  int at = dev::blockExclusiveSum(run, warpSums, total);
+  for (int e = e0; e < e1; ++e) {
+    const int n = count[e];
+    c.offsets[e] = at;
+    count[e] = at;
+    at += n;
+  }
+  if (threadIdx.x == 0)
+    c.offsets[E] = total;
+  __syncthreads(); // count holds the offsets; `twice` is final
+  if (twice) {
+    if (threadIdx.x == 0)
+      for (int p = 0; p < pairs; ++p) {
+        const int place = count[sid[p]]++;
+        c.order[place] = p;
+        c.pairAt[p] = place;
+      }
+    return;
+  }
+  for (int base = 0; base < E; base += kPlanPassExperts) {
+    for (int i = threadIdx.x; i < kPlanPassExperts * kPlanRowWords;
+         i += blockDim.x)
+      member[i / kPlanRowWords][i % kPlanRowWords] = 0u;
+    __syncthreads();
+    for (int p = threadIdx.x; p < pairs; p += blockDim.x) {
+      const int e = sid[p] - base, t = p / K;
+      if (e >= 0 && e < kPlanPassExperts)
+        atomicOr(&member[e][t >> 5], 1u << (t & 31));
+    }
+    __syncthreads();
+    for (int p = threadIdx.x; p < pairs; p += blockDim.x) {
+      const int e = sid[p] - base, t = p / K;
+      if (e < 0 || e >= kPlanPassExperts)
+        continue;
+      const uint32_t *m = member[e];
+      int before = __popc(m[t >> 5] & ((1u << (t & 31)) - 1u));
+      for (int w = 0; w < (t >> 5); ++w)
+        before += __popc(m[w]);
+      const int place = count[base + e] + before;
+      c.order[place] = p;
+      c.pairAt[p] = place;
+    }
+    __syncthreads(); // the next pass clears the bitmaps
+  }
+}
+
+} // namespace
+
 /// k3_moe_chunk_plan: the places of the chunk's (row, rank) pairs, each
 /// expert's pairs together in row order: offsets (exclusive sums of the
-/// counts), order (the pair at each place) and pairAt (its inverse). One
-/// block; thread 0 walks the pairs (rows · topK <= 8192).
+/// counts), order (the pair at each place) and pairAt (its inverse), as
+/// moeChunkPlanCpu. One block of 256 threads; c.parallelPlan 0: thread 0
+/// walks the pairs (rows · topK <= 8192); 1: moeChunkPlanParallel, the same
+/// places.
 extern "C" __global__ void __launch_bounds__(256)
     k3_moe_chunk_plan(const MoeChunkParams c) {
   __shared__ int count[kMoeChunkMaxExperts + 1];
@@ -2070,6 +2199,10 @@ extern "C" __global__ void __launch_bounds__(256)
   for (int64_t e = threadIdx.x; e <= E; e += blockDim.x)
     count[e] = 0;
   __syncthreads();
+  if (c.parallelPlan) {
+    moeChunkPlanParallel(c, count);
+    return;
+  }
   if (threadIdx.x != 0)
     return;
   for (int t = 0; t < c.rows; ++t) {

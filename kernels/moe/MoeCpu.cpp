@@ -269,4 +269,24 @@ void moeFfnRowsCpu(const MoeFfnParams *const *rows, size_t m) {
   moeExpertsRowsCpu(experts.data(), m);
 }
 
+void moeChunkPlanCpu(const int32_t *ids, int rows, int topK, int64_t experts,
+                     int32_t *offsets, int32_t *order, int32_t *pairAt) {
+  std::vector<int32_t> next(static_cast<size_t>(experts) + 1, 0);
+  const int pairs = rows * topK;
+  for (int p = 0; p < pairs; ++p)
+    ++next[static_cast<size_t>(ids[p])];
+  int32_t at = 0;
+  for (int64_t e = 0; e < experts; ++e) {
+    const int32_t n = next[static_cast<size_t>(e)];
+    offsets[e] = next[static_cast<size_t>(e)] = at;
+    at += n;
+  }
+  offsets[experts] = at;
+  for (int p = 0; p < pairs; ++p) {
+    const int32_t place = next[static_cast<size_t>(ids[p])]++;
+    order[place] = p;
+    pairAt[p] = place;
+  }
+}
+
 } // namespace k3

@@ -6,6 +6,7 @@
 #include "kernels/moe/MoeParams.h"
 
 #include <cstddef>
+#include <cstdint>
 
 namespace k3 {
 
@@ -17,6 +18,14 @@ void gatedMlpCpu(const GatedMlpParams &p);
 void moeExpertsCpu(const MoeExpertsParams &p);
 /// router, then moe_experts on the ids and weights it wrote.
 void moeFfnCpu(const MoeFfnParams &p);
+
+/// What k3_moe_chunk_plan computes from `rows` rows of `topK` expert ids
+/// (ids[t · topK + k], each in [0, experts)): offsets[e] the first place of
+/// expert e's pairs (exclusive sums of the counts; offsets[experts] the
+/// pairs), order[place] the pair t · topK + k at each place — each expert's
+/// pairs in pair order — and pairAt its inverse.
+void moeChunkPlanCpu(const int32_t *ids, int rows, int topK, int64_t experts,
+                     int32_t *offsets, int32_t *order, int32_t *pairAt);
 
 /// The multi-row forms (the rows of a step, one launch bound per row):
 /// every expert of the union the rows chose runs once for all rows that

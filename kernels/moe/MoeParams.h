@@ -202,6 +202,12 @@ struct MoeChunkParams {
   MoeFfnParams one;
   int32_t rows = 0;
   int64_t stride = 0;
+  /// [kMoeChunkRowsMax] zeros between launches, first in the scratch so
+  /// that every launch finds them at the same place (a route grid of
+  /// several blocks per row: they count their arrivals here, and the last
+  /// resets it).
+  uint32_t *arrivals = nullptr;
+  float *scores = nullptr;    ///< [rows, numExperts]: ditto, the scores
   uint16_t *xhat = nullptr;   ///< [rows, dim] bf16: each row's x̂
   int32_t *pairAt = nullptr;  ///< [rows · topK]: pair t·topK + k's place
   int32_t *order = nullptr;   ///< [rows · topK]: the pair at each place
@@ -210,6 +216,11 @@ struct MoeChunkParams {
   uint16_t *y = nullptr;      ///< [rows · topK, dim] bf16, by place
   uint16_t *sharedAct = nullptr; ///< [rows, sharedInterDim] bf16
   uint16_t *sharedY = nullptr;   ///< [rows, dim] bf16
+  /// k3_moe_chunk_plan's form: 0, thread 0 walks the pairs; 1, the block
+  /// counts, scans and places them in parallel (the same places; rows that
+  /// name an expert twice take the walk). Not yet measured on a GPU: the
+  /// runtime takes 1 with K3C_MOE_CHUNK_PLAN=parallel.
+  int32_t parallelPlan = 0;
 };
 
 /// Rows of one MoE-chunk launch sequence (larger steps go in groups).
@@ -234,9 +245,10 @@ K3C_HOST_DEVICE constexpr bool moeChunkFits(const MoeFfnParams &p) {
          p.router.outWeights == e.weights;
 }
 
-/// Points c's scratch fields (xhat .. sharedY) into `base` for c.rows rows
-/// of c.one, each part 256-byte aligned, in MoeChunkParams' order; returns
-/// the bytes they take (`base` null: only the count).
+/// Points c's scratch fields (arrivals .. sharedY) into `base` for c.rows
+/// rows of c.one, each part 256-byte aligned, in MoeChunkParams' order;
+/// returns the bytes they take (`base` null: only the count). `arrivals`
+/// is at `base` whatever the rows: the caller zeroes it once.
 K3C_HOST_DEVICE inline int64_t moeChunkBindScratch(MoeChunkParams &c,
                                                    uint8_t *base) {
   const MoeExpertsParams &e = c.one.experts;
@@ -247,6 +259,8 @@ K3C_HOST_DEVICE inline int64_t moeChunkBindScratch(MoeChunkParams &c,
     at += (bytes + 255) / 256 * 256;
     return p;
   };
+  c.arrivals = reinterpret_cast<uint32_t *>(take(kMoeChunkRowsMax * 4));
+  c.scores = reinterpret_cast<float *>(take(rows * e.numExperts * 4));
   c.xhat = reinterpret_cast<uint16_t *>(take(rows * e.dim * 2));
   c.pairAt = reinterpret_cast<int32_t *>(take(pairs * 4));
   c.order = reinterpret_cast<int32_t *>(take(pairs * 4));

@@ -265,6 +265,26 @@ CudaBackend::bind(const PlanDoc &plan, const TensorStore &store,
                        e, "'");
     be->mmaBlocksPerSm_ = static_cast<int>(v);
   }
+  // The MoE chunk's plan kernel: thread 0 walking the pairs (serial, the
+  // default until the parallel form is measured on the GPU) or the block
+  // (parallel; MoeChunkParams::parallelPlan, the same places).
+  if (const char *e = std::getenv("K3C_MOE_CHUNK_PLAN"); e && *e) {
+    const std::string v = e;
+    if (v != "serial" && v != "parallel")
+      return makeError("K3C_MOE_CHUNK_PLAN must be serial or parallel, got '",
+                       v, "'");
+    be->moeParallelPlan_ = v == "parallel";
+  }
+  // The MoE chunk's route: blocks per row (k3_moe_chunk_route's grid y).
+  if (const char *e = std::getenv("K3C_MOE_CHUNK_ROUTE_GROUPS"); e && *e) {
+    char *end = nullptr;
+    const long v = std::strtol(e, &end, 10);
+    if (*end != '\0' || v < 1 || v > 64)
+      return makeError("K3C_MOE_CHUNK_ROUTE_GROUPS must be an integer in [1, "
+                       "64], got '",
+                       e, "'");
+    be->moeRouteGroups_ = static_cast<int>(v);
+  }
   std::map<std::string, std::pair<cuda::CUfunction, int64_t>> rowsForms;
   std::map<std::string, cuda::CUfunction> mmaForms;
   for (size_t i = 0; i < plan.launches.size(); ++i) {
@@ -988,11 +1008,17 @@ CudaBackend::launchMoeChunk(size_t l, const std::vector<const void *> &params) {
     K3_RETURN_IF_ERROR(driver_->synchronize(stream_));
     K3_RETURN_IF_ERROR(
         alloc(bytes, moeChunkScratch_).withContext("the MoE chunk scratch"));
+    // The route's arrival counters (MoeChunkParams::arrivals) start at 0;
+    // each launch leaves them so.
+    K3_RETURN_IF_ERROR(driver_->memset8(moeChunkScratch_.get(), 0, bytes));
+    K3_RETURN_IF_ERROR(driver_->synchronize(nullptr).withContext(
+        "zeroing the MoE chunk scratch"));
     moeChunkScratchBytes_ = bytes;
   }
   const std::string what =
       "launch " + std::to_string(l) + " (moe_ffn's chunk form)";
   for (MoeChunkParams &c : groups) {
+    c.parallelPlan = moeParallelPlan_ ? 1 : 0;
     const MoeExpertsParams &e = c.one.experts;
     moeChunkBindScratch(c, reinterpret_cast<uint8_t *>(
                                static_cast<uintptr_t>(moeChunkScratch_.get())));
@@ -1001,6 +1027,8 @@ CudaBackend::launchMoeChunk(size_t l, const std::vector<const void *> &params) {
     const int64_t inter = std::max(e.interDim, e.sharedInterDim);
     const int64_t one[3] = {1, 1, 1};
     const int64_t rowsGrid[3] = {c.rows, 1, 1};
+    const int64_t routeGrid[3] = {
+        c.rows, std::min<int64_t>(moeRouteGroups_, e.numExperts), 1};
     const int64_t gateUp[3] = {inter / kMoeChunkInterTile, experts, tiles};
     const int64_t down[3] = {(e.dim + kMmaTileRows - 1) / kMmaTileRows, experts,
                              tiles};
@@ -1009,7 +1037,7 @@ CudaBackend::launchMoeChunk(size_t l, const std::vector<const void *> &params) {
     struct Step {
       const int64_t *grid, *block;
       int64_t smem;
-    } steps[5] = {{rowsGrid, block256, 0},
+    } steps[5] = {{routeGrid, block256, 0},
                   {one, block256, 0},
                   {gateUp, tileBlock, kMmaTileSmemBytes},
                   {down, tileBlock, kMmaTileSmemBytes},

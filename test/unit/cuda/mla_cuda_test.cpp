@@ -612,6 +612,40 @@ TEST(MlaCuda, AttendChunkAsTheCpu) {
                                                got.begin() + (t + 1) * on),
                          "chunk row " + std::to_string(t), 1, 0.02);
         }
+        if (T == 37) {
+          // A NaN at position start + 20 of the chunk's cache: the rows
+          // that do not attend it (t < 20) keep their bits (their rounds
+          // skip the rows past their lengths), the others are NaN, as in
+          // the rows form.
+          std::vector<uint16_t> bad = cache;
+          bad[size_t((start + 20) * width + 7)] = 0x7FC0;
+          Dev dBad = Dev::of(bad), nanOut = Dev::poisoned<uint16_t>(T * on);
+          std::vector<k3::MlaAttendParams> badRows = rows;
+          for (int64_t t = 0; t < T; ++t) {
+            badRows[size_t(t)].cache = dBad.get<uint16_t>();
+            badRows[size_t(t)].out = nanOut.get<uint16_t>() + t * on;
+          }
+          Dev badArray = Dev::of(badRows);
+          k3::MlaAttendRowsParams bp = rp;
+          bp.rows = badArray.get<k3::MlaAttendParams>();
+          ASSERT_TRUE(launch("mla_attend_clustered_chunk", bp, heads,
+                             k3::kMlaChunkThreads, k3::kMlaChunkSmemBytes, 1,
+                             (T + Q - 1) / Q)
+                          .isOk());
+          const std::vector<uint16_t> n = nanOut.download<uint16_t>(T * on);
+          for (int64_t t = 0; t < T; ++t) {
+            const int64_t len = t == T / 2 ? start + T / 2 + 1 : start + t + 1;
+            const std::vector<uint16_t> row(n.begin() + t * on,
+                                            n.begin() + (t + 1) * on),
+                want(got.begin() + t * on, got.begin() + (t + 1) * on);
+            if (len <= start + 20) {
+              EXPECT_EQ(row, want) << "row " << t << " does not attend the NaN";
+            } else {
+              for (uint16_t x : row)
+                ASSERT_GT(x & 0x7FFFu, 0x7F80u) << "row " << t << " attends it";
+            }
+          }
+        }
         if (T != 37 || start != 950)
           continue;
         // The handover: rows attending more than start + 20 rows are the

@@ -34,6 +34,7 @@
 #include <cstdio>
 #include <cstring>
 #include <numeric>
+#include <random>
 #include <string>
 #include <tuple>
 
@@ -1096,6 +1097,75 @@ TEST(MoeFfnRowsCuda, EveryTokenAsTheSingleRowLaunch) {
 
 namespace {
 
+/// k3_moe_chunk_plan in both forms (MoeChunkParams::parallelPlan 0 and 1)
+/// against moeChunkPlanCpu: offsets, order and pairAt bit for bit, outputs
+/// poisoned first, for rows of distinct random experts (the router's) at 2
+/// to 256 rows (one to eight 32-row bitmap words), 12 to 1024 experts (one
+/// to four bitmap passes), top-1 to top-32, and rows that name an expert
+/// twice (a forced expert: the parallel form's walk). Each row's ids sit in
+/// an arena row of its own, a stride apart, as in a step.
+TEST(MoeChunkCuda, PlanAsTheCpu) {
+  K3_REQUIRE_GPU();
+  struct Case {
+    int64_t E;
+    int K, rows;
+    bool twice;
+  };
+  const Case cases[] = {{12, 3, 2, false},     {12, 3, 70, false},
+                        {256, 8, 16, false},   {256, 8, 256, false},
+                        {256, 32, 256, false}, {1024, 8, 97, false},
+                        {1000, 1, 256, false}, {300, 5, 33, false},
+                        {256, 8, 40, true},    {12, 12, 256, false}};
+  std::mt19937_64 rng(77);
+  for (const Case &c : cases) {
+    const std::string what = std::to_string(c.rows) + " rows, " +
+                             std::to_string(c.E) + " experts, top-" +
+                             std::to_string(c.K) + (c.twice ? ", twice" : "");
+    SCOPED_TRACE(what);
+    const int pairs = c.rows * c.K;
+    std::vector<int32_t> ids(size_t(pairs));
+    std::vector<int32_t> all(size_t(c.E));
+    for (int64_t e = 0; e < c.E; ++e)
+      all[size_t(e)] = int32_t(e);
+    for (int t = 0; t < c.rows; ++t) {
+      std::shuffle(all.begin(), all.end(), rng);
+      for (int k = 0; k < c.K; ++k)
+        ids[size_t(t * c.K + k)] = all[size_t(k)];
+      if (c.twice && t % 3 == 1)
+        ids[size_t(t * c.K + c.K - 1)] = ids[size_t(t * c.K)];
+    }
+    const int64_t stride = 4 * c.K + 48;
+    std::vector<uint8_t> arena(size_t(c.rows * stride), 0xEE);
+    for (int t = 0; t < c.rows; ++t)
+      std::memcpy(arena.data() + t * stride, ids.data() + t * c.K, 4 * c.K);
+    std::vector<int32_t> offsets(size_t(c.E + 1)), order(size_t(pairs)),
+        pairAt(size_t(pairs));
+    k3::moeChunkPlanCpu(ids.data(), c.rows, c.K, c.E, offsets.data(),
+                        order.data(), pairAt.data());
+    Dev d = Dev::of(arena);
+    for (int32_t parallel : {0, 1}) {
+      SCOPED_TRACE(parallel ? "parallel" : "serial");
+      Dev off = Dev::poisoned<int32_t>(size_t(c.E + 1));
+      Dev ord = Dev::poisoned<int32_t>(size_t(pairs));
+      Dev at = Dev::poisoned<int32_t>(size_t(pairs));
+      k3::MoeChunkParams p;
+      p.one.experts.numExperts = c.E;
+      p.one.experts.topK = c.K;
+      p.one.experts.ids = d.get<int32_t>();
+      p.rows = c.rows;
+      p.stride = stride;
+      p.offsets = off.get<int32_t>();
+      p.order = ord.get<int32_t>();
+      p.pairAt = at.get<int32_t>();
+      p.parallelPlan = parallel;
+      ASSERT_TRUE(launch("moe_chunk_plan", p, 1, 256).isOk());
+      EXPECT_EQ(off.download<int32_t>(size_t(c.E + 1)), offsets);
+      EXPECT_EQ(ord.download<int32_t>(size_t(pairs)), order);
+      EXPECT_EQ(at.download<int32_t>(size_t(pairs)), pairAt);
+    }
+  }
+}
+
 /// The MoE of a prompt chunk on the tensor cores (k3_moe_chunk_route, _plan,
 /// _gate_up, _down, _combine, as the CUDA backend launches them with
 /// PrefillForm::Chunk): M tokens of arenas a stride apart, each token's ids
@@ -1103,7 +1173,9 @@ namespace {
 /// output the CPU's
 /// moeFfnCpu within the bf16 tolerances (tokens 0, M / 2, M - 1), at
 /// Kimi-Linear's router and the stand-in's experts; two token tiles; no
-/// shared expert. The bytes between the tokens' outputs stay untouched.
+/// shared expert. 16 tokens route in groups of experts (grid y > 1) and
+/// plan serially, 70 route a block per row and plan in parallel. The bytes
+/// between the tokens' outputs stay untouched.
 TEST(MoeChunkCuda, EveryTokenAsTheCpu) {
   K3_REQUIRE_GPU();
   struct Shape {
@@ -1160,13 +1232,32 @@ TEST(MoeChunkCuda, EveryTokenAsTheCpu) {
       p.rows = M;
       p.stride = stride;
       ASSERT_TRUE(k3::moeChunkFits(p.one));
-      Dev scratch =
-          Dev::poisoned<uint8_t>(size_t(k3::moeChunkScratchBytes(p.one, M)));
+      // Poisoned but for the route's arrival counters, which the runtime
+      // zeroes once.
+      std::vector<uint8_t> scratchHost(
+          size_t(k3::moeChunkScratchBytes(p.one, M)), 0xFF);
+      std::fill(scratchHost.begin(),
+                scratchHost.begin() + 4 * k3::kMoeChunkRowsMax, uint8_t(0));
+      Dev scratch = Dev::of(scratchHost);
       k3::moeChunkBindScratch(p, scratch.get<uint8_t>());
+      ASSERT_EQ(reinterpret_cast<uint8_t *>(p.arrivals),
+                scratch.get<uint8_t>());
       const int64_t tiles = (M + k3::kMmaTileTokens - 1) / k3::kMmaTileTokens;
       const int64_t experts = s.E + (s.shared > 0 ? 1 : 0);
       const int64_t inter = std::max(s.inter, s.shared);
-      ASSERT_TRUE(launch("moe_chunk_route", p, M, 256).isOk());
+      // The route in one block per row (70 tokens) and in groups of the
+      // experts, the last group of a row ranking them (16: 8 groups for
+      // Kimi's 256 experts, 3 uneven ones for 32 and for 12).
+      const int64_t groups = M == 70 ? 1 : (s.E >= 256 ? 8 : 3);
+      ASSERT_TRUE(launch3("moe_chunk_route", p, {M, groups, 1}, 256, 0).isOk());
+      // Every row's counter is back to zero for the next launch.
+      const std::vector<uint8_t> counters =
+          scratch.download<uint8_t>(4 * k3::kMoeChunkRowsMax);
+      EXPECT_TRUE(std::all_of(counters.begin(), counters.end(),
+                              [](uint8_t b) { return b == 0; }));
+      // The parallel plan for the 70-token case (PlanAsTheCpu checks both
+      // forms' places bit for bit).
+      p.parallelPlan = M == 70 ? 1 : 0;
       ASSERT_TRUE(launch("moe_chunk_plan", p, 1, 256).isOk());
       // gate_up and down: a grid of (column tiles, experts, token tiles).
       for (const char *k : {"moe_chunk_gate_up", "moe_chunk_down"}) {

@@ -202,5 +202,37 @@ TEST(MoeRows, ExpertsRowsEqualSingleRows) {
   }
 }
 
+/// moeChunkPlanCpu (the places k3_moe_chunk_plan must give): each expert's
+/// pairs at its offset, in pair order; order and pairAt inverse; a row
+/// naming an expert twice keeps its pairs in rank order.
+TEST(MoeRows, ChunkPlanPlacesEachExpertsPairsInOrder) {
+  const int rows = 5, K = 3;
+  const int64_t E = 6;
+  const std::vector<int32_t> ids = {4, 1, 0, //
+                                    1, 5, 4, //
+                                    2, 2, 3, // a row naming 2 twice
+                                    0, 4, 1, //
+                                    5, 3, 2};
+  std::vector<int32_t> offsets(E + 1, -1), order(rows * K, -1),
+      pairAt(rows * K, -1);
+  moeChunkPlanCpu(ids.data(), rows, K, E, offsets.data(), order.data(),
+                  pairAt.data());
+  // Counts 2, 3, 3, 2, 3, 2.
+  EXPECT_EQ(offsets, (std::vector<int32_t>{0, 2, 5, 8, 10, 13, 15}));
+  EXPECT_EQ(order, (std::vector<int32_t>{2, 9,     // expert 0
+                                         1, 3, 11, // expert 1
+                                         6, 7, 14, // expert 2
+                                         8, 13,    // expert 3
+                                         0, 5, 10, // expert 4
+                                         4, 12})); // expert 5
+  for (int p = 0; p < rows * K; ++p) {
+    EXPECT_EQ(order[static_cast<size_t>(pairAt[static_cast<size_t>(p)])], p);
+    const int32_t e = ids[static_cast<size_t>(p)];
+    EXPECT_GE(pairAt[static_cast<size_t>(p)], offsets[static_cast<size_t>(e)]);
+    EXPECT_LT(pairAt[static_cast<size_t>(p)],
+              offsets[static_cast<size_t>(e) + 1]);
+  }
+}
+
 } // namespace
 } // namespace k3

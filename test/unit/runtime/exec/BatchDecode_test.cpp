@@ -161,8 +161,9 @@ int differences(Fixture &f, const std::vector<SequenceRequest> &reqs,
     } else if (alone->tokens != in->tokens) {
       d = "different tokens";
     } else if (alone->logits.size() != in->logits.size() ||
-               std::memcmp(alone->logits.data(), in->logits.data(),
-                           alone->logits.size() * sizeof(float)) != 0) {
+               (!alone->logits.empty() &&
+                std::memcmp(alone->logits.data(), in->logits.data(),
+                            alone->logits.size() * sizeof(float)) != 0)) {
       d = "same tokens, different logit bits";
     } else if (alone->stopped != in->stopped ||
                alone->restoredTokens != in->restoredTokens) {

@@ -421,7 +421,11 @@ TEST(RowsForms, MoeChunkParamsOfAPromptChunk) {
   EXPECT_EQ(moeChunkBindScratch(bound, base), bytes);
   const MoeExpertsParams &e = c->one.experts;
   const int64_t pairs = 64 * e.topK;
+  // The route's arrival counters first, for every row count alike.
+  EXPECT_EQ(reinterpret_cast<uint8_t *>(bound.arrivals), base);
   const std::pair<const void *, int64_t> parts[] = {
+      {bound.arrivals, kMoeChunkRowsMax * 4},
+      {bound.scores, 64 * e.numExperts * 4},
       {bound.xhat, 64 * e.dim * 2},
       {bound.pairAt, pairs * 4},
       {bound.order, pairs * 4},
