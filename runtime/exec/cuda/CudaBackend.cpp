@@ -1006,6 +1006,9 @@ CudaBackend::launchMoeChunk(size_t l, const std::vector<const void *> &params) {
       moeChunkScratchBytes(groups[0].one, groups[0].rows));
   if (moeChunkScratchBytes_ < bytes) {
     K3_RETURN_IF_ERROR(driver_->synchronize(stream_));
+    // Counted again once the new scratch is zeroed (a failure half-way
+    // leaves none counted, so the next launch allocates again).
+    moeChunkScratchBytes_ = 0;
     K3_RETURN_IF_ERROR(
         alloc(bytes, moeChunkScratch_).withContext("the MoE chunk scratch"));
     // The route's arrival counters (MoeChunkParams::arrivals) start at 0;

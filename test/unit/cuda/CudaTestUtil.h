@@ -116,10 +116,20 @@ struct Dev {
   }
   template <typename T> T *get() const { return buf.as<T>(); }
   template <typename T> std::vector<T> download(size_t n) const {
+    return downloadFrom(buf.as<T>(), n);
+  }
+  /// `n` elements of T at device address `p` (e.g. inside a Dev's buffer).
+  template <typename T>
+  static std::vector<T> downloadFrom(const T *p, size_t n) {
     std::vector<T> out(n);
     auto d = ::k3::cuda::Driver::get();
     EXPECT_TRUE(d.hasValue());
-    ::k3::Status s = (*d)->copyToHost(out.data(), buf.get(), n * sizeof(T));
+    if (!d)
+      return out;
+    ::k3::Status s = (*d)->copyToHost(
+        out.data(),
+        static_cast<::k3::cuda::CUdeviceptr>(reinterpret_cast<uintptr_t>(p)),
+        n * sizeof(T));
     EXPECT_TRUE(s.isOk()) << (s.isOk() ? "" : s.message());
     return out;
   }

@@ -523,6 +523,65 @@ TEST(DecodeCudaBatch, SequencesAsAloneAndAsTheCpu) {
   }
 }
 
+/// The MoE chunk's variants (K3C_MOE_CHUNK_PLAN=parallel: the plan kernel's
+/// parallel form; K3C_MOE_CHUNK_ROUTE_GROUPS: the route in groups of
+/// experts, the last group ranking) compute the same places, scores, ids and
+/// weights as the defaults: a 70-token prompt in chunks of 32 (three chunk
+/// launches per MoE layer, the route's counters reused) decodes to the same
+/// tokens and logit bits, with the groups even, uneven and some empty.
+TEST(DecodeCudaBatch, MoeChunkVariantsGiveTheSameBits) {
+  K3_REQUIRE_PLANS();
+  const std::string plans = std::getenv("K3C_CUDA_TEST_PLANS");
+  const std::string preset = "tiny-linear";
+  const std::string path = plans + "/" + preset + "-default.plan";
+  const std::string &dir = modelDir(preset);
+  auto plan = k3::readPlanFile(path);
+  ASSERT_TRUE(plan.hasValue()) << plan.message();
+  std::vector<int64_t> prompt;
+  for (int t = 0; t < 70; ++t)
+    prompt.push_back((29 * t + 11) % 1000);
+  k3::GenerateOptions o;
+  o.maxNew = 6;
+  o.prefillChunk = 32;
+  o.keepLogits = true;
+  auto run = [&](const char *planForm, const char *groups) {
+    if (planForm)
+      setenv("K3C_MOE_CHUNK_PLAN", planForm, 1);
+    if (groups)
+      setenv("K3C_MOE_CHUNK_ROUTE_GROUPS", groups, 1);
+    auto s = k3::Session::open(*plan, dir, k3::BackendKind::Cuda, true);
+    unsetenv("K3C_MOE_CHUNK_PLAN");
+    unsetenv("K3C_MOE_CHUNK_ROUTE_GROUPS");
+    EXPECT_TRUE(s.hasValue()) << s.message();
+    if (!s)
+      return k3::Expected<k3::GenerateResult>(s.status());
+    EXPECT_TRUE((*s)->setPrefillForm(k3::PrefillForm::Chunk).isOk());
+    return (*s)->generate(prompt, o);
+  };
+  auto base = run(nullptr, nullptr);
+  ASSERT_TRUE(base.hasValue()) << base.message();
+  const int64_t experts = plan->config.numExperts;
+  for (const auto &[form, groups] :
+       std::vector<std::pair<const char *, std::string>>{
+           {"parallel", "1"},
+           {"serial", "2"},
+           {"parallel", std::to_string(std::max<int64_t>(2, experts / 3))},
+           {"parallel", std::to_string(experts + 3)}}) {
+    SCOPED_TRACE(std::string(form) + ", " + groups + " route groups");
+    auto v = run(form, groups.c_str());
+    ASSERT_TRUE(v.hasValue()) << v.message();
+    EXPECT_EQ(v->tokens, base->tokens);
+    EXPECT_TRUE(v->logits == base->logits) << "logit bits differ";
+  }
+  // A bad value is refused when the backend binds, naming the variable.
+  setenv("K3C_MOE_CHUNK_ROUTE_GROUPS", "0", 1);
+  auto bad = k3::Session::open(*plan, dir, k3::BackendKind::Cuda, true);
+  unsetenv("K3C_MOE_CHUNK_ROUTE_GROUPS");
+  ASSERT_FALSE(bad.hasValue());
+  EXPECT_NE(bad.message().find("K3C_MOE_CHUNK_ROUTE_GROUPS"), std::string::npos)
+      << bad.message();
+}
+
 /// Rows that leave their logits on the GPU (SlotStep::hostLogits false):
 /// rowChoice is the plan's argmax of the row's logits — the host's greedy
 /// choice over the logits a step that copied them gave (the same kernels,

@@ -1123,8 +1123,8 @@ TEST(MoeChunkCuda, PlanAsTheCpu) {
                              std::to_string(c.K) + (c.twice ? ", twice" : "");
     SCOPED_TRACE(what);
     const int pairs = c.rows * c.K;
-    std::vector<int32_t> ids(size_t(pairs));
-    std::vector<int32_t> all(size_t(c.E));
+    std::vector<int32_t> ids(static_cast<size_t>(pairs));
+    std::vector<int32_t> all(static_cast<size_t>(c.E));
     for (int64_t e = 0; e < c.E; ++e)
       all[size_t(e)] = int32_t(e);
     for (int t = 0; t < c.rows; ++t) {
@@ -1138,8 +1138,8 @@ TEST(MoeChunkCuda, PlanAsTheCpu) {
     std::vector<uint8_t> arena(size_t(c.rows * stride), 0xEE);
     for (int t = 0; t < c.rows; ++t)
       std::memcpy(arena.data() + t * stride, ids.data() + t * c.K, 4 * c.K);
-    std::vector<int32_t> offsets(size_t(c.E + 1)), order(size_t(pairs)),
-        pairAt(size_t(pairs));
+    std::vector<int32_t> offsets(static_cast<size_t>(c.E + 1)),
+        order(static_cast<size_t>(pairs)), pairAt(static_cast<size_t>(pairs));
     k3::moeChunkPlanCpu(ids.data(), c.rows, c.K, c.E, offsets.data(),
                         order.data(), pairAt.data());
     Dev d = Dev::of(arena);
@@ -1247,14 +1247,29 @@ TEST(MoeChunkCuda, EveryTokenAsTheCpu) {
       const int64_t inter = std::max(s.inter, s.shared);
       // The route in one block per row (70 tokens) and in groups of the
       // experts, the last group of a row ranking them (16: 8 groups for
-      // Kimi's 256 experts, 3 uneven ones for 32 and for 12).
-      const int64_t groups = M == 70 ? 1 : (s.E >= 256 ? 8 : 3);
+      // Kimi's 256 experts, 3 uneven ones for 32, 16 for 12 experts: four
+      // groups empty).
+      const int64_t groups = M == 70 ? 1
+                                     : (s.E >= 256  ? 8
+                                        : s.E == 32 ? 3
+                                                    : 16);
       ASSERT_TRUE(launch3("moe_chunk_route", p, {M, groups, 1}, 256, 0).isOk());
       // Every row's counter is back to zero for the next launch.
       const std::vector<uint8_t> counters =
           scratch.download<uint8_t>(4 * k3::kMoeChunkRowsMax);
       EXPECT_TRUE(std::all_of(counters.begin(), counters.end(),
                               [](uint8_t b) { return b == 0; }));
+      if (groups > 1) {
+        // The same ids, weights and x̂ bits as one block per row.
+        const std::vector<uint8_t> grouped = d.download<uint8_t>(arena.size());
+        const std::vector<uint16_t> xhatGrouped =
+            Dev::downloadFrom<uint16_t>(p.xhat, size_t(M * s.D));
+        ASSERT_TRUE(launch3("moe_chunk_route", p, {M, 1, 1}, 256, 0).isOk());
+        EXPECT_TRUE(d.download<uint8_t>(arena.size()) == grouped)
+            << "ids or weights differ between 1 and " << groups << " groups";
+        EXPECT_TRUE(Dev::downloadFrom<uint16_t>(p.xhat, size_t(M * s.D)) ==
+                    xhatGrouped);
+      }
       // The parallel plan for the 70-token case (PlanAsTheCpu checks both
       // forms' places bit for bit).
       p.parallelPlan = M == 70 ? 1 : 0;
