@@ -69,6 +69,20 @@ if [ $BATCH16 = 1 ]; then
   b16 chunk plan K3C_MOE_CHUNK_PLAN=parallel
   b16 chunk route8 K3C_MOE_CHUNK_ROUTE_GROUPS=8
   b16 chunk both K3C_MOE_CHUNK_PLAN=parallel K3C_MOE_CHUNK_ROUTE_GROUPS=8
+  # A 1024-token prompt of the 32-expert stand-in (the sessions' prompt:
+  # random.seed(1), ids in [1000, 100000)) in chunks of 256, with and
+  # without the MoE chunk's parallel plan: k3-run's prefill time and ids.
+  standin="$STAGE/plans/kimi-linear-48b-e32-default.plan"
+  if [ -f "$standin" ]; then
+    ids=$(python3 -c 'import random; random.seed(1); print(",".join(str(random.randrange(1000, 100000)) for _ in range(1024)))')
+    for variant in serial parallel; do
+      K3C_MOE_CHUNK_PLAN=$variant "$STAGE"/bin/k3-run "$standin" \
+        --weights synthetic:1 --backend cuda --prompt-ids "$ids" --max-new 8 \
+        --prefill-chunk 256 >"$OUTDIR/prefill-$variant.txt" 2>&1 || status=1
+      echo "== prefill, plan $variant: $(grep -o 'prefill 1024[^;]*' "$OUTDIR/prefill-$variant.txt")"
+      grep -v '^k3-run' "$OUTDIR/prefill-$variant.txt" | head -1
+    done
+  fi
   exit $status
 fi
 MODELS=${K3C_MODELS:-/tmp/k3-models}

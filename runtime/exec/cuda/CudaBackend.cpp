@@ -12,6 +12,7 @@
 #include "runtime/plan/PlanKernels.h"
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <cstddef>
@@ -69,6 +70,21 @@ Expected<cuda::CUmodule> moduleFor(cuda::Driver &driver, const std::string &ptx,
     return mod.status().withContext(what);
   loaded.emplace(ptx, *mod);
   return *mod;
+}
+
+/// Environment variable `name` as an integer in [lo, hi]; `fallback` when it
+/// is unset or empty. Errors: anything else, naming the variable.
+Expected<int> envInt(const char *name, int lo, int hi, int fallback) {
+  const char *e = std::getenv(name);
+  if (!e || !*e)
+    return fallback;
+  char *end = nullptr;
+  errno = 0;
+  const long v = std::strtol(e, &end, 10);
+  if (errno != 0 || *end != '\0' || v < lo || v > hi)
+    return makeError(name, " must be an integer in [", lo, ", ", hi, "], got '",
+                     e, "'");
+  return static_cast<int>(v);
 }
 
 /// The developer override of the kernels' PTX: with K3C_PTX_DIR set, a
@@ -256,15 +272,10 @@ CudaBackend::bind(const PlanDoc &plan, const TensorStore &store,
   // The tensor-core projections split k until the grid gives every SM this
   // many blocks (gemvMmaSplit; 1 by default): a knob to sweep on the GPU
   // without a rebuild, each split's bits covered by LinearRowsMmaCuda.
-  if (const char *e = std::getenv("K3C_MMA_BLOCKS_PER_SM"); e && *e) {
-    char *end = nullptr;
-    const long v = std::strtol(e, &end, 10);
-    if (*end != '\0' || v < 1 || v > 8)
-      return makeError("K3C_MMA_BLOCKS_PER_SM must be an integer in [1, 8], "
-                       "got '",
-                       e, "'");
-    be->mmaBlocksPerSm_ = static_cast<int>(v);
-  }
+  Expected<int> blocksPerSm = envInt("K3C_MMA_BLOCKS_PER_SM", 1, 8, 1);
+  if (!blocksPerSm)
+    return blocksPerSm.status();
+  be->mmaBlocksPerSm_ = *blocksPerSm;
   // The MoE chunk's plan kernel: thread 0 walking the pairs (serial, the
   // default until the parallel form is measured on the GPU) or the block
   // (parallel; MoeChunkParams::parallelPlan, the same places).
@@ -276,15 +287,10 @@ CudaBackend::bind(const PlanDoc &plan, const TensorStore &store,
     be->moeParallelPlan_ = v == "parallel";
   }
   // The MoE chunk's route: blocks per row (k3_moe_chunk_route's grid y).
-  if (const char *e = std::getenv("K3C_MOE_CHUNK_ROUTE_GROUPS"); e && *e) {
-    char *end = nullptr;
-    const long v = std::strtol(e, &end, 10);
-    if (*end != '\0' || v < 1 || v > 64)
-      return makeError("K3C_MOE_CHUNK_ROUTE_GROUPS must be an integer in [1, "
-                       "64], got '",
-                       e, "'");
-    be->moeRouteGroups_ = static_cast<int>(v);
-  }
+  Expected<int> routeGroups = envInt("K3C_MOE_CHUNK_ROUTE_GROUPS", 1, 64, 1);
+  if (!routeGroups)
+    return routeGroups.status();
+  be->moeRouteGroups_ = *routeGroups;
   std::map<std::string, std::pair<cuda::CUfunction, int64_t>> rowsForms;
   std::map<std::string, cuda::CUfunction> mmaForms;
   for (size_t i = 0; i < plan.launches.size(); ++i) {
