@@ -18,9 +18,10 @@
 # --batch16: issue 12's batch target instead of all the above: steps of 16
 # sequences of the full geometry (plans/kimi-linear-48b-default-b16.plan,
 # synthetic weights) in decode_bench --batch 16 with the chunk form and its
-# per-kernel profile, the rows form beside it, the tensor-core
-# projections' split swept (K3C_MMA_BLOCKS_PER_SM 1, 2, 3) and the MoE
-# chunk's variants (K3C_MOE_CHUNK_PLAN, K3C_MOE_CHUNK_ROUTE_GROUPS).
+# per-kernel profile, the MoE chunk's variants (K3C_MOE_CHUNK_PLAN,
+# K3C_MOE_CHUNK_ROUTE_GROUPS) and the tensor-core projections' split at 2
+# blocks per SM (K3C_MMA_BLOCKS_PER_SM), then the stand-in's 1024-token
+# prefill with either MoE plan kernel.
 #
 #   scripts/gpu-perf.sh [STAGE_DIR] [--no-ncu] [--full] [--batch16]
 #
@@ -60,15 +61,18 @@ if [ $BATCH16 = 1 ]; then
     grep -E "us per step|^(moe_ffn|linear|linear_multi|kda_decode|mla_[a-z_]*|argmax|embed|gated_act|total) " \
       "$OUTDIR/b16-$tag.txt"
   }
+  # Each run binds the 92 GiB of synthetic weights again (~70 s): three
+  # runs, the baseline, the MoE chunk's two variants together (the plan in
+  # parallel, the route in 8 groups; the profile splits them by kernel) and
+  # the projections' split at 2 blocks per SM. K3C_B16_MORE=1 adds the rows
+  # form and a split of 3.
   b16 chunk chunk
-  b16 rows rows
+  b16 chunk moe K3C_MOE_CHUNK_PLAN=parallel K3C_MOE_CHUNK_ROUTE_GROUPS=8
   b16 chunk split2 K3C_MMA_BLOCKS_PER_SM=2
-  b16 chunk split3 K3C_MMA_BLOCKS_PER_SM=3
-  # The MoE chunk's variants (MoeChunkParams: the plan in parallel, the
-  # route in groups of experts), alone and together.
-  b16 chunk plan K3C_MOE_CHUNK_PLAN=parallel
-  b16 chunk route8 K3C_MOE_CHUNK_ROUTE_GROUPS=8
-  b16 chunk both K3C_MOE_CHUNK_PLAN=parallel K3C_MOE_CHUNK_ROUTE_GROUPS=8
+  if [ "${K3C_B16_MORE:-0}" = 1 ]; then
+    b16 rows rows
+    b16 chunk split3 K3C_MMA_BLOCKS_PER_SM=3
+  fi
   # A 1024-token prompt of the 32-expert stand-in (the sessions' prompt:
   # random.seed(1), ids in [1000, 100000)) in chunks of 256, with and
   # without the MoE chunk's parallel plan: k3-run's prefill time and ids.
