@@ -657,10 +657,24 @@ TEST(DecodeCudaBatch, RowChoicesAsTheHostsArgmax) {
     auto h = (*session)->generateBatch(host);
     ASSERT_TRUE(d.hasValue()) << d.message();
     ASSERT_TRUE(h.hasValue()) << h.message();
+    // The batch-1 plan: each step one row, the graph's step(), whose
+    // choice rowChoice reads from the backend's own step block.
+    auto singlePlan = k3::readPlanFile(plans + "/" + preset + "-default.plan");
+    ASSERT_TRUE(singlePlan.hasValue()) << singlePlan.message();
+    auto single = k3::Session::open(singlePlan.take(), modelDir(preset),
+                                    k3::BackendKind::Cuda, true);
+    ASSERT_TRUE(single.hasValue()) << single.message();
+    auto s1 = (*single)->generateBatch(reqs);
+    auto h1 = (*single)->generateBatch(host);
+    ASSERT_TRUE(s1.hasValue()) << s1.message();
+    ASSERT_TRUE(h1.hasValue()) << h1.message();
     for (size_t r = 0; r < reqs.size(); ++r) {
       ASSERT_TRUE(d->sequences[r].hasValue()) << d->sequences[r].message();
       ASSERT_TRUE(h->sequences[r].hasValue()) << h->sequences[r].message();
+      ASSERT_TRUE(s1->sequences[r].hasValue()) << s1->sequences[r].message();
+      ASSERT_TRUE(h1->sequences[r].hasValue()) << h1->sequences[r].message();
       EXPECT_EQ(d->sequences[r]->tokens, h->sequences[r]->tokens) << r;
+      EXPECT_EQ(s1->sequences[r]->tokens, h1->sequences[r]->tokens) << r;
     }
   }
 }

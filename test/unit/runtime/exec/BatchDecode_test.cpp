@@ -609,10 +609,15 @@ TEST(BatchDecode, DeviceChoicesAsTheHosts) {
                           b = f->batched->generateBatch(host);
     ASSERT_TRUE(a.hasValue()) << a.message();
     ASSERT_TRUE(b.hasValue()) << b.message();
+    // The batch-1 plan too (its one row is a step() of the backend's own).
+    Expected<BatchResult> one = f->single->generateBatch(reqs);
+    ASSERT_TRUE(one.hasValue()) << one.message();
     for (size_t i = 0; i < reqs.size(); ++i) {
       ASSERT_TRUE(a->sequences[i].hasValue()) << a->sequences[i].message();
       ASSERT_TRUE(b->sequences[i].hasValue()) << b->sequences[i].message();
+      ASSERT_TRUE(one->sequences[i].hasValue()) << one->sequences[i].message();
       EXPECT_EQ(a->sequences[i]->tokens, b->sequences[i]->tokens) << i;
+      EXPECT_EQ(one->sequences[i]->tokens, b->sequences[i]->tokens) << i;
       EXPECT_EQ(a->sequences[i]->tokens.size(),
                 static_cast<size_t>(reqs[i].options.maxNew))
           << i;
