@@ -228,49 +228,22 @@ struct Row {
   uint64_t bytes = 0;
 };
 
-/// --profile with --batch: five steps of `step`'s rows with each plan launch
-/// timed on its own (Backend::timeStepSlots), the medians grouped by kernel
-/// and printed with their bytes (launchBytes of that many rows) and rate.
+/// --profile with --batch: five steps of `step`'s rows with each plan
+/// launch timed on its own (k3::profileStepRows), printed as k3-run
+/// --profile prints a step's kernels and layer parts.
 k3::Status printBatchProfile(const k3::PlanDoc &plan, k3::Backend &be,
                              const std::vector<k3::SlotStep> &step,
                              int64_t context, double copyGBps) {
   constexpr int kSteps = 5;
-  std::vector<std::vector<double>> runs;
-  for (int i = 0; i < kSteps; ++i) {
-    k3::Expected<std::vector<double>> us = be.timeStepSlots(step);
-    if (!us)
-      return us.status().withContext("--profile");
-    runs.push_back(us.take());
-  }
-  const int64_t n = static_cast<int64_t>(step.size());
-  std::vector<double> median(plan.launches.size(), 0.0);
-  std::vector<k3::LaunchBytes> bytes(plan.launches.size());
-  for (size_t l = 0; l < plan.launches.size(); ++l) {
-    std::vector<double> at;
-    for (const std::vector<double> &r : runs)
-      if (l < r.size())
-        at.push_back(r[l]);
-    median[l] = at.empty() ? 0.0 : k3::median(at);
-    bytes[l] = k3::launchBytes(plan, l, context, n);
-  }
-  const k3::StepProfile p = k3::summarizeProfile(plan, median, bytes);
+  k3::Expected<k3::StepProfile> p =
+      k3::profileStepRows(be, plan, step, kSteps, context, copyGBps);
+  if (!p)
+    return p.status().withContext("--profile");
   std::fprintf(stderr,
-               "decode_bench: a step of %lld rows launch by launch (events "
-               "around each plan launch, median of %d; copy %.1f GB/s)\n",
-               static_cast<long long>(n), kSteps, copyGBps);
-  std::fprintf(stderr, "%-24s %9s %10s %10s %11s %9s %7s\n", "kernel",
-               "launches", "us/step", "us/launch", "bytes/step", "GB/s",
-               "of copy");
-  std::vector<const k3::ProfileRow *> all;
-  for (const k3::ProfileRow &r : p.kernels)
-    all.push_back(&r);
-  all.push_back(&p.total);
-  for (const k3::ProfileRow *r : all)
-    std::fprintf(stderr, "%-24s %9lld %10.1f %10.2f %11s %9.1f %6.1f%%\n",
-                 r->name.c_str(), static_cast<long long>(r->launches), r->us,
-                 r->launches ? r->us / static_cast<double>(r->launches) : 0.0,
-                 k3::formatBytes(static_cast<double>(r->bytes)).c_str(),
-                 r->gbps(), copyGBps > 0 ? 100.0 * r->gbps() / copyGBps : 0.0);
+               "decode_bench: a step of %zu rows launch by launch (events "
+               "around each plan launch, median of %d; copy %.1f GB/s)\n%s",
+               step.size(), kSteps, copyGBps,
+               k3::formatProfileTables(*p).c_str());
   return k3::Status::ok();
 }
 

@@ -190,6 +190,36 @@ Expected<StepProfile> profileStep(Backend &backend, const PlanDoc &plan,
 // Printing
 //===----------------------------------------------------------------------===//
 
+Expected<StepProfile> profileStepRows(Backend &backend, const PlanDoc &plan,
+                                      const std::vector<SlotStep> &rows,
+                                      int64_t steps, int64_t contextRows,
+                                      double copyGBps) {
+  if (steps < 1)
+    return makeError("a profile needs at least one timed step, got ", steps);
+  const size_t n = plan.launches.size();
+  std::vector<std::vector<double>> perLaunch(n);
+  for (int64_t s = 0; s < steps; ++s) {
+    Expected<std::vector<double>> t = backend.timeStepSlots(rows);
+    if (!t)
+      return t.status();
+    for (size_t i = 0; i < n && i < t->size(); ++i)
+      perLaunch[i].push_back((*t)[i]);
+  }
+  std::vector<double> launchUs(n, 0.0);
+  std::vector<LaunchBytes> bytes(n);
+  const int64_t m = static_cast<int64_t>(rows.size());
+  for (size_t i = 0; i < n; ++i) {
+    if (!perLaunch[i].empty())
+      launchUs[i] = median(perLaunch[i]);
+    bytes[i] = launchBytes(plan, i, contextRows, m);
+  }
+  StepProfile p = summarizeProfile(plan, launchUs, bytes);
+  p.backend = backend.name();
+  p.steps = steps;
+  p.copyGBps = copyGBps;
+  return p;
+}
+
 std::string formatBytes(double bytes) {
   char buf[64];
   if (bytes < 1e3)
@@ -281,17 +311,8 @@ std::string formatPrefillProfile(const PrefillProfile &p) {
   return out;
 }
 
-std::string formatProfile(const StepProfile &p) {
+std::string formatProfileTables(const StepProfile &p) {
   std::string out;
-  appendf(out,
-          "profile: %lld launches on %s, fusion %s, position %lld (context "
-          "%lld); %lld timed steps after %lld warm-up, each launch's median\n",
-          static_cast<long long>(p.total.launches), p.backend.c_str(),
-          p.fusion.c_str(), static_cast<long long>(p.pos),
-          static_cast<long long>(p.pos + 1), static_cast<long long>(p.steps),
-          static_cast<long long>(p.warmup));
-  appendf(out, "copy bandwidth: %.1f GB/s (%s)\n", p.copyGBps,
-          p.copyMethod.c_str());
   auto share = [&](const ProfileRow &r) {
     return p.copyGBps > 0 ? 100.0 * r.gbps() / p.copyGBps : 0.0;
   };
@@ -323,6 +344,21 @@ std::string formatProfile(const StepProfile &p) {
   };
   table("kernel", p.kernels, false);
   table("layer part", p.byPart, true);
+  return out;
+}
+
+std::string formatProfile(const StepProfile &p) {
+  std::string out;
+  appendf(out,
+          "profile: %lld launches on %s, fusion %s, position %lld (context "
+          "%lld); %lld timed steps after %lld warm-up, each launch's median\n",
+          static_cast<long long>(p.total.launches), p.backend.c_str(),
+          p.fusion.c_str(), static_cast<long long>(p.pos),
+          static_cast<long long>(p.pos + 1), static_cast<long long>(p.steps),
+          static_cast<long long>(p.warmup));
+  appendf(out, "copy bandwidth: %.1f GB/s (%s)\n", p.copyGBps,
+          p.copyMethod.c_str());
+  out += formatProfileTables(p);
   appendf(out,
           "\nstep per token: launch by launch %.2f us (sum of launch "
           "medians %.2f us), plain %.2f us",

@@ -108,6 +108,17 @@ StepProfile summarizeProfile(const PlanDoc &plan,
 Expected<StepProfile> profileStep(Backend &backend, const PlanDoc &plan,
                                   const ProfileOptions &options);
 
+/// A step of `rows` (several sequences, Backend::timeStepSlots) run
+/// `steps` times: each plan launch's median time, its bytes those of a step
+/// of that many rows at `contextRows` cached rows (launchBytes), and
+/// `copyGBps` for the tables' shares. The state advances as in stepSlots().
+/// Errors: steps < 1, a backend that cannot time steps of rows, a failed
+/// step.
+Expected<StepProfile> profileStepRows(Backend &backend, const PlanDoc &plan,
+                                      const std::vector<SlotStep> &rows,
+                                      int64_t steps, int64_t contextRows,
+                                      double copyGBps);
+
 /// Where a prompt's prefill went: the prompt fed to slot 0 in chunks of
 /// `chunk` rows (Backend::timeStepSlots), each plan launch's time summed
 /// over the chunks (kernels / byPart / total of `launches` hold those sums;
@@ -143,6 +154,9 @@ std::string formatPrefillProfile(const PrefillProfile &profile);
 
 /// The tables k3-run --profile prints (several lines, '\n'-terminated).
 std::string formatProfile(const StepProfile &profile);
+/// formatProfile's kernel and layer-part tables alone (µs, bytes, GB/s and
+/// the share of the profile's copyGBps per row).
+std::string formatProfileTables(const StepProfile &profile);
 
 /// The median (mean of the middle two for an even count; 0 when empty).
 double median(std::vector<double> values);
