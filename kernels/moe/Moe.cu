@@ -2094,6 +2094,20 @@ constexpr int kPlanPassExperts = 256;
 constexpr int kPlanRowWords = kMoeChunkRowsMax / 32;
 static_assert(kMoeChunkMaxExperts < 65536, "expert ids fit 16 bits");
 
+/// The serial walk's places (one thread): pair p (t · topK + k, in order)
+/// at its expert's next place, count[e] the expert's first place on entry;
+/// expertOf(p) gives the pair's expert.
+template <class ExpertOf>
+__device__ void placePairsInOrder(const MoeChunkParams &c, int *count,
+                                  const ExpertOf &expertOf) {
+  const int pairs = c.rows * c.one.experts.topK;
+  for (int p = 0; p < pairs; ++p) {
+    const int place = count[expertOf(p)]++;
+    c.order[place] = p;
+    c.pairAt[p] = place;
+  }
+}
+
 /// The parallel plan (c.parallelPlan): each pair's expert into sid and
 /// counted (shared atomics); the counts' exclusive sums by the block (each
 /// thread a run of consecutive experts) into c.offsets and `count`; then,
@@ -2146,11 +2160,7 @@ __device__ void moeChunkPlanParallel(const MoeChunkParams &c, int *count) {
   __syncthreads(); // count holds the offsets; `twice` is final
   if (twice) {
     if (threadIdx.x == 0)
-      for (int p = 0; p < pairs; ++p) {
-        const int place = count[sid[p]]++;
-        c.order[place] = p;
-        c.pairAt[p] = place;
-      }
+      placePairsInOrder(c, count, [&](int p) { return sid[p]; });
     return;
   }
   for (int base = 0; base < E; base += kPlanPassExperts) {
@@ -2218,14 +2228,10 @@ extern "C" __global__ void __launch_bounds__(256)
     at += n;
   }
   c.offsets[E] = at;
-  for (int t = 0; t < c.rows; ++t) {
-    const int32_t *ids = chunkRow(ep.ids, t, c.stride);
-    for (int k = 0; k < K; ++k) {
-      const int place = count[ids[k]]++;
-      c.order[place] = t * K + k;
-      c.pairAt[t * K + k] = place;
-    }
-  }
+  placePairsInOrder(c, count, [&](int p) {
+    const int t = p / K;
+    return chunkRow(ep.ids, t, c.stride)[p - t * K];
+  });
 }
 
 /// k3_moe_chunk_gate_up: block (x, y, z) computes columns 32x .. 32x + 31 of

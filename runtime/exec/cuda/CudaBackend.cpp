@@ -1174,15 +1174,9 @@ Status CudaBackend::stepSlots(const std::vector<SlotStep> &rows) {
   // arenas (fetchRowLogits) and the caller reads the argmax's choice from
   // the step blocks, which come back whole (32 bytes a row).
   rowLogitsOnHost_.assign(rows.size(), false);
-  for (size_t i : wanted) {
-    if (!rows[i].hostLogits)
-      continue;
-    Row &r = *rows_[i];
-    K3_RETURN_IF_ERROR(
-        driver_->copyToHostAsync(r.logits.data(), r.arena + logitsOffset_,
-                                 r.logits.size() * sizeof(float), stream_));
-    rowLogitsOnHost_[i] = true;
-  }
+  for (size_t i : wanted)
+    if (rows[i].hostLogits)
+      K3_RETURN_IF_ERROR(copyRowLogits(i));
   if (chains_ && !wanted.empty()) {
     rowStepsBack_.resize(rows.size() * kStepWords);
     K3_RETURN_IF_ERROR(driver_->copyToHostAsync(
@@ -1223,29 +1217,33 @@ Status CudaBackend::stepSlots(const std::vector<SlotStep> &rows) {
 const float *CudaBackend::rowLogits(size_t row) const {
   if (!rowsStep_)
     return row + 1 == lastRows_ ? logits_.data() : nullptr;
-  return row < lastRows_ && row < rowLogitsOnHost_.size() &&
-                 rowWantsLogits_[row] && rowLogitsOnHost_[row]
+  // lastRows_ is 0 until a rows step ends; then rowWantsLogits_ and
+  // rowLogitsOnHost_ hold its lastRows_ rows.
+  return row < lastRows_ && rowWantsLogits_[row] && rowLogitsOnHost_[row]
              ? rows_[row]->logits.data()
              : nullptr;
 }
 
+Status CudaBackend::copyRowLogits(size_t row) {
+  Row &r = *rows_[row];
+  K3_RETURN_IF_ERROR(
+      driver_->copyToHostAsync(r.logits.data(), r.arena + logitsOffset_,
+                               r.logits.size() * sizeof(float), stream_));
+  rowLogitsOnHost_[row] = true;
+  return Status::ok();
+}
+
 Status CudaBackend::fetchRowLogits(size_t row) {
-  if (!rowsStep_ || (row < lastRows_ && row < rowLogitsOnHost_.size() &&
-                     rowLogitsOnHost_[row]))
-    return Backend::fetchRowLogits(row); // step() copied its logits
+  if (!rowsStep_ || rowLogits(row))
+    return Backend::fetchRowLogits(row); // already on the host (or none)
   if (row >= lastRows_ || !rowWantsLogits_[row])
     return makeError(name(), ": step row ", row, " of ", lastRows_,
                      " has no logits");
   // The step was waited for (its rows asked for logits); its arenas stay
   // until the next step.
-  Row &r = *rows_[row];
-  K3_RETURN_IF_ERROR(
-      driver_->copyToHostAsync(r.logits.data(), r.arena + logitsOffset_,
-                               r.logits.size() * sizeof(float), stream_));
-  K3_RETURN_IF_ERROR(driver_->synchronize(stream_).withContext(
-      "the logits of step row " + std::to_string(row)));
-  rowLogitsOnHost_[row] = true;
-  return Status::ok();
+  K3_RETURN_IF_ERROR(copyRowLogits(row));
+  return driver_->synchronize(stream_).withContext("the logits of step row " +
+                                                   std::to_string(row));
 }
 
 Expected<GreedyChoice> CudaBackend::rowChoice(size_t row) {

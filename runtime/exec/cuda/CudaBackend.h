@@ -200,6 +200,9 @@ private:
     return states_[state].get() +
            static_cast<uint64_t>(slot) * stateStride_[state];
   }
+  /// Queues the copy of row `row`'s logits to its host copy (the row's
+  /// rowLogits once the stream has it).
+  Status copyRowLogits(size_t row);
   /// Makes rows [0, n) exist: when there are fewer, every row is made
   /// again (their arenas are one allocation, so it moves) for a power of
   /// two >= n rows.
