@@ -388,10 +388,16 @@ k3::Status benchPlan(const Options &o, const ModelSpec &m, const PlanSpec &ps,
     return k3::makeError(ps.path, ": --context ", o.context,
                          " exceeds the plan's max_seq ", plan->maxSeq,
                          "; compile it with a larger --max-seq");
+  const auto t0 = std::chrono::steady_clock::now();
   k3::Expected<std::unique_ptr<k3::BoundPlan>> bound =
       k3::bindPlan(*plan, m.dir, kind, /*cudaGraph=*/true);
   if (!bound)
     return bound.status().withContext(ps.path);
+  std::fprintf(stderr, "decode_bench: %s bound to %s in %.1f s\n",
+               ps.path.c_str(), m.dir.c_str(),
+               std::chrono::duration<double>(std::chrono::steady_clock::now() -
+                                             t0)
+                   .count());
   k3::Backend &be = *(*bound)->backend;
   if (copyGBps <= 0) {
     k3::Expected<double> c = be.measureCopyGBps(o.copyBytes);

@@ -333,6 +333,83 @@ struct TensorStore::Made {
   };
   std::mutex mutex;
   std::map<size_t, Tensor> held;
+  /// The drawn specs' views (deferringDrawn), their bytes in `reserved`:
+  /// address space reserved without access. Built once, read-only after.
+  bool deferredBuilt = false;
+  void *reserved = nullptr;
+  size_t reservedBytes = 0;
+  std::map<size_t, TensorView> deferred;       ///< spec -> view
+  std::map<uint64_t, size_t> deferredByOffset; ///< first byte -> spec
+
+  ~Made() {
+    if (reserved)
+      ::munmap(reserved, reservedBytes);
+  }
+
+  /// Builds the deferred views once; false when there are none (no drawn
+  /// spec, or the reservation failed: then everything is made).
+  bool buildDeferred() {
+    std::lock_guard<std::mutex> lock(mutex);
+    if (deferredBuilt)
+      return reserved != nullptr;
+    deferredBuilt = true;
+    std::vector<std::pair<size_t, uint64_t>> at; // spec, offset
+    uint64_t total = 0;
+    for (size_t i = 0; i < maker->specs().size(); ++i) {
+      if (!maker->drawn(i))
+        continue;
+      const TensorSpec &s = maker->specs()[i];
+      at.emplace_back(i, total);
+      // 256-byte aligned starts, as a device allocation's, and at least a
+      // byte between two tensors (an empty one has an address of its own).
+      total += (*tensorByteSize(s.dtype, s.shape) + 256) / 256 * 256;
+    }
+    if (at.empty())
+      return false;
+    void *p = ::mmap(nullptr, total, PROT_NONE,
+                     MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (p == MAP_FAILED)
+      return false;
+    reserved = p;
+    reservedBytes = total;
+    for (const auto &[i, offset] : at) {
+      const TensorSpec &s = maker->specs()[i];
+      TensorView v;
+      v.name = s.name;
+      v.dtype = s.dtype;
+      v.shape = s.shape;
+      v.nbytes = static_cast<size_t>(*tensorByteSize(s.dtype, s.shape));
+      v.data = static_cast<const uint8_t *>(reserved) + offset;
+      deferred.emplace(i, std::move(v));
+      deferredByOffset.emplace(offset, i);
+    }
+    return true;
+  }
+
+  const TensorView *findDeferred(const std::string &name) {
+    auto it = byName.find(name);
+    if (it != byName.end()) {
+      auto d = deferred.find(it->second);
+      if (d != deferred.end())
+        return &d->second;
+    }
+    return find(name);
+  }
+
+  std::optional<std::pair<DrawnTensor, uint64_t>> drawnAt(const void *p) {
+    const auto *b = static_cast<const uint8_t *>(reserved);
+    const auto *q = static_cast<const uint8_t *>(p);
+    if (!b || q < b || q >= b + reservedBytes)
+      return std::nullopt;
+    const uint64_t offset = static_cast<uint64_t>(q - b);
+    auto it = deferredByOffset.upper_bound(offset);
+    --it; // offset 0 is the first entry's
+    const TensorView &v = deferred.at(it->second);
+    const uint64_t within = offset - it->first;
+    if (within >= v.nbytes)
+      return std::nullopt; // the alignment gap after a tensor
+    return std::make_pair(*maker->drawn(it->second), within);
+  }
 
   const TensorView *find(const std::string &name) {
     auto it = byName.find(name);
@@ -382,9 +459,22 @@ size_t TensorStore::size() const {
   return made_ ? made_->byName.size() : index_.size();
 }
 
+TensorStore TensorStore::deferringDrawn() const {
+  TensorStore copy = *this;
+  copy.deferDrawn_ = made_ && made_->buildDeferred();
+  return copy;
+}
+
+std::optional<std::pair<DrawnTensor, uint64_t>>
+TensorStore::drawnAt(const void *p) const {
+  if (!made_)
+    return std::nullopt;
+  return made_->drawnAt(p);
+}
+
 const TensorView *TensorStore::find(const std::string &name) const {
   if (made_)
-    return made_->find(name);
+    return deferDrawn_ ? made_->findDeferred(name) : made_->find(name);
   auto it = index_.find(name);
   return it == index_.end() ? nullptr : it->second;
 }
@@ -393,7 +483,7 @@ std::vector<const TensorView *> TensorStore::all() const {
   std::vector<const TensorView *> out;
   if (made_) {
     for (const TensorSpec &s : made_->maker->specs())
-      out.push_back(made_->find(s.name));
+      out.push_back(find(s.name));
     return out;
   }
   out.reserve(index_.size());

@@ -15,6 +15,7 @@
 
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -53,12 +54,25 @@ private:
   std::map<std::string, std::string> metadata_;
 };
 
+/// A made tensor whose values a backend can draw in its own memory instead
+/// of copying the maker's bytes: bf16 values scale · syntheticNormalAt(
+/// stream, index) (kernels/synthetic/SyntheticParams.h).
+struct DrawnTensor {
+  uint64_t stream = 0; ///< the values' splitmix64 state before the first draw
+  float scale = 0.0f;
+};
+
 /// Tensors that are made rather than read (synthetic weights,
 /// runtime/model/Synthetic.h): a TensorStore asks for a tensor's bytes the
 /// first time find() names it.
 class TensorMaker {
 public:
   virtual ~TensorMaker() = default;
+  /// How spec `i`'s values are drawn, when a backend may draw them itself
+  /// (TensorStore::deferringDrawn); nullopt: only make() makes them.
+  virtual std::optional<DrawnTensor> drawn(size_t /*i*/) const {
+    return std::nullopt;
+  }
   /// Every tensor this maker makes.
   virtual const std::vector<TensorSpec> &specs() const = 0;
   /// The specs made together with spec `i`, ascending, `i` among them (an
@@ -95,11 +109,26 @@ public:
   /// than host memory never lives there whole. Files: nothing happens.
   void releaseMade() const;
 
+  /// A copy of this store whose find() does not make the tensors that the
+  /// maker says a backend can draw itself (TensorMaker::drawn): their views
+  /// have the name, dtype, shape and size, and `data` in an address range
+  /// reserved without access, so that reading those bytes on the host
+  /// faults instead of reading garbage; drawnAt() maps such an address
+  /// back. For a backend that binds bf16 weights as they are (not sliced,
+  /// not widened) and draws them in its own memory. A store of files: a
+  /// plain copy.
+  TensorStore deferringDrawn() const;
+  /// The DrawnTensor of the deferred view whose bytes `p` points into, and
+  /// the byte offset of `p` in them; nullopt for any other address.
+  std::optional<std::pair<DrawnTensor, uint64_t>>
+  drawnAt(const void *p) const;
+
 private:
   struct Made;
   std::vector<std::shared_ptr<SafetensorsFile>> files_;
   std::map<std::string, const TensorView *> index_;
   std::shared_ptr<Made> made_;
+  bool deferDrawn_ = false; ///< deferringDrawn()
 };
 
 /// Writes `tensors` to one .safetensors file (8-byte aligned data offsets,

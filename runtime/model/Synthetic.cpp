@@ -29,6 +29,7 @@
 
 #include "kernels/common/BF16.h"
 #include "kernels/common/MXFP4.h"
+#include "kernels/synthetic/SyntheticParams.h"
 
 #include <algorithm>
 #include <atomic>
@@ -43,32 +44,31 @@ namespace k3 {
 
 namespace {
 
-/// splitmix64: tiny, fast, and its output is fixed by the algorithm.
+/// splitmix64: tiny, fast, and its output is fixed by the algorithm
+/// (kernels/synthetic/SyntheticParams.h states it once, for the host and
+/// the GPU's fill of the same values).
 class Rng {
 public:
   explicit Rng(uint64_t seed) : state_(seed) {}
+  /// The state before the next draw (a stream's start, for a device fill).
+  uint64_t state() const { return state_; }
   // Inlined: the generator's inner loops are these calls.
   [[gnu::always_inline]] uint64_t next() {
-    uint64_t z = (state_ += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
+    return splitMixMix(state_ += kSplitMixGamma);
   }
   /// Uniform in [0, 1) with 24 random bits (exact in float).
-  [[gnu::always_inline]] float uniform() {
-    return static_cast<float>(next() >> 40) * (1.0f / 16777216.0f);
-  }
+  [[gnu::always_inline]] float uniform() { return uniform24(next()); }
   /// Uniform in [lo, hi).
   float uniform(float lo, float hi) { return lo + (hi - lo) * uniform(); }
-  /// Mean 0, std 1, bell-shaped (Irwin-Hall n = 4), bounded by ±2√3.
+  /// Mean 0, std 1 (irwinHallNormal of the next four uniforms, in order).
   [[gnu::always_inline]] float normal() {
-    float s = uniform() + uniform() + uniform() + uniform();
-    return (s - 2.0f) * 1.7320508f;
+    const float u1 = uniform(), u2 = uniform(), u3 = uniform(), u4 = uniform();
+    return irwinHallNormal(u1, u2, u3, u4);
   }
   /// Moves the stream on by `draws` calls of next(): splitmix64's state
   /// advances by the same constant per draw, so a piece of a tensor can
   /// start its stream exactly where the serial loop would be.
-  void skip(uint64_t draws) { state_ += draws * 0x9e3779b97f4a7c15ull; }
+  void skip(uint64_t draws) { state_ += draws * kSplitMixGamma; }
 
 private:
   uint64_t state_;
@@ -175,7 +175,7 @@ struct Plant {
 
   /// Embedding row t (values before bf16 rounding) into `out` [dim].
   void embedRow(int64_t t, float *out) const {
-    Rng r(seed ^ (static_cast<uint64_t>(t) * 0x9e3779b97f4a7c15ull));
+    Rng r(seed ^ (static_cast<uint64_t>(t) * kSplitMixGamma));
     for (int64_t d = 0; d < dim; ++d)
       out[d] = r.normal();
     if (codeDims == 0)
@@ -499,6 +499,19 @@ bool SyntheticWeights::isMxfp4Packed(size_t i) const {
   return endsWith(specs_[i].name, ".weight_packed");
 }
 
+std::optional<DrawnTensor> SyntheticWeights::drawn(size_t i) const {
+  const TensorSpec &s = specs_[i];
+  const Init init = initFor(config_, ids_[i], s);
+  if (init.kind != Init::Normal || s.dtype != DType::BF16)
+    return std::nullopt;
+  // Drawer's Normal loop: value n is init.a · normal() of draws 4n + 1 ..
+  // 4n + 4 of the tensor's stream, which syntheticNormalAt computes.
+  DrawnTensor d;
+  d.stream = tensorRng(impl_->seed, s.name).state();
+  d.scale = init.a;
+  return d;
+}
+
 void SyntheticWeights::generateDense(size_t i, int64_t begin, int64_t end,
                                      uint8_t *dst,
                                      SyntheticScratch &scratch) const {
@@ -574,6 +587,9 @@ public:
     if (i > 0 && weights_.isMxfp4Packed(i - 1))
       return {i - 1, i};
     return {i};
+  }
+  std::optional<DrawnTensor> drawn(size_t i) const override {
+    return weights_.drawn(i);
   }
   void make(size_t i, const std::vector<uint8_t *> &dst) const override {
     const std::vector<size_t> g = group(i);

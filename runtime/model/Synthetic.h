@@ -21,6 +21,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -54,6 +55,13 @@ public:
   /// Whether spec `i` is the packed half of an MXFP4 matrix (its scales are
   /// spec i + 1, and the two are made together by generateMxfp4).
   bool isMxfp4Packed(size_t i) const;
+
+  /// How spec `i`'s values are drawn when they are plain normals stored
+  /// bf16 (most of a model's bytes: the projections and the bf16 experts),
+  /// so that a backend can draw them in its own memory with
+  /// k3_synthetic_normal_bf16; nullopt for the rest (planted, uniform,
+  /// f32, MXFP4).
+  std::optional<DrawnTensor> drawn(size_t i) const;
 
   /// The bytes of values [begin, end) of dense (bf16 or f32) spec `i` into
   /// `dst` (dst holds value `begin` first). Any cut into pieces gives the

@@ -651,6 +651,9 @@ struct Totals {
   /// how long that took: not part of the prefill time.
   int64_t boundRows = 0;
   double bindSeconds = 0;
+  /// Opening the session: the plan bound to its weights (read, made or
+  /// drawn, and copied to the backend).
+  double loadSeconds = 0;
   void add(const k3::GenerateResult &g) {
     ++prompts;
     tokens += static_cast<int64_t>(g.tokens.size());
@@ -708,6 +711,8 @@ std::string summary(const Totals &t, const std::string &backend) {
     s += "; batched: " + count(t.batchSteps, "step") + ", up to " +
          count(t.maxActive, "sequence") + " and " + count(t.maxRows, "token") +
          " per step";
+  if (t.loadSeconds > 0)
+    s += "; weights loaded in " + seconds(t.loadSeconds) + " s";
   return s;
 }
 
@@ -929,10 +934,14 @@ int run(int argc, char **argv) {
   if (!a.rankPlans.empty())
     return runRanksCli(a, req, plan.take(), stopIds);
 
+  const auto opened = std::chrono::steady_clock::now();
   k3::Expected<std::unique_ptr<k3::Session>> session =
       k3::Session::open(plan.take(), a.weights, req.kind, !a.noCudaGraph);
   if (!session)
     return runtimeError(session.message());
+  const double loadSeconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - opened)
+          .count();
   k3::Session &ses = **session;
   if (k3::Status s = ses.setPrefillForm(req.prefillForm); !s)
     return runtimeError("--prefill-form chunk: " + s.message());
@@ -984,6 +993,7 @@ int run(int argc, char **argv) {
 
   const bool numbered = req.prompts.size() > 1;
   Totals totals;
+  totals.loadSeconds = loadSeconds;
   std::vector<float> logits;
   k3::GenerateResult last;
   auto optionsFor = [&](const k3::Prompt &p) {

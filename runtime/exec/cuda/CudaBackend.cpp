@@ -9,6 +9,7 @@
 #include "kernels/gemv/GemvParams.h"
 #include "kernels/kda/KdaParams.h"
 #include "kernels/moe/MoeParams.h"
+#include "kernels/synthetic/SyntheticParams.h"
 #include "runtime/plan/PlanKernels.h"
 
 #include <algorithm>
@@ -417,8 +418,47 @@ CudaBackend::bind(const PlanDoc &plan, const TensorStore &store,
 
   // Weights: resolve in the checkpoint as the CPU backend does, then copy
   // each piece to the device and rebuild the WeightRefs around the copies.
+  // Synthetic weights that are plain normals stored bf16 (nearly all of a
+  // model's bytes) are drawn on the device instead, the same bits
+  // (kernels/synthetic): resolved through a store that does not make them
+  // on the host (TensorStore::deferringDrawn), each drawn where the copy
+  // would have gone. K3C_SYNTHETIC_ON_HOST=1 makes them on the host.
+  const char *onHostEnv = std::getenv("K3C_SYNTHETIC_ON_HOST");
+  cuda::CUfunction drawFn = nullptr;
+  if (!(onHostEnv && std::string(onHostEnv) == "1")) {
+    // A build or a K3C_PTX_DIR without the kernel makes them on the host.
+    Expected<cuda::CUfunction> f =
+        kernelFunction(d, kSyntheticNormalKernel, nullptr);
+    drawFn = f ? *f : nullptr;
+  }
+  const TensorStore drawing = drawFn ? store.deferringDrawn() : store;
   auto upload = [&](const void *src, uint64_t bytes,
                     const std::string &what) -> Expected<const uint8_t *> {
+    if (std::optional<std::pair<DrawnTensor, uint64_t>> drawn =
+            drawFn ? drawing.drawnAt(src) : std::nullopt) {
+      Expected<cuda::DeviceBuffer> b = cuda::DeviceBuffer::create(bytes);
+      if (!b)
+        return b.status().withContext("allocating " + what);
+      SyntheticNormalParams p;
+      p.out = b->as<uint16_t>();
+      p.count = static_cast<int64_t>(bytes / 2);
+      p.first = static_cast<int64_t>(drawn->second / 2);
+      p.stream = drawn->first.stream;
+      p.scale = drawn->first.scale;
+      const int64_t perBlock =
+          int64_t{kSyntheticThreads} * kSyntheticValuesPerThread;
+      const int64_t grid[3] = {
+          std::max<int64_t>(1, std::min<int64_t>((p.count + perBlock - 1) /
+                                                     perBlock,
+                                                 int64_t{d.smCount()} * 8)),
+          1, 1};
+      const int64_t block[3] = {kSyntheticThreads, 1, 1};
+      if (Status st = d.launch(drawFn, grid, block, 0, nullptr, &p); !st)
+        return st.withContext("drawing " + what + " on the device");
+      be->drawnBytes_ += bytes;
+      be->weightData_.push_back(b.take());
+      return be->weightData_.back().as<const uint8_t>();
+    }
     Expected<cuda::DeviceBuffer> b = cuda::DeviceBuffer::upload(src, bytes);
     if (!b)
       return b.status().withContext("uploading " + what);
@@ -459,7 +499,10 @@ CudaBackend::bind(const PlanDoc &plan, const TensorStore &store,
   for (size_t i = 0; i < plan.weights.size(); ++i) {
     const PlanWeight &w = plan.weights[i];
     ResolvedWeight host;
-    K3_RETURN_IF_ERROR(resolveWeight(w, store, host));
+    // Only a bf16 matrix taken whole is bound as the store's bytes are
+    // (a split weight's part is gathered, an f32 one widened, on the host).
+    K3_RETURN_IF_ERROR(resolveWeight(
+        w, w.format == "bf16" && !w.isSplit() ? drawing : store, host));
     PlanMemory::Weight dw;
     if (w.stacked()) {
       const std::vector<int64_t> each(w.shape.begin() + 1, w.shape.end());
@@ -492,6 +535,9 @@ CudaBackend::bind(const PlanDoc &plan, const TensorStore &store,
     store.releaseMade();
   }
 
+  if (be->drawnBytes_ > 0)
+    K3_RETURN_IF_ERROR(d.synchronize(nullptr).withContext(
+        "drawing the synthetic weights on the device"));
   be->weightViews_ = mem.weights;
   be->launches_.resize(plan.launches.size());
   for (size_t i = 0; i < plan.launches.size(); ++i)

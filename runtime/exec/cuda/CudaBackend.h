@@ -153,6 +153,9 @@ public:
   float lastStepMs() const { return lastStepMs_; }
   /// Whether steps replay a CUDA graph (else one cuLaunchKernel per launch).
   bool usesGraph() const { return graphExec_ != nullptr; }
+  /// Weight bytes that bind drew on the device (synthetic weights,
+  /// kernels/synthetic) instead of copying them from the host.
+  uint64_t drawnBytes() const { return drawnBytes_; }
 
 private:
   CudaBackend() = default;
@@ -298,6 +301,7 @@ private:
   /// left them (kStepWords per row): rowChoice() reads them.
   std::vector<int64_t> rowStepsBack_;
   std::vector<cuda::DeviceBuffer> weightData_; ///< bf16/f32/packed/scale
+  uint64_t drawnBytes_ = 0;                     ///< drawnBytes()
   std::vector<BoundLaunch> launches_;
   struct Grid {
     int64_t grid[3], block[3], cluster[3], smem;

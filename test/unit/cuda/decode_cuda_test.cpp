@@ -84,6 +84,7 @@ modelDir(const std::string &preset,
 struct DecodeRun {
   std::vector<int64_t> tokens;
   k3::ref::LogitRows logits;
+  uint64_t drawnBytes = 0; ///< CudaBackend::drawnBytes
 };
 
 void decode(const std::string &planPath, const std::string &dir,
@@ -96,6 +97,9 @@ void decode(const std::string &planPath, const std::string &dir,
   ASSERT_TRUE(got.hasValue()) << got.message();
   out.tokens = got->tokens;
   out.logits = k3::ref::logitRowsFromFlat(got->logits, got->vocab);
+  const auto *cuda =
+      dynamic_cast<const k3::CudaBackend *>(&(*session)->backend());
+  out.drawnBytes = cuda ? cuda->drawnBytes() : 0;
 }
 
 using Param = std::tuple<std::string, std::string>;
@@ -372,10 +376,13 @@ TEST_P(DecodeCuda, GreedyOnTheDeviceEqualsTheHostLoop) {
   }
 }
 
-/// `--weights synthetic:SEED` on the GPU: the weights made in host memory
+/// `--weights synthetic:SEED` on the GPU: the plain-normal bf16 weights drawn
+/// on the device (k3_synthetic_normal_bf16), the rest made in host memory
 /// and copied one at a time (the store lets each go once it is on the
-/// device) decode exactly as the files k3-mkmodel --real-dtypes writes for
+/// device), decode exactly as the files k3-mkmodel --real-dtypes writes for
 /// the same seed: the same tokens and logit bits, with and without a graph.
+/// DecodeRun::drawnBytes says the device drew some (this is no test of the
+/// host path only).
 TEST_P(DecodeCuda, SyntheticWeightsDecodeAsTheFiles) {
   K3_REQUIRE_PLANS();
   const std::string path = planPath(GetParam());
@@ -388,6 +395,8 @@ TEST_P(DecodeCuda, SyntheticWeightsDecodeAsTheFiles) {
         decode(path, dir, k3::BackendKind::Cuda, graph, files));
     ASSERT_NO_FATAL_FAILURE(
         decode(path, "synthetic:1", k3::BackendKind::Cuda, graph, made));
+    EXPECT_EQ(files.drawnBytes, 0u);
+    EXPECT_GT(made.drawnBytes, 0u) << "no synthetic weight drawn on the GPU";
     EXPECT_EQ(made.tokens, files.tokens) << (graph ? "graph" : "no graph");
     EXPECT_EQ(made.logits, files.logits) << (graph ? "graph" : "no graph");
   }

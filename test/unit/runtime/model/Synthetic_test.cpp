@@ -5,11 +5,16 @@
 // `k3-mkmodel --real-dtypes --seed SEED` writes (whatever the thread count,
 // and again after the store let the bytes go); a decode over it gives the
 // same tokens and logits as over the files; a malformed seed is refused,
-// naming the argument. (On the GPU, decode_cuda_test decodes over both.)
+// naming the argument. The tensors a backend may draw in its own memory
+// (TensorStore::deferringDrawn, kernels/synthetic) are, drawn by the CPU
+// implementation of that kernel, the made bytes again. (On the GPU,
+// decode_cuda_test decodes over both, and synthetic_cuda_test compares the
+// kernel with its CPU implementation.)
 //
 //===----------------------------------------------------------------------===//
 #include "runtime/model/Synthetic.h"
 
+#include "kernels/synthetic/SyntheticCpu.h"
 #include "runtime/exec/Session.h"
 #include "runtime/model/Presets.h"
 #include "tools/k3-mkmodel/ModelMaker.h"
@@ -168,4 +173,89 @@ TEST(SyntheticWeights, PiecesOfATensorEqualTheWhole) {
   }
   EXPECT_GT(mxfp4, 0);
   EXPECT_GT(dense, 0);
+}
+
+TEST(SyntheticWeights, DrawnTensorsAsTheMadeBytes) {
+  for (const char *name : {"tiny", "tiny-linear", "tiny-odd"}) {
+    const ModelConfig c = preset(name);
+    Expected<TensorStore> made = openSyntheticWeights(c, "synthetic:11");
+    ASSERT_TRUE(made) << made.message();
+    const TensorStore deferring = made->deferringDrawn();
+    uint64_t drawnBytes = 0, allBytes = 0;
+    bool expertDrawn = false, plantedDrawn = false;
+    for (const TensorSpec &s : expectedTensorSpecs(c)) {
+      const TensorView *d = deferring.find(s.name);
+      const TensorView *m = made->find(s.name);
+      ASSERT_NE(d, nullptr) << name << ": " << s.name;
+      ASSERT_NE(m, nullptr) << name << ": " << s.name;
+      EXPECT_EQ(d->dtype, m->dtype) << s.name;
+      EXPECT_EQ(d->shape, m->shape) << s.name;
+      ASSERT_EQ(d->nbytes, m->nbytes) << s.name;
+      allBytes += m->nbytes;
+      std::optional<std::pair<DrawnTensor, uint64_t>> at =
+          deferring.drawnAt(d->data);
+      if (!at) {
+        // Made as before (the deferring store shares the made tensors).
+        EXPECT_EQ(std::memcmp(d->data, m->data, m->nbytes), 0) << s.name;
+        EXPECT_FALSE(made->drawnAt(m->data)) << s.name;
+        continue;
+      }
+      ASSERT_EQ(d->dtype, DType::BF16) << s.name;
+      EXPECT_EQ(at->second, 0u) << s.name;
+      EXPECT_NE(d->data, m->data) << s.name;
+      drawnBytes += m->nbytes;
+      expertDrawn |= s.name.find(".experts.") != std::string::npos;
+      plantedDrawn |= s.name.find("embed_tokens") != std::string::npos ||
+                      s.name.find("lm_head") != std::string::npos ||
+                      s.name.find(".gate.weight") != std::string::npos;
+      // The whole tensor, then a piece from an odd value on, poisoned
+      // first: the made bits.
+      const int64_t n = static_cast<int64_t>(m->nbytes / 2);
+      std::vector<uint16_t> got(static_cast<size_t>(n), 0x7fc1);
+      SyntheticNormalParams p;
+      p.out = got.data();
+      p.count = n;
+      p.stream = at->first.stream;
+      p.scale = at->first.scale;
+      syntheticNormalBf16Cpu(p);
+      EXPECT_EQ(std::memcmp(got.data(), m->data, m->nbytes), 0)
+          << name << ": " << s.name << " drawn differs from the made bytes";
+      const int64_t from = n / 3 + 1;
+      std::optional<std::pair<DrawnTensor, uint64_t>> piece =
+          deferring.drawnAt(d->data + 2 * from);
+      ASSERT_TRUE(piece) << s.name;
+      EXPECT_EQ(piece->second, static_cast<uint64_t>(2 * from)) << s.name;
+      std::vector<uint16_t> part(static_cast<size_t>(n - from), 0x7fc1);
+      p.out = part.data();
+      p.count = n - from;
+      p.first = static_cast<int64_t>(piece->second / 2);
+      syntheticNormalBf16Cpu(p);
+      EXPECT_EQ(std::memcmp(part.data(), m->data + 2 * from, 2 * (n - from)),
+                0)
+          << s.name << " from value " << from;
+      made->releaseMade();
+    }
+    // Nearly all of a model's bytes; the planted tensors never.
+    EXPECT_GT(drawnBytes, allBytes / 2) << name;
+    EXPECT_EQ(expertDrawn, !c.expertsMxfp4) << name;
+    EXPECT_FALSE(plantedDrawn) << name;
+    // Addresses outside the drawn views map to nothing.
+    int local = 0;
+    EXPECT_FALSE(deferring.drawnAt(&local));
+    EXPECT_FALSE(deferring.drawnAt(nullptr));
+  }
+}
+
+TEST(SyntheticWeights, FilesAreNeverDeferred) {
+  const ModelConfig c = preset("tiny-linear");
+  test::TempDir dir;
+  ASSERT_TRUE(makeModel(c, 2, dir.path(), {}, 0, Structure::Planted, 0,
+                        StoredDtypes::Published));
+  Expected<TensorStore> files = TensorStore::open(dir.path());
+  ASSERT_TRUE(files) << files.message();
+  const TensorStore deferring = files->deferringDrawn();
+  for (const TensorView *t : files->all()) {
+    EXPECT_EQ(deferring.find(t->name), t) << t->name;
+    EXPECT_FALSE(deferring.drawnAt(t->data)) << t->name;
+  }
 }

@@ -11,6 +11,7 @@
 // (docs/CONTRIBUTING.md says what a new kernel touches.)
 //
 //===----------------------------------------------------------------------===//
+#include "kernels/synthetic/SyntheticParams.h"
 #include "runtime/exec/CpuKernels.h"
 #include "runtime/exec/cuda/RowsForms.h"
 #include "runtime/plan/PlanKernels.h"
@@ -131,6 +132,10 @@ TEST(KernelCoverage, NoEntryPointOutsideTheTable) {
         << ", but no kernels/*/*.cu defines k3_" << k << "_rows_mma";
     forms.insert(std::string(k) + "_rows_mma");
   }
+  // The CUDA backend's draw of synthetic weights (no plan kernel).
+  EXPECT_TRUE(defined.count(kSyntheticNormalKernel))
+      << "no kernels/*/*.cu defines k3_" << kSyntheticNormalKernel;
+  forms.insert(kSyntheticNormalKernel);
   EXPECT_TRUE(defined.count(kCudaMmaPreNormKernel))
       << "no kernels/*/*.cu defines k3_" << kCudaMmaPreNormKernel;
   forms.insert(kCudaMmaPreNormKernel);
