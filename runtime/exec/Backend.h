@@ -11,6 +11,7 @@
 #include "runtime/Status.h"
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -66,6 +67,12 @@ constexpr int64_t kMaxStepRows = 4096;
 /// the GPU also bf16 products summed in fp32 by the tensor cores and other
 /// summation orders. Single rows (decode) are the same in both.
 enum class PrefillForm { Rows, Chunk };
+
+/// Called while a backend binds a plan, after each plan weight is in place:
+/// the plan format's bytes of the weights bound so far and of them all
+/// (planWeightBytes), for a progress report on a long load.
+using BindProgress =
+    std::function<void(uint64_t bytesDone, uint64_t bytesTotal)>;
 
 class Backend {
 public:

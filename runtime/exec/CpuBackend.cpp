@@ -39,9 +39,9 @@ uint64_t rounded(uint64_t bytes) {
 }
 } // namespace
 
-Expected<std::unique_ptr<CpuBackend>> CpuBackend::bind(const PlanDoc &plan,
-                                                       const TensorStore &store,
-                                                       Communicator *comm) {
+Expected<std::unique_ptr<CpuBackend>>
+CpuBackend::bind(const PlanDoc &plan, const TensorStore &store,
+                 Communicator *comm, const BindProgress &progress) {
   K3_RETURN_IF_ERROR(validatePlan(plan));
   K3_RETURN_IF_ERROR(checkPlanCommunicator(plan, comm));
   std::unique_ptr<CpuBackend> be(new CpuBackend());
@@ -67,10 +67,14 @@ Expected<std::unique_ptr<CpuBackend>> CpuBackend::bind(const PlanDoc &plan,
                            .withContext("state '" + plan.states[i].name + "'"));
   }
   be->weights_.resize(plan.weights.size());
+  const uint64_t total = planWeightsBytes(plan);
+  uint64_t done = 0;
   for (size_t i = 0; i < plan.weights.size(); ++i) {
     ResolvedWeight &w = be->weights_[i];
     K3_RETURN_IF_ERROR(resolveWeight(plan.weights[i], store, w));
     be->weightViews_.push_back(hostWeight(w));
+    if (progress)
+      progress(done += planWeightBytes(plan.weights[i]), total);
   }
   K3_RETURN_IF_ERROR(be->ensureRows(1));
   be->logits_ = be->rows_[0]->logits;

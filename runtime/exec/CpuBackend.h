@@ -47,10 +47,11 @@ public:
   /// fills every launch's params. Errors name the weight or the launch and
   /// field. The state starts zeroed. A rank of a tensor-parallel plan needs
   /// `comm`, its end of the rank group, for its collectives (it must
-  /// outlive the backend); a plan of one rank ignores it.
+  /// outlive the backend); a plan of one rank ignores it. `progress`, when
+  /// set, is told after each weight.
   static Expected<std::unique_ptr<CpuBackend>>
   bind(const PlanDoc &plan, const TensorStore &store,
-       Communicator *comm = nullptr);
+       Communicator *comm = nullptr, const BindProgress &progress = {});
 
   /// Zeroes every resident state (start of a sequence).
   Status resetState() override;

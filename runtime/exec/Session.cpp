@@ -115,17 +115,18 @@ Expected<TensorStore> openWeightsFor(const PlanDoc &plan,
 
 Expected<std::unique_ptr<Backend>>
 bindBackend(const PlanDoc &plan, const TensorStore &store, BackendKind kind,
-            bool cudaGraph, const std::string &weightsDir, Communicator *comm) {
+            bool cudaGraph, const std::string &weightsDir, Communicator *comm,
+            const BindProgress &progress) {
   if (kind == BackendKind::Cuda) {
     Expected<std::unique_ptr<CudaBackend>> be =
-        CudaBackend::bind(plan, store, cudaGraph, comm);
+        CudaBackend::bind(plan, store, cudaGraph, comm, progress);
     if (!be)
       return be.status().withContext("binding the plan to " + weightsDir +
                                      " on the GPU");
     return std::unique_ptr<Backend>(be.take());
   }
   Expected<std::unique_ptr<CpuBackend>> be =
-      CpuBackend::bind(plan, store, comm);
+      CpuBackend::bind(plan, store, comm, progress);
   if (!be)
     return be.status().withContext("binding the plan to " + weightsDir);
   return std::unique_ptr<Backend>(be.take());
@@ -133,15 +134,16 @@ bindBackend(const PlanDoc &plan, const TensorStore &store, BackendKind kind,
 
 Expected<std::unique_ptr<Session>>
 Session::open(PlanDoc plan, const std::string &weightsDir, BackendKind kind,
-              bool cudaGraph, Communicator *comm) {
+              bool cudaGraph, Communicator *comm,
+              const BindProgress &progress) {
   Expected<TensorStore> store = openWeightsFor(plan, weightsDir);
   if (!store)
     return store.status();
   std::unique_ptr<Session> s(new Session());
   s->plan_ = std::move(plan);
   s->store_ = store.take();
-  Expected<std::unique_ptr<Backend>> be =
-      bindBackend(s->plan_, s->store_, kind, cudaGraph, weightsDir, comm);
+  Expected<std::unique_ptr<Backend>> be = bindBackend(
+      s->plan_, s->store_, kind, cudaGraph, weightsDir, comm, progress);
   if (!be)
     return be.status();
   s->backend_ = be.take();

@@ -45,11 +45,11 @@ Expected<TensorStore> openWeightsFor(const PlanDoc &plan,
 /// `plan` bound to `store` on `kind` (`cudaGraph`: the CUDA backend builds
 /// its graph); errors say where (`weightsDir`, "on the GPU"). `comm`: the
 /// rank's end of its group, for a tensor-parallel plan (RankGroup.h).
-Expected<std::unique_ptr<Backend>> bindBackend(const PlanDoc &plan,
-                                               const TensorStore &store,
-                                               BackendKind kind, bool cudaGraph,
-                                               const std::string &weightsDir,
-                                               Communicator *comm = nullptr);
+/// `progress`: told as the weights are bound (BindProgress).
+Expected<std::unique_ptr<Backend>>
+bindBackend(const PlanDoc &plan, const TensorStore &store, BackendKind kind,
+            bool cudaGraph, const std::string &weightsDir,
+            Communicator *comm = nullptr, const BindProgress &progress = {});
 
 /// Called with each generated token as soon as it is chosen (index s =
 /// 0 .. maxNew-1).
@@ -185,10 +185,11 @@ public:
   /// per step (else it launches kernel by kernel).
   /// `comm`: the rank's communicator when `plan` is one rank of a
   /// tensor-parallel plan (runRanks in RankGroup.h opens those).
+  /// `progress`, when set, is told as the weights are bound (BindProgress).
   static Expected<std::unique_ptr<Session>>
   open(PlanDoc plan, const std::string &weightsDir,
        BackendKind kind = BackendKind::Cpu, bool cudaGraph = true,
-       Communicator *comm = nullptr);
+       Communicator *comm = nullptr, const BindProgress &progress = {});
 
   /// Decodes one sequence (see the file comment). Errors, before anything
   /// runs: those of checkPrompt(), a prefix that does not start the prompt,

@@ -195,6 +195,13 @@ uint64_t planWeightBytes(const PlanWeight &w) {
   return n * (w.format == "f32" ? 4 : 2);
 }
 
+uint64_t planWeightsBytes(const PlanDoc &plan) {
+  uint64_t total = 0;
+  for (const PlanWeight &w : plan.weights)
+    total += planWeightBytes(w);
+  return total;
+}
+
 size_t planDTypeSize(const std::string &dtype) {
   return elemTypeSize(planDTypeElem(dtype));
 }

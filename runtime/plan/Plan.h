@@ -226,6 +226,8 @@ ElemType planDTypeElem(const std::string &dtype);
 /// "vector" (a vector may be stored f32; the plan does not know), 4 for
 /// "f32", MXFP4 n/2 packed + n/32 scale bytes. Negative dimensions count 0.
 uint64_t planWeightBytes(const PlanWeight &w);
+/// planWeightBytes summed over the plan's weights.
+uint64_t planWeightsBytes(const PlanDoc &plan);
 /// Bytes per element of a buffer dtype / state kind (elemTypeSize of its
 /// element type); 0 when unknown.
 size_t planDTypeSize(const std::string &dtype);

@@ -45,6 +45,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -716,6 +717,26 @@ std::string summary(const Totals &t, const std::string &backend) {
   return s;
 }
 
+/// Lines on stderr while a long load binds the weights (a 98 GB checkpoint
+/// takes minutes to copy to a GPU): one every kLoadReportSeconds, the first
+/// after that long, none for a load that ends sooner.
+constexpr double kLoadReportSeconds = 5.0;
+k3::BindProgress loadProgress(std::chrono::steady_clock::time_point start) {
+  auto last = std::make_shared<double>(0.0);
+  return [start, last](uint64_t done, uint64_t total) {
+    const double t =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
+            .count();
+    if (t - *last < kLoadReportSeconds)
+      return;
+    *last = t;
+    std::fprintf(
+        stderr, "%s: loading the weights: %.1f of %.1f GB (%.0f%%) in %.0f s\n",
+        g_prog.c_str(), done / 1e9, total / 1e9,
+        total ? 100.0 * done / total : 100.0, t);
+  };
+}
+
 bool startsWith(const std::vector<int64_t> &ids,
                 const std::vector<int64_t> &prefix) {
   return prefix.size() <= ids.size() &&
@@ -935,8 +956,9 @@ int run(int argc, char **argv) {
     return runRanksCli(a, req, plan.take(), stopIds);
 
   const auto opened = std::chrono::steady_clock::now();
-  k3::Expected<std::unique_ptr<k3::Session>> session =
-      k3::Session::open(plan.take(), a.weights, req.kind, !a.noCudaGraph);
+  k3::Expected<std::unique_ptr<k3::Session>> session = k3::Session::open(
+      plan.take(), a.weights, req.kind, !a.noCudaGraph, nullptr,
+      a.quiet ? k3::BindProgress() : loadProgress(opened));
   if (!session)
     return runtimeError(session.message());
   const double loadSeconds =

@@ -199,8 +199,8 @@ std::string CudaBackend::name() const {
 }
 
 Expected<std::unique_ptr<CudaBackend>>
-CudaBackend::bind(const PlanDoc &plan, const TensorStore &store,
-                  bool useGraph, Communicator *comm) {
+CudaBackend::bind(const PlanDoc &plan, const TensorStore &store, bool useGraph,
+                  Communicator *comm, const BindProgress &progress) {
   K3_RETURN_IF_ERROR(validatePlan(plan));
   K3_RETURN_IF_ERROR(checkPlanCommunicator(plan, comm));
   // Host-staged collectives stop the stream: no graph, no chained steps.
@@ -496,6 +496,8 @@ CudaBackend::bind(const PlanDoc &plan, const TensorStore &store,
     }
     return Status::ok();
   };
+  const uint64_t totalBytes = planWeightsBytes(plan);
+  uint64_t doneBytes = 0;
   for (size_t i = 0; i < plan.weights.size(); ++i) {
     const PlanWeight &w = plan.weights[i];
     ResolvedWeight host;
@@ -533,6 +535,8 @@ CudaBackend::bind(const PlanDoc &plan, const TensorStore &store,
     // Made (synthetic) weights live in host memory only until copied: a
     // model larger than host memory passes through one weight at a time.
     store.releaseMade();
+    if (progress)
+      progress(doneBytes += planWeightBytes(w), totalBytes);
   }
 
   if (be->drawnBytes_ > 0)

@@ -81,9 +81,10 @@ public:
   /// ranks (exclusive()): a way to run a rank's kernels, at its split
   /// shapes, on a GPU, not a fast one (collectives on the device, NCCL, one
   /// GPU per rank, are not built yet).
+  /// `progress`, when set, is told after each weight is on the device.
   static Expected<std::unique_ptr<CudaBackend>>
   bind(const PlanDoc &plan, const TensorStore &store, bool useGraph = true,
-       Communicator *comm = nullptr);
+       Communicator *comm = nullptr, const BindProgress &progress = {});
 
   Status resetState() override;
   Status step(int64_t token, int64_t pos) override;

@@ -357,6 +357,32 @@ TEST(SessionTest, StoredDtypesOfSmallWeights) {
   }
 }
 
+/// The load's progress: one report per plan weight, the bytes bound so far
+/// growing to the plan's weight bytes, the total always the same.
+TEST(SessionTest, BindProgressCountsEveryWeight) {
+  K3C_SKIP_WITHOUT_COMPILER();
+  for (const char *preset : {"tiny", "tiny-linear"}) {
+    ModelDir &m = model(preset);
+    Expected<PlanDoc> plan = planFor(m, "default");
+    ASSERT_TRUE(plan.hasValue()) << plan.message();
+    std::vector<std::pair<uint64_t, uint64_t>> told;
+    Expected<std::unique_ptr<Session>> s = Session::open(
+        *plan, m.dir.path(), BackendKind::Cpu, true, nullptr,
+        [&](uint64_t done, uint64_t total) { told.emplace_back(done, total); });
+    ASSERT_TRUE(s.hasValue()) << s.message();
+    ASSERT_EQ(told.size(), plan->weights.size()) << preset;
+    const uint64_t total = planWeightsBytes(*plan);
+    EXPECT_GT(total, 1000000u) << preset;
+    uint64_t before = 0;
+    for (const auto &[done, all] : told) {
+      EXPECT_EQ(all, total);
+      EXPECT_GT(done, before);
+      before = done;
+    }
+    EXPECT_EQ(told.back().first, total) << preset;
+  }
+}
+
 TEST(SessionTest, RequestErrors) {
   K3C_SKIP_WITHOUT_COMPILER();
   std::unique_ptr<Session> s = openSession("tiny");
