@@ -19,6 +19,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "runtime/exec/Profile.h"
+#include "runtime/exec/cuda/CudaBackend.h"
 #include "runtime/exec/cuda/CudaDriver.h"
 #include "runtime/exec/cuda/LaunchTrace.h"
 #include "runtime/model/Config.h"
@@ -341,8 +342,11 @@ k3::Status benchBatch(const Options &o, const ModelSpec &m, const PlanSpec &ps,
 /// (runtime/exec/cuda/LaunchTrace.h).
 template <typename StepFn>
 k3::Status printTimeline(const k3::PlanDoc &plan, const PlanSpec &ps,
-                         StepFn step) {
-  k3::Expected<std::vector<uint64_t>> keys = k3::moduleKeys(plan);
+                         const k3::Backend &be, StepFn step) {
+  const auto *cuda = dynamic_cast<const k3::CudaBackend *>(&be);
+  if (!cuda)
+    return k3::makeError("--timeline needs the CUDA backend");
+  k3::Expected<std::vector<uint64_t>> keys = k3::moduleKeys(plan, *cuda);
   if (!keys)
     return keys.status();
   constexpr int kReplays = 5;
@@ -461,7 +465,7 @@ k3::Status benchPlan(const Options &o, const ModelSpec &m, const PlanSpec &ps,
   }
 
   if (o.timeline && be.replaysGraph())
-    K3_RETURN_IF_ERROR(printTimeline(*plan, ps, [&]() {
+    K3_RETURN_IF_ERROR(printTimeline(*plan, ps, be, [&]() {
       return be.timeStep(token, pos, /*graph=*/true).status();
     }));
 

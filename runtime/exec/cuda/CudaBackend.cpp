@@ -57,8 +57,21 @@ double microsecondsSince(Clock::time_point t0) {
 
 /// Loaded PTX modules by text (a load JIT-compiles the PTX for the device,
 /// so each distinct text is loaded once per process).
+/// The module of PTX text `ptx`, loaded once into `own` (a backend's
+/// modules) or, without it, once per process (findCudaKernel and the
+/// kernel tests).
 Expected<cuda::CUmodule> moduleFor(cuda::Driver &driver, const std::string &ptx,
-                                   const std::string &what) {
+                                   const std::string &what, CudaModules *own) {
+  if (own) {
+    auto it = own->byPtx.find(ptx);
+    if (it != own->byPtx.end())
+      return it->second;
+    Expected<cuda::CUmodule> mod = driver.loadModule(ptx);
+    if (!mod)
+      return mod.status().withContext(what);
+    own->byPtx.emplace(ptx, *mod);
+    return *mod;
+  }
   // Sessions may be opened from several threads.
   static std::mutex mutex;
   static std::map<std::string, cuda::CUmodule> loaded;
@@ -127,16 +140,17 @@ const std::string *overridePtx(const std::string &kernel) {
 
 /// The module that defines `k3_<kernel>`: from K3C_PTX_DIR (overridePtx),
 /// else from `ptx` when given (a plan's own PTX), else from the PTX built
-/// into this binary.
+/// into this binary; loaded into `own` when given (moduleFor).
 Expected<cuda::CUmodule> kernelModule(cuda::Driver &driver,
                                       const std::string &kernel,
-                                      const std::string *ptx) {
+                                      const std::string *ptx,
+                                      CudaModules *own = nullptr) {
   if (const std::string *dev = overridePtx(kernel))
     return moduleFor(driver, *dev,
-                     "K3C_PTX_DIR's PTX for kernel '" + kernel + "'");
+                     "K3C_PTX_DIR's PTX for kernel '" + kernel + "'", own);
   if (ptx)
-    return moduleFor(driver, *ptx,
-                     "the plan's PTX for kernel '" + kernel + "'");
+    return moduleFor(driver, *ptx, "the plan's PTX for kernel '" + kernel + "'",
+                     own);
   if (embeddedPtxModules().empty())
     return makeError("this build has no CUDA kernels (nvcc was not found "
                      "when it was configured) and the plan carries no PTX; "
@@ -146,17 +160,22 @@ Expected<cuda::CUmodule> kernelModule(cuda::Driver &driver,
     return makeError("kernel '", kernel,
                      "' has no CUDA implementation in this build");
   return moduleFor(driver, std::string(m->ptx, m->size),
-                   std::string("PTX module '") + m->name + "'");
+                   std::string("PTX module '") + m->name + "'", own);
 }
 
-/// `k3_<kernel>` of kernelModule.
+/// `k3_<kernel>` of kernelModule; with `own`, the kernel's module is
+/// recorded there too.
 Expected<cuda::CUfunction> kernelFunction(cuda::Driver &driver,
                                           const std::string &kernel,
-                                          const std::string *ptx) {
-  Expected<cuda::CUmodule> mod = kernelModule(driver, kernel, ptx);
+                                          const std::string *ptx,
+                                          CudaModules *own = nullptr) {
+  Expected<cuda::CUmodule> mod = kernelModule(driver, kernel, ptx, own);
   if (!mod)
     return mod.status();
-  return driver.function(*mod, "k3_" + kernel);
+  Expected<cuda::CUfunction> f = driver.function(*mod, "k3_" + kernel);
+  if (f && own)
+    own->byKernel.emplace(kernel, *mod);
+  return f;
 }
 
 } // namespace
@@ -192,6 +211,17 @@ CudaBackend::~CudaBackend() {
   for (cuda::CUevent e : launchEvents_)
     driver_->destroy(e);
   driver_->destroy(stream_);
+  for (const auto &[ptx, m] : modules_.byPtx)
+    driver_->unloadModule(m);
+}
+
+Expected<std::pair<cuda::CUdeviceptr, size_t>>
+CudaBackend::moduleGlobal(const std::string &kernel,
+                          const std::string &variable) const {
+  auto it = modules_.byKernel.find(kernel);
+  if (it == modules_.byKernel.end())
+    return makeError("kernel '", kernel, "' is not one this backend loaded");
+  return driver_->global(it->second, variable);
 }
 
 std::string CudaBackend::name() const {
@@ -236,7 +266,7 @@ CudaBackend::bind(const PlanDoc &plan, const TensorStore &store, bool useGraph,
       known = byKernel.emplace(l.kernel, nullptr).first;
     } else if (known == byKernel.end()) {
       Expected<cuda::CUfunction> f =
-          kernelFunction(d, l.kernel, plan.ptxFor(l.kernel));
+          kernelFunction(d, l.kernel, plan.ptxFor(l.kernel), &be->modules_);
       if (!f)
         return f.status().withContext("launch " + std::to_string(i));
       known = byKernel.emplace(l.kernel, *f).first;
@@ -301,7 +331,7 @@ CudaBackend::bind(const PlanDoc &plan, const TensorStore &store, bool useGraph,
       auto known = rowsForms.find(k);
       if (known == rowsForms.end()) {
         Expected<cuda::CUfunction> f =
-            kernelFunction(d, k + "_rows", plan.ptxFor(k));
+            kernelFunction(d, k + "_rows", plan.ptxFor(k), &be->modules_);
         Expected<int64_t> smem =
             f ? d.allowDynamicShared(*f) : Expected<int64_t>(f.status());
         if (f && smem)
@@ -318,7 +348,7 @@ CudaBackend::bind(const PlanDoc &plan, const TensorStore &store, bool useGraph,
       auto known = mmaForms.find(k);
       if (known == mmaForms.end()) {
         Expected<cuda::CUfunction> f =
-            kernelFunction(d, k + "_rows_mma", plan.ptxFor(k));
+            kernelFunction(d, k + "_rows_mma", plan.ptxFor(k), &be->modules_);
         Expected<int64_t> smem =
             f ? d.allowDynamicShared(*f) : Expected<int64_t>(f.status());
         known =
@@ -333,8 +363,8 @@ CudaBackend::bind(const PlanDoc &plan, const TensorStore &store, bool useGraph,
     // The tensor-core forms' pre-norm, from the same module.
     cuda::CUfunction preNorm = nullptr;
     if (mma) {
-      Expected<cuda::CUfunction> f =
-          kernelFunction(d, kCudaMmaPreNormKernel, plan.ptxFor(k));
+      Expected<cuda::CUfunction> f = kernelFunction(
+          d, kCudaMmaPreNormKernel, plan.ptxFor(k), &be->modules_);
       if (f)
         preNorm = *f;
     }
@@ -342,7 +372,7 @@ CudaBackend::bind(const PlanDoc &plan, const TensorStore &store, bool useGraph,
     cuda::CUfunction run = nullptr;
     if (form.first && hasRunForm(k) && plan.launches[i].cluster[0] > 1) {
       Expected<cuda::CUfunction> f =
-          kernelFunction(d, k + "_run", plan.ptxFor(k));
+          kernelFunction(d, k + "_run", plan.ptxFor(k), &be->modules_);
       if (f)
         run = *f;
     }
@@ -352,7 +382,7 @@ CudaBackend::bind(const PlanDoc &plan, const TensorStore &store, bool useGraph,
     const bool mlaChunk = form.first && hasRowsAnySlotForm(k) && useMlaChunk;
     if ((kdaChunk || mlaChunk) && hasChunkForm(k)) {
       Expected<cuda::CUfunction> f =
-          kernelFunction(d, k + "_chunk", plan.ptxFor(k));
+          kernelFunction(d, k + "_chunk", plan.ptxFor(k), &be->modules_);
       Expected<int64_t> smem =
           f ? d.allowDynamicShared(*f) : Expected<int64_t>(f.status());
       if (f && smem && *smem >= chunkFormSmemBytes(k))
@@ -368,8 +398,8 @@ CudaBackend::bind(const PlanDoc &plan, const TensorStore &store, bool useGraph,
         std::array<cuda::CUfunction, 5> fns{};
         bool all = true;
         for (int f = 0; f < 5 && all; ++f) {
-          Expected<cuda::CUfunction> fn =
-              kernelFunction(d, kCudaMoeChunkKernels[f], plan.ptxFor(k));
+          Expected<cuda::CUfunction> fn = kernelFunction(
+              d, kCudaMoeChunkKernels[f], plan.ptxFor(k), &be->modules_);
           all = fn.hasValue();
           if (all)
             fns[f] = *fn;
@@ -428,7 +458,7 @@ CudaBackend::bind(const PlanDoc &plan, const TensorStore &store, bool useGraph,
   if (!(onHostEnv && std::string(onHostEnv) == "1")) {
     // A build or a K3C_PTX_DIR without the kernel makes them on the host.
     Expected<cuda::CUfunction> f =
-        kernelFunction(d, kSyntheticNormalKernel, nullptr);
+        kernelFunction(d, kSyntheticNormalKernel, nullptr, &be->modules_);
     drawFn = f ? *f : nullptr;
   }
   const TensorStore drawing = drawFn ? store.deferringDrawn() : store;
@@ -1121,18 +1151,6 @@ void CudaBackend::bindRowToSlot(Row &r, int64_t slot) {
   r.slot = slot;
 }
 
-template <typename Launch> Status CudaBackend::exclusive(const Launch &launch) {
-  if (!comm_)
-    return launch();
-  // The kernels keep scratch and arrival counters in module globals (one
-  // copy per context), so two backends' kernels must never overlap: a rank
-  // runs each launch alone and waits for it.
-  static std::mutex oneKernelAtATime;
-  std::lock_guard<std::mutex> lock(oneKernelAtATime);
-  K3_RETURN_IF_ERROR(launch());
-  return driver_->synchronize(stream_);
-}
-
 Status CudaBackend::stepSlots(const std::vector<SlotStep> &rows) {
   std::vector<double> *const timed = launchTimes_;
   if (slots_ == 1 && rows.size() == 1 && !timed)
@@ -1186,14 +1204,12 @@ Status CudaBackend::stepSlots(const std::vector<SlotStep> &rows) {
     const Grid &g = grids_[l];
     const bool alone = tailAlone && l >= logitsTail_;
     bool together = false;
-    if (!alone)
-      K3_RETURN_IF_ERROR(exclusive([&]() -> Status {
-        Expected<bool> t = launchRows(l, rows, distinctSlots);
-        if (!t)
-          return t.status();
-        together = *t;
-        return Status::ok();
-      }));
+    if (!alone) {
+      Expected<bool> t = launchRows(l, rows, distinctSlots);
+      if (!t)
+        return t.status();
+      together = *t;
+    }
     if (together)
       continue;
     for (size_t i = 0; i < rows.size(); ++i) {
@@ -1206,11 +1222,9 @@ Status CudaBackend::stepSlots(const std::vector<SlotStep> &rows) {
             "step row " + std::to_string(i)));
         continue;
       }
-      Status st = exclusive([&] {
-        return driver_->launch(functions_[l], g.grid, g.block, g.smem, stream_,
-                               bl.params->data(),
-                               /*programmatic=*/true, g.cluster);
-      });
+      Status st =
+          driver_->launch(functions_[l], g.grid, g.block, g.smem, stream_,
+                          bl.params->data(), /*programmatic=*/true, g.cluster);
       if (!st)
         return st.withContext("launch " + std::to_string(l) + " (" +
                               bl.kernel->name + ") of step row " +
@@ -1334,11 +1348,9 @@ Status CudaBackend::launchBound(size_t index) {
   if (l.kernel->collective)
     return runCollective(index, l);
   const Grid &g = grids_[index];
-  Status st = exclusive([&] {
-    return driver_->launch(functions_[index], g.grid, g.block, g.smem, stream_,
-                           l.params->data(),
-                           /*programmatic=*/true, g.cluster);
-  });
+  Status st =
+      driver_->launch(functions_[index], g.grid, g.block, g.smem, stream_,
+                      l.params->data(), /*programmatic=*/true, g.cluster);
   if (!st)
     return st.withContext("launch " + std::to_string(index) + " (" +
                           l.kernel->name + ")");

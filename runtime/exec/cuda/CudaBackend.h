@@ -44,8 +44,8 @@
 namespace k3 {
 
 /// The CUDA entry point `k3_<kernel>` of the embedded PTX (modules load once
-/// per process). Errors: no GPU or driver, no CUDA kernels in this build, no
-/// such entry point.
+/// per process, apart from every CudaBackend's own: CudaModules). Errors: no
+/// GPU or driver, no CUDA kernels in this build, no such entry point.
 /// K3C_PTX_DIR (a developer override, see CudaBackend.cpp) comes first.
 Expected<cuda::CUfunction> findCudaKernel(const std::string &kernel);
 
@@ -59,6 +59,16 @@ Expected<double> measureDeviceCopyGBps(uint64_t bytes = 0);
 /// build of its family).
 Expected<std::pair<cuda::CUdeviceptr, size_t>>
 findCudaGlobal(const std::string &kernel, const std::string &variable);
+
+/// The PTX modules one CUDA backend loaded: by PTX text, and each kernel's.
+/// Every backend loads its own, so each has its own copy of the kernels'
+/// module-scope scratch (arrival counters, partials, the MoE work queues:
+/// docs/KERNELS.md "Module-level scratch"), and two backends of one process
+/// may run steps at the same time.
+struct CudaModules {
+  std::map<std::string, cuda::CUmodule> byPtx;
+  std::map<std::string, cuda::CUmodule> byKernel;
+};
 
 class CudaBackend final : public Backend {
 public:
@@ -77,10 +87,10 @@ public:
   /// rank's input is copied to the host, `comm` combines the ranks' inputs
   /// there (RankGroup: ranks as threads, which may share one GPU), and the
   /// result is copied back. Such a plan runs launch by launch (no graph, no
-  /// chained greedy steps), one kernel at a time across the process's
-  /// ranks (exclusive()): a way to run a rank's kernels, at its split
-  /// shapes, on a GPU, not a fast one (collectives on the device, NCCL, one
-  /// GPU per rank, are not built yet).
+  /// chained greedy steps), the ranks' kernels side by side (each backend
+  /// has its own modules, CudaModules): a way to run a rank's kernels, at
+  /// its split shapes, on a GPU, not a fast one (collectives on the device,
+  /// NCCL, one GPU per rank, are not built yet).
   /// `progress`, when set, is told after each weight is on the device.
   static Expected<std::unique_ptr<CudaBackend>>
   bind(const PlanDoc &plan, const TensorStore &store, bool useGraph = true,
@@ -157,6 +167,11 @@ public:
   /// Weight bytes that bind drew on the device (synthetic weights,
   /// kernels/synthetic) instead of copying them from the host.
   uint64_t drawnBytes() const { return drawnBytes_; }
+  /// The address and size of `variable` in the module of `k3_<kernel>` as
+  /// this backend loaded it (a traced build's buffers, LaunchTrace.h).
+  /// Errors: a kernel the plan does not launch, no such variable.
+  Expected<std::pair<cuda::CUdeviceptr, size_t>>
+  moduleGlobal(const std::string &kernel, const std::string &variable) const;
 
 private:
   CudaBackend() = default;
@@ -167,12 +182,6 @@ private:
   Status launchDirect(size_t index, int64_t token, int64_t pos);
   /// Launches `index` on the stream with its params as they are bound.
   Status launchBound(size_t index);
-  /// Queues `launch()` (a Status-returning callable); in a tensor-parallel
-  /// rank (comm_ set) under a process-wide lock and waited for, so that no
-  /// other rank's kernel runs beside it (the kernels' module-global scratch
-  /// is shared by every backend of the process). A template, not a
-  /// std::function: it wraps every launch of the launch-by-launch paths.
-  template <typename Launch> Status exclusive(const Launch &launch);
   /// Runs collective launch `index` whose bound params are `l`'s (bind's
   /// comment: host-staged through comm_).
   Status runCollective(size_t index, const BoundLaunch &l);
@@ -309,6 +318,7 @@ private:
   };
   std::vector<Grid> grids_;
   std::vector<cuda::CUfunction> functions_;
+  CudaModules modules_; ///< unloaded by the destructor
   cuda::CUgraph graph_ = nullptr;
   cuda::CUgraphExec graphExec_ = nullptr;
   std::vector<cuda::CUgraphNode> nodes_; ///< per launch, with a graph

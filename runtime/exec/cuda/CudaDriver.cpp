@@ -124,6 +124,7 @@ struct Driver::Api {
                                void **);
   CUresult (*moduleGetFunction)(CUfunction *, CUmodule, const char *);
   CUresult (*moduleGetGlobal)(CUdeviceptr *, size_t *, CUmodule, const char *);
+  CUresult (*moduleUnload)(CUmodule);
   CUresult (*funcSetAttribute)(CUfunction, int, int);
   CUresult (*funcGetAttribute)(int *, int, CUfunction);
   CUresult (*launchKernel)(CUfunction, unsigned, unsigned, unsigned, unsigned,
@@ -203,6 +204,7 @@ Expected<Driver *> Driver::get() {
         {(void **)&a.moduleLoadDataEx, "cuModuleLoadDataEx"},
         {(void **)&a.moduleGetFunction, "cuModuleGetFunction"},
         {(void **)&a.moduleGetGlobal, "cuModuleGetGlobal_v2"},
+        {(void **)&a.moduleUnload, "cuModuleUnload"},
         {(void **)&a.funcSetAttribute, "cuFuncSetAttribute"},
         {(void **)&a.funcGetAttribute, "cuFuncGetAttribute"},
         {(void **)&a.launchKernel, "cuLaunchKernel"},
@@ -302,50 +304,63 @@ Expected<Driver *> Driver::get() {
   return driver;
 }
 
+Driver::Api &Driver::api() const {
+  // The primary context is current on the thread that called get(); a
+  // backend bound on one thread may be stepped on another (a server's
+  // worker, a test's), so each thread makes it current before its first
+  // call. (Ignoring a failure here: the call then fails, named.)
+  thread_local CUcontext current = nullptr;
+  if (current != context_) {
+    if (api_->ctxSetCurrent(context_) == 0)
+      current = context_;
+  }
+  return *api_;
+}
+
 Expected<CUdeviceptr> Driver::alloc(size_t bytes) {
   CUdeviceptr p = 0;
-  K3_RETURN_IF_ERROR(check(api_->memAlloc(&p, bytes ? bytes : 1), "cuMemAlloc")
+  K3_RETURN_IF_ERROR(check(api().memAlloc(&p, bytes ? bytes : 1), "cuMemAlloc")
                          .withContext(std::to_string(bytes) + " bytes"));
   return p;
 }
 
 void Driver::free(CUdeviceptr p) {
   if (p)
-    api_->memFree(p);
+    api().memFree(p);
 }
 
 Status Driver::copyToDevice(CUdeviceptr dst, const void *src, size_t bytes) {
-  return bytes ? check(api_->memcpyHtoD(dst, src, bytes), "cuMemcpyHtoD")
+  return bytes ? check(api().memcpyHtoD(dst, src, bytes), "cuMemcpyHtoD")
                : Status::ok();
 }
 
 Status Driver::copyToHost(void *dst, CUdeviceptr src, size_t bytes) {
-  return bytes ? check(api_->memcpyDtoH(dst, src, bytes), "cuMemcpyDtoH")
+  return bytes ? check(api().memcpyDtoH(dst, src, bytes), "cuMemcpyDtoH")
                : Status::ok();
 }
 
 Status Driver::copyToDeviceAsync(CUdeviceptr dst, const void *src, size_t bytes,
                                  CUstream stream) {
-  return bytes ? check(api_->memcpyHtoDAsync(dst, src, bytes, stream),
+  return bytes ? check(api().memcpyHtoDAsync(dst, src, bytes, stream),
                        "cuMemcpyHtoDAsync")
                : Status::ok();
 }
 
 Status Driver::copyToHostAsync(void *dst, CUdeviceptr src, size_t bytes,
                                CUstream stream) {
-  return bytes ? check(api_->memcpyDtoHAsync(dst, src, bytes, stream),
+  return bytes ? check(api().memcpyDtoHAsync(dst, src, bytes, stream),
                        "cuMemcpyDtoHAsync")
                : Status::ok();
 }
 
 Status Driver::memset8(CUdeviceptr dst, uint8_t value, size_t bytes) {
-  return bytes ? check(api_->memsetD8(dst, value, bytes), "cuMemsetD8")
+  return bytes ? check(api().memsetD8(dst, value, bytes), "cuMemsetD8")
                : Status::ok();
 }
 
 Status Driver::copyDeviceAsync(CUdeviceptr dst, CUdeviceptr src, size_t bytes,
                                CUstream stream) {
-  return bytes ? check(api_->memcpyDtoDAsync(dst, src, bytes, stream),
+  return bytes ? check(api().memcpyDtoDAsync(dst, src, bytes, stream),
                        "cuMemcpyDtoDAsync")
                : Status::ok();
 }
@@ -355,11 +370,16 @@ Expected<CUmodule> Driver::loadModule(const std::string &ptx) {
   int options[] = {kJitErrorLogBuffer, kJitErrorLogBufferSize};
   void *values[] = {log.data(), reinterpret_cast<void *>(log.size() - 1)};
   CUmodule m = nullptr;
-  int r = api_->moduleLoadDataEx(&m, ptx.c_str(), 2, options, values);
+  int r = api().moduleLoadDataEx(&m, ptx.c_str(), 2, options, values);
   if (r != 0)
     return check(r, "cuModuleLoadDataEx")
         .withContext(std::string("PTX JIT log: ") + log.data());
   return m;
+}
+
+void Driver::unloadModule(CUmodule module) {
+  if (module)
+    (void)api().moduleUnload(module);
 }
 
 Expected<std::pair<CUdeviceptr, size_t>>
@@ -367,7 +387,7 @@ Driver::global(CUmodule module, const std::string &name) {
   CUdeviceptr p = 0;
   size_t bytes = 0;
   K3_RETURN_IF_ERROR(
-      check(api_->moduleGetGlobal(&p, &bytes, module, name.c_str()),
+      check(api().moduleGetGlobal(&p, &bytes, module, name.c_str()),
             "cuModuleGetGlobal")
           .withContext("module variable '" + name + "'"));
   return std::make_pair(p, bytes);
@@ -376,7 +396,7 @@ Driver::global(CUmodule module, const std::string &name) {
 Expected<CUfunction> Driver::function(CUmodule module,
                                       const std::string &name) {
   CUfunction f = nullptr;
-  K3_RETURN_IF_ERROR(check(api_->moduleGetFunction(&f, module, name.c_str()),
+  K3_RETURN_IF_ERROR(check(api().moduleGetFunction(&f, module, name.c_str()),
                            "cuModuleGetFunction")
                          .withContext("kernel '" + name + "'"));
   return f;
@@ -385,11 +405,11 @@ Expected<CUfunction> Driver::function(CUmodule module,
 Expected<int64_t> Driver::allowDynamicShared(CUfunction f) {
   int staticBytes = 0;
   K3_RETURN_IF_ERROR(
-      check(api_->funcGetAttribute(&staticBytes, kFuncAttrStaticShared, f),
+      check(api().funcGetAttribute(&staticBytes, kFuncAttrStaticShared, f),
             "cuFuncGetAttribute"));
   const int most = maxSmemOptin_ - staticBytes;
   K3_RETURN_IF_ERROR(
-      check(api_->funcSetAttribute(f, kFuncAttrMaxDynamicShared, most),
+      check(api().funcSetAttribute(f, kFuncAttrMaxDynamicShared, most),
             "cuFuncSetAttribute"));
   return static_cast<int64_t>(most);
 }
@@ -400,7 +420,7 @@ Status Driver::launch(CUfunction f, const int64_t grid[3],
   void *args[] = {params};
   const bool pdl = programmatic && hasPdl_, cl = clustered(cluster);
   if (pdl || cl) {
-    if (!api_->launchKernelEx)
+    if (!api().launchKernelEx)
       return makeError("a launch in clusters of ", cluster[0], " x ",
                        cluster[1], " x ", cluster[2],
                        " blocks needs cuLaunchKernelEx, which the CUDA "
@@ -425,11 +445,11 @@ Status Driver::launch(CUfunction f, const int64_t grid[3],
     c.stream = stream;
     c.attrs = attrs;
     c.numAttrs = n;
-    return check(api_->launchKernelEx(&c, f, args, nullptr),
+    return check(api().launchKernelEx(&c, f, args, nullptr),
                  "cuLaunchKernelEx");
   }
   return check(
-      api_->launchKernel(
+      api().launchKernel(
           f, static_cast<unsigned>(grid[0]), static_cast<unsigned>(grid[1]),
           static_cast<unsigned>(grid[2]), static_cast<unsigned>(block[0]),
           static_cast<unsigned>(block[1]), static_cast<unsigned>(block[2]),
@@ -439,7 +459,7 @@ Status Driver::launch(CUfunction f, const int64_t grid[3],
 
 Expected<CUgraph> Driver::createGraph() {
   CUgraph g = nullptr;
-  K3_RETURN_IF_ERROR(check(api_->graphCreate(&g, 0), "cuGraphCreate"));
+  K3_RETURN_IF_ERROR(check(api().graphCreate(&g, 0), "cuGraphCreate"));
   return g;
 }
 
@@ -454,7 +474,7 @@ Expected<CUgraphNode> Driver::addKernelNode(CUgraph graph, CUgraphNode after,
   CUgraphNode node = nullptr;
   const bool pdlEdge = programmatic && hasPdl_ && after;
   K3_RETURN_IF_ERROR(
-      check(api_->graphAddKernelNode(&node, graph,
+      check(api().graphAddKernelNode(&node, graph,
                                      after && !pdlEdge ? &after : nullptr,
                                      after && !pdlEdge ? 1 : 0, &p),
             "cuGraphAddKernelNode"));
@@ -463,17 +483,17 @@ Expected<CUgraphNode> Driver::addKernelNode(CUgraph graph, CUgraphNode after,
     edge.fromPort = kGraphKernelPortProgrammatic;
     edge.type = kGraphDependencyProgrammatic;
     K3_RETURN_IF_ERROR(
-        check(api_->graphAddDependencies(graph, &after, &node, &edge, 1),
+        check(api().graphAddDependencies(graph, &after, &node, &edge, 1),
               "cuGraphAddDependencies (programmatic edge)"));
   }
   if (clustered(cluster)) {
-    if (!api_->graphKernelNodeSetAttribute)
+    if (!api().graphKernelNodeSetAttribute)
       return makeError("a graph node in clusters of blocks needs "
                        "cuGraphKernelNodeSetAttribute, which the CUDA driver "
                        "lacks (CUDA 12.0+)");
     const LaunchAttribute a = clusterAttribute(cluster);
     K3_RETURN_IF_ERROR(
-        check(api_->graphKernelNodeSetAttribute(node, a.id, &a.value),
+        check(api().graphKernelNodeSetAttribute(node, a.id, &a.value),
               "cuGraphKernelNodeSetAttribute (cluster dimension)"));
   }
   return node;
@@ -482,7 +502,7 @@ Expected<CUgraphNode> Driver::addKernelNode(CUgraph graph, CUgraphNode after,
 Expected<CUgraphExec> Driver::instantiate(CUgraph graph) {
   CUgraphExec e = nullptr;
   K3_RETURN_IF_ERROR(
-      check(api_->graphInstantiate(&e, graph, 0), "cuGraphInstantiate"));
+      check(api().graphInstantiate(&e, graph, 0), "cuGraphInstantiate"));
   return e;
 }
 
@@ -492,58 +512,58 @@ Status Driver::setKernelNodeParams(CUgraphExec exec, CUgraphNode node,
                                    void *params) {
   void *args[] = {params};
   KernelNodeParams p = nodeParams(f, grid, block, smem, args);
-  return check(api_->graphExecKernelNodeSetParams(exec, node, &p),
+  return check(api().graphExecKernelNodeSetParams(exec, node, &p),
                "cuGraphExecKernelNodeSetParams");
 }
 
 Status Driver::launchGraph(CUgraphExec exec, CUstream stream) {
-  return check(api_->graphLaunch(exec, stream), "cuGraphLaunch");
+  return check(api().graphLaunch(exec, stream), "cuGraphLaunch");
 }
 
 void Driver::destroy(CUstream s) {
   if (s)
-    api_->streamDestroy(s);
+    api().streamDestroy(s);
 }
 void Driver::destroy(CUevent e) {
   if (e)
-    api_->eventDestroy(e);
+    api().eventDestroy(e);
 }
 void Driver::destroy(CUgraph g) {
   if (g && hasGraphs_)
-    api_->graphDestroy(g);
+    api().graphDestroy(g);
 }
 void Driver::destroy(CUgraphExec e) {
   if (e && hasGraphs_)
-    api_->graphExecDestroy(e);
+    api().graphExecDestroy(e);
 }
 
 Expected<CUstream> Driver::createStream() {
   CUstream s = nullptr;
   K3_RETURN_IF_ERROR(
-      check(api_->streamCreate(&s, kStreamNonBlocking), "cuStreamCreate"));
+      check(api().streamCreate(&s, kStreamNonBlocking), "cuStreamCreate"));
   return s;
 }
 
 Status Driver::synchronize(CUstream stream) {
-  return check(api_->streamSynchronize(stream), "cuStreamSynchronize");
+  return check(api().streamSynchronize(stream), "cuStreamSynchronize");
 }
 
 Expected<CUevent> Driver::createEvent() {
   CUevent e = nullptr;
   K3_RETURN_IF_ERROR(
-      check(api_->eventCreate(&e, kEventDefault), "cuEventCreate"));
+      check(api().eventCreate(&e, kEventDefault), "cuEventCreate"));
   return e;
 }
 
 Status Driver::record(CUevent e, CUstream stream) {
-  return check(api_->eventRecord(e, stream), "cuEventRecord");
+  return check(api().eventRecord(e, stream), "cuEventRecord");
 }
 
 Expected<float> Driver::elapsedMs(CUevent start, CUevent end) {
-  K3_RETURN_IF_ERROR(check(api_->eventSynchronize(end), "cuEventSynchronize"));
+  K3_RETURN_IF_ERROR(check(api().eventSynchronize(end), "cuEventSynchronize"));
   float ms = 0;
   K3_RETURN_IF_ERROR(
-      check(api_->eventElapsedTime(&ms, start, end), "cuEventElapsedTime"));
+      check(api().eventElapsedTime(&ms, start, end), "cuEventElapsedTime"));
   return ms;
 }
 

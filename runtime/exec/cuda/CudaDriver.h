@@ -70,6 +70,9 @@ public:
   /// error carries the JIT log.
   Expected<CUmodule> loadModule(const std::string &ptx);
   Expected<CUfunction> function(CUmodule module, const std::string &name);
+  /// Unloads a module loadModule returned (its functions and variables go
+  /// with it; null: no-op).
+  void unloadModule(CUmodule module);
   /// Lets launches of `f` ask for as much dynamic shared memory as the
   /// device allows a block beside `f`'s static shared memory (beyond the
   /// default 48 KiB), and returns that many bytes.
@@ -130,6 +133,9 @@ public:
 private:
   Driver() = default;
   Status check(int result, const char *call) const;
+  /// The entry points, with the context made current on the calling thread
+  /// first (once per thread).
+  Api &api() const;
 
   std::unique_ptr<Api> api_;
   CUcontext context_ = nullptr;

@@ -32,14 +32,15 @@ std::map<uint64_t, TraceBuffer> &buffers() {
 
 } // namespace
 
-Expected<std::vector<uint64_t>> moduleKeys(const PlanDoc &plan) {
+Expected<std::vector<uint64_t>> moduleKeys(const PlanDoc &plan,
+                                           const CudaBackend &backend) {
   std::map<std::string, uint64_t> byKernel;
   std::vector<uint64_t> keys;
   for (const PlanLaunch &l : plan.launches) {
     auto it = byKernel.find(l.kernel);
     if (it == byKernel.end()) {
-      auto count = findCudaGlobal(l.kernel, "gTraceCount");
-      auto events = findCudaGlobal(l.kernel, "gTrace");
+      auto count = backend.moduleGlobal(l.kernel, "gTraceCount");
+      auto events = backend.moduleGlobal(l.kernel, "gTrace");
       if (!count || !events)
         return makeError("kernel ", l.kernel,
                          ": its module has no launch trace (build every "

@@ -24,6 +24,8 @@
 
 namespace k3 {
 
+class CudaBackend;
+
 /// One launch of a traced step.
 struct LaunchMark {
   uint64_t module = 0;  ///< which module recorded it (a key, moduleKeys)
@@ -32,10 +34,12 @@ struct LaunchMark {
   uint64_t passed = 0;  ///< ns: and past it
 };
 
-/// The module key of each launch of `plan` (its kernel's module: families
-/// share one). Errors: no GPU, a kernel without CUDA code, or a module
-/// without the trace buffer (not a -DK3C_LAUNCH_TRACE build), named.
-Expected<std::vector<uint64_t>> moduleKeys(const PlanDoc &plan);
+/// The module key of each launch of `plan` as `backend` (bound to it) loaded
+/// the kernels (its kernel's module: families share one; every backend has
+/// its own). Errors: a kernel the backend did not load, or a module without
+/// the trace buffer (not a -DK3C_LAUNCH_TRACE build), named.
+Expected<std::vector<uint64_t>> moduleKeys(const PlanDoc &plan,
+                                           const CudaBackend &backend);
 
 /// Zeroes the trace buffers of the modules `keys` names.
 Status resetLaunchTrace(const std::vector<uint64_t> &keys);

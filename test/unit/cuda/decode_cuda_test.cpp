@@ -31,6 +31,7 @@
 #include "test/reference/TeacherForced.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -38,6 +39,7 @@
 #include <map>
 #include <optional>
 #include <set>
+#include <thread>
 #include <unistd.h>
 
 namespace {
@@ -399,6 +401,67 @@ TEST_P(DecodeCuda, SyntheticWeightsDecodeAsTheFiles) {
     EXPECT_GT(made.drawnBytes, 0u) << "no synthetic weight drawn on the GPU";
     EXPECT_EQ(made.tokens, files.tokens) << (graph ? "graph" : "no graph");
     EXPECT_EQ(made.logits, files.logits) << (graph ? "graph" : "no graph");
+  }
+}
+
+/// Two CUDA backends of one process step at the same time: each loads its
+/// own PTX modules (CudaModules), so the kernels' module-scope scratch —
+/// kda_decode's and mla_attend's arrival counters and partials, the
+/// argmax's, the MoE work queues — is its own. Two sessions of the plan, each
+/// decoding its own prompt greedily on its own thread, started together,
+/// give the tokens and logit bits each gives alone, with and without a
+/// graph, three times over. (With one module per process the two sequences'
+/// counters and partials mixed: NaN logits after a few steps, found with two
+/// tensor-parallel ranks on the H200 in the thirteenth session.) On plain
+/// random models, where any mixed value changes what follows.
+TEST_P(DecodeCuda, TwoBackendsStepAtOnceAsAlone) {
+  K3_REQUIRE_PLANS();
+  auto [preset, fusion] = GetParam();
+  const std::string path = planPath(GetParam());
+  ASSERT_TRUE(std::filesystem::exists(path)) << path;
+  const std::string &dir =
+      modelDir(preset, k3::StoredDtypes::Simple, k3::Structure::Random);
+  const std::vector<int64_t> prompts[2] = {kPrompt, {7, 3, 250, 11, 96}};
+  for (bool graph : {true, false}) {
+    std::unique_ptr<k3::Session> sessions[2];
+    for (auto &s : sessions) {
+      auto plan = k3::readPlanFile(path);
+      ASSERT_TRUE(plan.hasValue()) << plan.message();
+      auto opened =
+          k3::Session::open(plan.take(), dir, k3::BackendKind::Cuda, graph);
+      ASSERT_TRUE(opened.hasValue()) << opened.message();
+      s = opened.take();
+    }
+    k3::GenerateResult alone[2];
+    for (int i = 0; i < 2; ++i) {
+      auto got = sessions[i]->generate(prompts[i], kMaxNew, true);
+      ASSERT_TRUE(got.hasValue()) << got.message();
+      alone[i] = got.take();
+    }
+    for (int round = 0; round < 3; ++round) {
+      std::atomic<int> ready{0};
+      k3::Expected<k3::GenerateResult> together[2] = {k3::makeError("not run"),
+                                                      k3::makeError("not run")};
+      std::vector<std::thread> threads;
+      for (int i = 0; i < 2; ++i)
+        threads.emplace_back([&, i] {
+          ++ready;
+          while (ready.load() < 2) {
+          }
+          together[i] = sessions[i]->generate(prompts[i], kMaxNew, true);
+        });
+      for (std::thread &t : threads)
+        t.join();
+      for (int i = 0; i < 2; ++i) {
+        ASSERT_TRUE(together[i].hasValue()) << together[i].message();
+        EXPECT_EQ(together[i]->tokens, alone[i].tokens)
+            << "session " << i << ", round " << round
+            << (graph ? ", graph" : ", no graph");
+        EXPECT_EQ(together[i]->logits, alone[i].logits)
+            << "session " << i << ", round " << round
+            << (graph ? ", graph" : ", no graph");
+      }
+    }
   }
 }
 
