@@ -1,0 +1,288 @@
+//===- CudaBackendHost_test.cpp - The CUDA backend's host code, no GPU ----===//
+//
+// The CUDA backend over the fake driver (FakeCudaDriver.cpp, loaded through
+// K3C_CUDA_DRIVER) and stub PTX that declares every entry point the backend
+// may look up (K3C_PTX_DIR): no kernel runs, so no value is checked here
+// (cuda_test does that on a GPU); what is checked is the host code around
+// them, in CI and under the sanitizers: binding every tiny plan (the weights
+// drawn on the "device" too), steps one by one and as a graph, prompt
+// chunks and batches through the multi-row forms, sessions on other threads
+// and side by side, every allocation, module, stream, event and graph given
+// back when a session ends, and an allocation that fails anywhere in a bind
+// ending it with an error that names the call, leaking nothing.
+//
+//===----------------------------------------------------------------------===//
+#include "kernels/synthetic/SyntheticParams.h"
+#include "runtime/exec/Session.h"
+#include "runtime/exec/cuda/CudaBackend.h"
+#include "runtime/exec/cuda/RowsForms.h"
+#include "runtime/model/Presets.h"
+#include "runtime/plan/PlanKernels.h"
+
+#include "test/unit/CompiledPlan.h"
+#include "test/unit/TestUtil.h"
+
+#include <gtest/gtest.h>
+
+#include <dlfcn.h>
+
+#include <atomic>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+using namespace k3;
+
+namespace {
+
+/// FakeCudaDriver.cpp's counters (its Stats).
+struct FakeStats {
+  long long liveAllocs, liveBytes, liveModules, moduleLoads, launches,
+      graphLaunches, liveStreams, liveEvents, liveGraphs, liveExecs;
+};
+
+/// Every entry point the CUDA backend may look up, declared in one stub
+/// PTX text (the fake driver finds functions by ".entry k3_<name>(").
+std::string stubPtx() {
+  std::vector<std::string> names;
+  for (const KernelInfo &k : kernelTable())
+    names.push_back(k.name);
+  for (const char *k : kCudaRowsForms)
+    names.push_back(std::string(k) + "_rows");
+  for (const char *k : kCudaRowsArrayForms)
+    names.push_back(std::string(k) + "_rows");
+  for (const char *k : kCudaRunForms)
+    names.push_back(std::string(k) + "_run");
+  for (const char *k : kCudaChunkForms)
+    names.push_back(std::string(k) + "_chunk");
+  for (const char *k : kCudaMoeChunkKernels)
+    names.push_back(k);
+  for (const char *k : kCudaMmaRowsForms)
+    names.push_back(std::string(k) + "_rows_mma");
+  names.push_back(kCudaMmaPreNormKernel);
+  names.push_back(kSyntheticNormalKernel);
+  std::string ptx = "// k3c stub PTX for the fake driver\n";
+  for (const std::string &n : names)
+    ptx += ".visible .entry k3_" + n + "(\n)\n{\n}\n";
+  return ptx;
+}
+
+/// Before main: the fake driver and the stub PTX for every CUDA call of
+/// this process (the folder removed at exit).
+struct FakeDriverSetup {
+  std::filesystem::path dir = std::filesystem::temp_directory_path() /
+                              ("k3c-stub-ptx-" + std::to_string(::getpid()));
+  FakeDriverSetup() {
+    std::filesystem::create_directories(dir);
+    std::ofstream(dir / "stub.ptx") << stubPtx();
+    ::setenv("K3C_CUDA_DRIVER", K3C_FAKE_CUDA_DRIVER, 1);
+    ::setenv("K3C_PTX_DIR", dir.c_str(), 1);
+  }
+  ~FakeDriverSetup() {
+    std::error_code ec;
+    std::filesystem::remove_all(dir, ec);
+  }
+};
+const FakeDriverSetup kFakeDriver;
+
+FakeStats stats() {
+  static void (*fn)(FakeStats *) = [] {
+    void *lib = ::dlopen(K3C_FAKE_CUDA_DRIVER, RTLD_NOW | RTLD_LOCAL);
+    return lib ? reinterpret_cast<void (*)(FakeStats *)>(
+                     ::dlsym(lib, "k3fake_stats"))
+               : nullptr;
+  }();
+  FakeStats s{};
+  if (fn)
+    fn(&s);
+  return s;
+}
+
+void failAllocAfter(long long n) {
+  static void (*fn)(long long) = [] {
+    void *lib = ::dlopen(K3C_FAKE_CUDA_DRIVER, RTLD_NOW | RTLD_LOCAL);
+    return lib ? reinterpret_cast<void (*)(long long)>(
+                     ::dlsym(lib, "k3fake_fail_alloc_after"))
+               : nullptr;
+  }();
+  ASSERT_NE(fn, nullptr);
+  fn(n);
+}
+
+/// Nothing the backend holds outlives it: what is live now equals `before`.
+void expectAllGivenBack(const FakeStats &before, const std::string &what) {
+  const FakeStats now = stats();
+  EXPECT_EQ(now.liveAllocs, before.liveAllocs) << what << ": allocations";
+  EXPECT_EQ(now.liveBytes, before.liveBytes) << what << ": bytes";
+  EXPECT_EQ(now.liveModules, before.liveModules) << what << ": modules";
+  EXPECT_EQ(now.liveStreams, before.liveStreams) << what << ": streams";
+  EXPECT_EQ(now.liveEvents, before.liveEvents) << what << ": events";
+  EXPECT_EQ(now.liveGraphs, before.liveGraphs) << what << ": graphs";
+  EXPECT_EQ(now.liveExecs, before.liveExecs) << what << ": graph execs";
+}
+
+Expected<PlanDoc> plan(const std::string &preset, const std::string &fusion,
+                       int64_t maxBatch = 1) {
+  Expected<ModelConfig> c = presetConfig(preset);
+  if (!c)
+    return c.status();
+  return test::compiledPlan(*c, fusion, 256, maxBatch);
+}
+
+Expected<std::unique_ptr<Session>> openCuda(const PlanDoc &p, bool graph) {
+  return Session::open(p, "synthetic:1", BackendKind::Cuda, graph);
+}
+
+const std::vector<int64_t> kPrompt = {1, 17, 300, 42, 5, 999, 123, 64, 7};
+
+} // namespace
+
+TEST(CudaBackendHost, TheFakeDriverIsTheDriver) {
+  ASSERT_TRUE(std::filesystem::exists(kFakeDriver.dir / "stub.ptx"));
+  Expected<cuda::Driver *> d = cuda::Driver::get();
+  ASSERT_TRUE(d) << d.message();
+  EXPECT_EQ((*d)->deviceName(), "k3c fake driver (sm_90)");
+}
+
+/// Every tiny plan binds, decodes token by token (graph and launch by
+/// launch) and in prompt chunks (both prefill forms), and gives back all it
+/// took when the session ends.
+TEST(CudaBackendHost, BindsStepsAndGivesBackEverything) {
+  K3C_SKIP_WITHOUT_COMPILER();
+  for (const char *preset : {"tiny", "tiny-linear", "tiny-odd"}) {
+    for (const char *fusion : {"none", "default", "max"}) {
+      Expected<PlanDoc> p = plan(preset, fusion);
+      ASSERT_TRUE(p) << p.message();
+      for (bool graph : {true, false}) {
+        const std::string what = std::string(preset) + " " + fusion +
+                                 (graph ? ", graph" : ", no graph");
+        const FakeStats before = stats();
+        {
+          Expected<std::unique_ptr<Session>> s = openCuda(*p, graph);
+          ASSERT_TRUE(s) << what << ": " << s.message();
+          const auto &be = dynamic_cast<const CudaBackend &>((*s)->backend());
+          EXPECT_EQ(be.usesGraph(), graph) << what;
+          EXPECT_GT(be.drawnBytes(), 0u) << what << ": nothing drawn";
+          for (PrefillForm form : {PrefillForm::Rows, PrefillForm::Chunk}) {
+            ASSERT_TRUE((*s)->setPrefillForm(form));
+            GenerateOptions o;
+            o.maxNew = 4;
+            o.deviceGreedy = false;
+            o.prefillChunk = 4; // prompt chunks of several rows
+            const long long launches = stats().launches;
+            Expected<GenerateResult> g = (*s)->generate(kPrompt, o);
+            ASSERT_TRUE(g) << what << ": " << g.message();
+            EXPECT_EQ(g->tokens.size(), 4u) << what;
+            EXPECT_GT(stats().launches, launches) << what;
+          }
+        }
+        expectAllGivenBack(before, what);
+      }
+    }
+  }
+}
+
+/// A batched plan's slots: several sequences a step through the rows forms
+/// (the MoE chunk kernels, the device's row choices), joining and leaving.
+TEST(CudaBackendHost, BatchesStepRowsAndGiveBackEverything) {
+  K3C_SKIP_WITHOUT_COMPILER();
+  for (const char *preset : {"tiny", "tiny-linear"}) {
+    Expected<PlanDoc> p = plan(preset, "default", 4);
+    ASSERT_TRUE(p) << p.message();
+    const FakeStats before = stats();
+    {
+      Expected<std::unique_ptr<Session>> s = openCuda(*p, true);
+      ASSERT_TRUE(s) << s.message();
+      for (PrefillForm form : {PrefillForm::Rows, PrefillForm::Chunk}) {
+        ASSERT_TRUE((*s)->setPrefillForm(form));
+        std::vector<SequenceRequest> reqs(6);
+        for (size_t i = 0; i < reqs.size(); ++i) {
+          reqs[i].prompt =
+              std::vector<int64_t>(kPrompt.begin(), kPrompt.begin() + 2 + i);
+          reqs[i].options.maxNew = 2 + static_cast<int64_t>(i % 3);
+        }
+        Expected<BatchResult> r = (*s)->generateBatch(reqs);
+        ASSERT_TRUE(r) << preset << ": " << r.message();
+        ASSERT_EQ(r->sequences.size(), reqs.size());
+        for (size_t i = 0; i < reqs.size(); ++i) {
+          ASSERT_TRUE(r->sequences[i]) << r->sequences[i].message();
+          EXPECT_EQ(r->sequences[i]->tokens.size(),
+                    static_cast<size_t>(reqs[i].options.maxNew));
+        }
+      }
+    }
+    expectAllGivenBack(before, preset);
+  }
+}
+
+/// Sessions opened on one thread step on others, two at a time, each with
+/// its own modules (the kernels' module-scope scratch: CudaModules).
+TEST(CudaBackendHost, SessionsStepOnOtherThreadsWithTheirOwnModules) {
+  K3C_SKIP_WITHOUT_COMPILER();
+  Expected<PlanDoc> p = plan("tiny-linear", "default");
+  ASSERT_TRUE(p) << p.message();
+  const FakeStats before = stats();
+  {
+    Expected<std::unique_ptr<Session>> a = openCuda(*p, true);
+    ASSERT_TRUE(a) << a.message();
+    const long long oneSession = stats().liveModules - before.liveModules;
+    EXPECT_GT(oneSession, 0);
+    Expected<std::unique_ptr<Session>> b = openCuda(*p, false);
+    ASSERT_TRUE(b) << b.message();
+    EXPECT_EQ(stats().liveModules - before.liveModules, 2 * oneSession)
+        << "the second session shares the first one's modules";
+    Session *sessions[2] = {a->get(), b->get()};
+    std::atomic<int> ready{0};
+    Status got[2] = {Status::ok(), Status::ok()};
+    std::vector<std::thread> threads;
+    for (int i = 0; i < 2; ++i)
+      threads.emplace_back([&, i] {
+        ++ready;
+        while (ready.load() < 2) {
+        }
+        GenerateOptions o;
+        o.maxNew = 8;
+        o.deviceGreedy = false;
+        Expected<GenerateResult> g = sessions[i]->generate(kPrompt, o);
+        got[i] = g ? Status::ok() : g.status();
+      });
+    for (std::thread &t : threads)
+      t.join();
+    EXPECT_TRUE(got[0]) << got[0].message();
+    EXPECT_TRUE(got[1]) << got[1].message();
+  }
+  expectAllGivenBack(before, "two sessions");
+}
+
+/// An allocation that fails anywhere in a bind ends it with an error that
+/// names the call and what was being allocated, and gives back what the
+/// bind had taken.
+TEST(CudaBackendHost, AFailedAllocationIsAnErrorAndLeaksNothing) {
+  K3C_SKIP_WITHOUT_COMPILER();
+  Expected<PlanDoc> p = plan("tiny", "default");
+  ASSERT_TRUE(p) << p.message();
+  // How many allocations a bind and a first prompt chunk take.
+  FakeStats before = stats();
+  long long allocs = 0;
+  {
+    Expected<std::unique_ptr<Session>> s = openCuda(*p, true);
+    ASSERT_TRUE(s) << s.message();
+    allocs = stats().liveAllocs - before.liveAllocs;
+  }
+  ASSERT_GT(allocs, 10);
+  for (long long n : {0LL, 1LL, 2LL, allocs / 3, allocs / 2, allocs - 1}) {
+    before = stats();
+    failAllocAfter(n);
+    {
+      Expected<std::unique_ptr<Session>> s = openCuda(*p, true);
+      failAllocAfter(-1);
+      ASSERT_FALSE(s) << "allocation " << n << " failed, the bind did not";
+      EXPECT_NE(s.message().find("cuMemAlloc"), std::string::npos)
+          << s.message();
+      EXPECT_NE(s.message().find("CUDA_ERROR_OUT_OF_MEMORY"), std::string::npos)
+          << s.message();
+    }
+    expectAllGivenBack(before, "allocation " + std::to_string(n) + " failed");
+  }
+}
