@@ -408,7 +408,9 @@ struct TensorStore::Made {
     const uint64_t within = offset - it->first;
     if (within >= v.nbytes)
       return std::nullopt; // the alignment gap after a tensor
-    return std::make_pair(*maker->drawn(it->second), within);
+    DrawnTensor d = *maker->drawn(it->second);
+    d.bytes = v.nbytes;
+    return std::make_pair(d, within);
   }
 
   const TensorView *find(const std::string &name) {

@@ -60,6 +60,7 @@ private:
 struct DrawnTensor {
   uint64_t stream = 0; ///< the values' splitmix64 state before the first draw
   float scale = 0.0f;
+  uint64_t bytes = 0; ///< the tensor's size (TensorStore::drawnAt fills it)
 };
 
 /// Tensors that are made rather than read (synthetic weights,
@@ -116,8 +117,12 @@ public:
   /// faults instead of reading garbage; drawnAt() maps such an address
   /// back. For a backend that binds bf16 weights as they are (not sliced,
   /// not widened) and draws them in its own memory. A store of files: a
-  /// plain copy.
+  /// plain copy. (all() of such a store returns those views too: never read
+  /// their bytes.)
   TensorStore deferringDrawn() const;
+  /// Whether find() defers any tensor (deferringDrawn() of a maker with
+  /// drawn tensors).
+  bool defersDrawn() const { return deferDrawn_; }
   /// The DrawnTensor of the deferred view whose bytes `p` points into, and
   /// the byte offset of `p` in them; nullopt for any other address.
   std::optional<std::pair<DrawnTensor, uint64_t>>

@@ -55,11 +55,10 @@ double microsecondsSince(Clock::time_point t0) {
   return std::chrono::duration<double, std::micro>(Clock::now() - t0).count();
 }
 
-/// Loaded PTX modules by text (a load JIT-compiles the PTX for the device,
-/// so each distinct text is loaded once per process).
 /// The module of PTX text `ptx`, loaded once into `own` (a backend's
 /// modules) or, without it, once per process (findCudaKernel and the
-/// kernel tests).
+/// kernel tests). A load JIT-compiles the PTX for the device; the driver's
+/// JIT cache makes a backend's load of a text loaded before cheap.
 Expected<cuda::CUmodule> moduleFor(cuda::Driver &driver, const std::string &ptx,
                                    const std::string &what, CudaModules *own) {
   if (own) {
@@ -201,9 +200,12 @@ findCudaGlobal(const std::string &kernel, const std::string &variable) {
 CudaBackend::~CudaBackend() {
   if (!driver_)
     return;
-  // Work in flight reads the buffers freed after this.
+  // Work in flight reads the buffers freed after this (a bind that failed
+  // may leave draws of synthetic weights queued on the null stream).
   if (stream_)
     (void)driver_->synchronize(stream_);
+  if (drawnBytes_ > 0)
+    (void)driver_->synchronize(nullptr);
   driver_->destroy(graphExec_);
   driver_->destroy(graph_);
   driver_->destroy(start_);
@@ -454,18 +456,26 @@ CudaBackend::bind(const PlanDoc &plan, const TensorStore &store, bool useGraph,
   // on the host (TensorStore::deferringDrawn), each drawn where the copy
   // would have gone. K3C_SYNTHETIC_ON_HOST=1 makes them on the host.
   const char *onHostEnv = std::getenv("K3C_SYNTHETIC_ON_HOST");
+  TensorStore drawing = store;
   cuda::CUfunction drawFn = nullptr;
   if (!(onHostEnv && std::string(onHostEnv) == "1")) {
+    drawing = store.deferringDrawn();
     // A build or a K3C_PTX_DIR without the kernel makes them on the host.
     Expected<cuda::CUfunction> f =
-        kernelFunction(d, kSyntheticNormalKernel, nullptr, &be->modules_);
+        drawing.defersDrawn()
+            ? kernelFunction(d, kSyntheticNormalKernel, nullptr, &be->modules_)
+            : Expected<cuda::CUfunction>(makeError("nothing to draw"));
     drawFn = f ? *f : nullptr;
+    if (!drawFn)
+      drawing = store;
   }
-  const TensorStore drawing = drawFn ? store.deferringDrawn() : store;
   auto upload = [&](const void *src, uint64_t bytes,
                     const std::string &what) -> Expected<const uint8_t *> {
     if (std::optional<std::pair<DrawnTensor, uint64_t>> drawn =
             drawFn ? drawing.drawnAt(src) : std::nullopt) {
+      if (drawn->second + bytes > drawn->first.bytes)
+        return makeError(what, ": ", bytes, " bytes from byte ", drawn->second,
+                         " of a ", drawn->first.bytes, "-byte tensor");
       Expected<cuda::DeviceBuffer> b = cuda::DeviceBuffer::create(bytes);
       if (!b)
         return b.status().withContext("allocating " + what);

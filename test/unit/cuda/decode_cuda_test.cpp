@@ -32,6 +32,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -432,34 +433,51 @@ TEST_P(DecodeCuda, TwoBackendsStepAtOnceAsAlone) {
       ASSERT_TRUE(opened.hasValue()) << opened.message();
       s = opened.take();
     }
-    k3::GenerateResult alone[2];
-    for (int i = 0; i < 2; ++i) {
-      auto got = sessions[i]->generate(prompts[i], kMaxNew, true);
-      ASSERT_TRUE(got.hasValue()) << got.message();
-      alone[i] = got.take();
-    }
-    for (int round = 0; round < 3; ++round) {
-      std::atomic<int> ready{0};
-      k3::Expected<k3::GenerateResult> together[2] = {k3::makeError("not run"),
-                                                      k3::makeError("not run")};
-      std::vector<std::thread> threads;
-      for (int i = 0; i < 2; ++i)
-        threads.emplace_back([&, i] {
-          ++ready;
-          while (ready.load() < 2) {
-          }
-          together[i] = sessions[i]->generate(prompts[i], kMaxNew, true);
-        });
-      for (std::thread &t : threads)
-        t.join();
+    // keepLogits: logits compared too, steps one by one; without: the
+    // device's greedy choices, steps queued back to back (chained).
+    for (bool keepLogits : {true, false}) {
+      k3::GenerateResult alone[2];
       for (int i = 0; i < 2; ++i) {
-        ASSERT_TRUE(together[i].hasValue()) << together[i].message();
-        EXPECT_EQ(together[i]->tokens, alone[i].tokens)
-            << "session " << i << ", round " << round
-            << (graph ? ", graph" : ", no graph");
-        EXPECT_EQ(together[i]->logits, alone[i].logits)
-            << "session " << i << ", round " << round
-            << (graph ? ", graph" : ", no graph");
+        auto got = sessions[i]->generate(prompts[i], kMaxNew, keepLogits);
+        ASSERT_TRUE(got.hasValue()) << got.message();
+        alone[i] = got.take();
+      }
+      for (int round = 0; round < 2; ++round) {
+        // In lockstep: a session waits at each token for the other's same
+        // token (up to 30 s, so that a failing one cannot hang the test).
+        std::atomic<int64_t> produced[2] = {0, 0};
+        k3::Expected<k3::GenerateResult> together[2] = {
+            k3::makeError("not run"), k3::makeError("not run")};
+        std::vector<std::thread> threads;
+        for (int i = 0; i < 2; ++i)
+          threads.emplace_back([&, i] {
+            k3::GenerateOptions o;
+            o.maxNew = kMaxNew;
+            o.keepLogits = keepLogits;
+            o.onToken = [&, i](int64_t index, int64_t) {
+              produced[i] = index + 1;
+              const auto until =
+                  std::chrono::steady_clock::now() + std::chrono::seconds(30);
+              while (produced[1 - i].load() < index + 1 &&
+                     std::chrono::steady_clock::now() < until)
+                std::this_thread::yield();
+            };
+            together[i] = sessions[i]->generate(prompts[i], o);
+            produced[i] = kMaxNew + 1; // done: the other waits no more
+          });
+        for (std::thread &t : threads)
+          t.join();
+        const std::string what =
+            std::string(graph ? "graph" : "no graph") +
+            (keepLogits ? ", logits kept" : ", device greedy") + ", round " +
+            std::to_string(round);
+        for (int i = 0; i < 2; ++i) {
+          ASSERT_TRUE(together[i].hasValue()) << together[i].message();
+          EXPECT_EQ(together[i]->tokens, alone[i].tokens)
+              << "session " << i << ", " << what;
+          EXPECT_EQ(together[i]->logits, alone[i].logits)
+              << "session " << i << ", " << what;
+        }
       }
     }
   }

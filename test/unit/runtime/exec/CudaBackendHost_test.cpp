@@ -18,6 +18,7 @@
 #include "runtime/exec/cuda/RowsForms.h"
 #include "runtime/model/Presets.h"
 #include "runtime/plan/PlanKernels.h"
+#include "tools/k3-mkmodel/ModelMaker.h"
 
 #include "test/unit/CompiledPlan.h"
 #include "test/unit/TestUtil.h"
@@ -39,7 +40,8 @@ namespace {
 /// FakeCudaDriver.cpp's counters (its Stats).
 struct FakeStats {
   long long liveAllocs, liveBytes, liveModules, moduleLoads, launches,
-      graphLaunches, liveStreams, liveEvents, liveGraphs, liveExecs;
+      graphLaunches, liveStreams, liveEvents, liveGraphs, liveExecs,
+      liveFunctions;
 };
 
 /// Every entry point the CUDA backend may look up, declared in one stub
@@ -181,6 +183,41 @@ TEST(CudaBackendHost, BindsStepsAndGivesBackEverything) {
       }
     }
   }
+}
+
+/// Weights from files are copied, never drawn, and the draw's kernel is not
+/// even loaded; synthetic ones are drawn unless K3C_SYNTHETIC_ON_HOST=1.
+TEST(CudaBackendHost, FilesAreCopiedSyntheticWeightsDrawn) {
+  K3C_SKIP_WITHOUT_COMPILER();
+  Expected<ModelConfig> c = presetConfig("tiny-linear");
+  ASSERT_TRUE(c) << c.message();
+  Expected<PlanDoc> p = plan("tiny-linear", "default");
+  ASSERT_TRUE(p) << p.message();
+  test::TempDir dir;
+  ASSERT_TRUE(makeModel(*c, 1, dir.path(), {}, 0, Structure::Planted, 0,
+                        StoredDtypes::Published));
+  // The functions a bound backend looked up (the stub PTX is one module).
+  auto bound = [&](const std::string &weights, uint64_t &drawn,
+                   long long &functions) {
+    const FakeStats before = stats();
+    Expected<std::unique_ptr<Session>> s =
+        Session::open(*p, weights, BackendKind::Cuda, true);
+    ASSERT_TRUE(s) << weights << ": " << s.message();
+    drawn = dynamic_cast<const CudaBackend &>((*s)->backend()).drawnBytes();
+    functions = stats().liveFunctions - before.liveFunctions;
+  };
+  uint64_t drawnFiles = 1, drawnMade = 0, drawnOnHost = 1;
+  long long fnFiles = 0, fnMade = 0, fnOnHost = 0;
+  bound(dir.path(), drawnFiles, fnFiles);
+  bound("synthetic:1", drawnMade, fnMade);
+  ::setenv("K3C_SYNTHETIC_ON_HOST", "1", 1);
+  bound("synthetic:1", drawnOnHost, fnOnHost);
+  ::unsetenv("K3C_SYNTHETIC_ON_HOST");
+  EXPECT_EQ(drawnFiles, 0u);
+  EXPECT_GT(drawnMade, 0u);
+  EXPECT_EQ(drawnOnHost, 0u);
+  EXPECT_EQ(fnMade, fnFiles + 1) << "the draw's kernel";
+  EXPECT_EQ(fnOnHost, fnFiles);
 }
 
 /// A batched plan's slots: several sequences a step through the rows forms

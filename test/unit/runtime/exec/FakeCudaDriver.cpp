@@ -35,7 +35,8 @@ constexpr CUresult kOk = 0, kInvalidValue = 1, kOutOfMemory = 2,
 /// What a test reads back (k3fake_stats).
 struct Stats {
   long long liveAllocs, liveBytes, liveModules, moduleLoads, launches,
-      graphLaunches, liveStreams, liveEvents, liveGraphs, liveExecs;
+      graphLaunches, liveStreams, liveEvents, liveGraphs, liveExecs,
+      liveFunctions;
 };
 
 struct Fake {
@@ -439,7 +440,8 @@ void k3fake_stats(Stats *out) {
           static_cast<long long>(f.streams.size()),
           static_cast<long long>(f.events.size()),
           static_cast<long long>(f.graphs.size()),
-          static_cast<long long>(f.execs.size())};
+          static_cast<long long>(f.execs.size()),
+          static_cast<long long>(f.funcs.size())};
 }
 
 /// The next `n` allocations succeed and the one after fails (n < 0: none

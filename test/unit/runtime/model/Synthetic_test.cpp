@@ -181,6 +181,8 @@ TEST(SyntheticWeights, DrawnTensorsAsTheMadeBytes) {
     Expected<TensorStore> made = openSyntheticWeights(c, "synthetic:11");
     ASSERT_TRUE(made) << made.message();
     const TensorStore deferring = made->deferringDrawn();
+    EXPECT_TRUE(deferring.defersDrawn());
+    EXPECT_FALSE(made->defersDrawn());
     uint64_t drawnBytes = 0, allBytes = 0;
     bool expertDrawn = false, plantedDrawn = false;
     for (const TensorSpec &s : expectedTensorSpecs(c)) {
@@ -202,6 +204,7 @@ TEST(SyntheticWeights, DrawnTensorsAsTheMadeBytes) {
       }
       ASSERT_EQ(d->dtype, DType::BF16) << s.name;
       EXPECT_EQ(at->second, 0u) << s.name;
+      EXPECT_EQ(at->first.bytes, m->nbytes) << s.name;
       EXPECT_NE(d->data, m->data) << s.name;
       drawnBytes += m->nbytes;
       expertDrawn |= s.name.find(".experts.") != std::string::npos;
@@ -254,6 +257,7 @@ TEST(SyntheticWeights, FilesAreNeverDeferred) {
   Expected<TensorStore> files = TensorStore::open(dir.path());
   ASSERT_TRUE(files) << files.message();
   const TensorStore deferring = files->deferringDrawn();
+  EXPECT_FALSE(deferring.defersDrawn());
   for (const TensorView *t : files->all()) {
     EXPECT_EQ(deferring.find(t->name), t) << t->name;
     EXPECT_FALSE(deferring.drawnAt(t->data)) << t->name;
