@@ -17,6 +17,7 @@
 #include "runtime/exec/cuda/CudaDriver.h"
 
 #include "test/unit/CompiledPlan.h"
+#include "test/unit/FakeCuda.h"
 #include "test/unit/TestUtil.h"
 
 #include <gtest/gtest.h>
@@ -221,6 +222,40 @@ TEST_F(K3RunToolTest, BatchedPromptsAsIfOneByOne) {
   big = run(tool() + " " + dir->file("m.plan") + common() + " --batch 2", *dir);
   EXPECT_EQ(big.exitCode, 1);
   EXPECT_TRUE(test::contains(big.err, "max_batch of 1")) << big.err;
+}
+
+/// A GPU that fails (over the fake driver: an allocation while binding, a
+/// launch at any step) ends k3-run with an error that says where, exit 1,
+/// no signal, and no half-written --logits-out file; with nothing failing
+/// the same run writes it.
+TEST_F(K3RunToolTest, GpuFailuresAreErrorsNotSignals) {
+  const std::string ptxDir = dir->file("stub-ptx");
+  test::writeStubPtx(ptxDir);
+  const std::string out = dir->file("gpu.npy");
+  auto runWith = [&](const std::string &env) {
+    std::filesystem::remove(out);
+    return run(
+        "K3C_CUDA_DRIVER=" K3C_FAKE_CUDA_DRIVER " K3C_PTX_DIR=" + ptxDir + " " +
+            env + " " + tool() + " " + dir->file("m.plan") + common() +
+            " --backend cuda --logits-out " + out,
+        *dir);
+  };
+  RunResult ok = runWith("");
+  EXPECT_EQ(ok.exitCode, 0) << ok.err;
+  EXPECT_TRUE(std::filesystem::exists(out));
+  for (const std::string env :
+       {"K3C_FAKE_FAIL_ALLOC_AFTER=5", "K3C_FAKE_FAIL_LAUNCH_AFTER=0",
+        "K3C_FAKE_FAIL_LAUNCH_AFTER=25", "K3C_FAKE_FAIL_LAUNCH_AFTER=90"}) {
+    RunResult r = runWith(env);
+    EXPECT_EQ(r.exitCode, 1) << env << ": " << r.err;
+    EXPECT_TRUE(test::contains(r.err, "k3-run: error: ")) << env << r.err;
+    EXPECT_TRUE(test::contains(r.err, "CUDA_ERROR")) << env << r.err;
+    EXPECT_TRUE(test::contains(r.err, "launch ") ||
+                test::contains(r.err, "at position") ||
+                test::contains(r.err, "binding the plan"))
+        << env << ": the error does not say where: " << r.err;
+    EXPECT_FALSE(std::filesystem::exists(out)) << env;
+  }
 }
 
 TEST_F(K3RunToolTest, UsageErrorsExitTwo) {

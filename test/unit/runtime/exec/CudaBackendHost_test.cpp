@@ -12,15 +12,14 @@
 // ending it with an error that names the call, leaking nothing.
 //
 //===----------------------------------------------------------------------===//
-#include "kernels/synthetic/SyntheticParams.h"
 #include "runtime/exec/Session.h"
 #include "runtime/exec/cuda/CudaBackend.h"
-#include "runtime/exec/cuda/RowsForms.h"
 #include "runtime/model/Presets.h"
 #include "runtime/plan/PlanKernels.h"
 #include "tools/k3-mkmodel/ModelMaker.h"
 
 #include "test/unit/CompiledPlan.h"
+#include "test/unit/FakeCuda.h"
 #include "test/unit/TestUtil.h"
 
 #include <gtest/gtest.h>
@@ -44,40 +43,13 @@ struct FakeStats {
       liveFunctions;
 };
 
-/// Every entry point the CUDA backend may look up, declared in one stub
-/// PTX text (the fake driver finds functions by ".entry k3_<name>(").
-std::string stubPtx() {
-  std::vector<std::string> names;
-  for (const KernelInfo &k : kernelTable())
-    names.push_back(k.name);
-  for (const char *k : kCudaRowsForms)
-    names.push_back(std::string(k) + "_rows");
-  for (const char *k : kCudaRowsArrayForms)
-    names.push_back(std::string(k) + "_rows");
-  for (const char *k : kCudaRunForms)
-    names.push_back(std::string(k) + "_run");
-  for (const char *k : kCudaChunkForms)
-    names.push_back(std::string(k) + "_chunk");
-  for (const char *k : kCudaMoeChunkKernels)
-    names.push_back(k);
-  for (const char *k : kCudaMmaRowsForms)
-    names.push_back(std::string(k) + "_rows_mma");
-  names.push_back(kCudaMmaPreNormKernel);
-  names.push_back(kSyntheticNormalKernel);
-  std::string ptx = "// k3c stub PTX for the fake driver\n";
-  for (const std::string &n : names)
-    ptx += ".visible .entry k3_" + n + "(\n)\n{\n}\n";
-  return ptx;
-}
-
 /// Before main: the fake driver and the stub PTX for every CUDA call of
 /// this process (the folder removed at exit).
 struct FakeDriverSetup {
   std::filesystem::path dir = std::filesystem::temp_directory_path() /
                               ("k3c-stub-ptx-" + std::to_string(::getpid()));
   FakeDriverSetup() {
-    std::filesystem::create_directories(dir);
-    std::ofstream(dir / "stub.ptx") << stubPtx();
+    test::writeStubPtx(dir.string());
     ::setenv("K3C_CUDA_DRIVER", K3C_FAKE_CUDA_DRIVER, 1);
     ::setenv("K3C_PTX_DIR", dir.c_str(), 1);
   }
@@ -101,16 +73,17 @@ FakeStats stats() {
   return s;
 }
 
-void failAllocAfter(long long n) {
-  static void (*fn)(long long) = [] {
-    void *lib = ::dlopen(K3C_FAKE_CUDA_DRIVER, RTLD_NOW | RTLD_LOCAL);
-    return lib ? reinterpret_cast<void (*)(long long)>(
-                     ::dlsym(lib, "k3fake_fail_alloc_after"))
-               : nullptr;
-  }();
-  ASSERT_NE(fn, nullptr);
+/// The fake driver's k3fake_<name>(long long).
+void fakeCall(const char *name, long long n) {
+  void *lib = ::dlopen(K3C_FAKE_CUDA_DRIVER, RTLD_NOW | RTLD_LOCAL);
+  ASSERT_NE(lib, nullptr) << ::dlerror();
+  auto fn = reinterpret_cast<void (*)(long long)>(::dlsym(lib, name));
+  ASSERT_NE(fn, nullptr) << name;
   fn(n);
+  ::dlclose(lib); // the driver's own handle keeps it loaded
 }
+void failAllocAfter(long long n) { fakeCall("k3fake_fail_alloc_after", n); }
+void failLaunchAfter(long long n) { fakeCall("k3fake_fail_launch_after", n); }
 
 /// Nothing the backend holds outlives it: what is live now equals `before`.
 void expectAllGivenBack(const FakeStats &before, const std::string &what) {
@@ -321,5 +294,65 @@ TEST(CudaBackendHost, AFailedAllocationIsAnErrorAndLeaksNothing) {
           << s.message();
     }
     expectAllGivenBack(before, "allocation " + std::to_string(n) + " failed");
+  }
+}
+
+/// A launch the device refuses ends the step with an error that names the
+/// launch and its kernel, token by token and in a batch; the session then
+/// decodes again from a reset state, and gives back everything at the end.
+TEST(CudaBackendHost, AFailedLaunchEndsTheStepNamed) {
+  K3C_SKIP_WITHOUT_COMPILER();
+  for (bool graph : {false, true}) {
+    Expected<PlanDoc> p = plan("tiny-linear", "default", 4);
+    ASSERT_TRUE(p) << p.message();
+    const FakeStats before = stats();
+    {
+      Expected<std::unique_ptr<Session>> s = openCuda(*p, graph);
+      ASSERT_TRUE(s) << s.message();
+      GenerateOptions o;
+      o.maxNew = 6;
+      o.deviceGreedy = false;
+      o.prefillChunk = 1;
+      // The launches (kernels and graphs) of a whole decode.
+      const FakeStats start = stats();
+      ASSERT_TRUE((*s)->generate(kPrompt, o));
+      const long long total = stats().graphLaunches - start.graphLaunches +
+                              stats().launches - start.launches;
+      ASSERT_GT(total, 8);
+      for (long long n : {0LL, 7LL, total / 2, total - 1}) {
+        failLaunchAfter(n);
+        Expected<GenerateResult> g = (*s)->generate(kPrompt, o);
+        failLaunchAfter(-1);
+        ASSERT_FALSE(g) << "launch " << n << " failed, the decode did not";
+        EXPECT_NE(g.message().find("CUDA_ERROR"), std::string::npos)
+            << g.message();
+        // Where: a plan launch, or the step's graph at its position.
+        EXPECT_TRUE(g.message().find("launch ") != std::string::npos ||
+                    g.message().find("at position") != std::string::npos)
+            << g.message();
+        Expected<GenerateResult> again = (*s)->generate(kPrompt, o);
+        ASSERT_TRUE(again) << "after a failed launch " << n << ": "
+                           << again.message();
+        EXPECT_EQ(again->tokens.size(), 6u);
+      }
+      // A batch: the step fails for its sequences, the session goes on.
+      std::vector<SequenceRequest> reqs(3);
+      for (SequenceRequest &r : reqs) {
+        r.prompt = kPrompt;
+        r.options.maxNew = 3;
+      }
+      failLaunchAfter(50);
+      Expected<BatchResult> r = (*s)->generateBatch(reqs);
+      failLaunchAfter(-1);
+      const bool failed =
+          !r || std::any_of(r->sequences.begin(), r->sequences.end(),
+                            [](const auto &q) { return !q; });
+      EXPECT_TRUE(failed) << "a launch failed, every sequence finished";
+      Expected<BatchResult> again = (*s)->generateBatch(reqs);
+      ASSERT_TRUE(again) << again.message();
+      for (const auto &q : again->sequences)
+        EXPECT_TRUE(q) << q.message();
+    }
+    expectAllGivenBack(before, graph ? "graph" : "no graph");
   }
 }

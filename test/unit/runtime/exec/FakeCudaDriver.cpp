@@ -12,7 +12,9 @@
 // module's PTX declares. What it counts: live allocations, modules, streams,
 // events, graphs, and launches, for the tests' leak and launch checks
 // (k3fake_stats). An allocation can be made to fail (k3fake_fail_alloc_after)
-// to exercise the callers' error paths. Kernels never run: memory is zeroed
+// (k3fake_fail_launch_after, likewise a launch; or K3C_FAKE_FAIL_ALLOC_AFTER
+// / K3C_FAKE_FAIL_LAUNCH_AFTER for a whole run) to exercise the callers'
+// error paths. Kernels never run: memory is zeroed
 // at allocation and stays so, unless copied or set.
 //
 //===----------------------------------------------------------------------===//
@@ -25,10 +27,14 @@
 #include <set>
 #include <string>
 
+#include <sys/mman.h>
+
 namespace {
 
 using CUresult = int;
 using CUdeviceptr = unsigned long long;
+/// Allocations of at least this many bytes are mapped, not allocated.
+constexpr size_t kMapBytes = size_t(1) << 20;
 constexpr CUresult kOk = 0, kInvalidValue = 1, kOutOfMemory = 2,
                    kInvalidContext = 201, kInvalidHandle = 400, kNotFound = 500;
 
@@ -47,13 +53,26 @@ struct Fake {
   std::set<void *> streams, events, graphs, execs;
   std::map<void *, std::chrono::steady_clock::time_point> recorded;
   long long moduleLoads = 0, launches = 0, graphLaunches = 0;
-  long long failAllocAfter = -1; ///< allocations left before one fails
+  long long failAllocAfter = -1;  ///< allocations left before one fails
+  long long failLaunchAfter = -1; ///< launches (and graph launches) likewise
   uintptr_t nextHandle = 0x1000;
   void *handle() { return reinterpret_cast<void *>(nextHandle += 16); }
 };
 
+/// K3C_FAKE_FAIL_<what>_AFTER=N in the environment: the failure counters'
+/// start (for a whole tool run over the fake driver).
+long long envCount(const char *name) {
+  const char *v = std::getenv(name);
+  return v && *v ? std::atoll(v) : -1;
+}
+
 Fake &fake() {
-  static Fake *f = new Fake(); // never destroyed: backends outlive main
+  static Fake *f = [] {
+    Fake *n = new Fake(); // never destroyed: backends outlive main
+    n->failAllocAfter = envCount("K3C_FAKE_FAIL_ALLOC_AFTER");
+    n->failLaunchAfter = envCount("K3C_FAKE_FAIL_LAUNCH_AFTER");
+    return n;
+  }();
   return *f;
 }
 
@@ -87,6 +106,10 @@ CUresult launch(void *f, void **args) {
     return kInvalidValue;
   volatile char first = *static_cast<const char *>(args[0]);
   (void)first;
+  if (fk.failLaunchAfter == 0)
+    return kInvalidValue; // as a launch the device refuses (not sticky)
+  if (fk.failLaunchAfter > 0)
+    --fk.failLaunchAfter;
   ++fk.launches;
   return kOk;
 }
@@ -165,10 +188,21 @@ CUresult cuMemAlloc_v2(CUdeviceptr *p, size_t bytes) {
     return kOutOfMemory;
   if (f.failAllocAfter > 0)
     --f.failAllocAfter;
-  void *m = std::aligned_alloc(256, (bytes + 255) / 256 * 256);
-  if (!m)
-    return kOutOfMemory;
-  std::memset(m, 0, bytes);
+  // Large buffers mapped (zero pages until touched: a model of many GB
+  // binds in little memory, as no kernel writes them), small ones from the
+  // heap (the sanitizers see an overflow of those).
+  void *m = nullptr;
+  if (bytes >= kMapBytes) {
+    m = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE,
+               MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (m == MAP_FAILED)
+      return kOutOfMemory;
+  } else {
+    m = std::aligned_alloc(256, (bytes + 255) / 256 * 256);
+    if (!m)
+      return kOutOfMemory;
+    std::memset(m, 0, bytes);
+  }
   *p = reinterpret_cast<CUdeviceptr>(m);
   f.allocs[*p] = bytes;
   return kOk;
@@ -180,7 +214,10 @@ CUresult cuMemFree_v2(CUdeviceptr p) {
   auto it = f.allocs.find(p);
   if (it == f.allocs.end())
     return kInvalidValue;
-  std::free(reinterpret_cast<void *>(p));
+  if (it->second >= kMapBytes)
+    ::munmap(reinterpret_cast<void *>(p), it->second);
+  else
+    std::free(reinterpret_cast<void *>(p));
   f.allocs.erase(it);
   return kOk;
 }
@@ -399,6 +436,10 @@ CUresult cuGraphLaunch(void *exec, void *) {
   std::lock_guard<std::mutex> lock(f.mutex);
   if (!f.execs.count(exec))
     return kInvalidHandle;
+  if (f.failLaunchAfter == 0)
+    return kInvalidValue;
+  if (f.failLaunchAfter > 0)
+    --f.failLaunchAfter;
   ++f.graphLaunches;
   return kOk;
 }
@@ -442,6 +483,14 @@ void k3fake_stats(Stats *out) {
           static_cast<long long>(f.graphs.size()),
           static_cast<long long>(f.execs.size()),
           static_cast<long long>(f.funcs.size())};
+}
+
+/// The next `n` launches (kernels or graphs) succeed and the one after
+/// fails with CUDA_ERROR_INVALID_VALUE (n < 0: none fails).
+void k3fake_fail_launch_after(long long n) {
+  Fake &f = fake();
+  std::lock_guard<std::mutex> lock(f.mutex);
+  f.failLaunchAfter = n;
 }
 
 /// The next `n` allocations succeed and the one after fails (n < 0: none
