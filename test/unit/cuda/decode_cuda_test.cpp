@@ -409,9 +409,11 @@ TEST_P(DecodeCuda, SyntheticWeightsDecodeAsTheFiles) {
 /// own PTX modules (CudaModules), so the kernels' module-scope scratch —
 /// kda_decode's and mla_attend's arrival counters and partials, the
 /// argmax's, the MoE work queues — is its own. Two sessions of the plan, each
-/// decoding its own prompt greedily on its own thread, started together,
-/// give the tokens and logit bits each gives alone, with and without a
-/// graph, three times over. (With one module per process the two sequences'
+/// decoding its own prompt greedily on its own thread in lockstep (a session
+/// waits at each token for the other's), give the tokens and logit bits
+/// each gives alone, with and without a graph, keeping the logits (steps one
+/// by one) and not (the device's chained greedy steps), twice over. (With
+/// one module per process the two sequences'
 /// counters and partials mixed: NaN logits after a few steps, found with two
 /// tensor-parallel ranks on the H200 in the thirteenth session.) On plain
 /// random models, where any mixed value changes what follows.

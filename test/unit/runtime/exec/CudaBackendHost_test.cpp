@@ -12,9 +12,11 @@
 // ending it with an error that names the call, leaking nothing.
 //
 //===----------------------------------------------------------------------===//
+#include "runtime/exec/RankGroup.h"
 #include "runtime/exec/Session.h"
 #include "runtime/exec/cuda/CudaBackend.h"
 #include "runtime/model/Presets.h"
+#include "runtime/plan/Plan.h"
 #include "runtime/plan/PlanKernels.h"
 #include "tools/k3-mkmodel/ModelMaker.h"
 
@@ -355,4 +357,49 @@ TEST(CudaBackendHost, AFailedLaunchEndsTheStepNamed) {
     }
     expectAllGivenBack(before, graph ? "graph" : "no graph");
   }
+}
+
+/// The ranks of a tensor-parallel plan on the one "GPU", side by side (no
+/// lock between them: each backend has its own modules), their collectives
+/// staged through the host; everything given back at the end.
+TEST(CudaBackendHost, TensorParallelRanksStepSideBySide) {
+#ifndef K3C_TEST_K3C
+  GTEST_SKIP() << "needs k3c for the rank plans";
+#else
+  Expected<ModelConfig> c = presetConfig("tiny-linear");
+  ASSERT_TRUE(c) << c.message();
+  test::TempDir dir;
+  test::writeFile(dir.file("config.json"), writeConfigJson(*c));
+  std::vector<PlanDoc> plans;
+  for (int rank = 0; rank < 2; ++rank) {
+    const std::string out = dir.file("r" + std::to_string(rank) + ".plan");
+    test::RunResult r = test::runCommand(
+        std::string(K3C_TEST_K3C) + " " + dir.file("config.json") + " -o " +
+            out + " --max-seq 64 --tp 2 --rank " + std::to_string(rank),
+        dir);
+    ASSERT_EQ(r.exitCode, 0) << r.err;
+    Expected<PlanDoc> p = parsePlan(test::readFile(out), out);
+    ASSERT_TRUE(p) << p.message();
+    plans.push_back(p.take());
+  }
+  const FakeStats before = stats();
+  std::atomic<int> decoded{0};
+  Status st = runRanks(
+      std::move(plans), "synthetic:1", std::chrono::seconds(60),
+      [&](int64_t, Session &s) -> Status {
+        GenerateOptions o;
+        o.maxNew = 5;
+        o.deviceGreedy = false;
+        Expected<GenerateResult> g = s.generate(kPrompt, o);
+        if (!g)
+          return g.status();
+        if (g->tokens.size() == 5)
+          ++decoded;
+        return Status::ok();
+      },
+      BackendKind::Cuda);
+  EXPECT_TRUE(st) << st.message();
+  EXPECT_EQ(decoded.load(), 2);
+  expectAllGivenBack(before, "two ranks");
+#endif
 }
