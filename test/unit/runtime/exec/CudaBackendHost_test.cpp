@@ -85,6 +85,18 @@ void fakeCall(const char *name, long long n) {
   ::dlclose(lib); // the driver's own handle keeps it loaded
 }
 void failAllocAfter(long long n) { fakeCall("k3fake_fail_alloc_after", n); }
+
+/// Launches of kernel `k3_<kernel>` so far (k3fake_launches_of).
+long long launchesOf(const std::string &kernel) {
+  void *lib = ::dlopen(K3C_FAKE_CUDA_DRIVER, RTLD_NOW | RTLD_LOCAL);
+  EXPECT_NE(lib, nullptr) << ::dlerror();
+  auto fn = reinterpret_cast<long long (*)(const char *)>(
+      ::dlsym(lib, "k3fake_launches_of"));
+  EXPECT_NE(fn, nullptr);
+  const long long n = fn ? fn(("k3_" + kernel).c_str()) : 0;
+  ::dlclose(lib);
+  return n;
+}
 void failLaunchAfter(long long n) { fakeCall("k3fake_fail_launch_after", n); }
 
 /// Nothing the backend holds outlives it: what is live now equals `before`.
@@ -402,4 +414,101 @@ TEST(CudaBackendHost, TensorParallelRanksStepSideBySide) {
   EXPECT_EQ(decoded.load(), 2);
   expectAllGivenBack(before, "two ranks");
 #endif
+}
+
+/// The MoE chunk's variants (K3C_MOE_CHUNK_PLAN, K3C_MOE_CHUNK_ROUTE_GROUPS:
+/// their scratch sized and bound on the host), the tensor-core split knob,
+/// and a prefix snapshot taken and restored into a batch: no error, nothing
+/// leaked (under the sanitizers, no scratch written past its end on the
+/// host).
+TEST(CudaBackendHost, ChunkVariantsAndSnapshots) {
+  K3C_SKIP_WITHOUT_COMPILER();
+  Expected<PlanDoc> p = plan("tiny-linear", "default", 4);
+  ASSERT_TRUE(p) << p.message();
+  struct Knobs {
+    const char *plan, *groups, *blocks;
+  };
+  for (const Knobs &k : {Knobs{"serial", "1", "1"}, Knobs{"parallel", "8", "3"},
+                         Knobs{"parallel", "64", "8"}}) {
+    ::setenv("K3C_MOE_CHUNK_PLAN", k.plan, 1);
+    ::setenv("K3C_MOE_CHUNK_ROUTE_GROUPS", k.groups, 1);
+    ::setenv("K3C_MMA_BLOCKS_PER_SM", k.blocks, 1);
+    const std::string what = std::string(k.plan) + ", " + k.groups +
+                             " groups, " + k.blocks + " blocks per SM";
+    const FakeStats before = stats();
+    {
+      Expected<std::unique_ptr<Session>> s = openCuda(*p, true);
+      ASSERT_TRUE(s) << what << ": " << s.message();
+      ASSERT_TRUE((*s)->setPrefillForm(PrefillForm::Chunk));
+      Expected<PrefixSnapshot> snap =
+          (*s)->snapshotPrefix({kPrompt.begin(), kPrompt.begin() + 5});
+      ASSERT_TRUE(snap) << what << ": " << snap.message();
+      std::vector<SequenceRequest> reqs(5);
+      for (size_t i = 0; i < reqs.size(); ++i) {
+        reqs[i].prompt = kPrompt;
+        reqs[i].options.maxNew = 3;
+        if (i % 2 == 0)
+          reqs[i].options.prefix = &*snap;
+      }
+      const long long routes = launchesOf("moe_chunk_route");
+      Expected<BatchResult> r = (*s)->generateBatch(reqs);
+      ASSERT_TRUE(r) << what << ": " << r.message();
+      for (const auto &q : r->sequences)
+        EXPECT_TRUE(q) << what << ": " << q.message();
+      // The MoE's chunk form ran (the tiny plans' KDA and MLA shapes take
+      // no chunk forms: those need the real geometry's clusters).
+      EXPECT_GT(launchesOf("moe_chunk_route"), routes) << what;
+    }
+    expectAllGivenBack(before, what);
+  }
+  ::unsetenv("K3C_MOE_CHUNK_PLAN");
+  ::unsetenv("K3C_MOE_CHUNK_ROUTE_GROUPS");
+  ::unsetenv("K3C_MMA_BLOCKS_PER_SM");
+}
+
+/// The real Kimi-Linear geometry (five layers, MLA the fourth and the last;
+/// 8 experts; a small vocabulary, so that the planted tables are quick to
+/// make; the last layer's attention is in the logits tail, which prompt
+/// rows skip, the fourth's is not): its KDA
+/// and MLA launches are clustered, so a prompt chunk takes the chunk forms
+/// of kda_decode and mla_attend_clustered, and a batch the MoE's.
+TEST(CudaBackendHost, RealGeometryTakesTheChunkForms) {
+  K3C_SKIP_WITHOUT_COMPILER();
+  Expected<ModelConfig> c = presetConfig("kimi-linear-48b", 5, 8);
+  ASSERT_TRUE(c) << c.message();
+  c->vocabSize = 4096;
+  c->bosTokenId = c->eosTokenId = c->padTokenId = -1;
+  ASSERT_TRUE(c->validate()) << c->validate().message();
+  Expected<PlanDoc> p = test::compiledPlan(*c, "default", 256, 4);
+  ASSERT_TRUE(p) << p.message();
+  const FakeStats before = stats();
+  {
+    Expected<std::unique_ptr<Session>> s = openCuda(*p, true);
+    ASSERT_TRUE(s) << s.message();
+    ASSERT_TRUE((*s)->setPrefillForm(PrefillForm::Chunk));
+    const long long kda = launchesOf("kda_decode_chunk"),
+                    mla = launchesOf("mla_attend_clustered_chunk"),
+                    moe = launchesOf("moe_chunk_route");
+    std::vector<SequenceRequest> reqs(3);
+    for (size_t i = 0; i < reqs.size(); ++i) {
+      for (int64_t t = 0; t < 40 + static_cast<int64_t>(i); ++t)
+        reqs[i].prompt.push_back((t * 37 + 11) % 4096);
+      reqs[i].options.maxNew = 3;
+    }
+    // One sequence's prompt in one chunk (MLA's chunk form takes the rows
+    // of one slot), then a batch.
+    GenerateOptions o;
+    o.maxNew = 3;
+    o.deviceGreedy = false;
+    Expected<GenerateResult> g = (*s)->generate(reqs[0].prompt, o);
+    ASSERT_TRUE(g) << g.message();
+    Expected<BatchResult> r = (*s)->generateBatch(reqs);
+    ASSERT_TRUE(r) << r.message();
+    for (const auto &q : r->sequences)
+      EXPECT_TRUE(q) << q.message();
+    EXPECT_GT(launchesOf("kda_decode_chunk"), kda);
+    EXPECT_GT(launchesOf("mla_attend_clustered_chunk"), mla);
+    EXPECT_GT(launchesOf("moe_chunk_route"), moe);
+  }
+  expectAllGivenBack(before, "kimi-linear-48b, 5 layers");
 }

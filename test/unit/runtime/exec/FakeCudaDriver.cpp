@@ -53,6 +53,7 @@ struct Fake {
   std::set<void *> streams, events, graphs, execs;
   std::map<void *, std::chrono::steady_clock::time_point> recorded;
   long long moduleLoads = 0, launches = 0, graphLaunches = 0;
+  std::map<std::string, long long> launchesOf; ///< by kernel name
   long long failAllocAfter = -1;  ///< allocations left before one fails
   long long failLaunchAfter = -1; ///< launches (and graph launches) likewise
   uintptr_t nextHandle = 0x1000;
@@ -111,6 +112,7 @@ CUresult launch(void *f, void **args) {
   if (fk.failLaunchAfter > 0)
     --fk.failLaunchAfter;
   ++fk.launches;
+  ++fk.launchesOf[it->second.second];
   return kOk;
 }
 
@@ -483,6 +485,15 @@ void k3fake_stats(Stats *out) {
           static_cast<long long>(f.graphs.size()),
           static_cast<long long>(f.execs.size()),
           static_cast<long long>(f.funcs.size())};
+}
+
+/// Launches of the kernel called `name` (e.g. "k3_moe_chunk_route") so far,
+/// graph replays not counted.
+long long k3fake_launches_of(const char *name) {
+  Fake &f = fake();
+  std::lock_guard<std::mutex> lock(f.mutex);
+  auto it = f.launchesOf.find(name);
+  return it == f.launchesOf.end() ? 0 : it->second;
 }
 
 /// The next `n` launches (kernels or graphs) succeed and the one after
