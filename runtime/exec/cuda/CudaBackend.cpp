@@ -23,7 +23,6 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
-#include <memory>
 #include <mutex>
 #include <set>
 
@@ -58,34 +57,15 @@ double microsecondsSince(Clock::time_point t0) {
 
 /// The module of PTX text `ptx`, loaded once into `own` (a backend's
 /// modules) or, without it, once per process (findCudaKernel and the
-/// kernel tests). The PTX is JIT-compiled for the device once per process
-/// (Driver::compilePtx), and a backend loads the image.
+/// kernel tests). A load JIT-compiles the PTX for the device; the driver's
+/// JIT cache makes a backend's load of a text loaded before cheap.
 Expected<cuda::CUmodule> moduleFor(cuda::Driver &driver, const std::string &ptx,
                                    const std::string &what, CudaModules *own) {
   if (own) {
     auto it = own->byPtx.find(ptx);
     if (it != own->byPtx.end())
       return it->second;
-    // Compiled once per process, loaded into every backend's own set (a
-    // driver without cuLink, or an image that fails, loads the PTX).
-    static std::mutex imagesMutex;
-    static std::map<std::string, std::shared_ptr<const std::vector<char>>>
-        images;
-    std::shared_ptr<const std::vector<char>> image;
-    {
-      std::lock_guard<std::mutex> lock(imagesMutex);
-      auto known = images.find(ptx);
-      if (known != images.end()) {
-        image = known->second;
-      } else if (Expected<std::vector<char>> c = driver.compilePtx(ptx)) {
-        image = std::make_shared<const std::vector<char>>(c.take());
-        images.emplace(ptx, image);
-      }
-    }
-    Expected<cuda::CUmodule> mod =
-        image ? driver.loadImage(*image) : makeError("no image");
-    if (!mod)
-      mod = driver.loadModule(ptx);
+    Expected<cuda::CUmodule> mod = driver.loadModule(ptx);
     if (!mod)
       return mod.status().withContext(what);
     own->byPtx.emplace(ptx, *mod);

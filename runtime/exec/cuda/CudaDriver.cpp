@@ -26,7 +26,6 @@ constexpr int kFuncAttrMaxDynamicShared = 8;
 constexpr int kFuncAttrStaticShared = 1;
 constexpr int kJitErrorLogBuffer = 5;
 constexpr int kJitErrorLogBufferSize = 6;
-constexpr int kJitInputPtx = 1; // CU_JIT_INPUT_PTX
 constexpr unsigned kEventDefault = 0;
 constexpr unsigned kStreamNonBlocking = 1;
 
@@ -126,12 +125,6 @@ struct Driver::Api {
   CUresult (*moduleGetFunction)(CUfunction *, CUmodule, const char *);
   CUresult (*moduleGetGlobal)(CUdeviceptr *, size_t *, CUmodule, const char *);
   CUresult (*moduleUnload)(CUmodule);
-  /// cuLink* (optional): PTX compiled once into an image.
-  CUresult (*linkCreate)(unsigned, int *, void **, void **);
-  CUresult (*linkAddData)(void *, int, void *, size_t, const char *, unsigned,
-                          int *, void **);
-  CUresult (*linkComplete)(void *, void **, size_t *);
-  CUresult (*linkDestroy)(void *);
   CUresult (*funcSetAttribute)(CUfunction, int, int);
   CUresult (*funcGetAttribute)(int *, int, CUfunction);
   CUresult (*launchKernel)(CUfunction, unsigned, unsigned, unsigned, unsigned,
@@ -252,16 +245,6 @@ Expected<Driver *> Driver::get() {
       *s.slot = ::dlsym(a.lib, s.name);
       d->hasGraphs_ = d->hasGraphs_ && *s.slot;
     }
-    // Compiling PTX once for several modules (CudaBackend's module sets):
-    // optional, each backend compiles its own without them.
-    Sym linkSyms[] = {
-        {(void **)&a.linkCreate, "cuLinkCreate_v2"},
-        {(void **)&a.linkAddData, "cuLinkAddData_v2"},
-        {(void **)&a.linkComplete, "cuLinkComplete"},
-        {(void **)&a.linkDestroy, "cuLinkDestroy"},
-    };
-    for (const Sym &s : linkSyms)
-      *s.slot = ::dlsym(a.lib, s.name);
     // Programmatic dependent launch (CUDA 12.3+): optional too.
     a.launchKernelEx = reinterpret_cast<decltype(a.launchKernelEx)>(
         ::dlsym(a.lib, "cuLaunchKernelEx"));
@@ -395,43 +378,6 @@ Expected<CUmodule> Driver::loadModule(const std::string &ptx) {
   if (r != 0)
     return check(r, "cuModuleLoadDataEx")
         .withContext(std::string("PTX JIT log: ") + log.data());
-  return m;
-}
-
-Expected<std::vector<char>> Driver::compilePtx(const std::string &ptx) {
-  Api &a = api();
-  if (!a.linkCreate || !a.linkAddData || !a.linkComplete || !a.linkDestroy)
-    return makeError("the CUDA driver has no cuLink entry points");
-  // The log is written until cuLinkDestroy: it outlives the link state.
-  std::vector<char> log(16384, 0);
-  int options[] = {kJitErrorLogBuffer, kJitErrorLogBufferSize};
-  void *values[] = {log.data(), reinterpret_cast<void *>(log.size() - 1)};
-  void *state = nullptr;
-  K3_RETURN_IF_ERROR(
-      check(a.linkCreate(2, options, values, &state), "cuLinkCreate"));
-  Status st =
-      check(a.linkAddData(state, kJitInputPtx, const_cast<char *>(ptx.c_str()),
-                          ptx.size() + 1, "k3c", 0, nullptr, nullptr),
-            "cuLinkAddData");
-  void *image = nullptr;
-  size_t bytes = 0;
-  if (st)
-    st = check(a.linkComplete(state, &image, &bytes), "cuLinkComplete");
-  std::vector<char> out;
-  if (st)
-    out.assign(static_cast<const char *>(image),
-               static_cast<const char *>(image) + bytes);
-  a.linkDestroy(state); // owns `image`
-  if (!st)
-    return st.withContext(std::string("PTX JIT log: ") + log.data());
-  return out;
-}
-
-Expected<CUmodule> Driver::loadImage(const std::vector<char> &image) {
-  CUmodule m = nullptr;
-  K3_RETURN_IF_ERROR(
-      check(api().moduleLoadDataEx(&m, image.data(), 0, nullptr, nullptr),
-            "cuModuleLoadDataEx"));
   return m;
 }
 

@@ -70,15 +70,8 @@ public:
   /// error carries the JIT log.
   Expected<CUmodule> loadModule(const std::string &ptx);
   Expected<CUfunction> function(CUmodule module, const std::string &name);
-  /// The device code of PTX text `ptx`, JIT-compiled once (cuLink*): an
-  /// image loadImage loads without compiling again. Errors carry the JIT
-  /// log; a driver without the link entry points is an error too (the
-  /// caller then loads the PTX with loadModule).
-  Expected<std::vector<char>> compilePtx(const std::string &ptx);
-  /// Loads an image compilePtx returned.
-  Expected<CUmodule> loadImage(const std::vector<char> &image);
-  /// Unloads a module loadModule or loadImage returned (its functions and
-  /// variables go with it; null: no-op).
+  /// Unloads a module loadModule returned (its functions and variables go
+  /// with it; null: no-op).
   void unloadModule(CUmodule module);
   /// Lets launches of `f` ask for as much dynamic shared memory as the
   /// device allows a block beside `f`'s static shared memory (beyond the

@@ -42,7 +42,7 @@ namespace {
 struct FakeStats {
   long long liveAllocs, liveBytes, liveModules, moduleLoads, launches,
       graphLaunches, liveStreams, liveEvents, liveGraphs, liveExecs,
-      liveFunctions, linkCompiles;
+      liveFunctions;
 };
 
 /// Before main: the fake driver and the stub PTX for every CUDA call of
@@ -252,14 +252,10 @@ TEST(CudaBackendHost, SessionsStepOnOtherThreadsWithTheirOwnModules) {
     ASSERT_TRUE(a) << a.message();
     const long long oneSession = stats().liveModules - before.liveModules;
     EXPECT_GT(oneSession, 0);
-    const long long compiles = stats().linkCompiles;
     Expected<std::unique_ptr<Session>> b = openCuda(*p, false);
     ASSERT_TRUE(b) << b.message();
     EXPECT_EQ(stats().liveModules - before.liveModules, 2 * oneSession)
         << "the second session shares the first one's modules";
-    EXPECT_EQ(stats().linkCompiles, compiles)
-        << "the second session compiled the PTX again";
-    EXPECT_GT(compiles, 0) << "no PTX compiled once for every session";
     Session *sessions[2] = {a->get(), b->get()};
     std::atomic<int> ready{0};
     Status got[2] = {Status::ok(), Status::ok()};

@@ -42,7 +42,7 @@ constexpr CUresult kOk = 0, kInvalidValue = 1, kOutOfMemory = 2,
 struct Stats {
   long long liveAllocs, liveBytes, liveModules, moduleLoads, launches,
       graphLaunches, liveStreams, liveEvents, liveGraphs, liveExecs,
-      liveFunctions, linkCompiles;
+      liveFunctions;
 };
 
 struct Fake {
@@ -54,8 +54,6 @@ struct Fake {
   std::map<void *, std::chrono::steady_clock::time_point> recorded;
   long long moduleLoads = 0, launches = 0, graphLaunches = 0;
   std::map<std::string, long long> launchesOf; ///< by kernel name
-  std::map<void *, std::string> links;         ///< link state -> the PTX added
-  long long linkCompiles = 0;
   long long failAllocAfter = -1;  ///< allocations left before one fails
   long long failLaunchAfter = -1; ///< launches (and graph launches) likewise
   uintptr_t nextHandle = 0x1000;
@@ -283,46 +281,6 @@ CUresult cuModuleGetFunction(void **fn, void *m, const char *name) {
   f.funcs[*fn] = {m, name};
   return kOk;
 }
-/// cuLink*: the "image" of PTX is its text (cuModuleLoadDataEx reads both).
-CUresult cuLinkCreate_v2(unsigned, int *, void **, void **state) {
-  K3FAKE_NEEDS_CONTEXT();
-  Fake &f = fake();
-  std::lock_guard<std::mutex> lock(f.mutex);
-  *state = f.handle();
-  f.links[*state];
-  return kOk;
-}
-CUresult cuLinkAddData_v2(void *state, int type, void *data, size_t size,
-                          const char *, unsigned, int *, void **) {
-  K3FAKE_NEEDS_CONTEXT();
-  Fake &f = fake();
-  std::lock_guard<std::mutex> lock(f.mutex);
-  auto it = f.links.find(state);
-  if (it == f.links.end())
-    return kInvalidHandle;
-  if (type != 1 || !data || size == 0) // CU_JIT_INPUT_PTX, NUL included
-    return kInvalidValue;
-  it->second.assign(static_cast<const char *>(data), size);
-  return kOk;
-}
-CUresult cuLinkComplete(void *state, void **image, size_t *size) {
-  K3FAKE_NEEDS_CONTEXT();
-  Fake &f = fake();
-  std::lock_guard<std::mutex> lock(f.mutex);
-  auto it = f.links.find(state);
-  if (it == f.links.end() || it->second.empty())
-    return kInvalidHandle;
-  *image = it->second.data();
-  *size = it->second.size();
-  ++f.linkCompiles;
-  return kOk;
-}
-CUresult cuLinkDestroy(void *state) {
-  Fake &f = fake();
-  std::lock_guard<std::mutex> lock(f.mutex);
-  return f.links.erase(state) ? kOk : kInvalidHandle;
-}
-
 CUresult cuModuleGetGlobal_v2(CUdeviceptr *, size_t *, void *, const char *) {
   return kNotFound;
 }
@@ -526,8 +484,7 @@ void k3fake_stats(Stats *out) {
           static_cast<long long>(f.events.size()),
           static_cast<long long>(f.graphs.size()),
           static_cast<long long>(f.execs.size()),
-          static_cast<long long>(f.funcs.size()),
-          f.linkCompiles};
+          static_cast<long long>(f.funcs.size())};
 }
 
 /// Launches of the kernel called `name` (e.g. "k3_moe_chunk_route") so far,
