@@ -734,22 +734,25 @@ Status CudaBackend::step(int64_t token, int64_t pos) {
   lastLogits_ = logits_.data();
   K3_RETURN_IF_ERROR(setStep(token, pos));
   K3_RETURN_IF_ERROR(driver_->record(start_, stream_));
-  const std::string where = "decode step at position " + std::to_string(pos);
+  // Built only for an error (the step is the hot path).
+  auto where = [pos] {
+    return "decode step at position " + std::to_string(pos);
+  };
   for (size_t i = 0; i < launches_.size(); ++i) {
     if (graphExec_ && launches_[i].inputs.empty())
       continue; // a graph node that never changes
     if (Status st = launchOne(i, token, pos); !st)
-      return st.withContext(where);
+      return st.withContext(where());
   }
   if (graphExec_)
     if (Status st = driver_->launchGraph(graphExec_, stream_); !st)
-      return st.withContext(where + " (its graph)");
+      return st.withContext(where() + " (its graph)");
   K3_RETURN_IF_ERROR(driver_->record(end_, stream_));
   K3_RETURN_IF_ERROR(
       driver_->copyToHostAsync(logits_.data(), arena_.get() + logitsOffset_,
                                logits_.size() * sizeof(float), stream_));
   if (Status st = driver_->synchronize(stream_); !st)
-    return st.withContext(where);
+    return st.withContext(where());
   Expected<float> ms = driver_->elapsedMs(start_, end_);
   if (!ms)
     return ms.status();

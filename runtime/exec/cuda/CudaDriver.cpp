@@ -312,7 +312,9 @@ Driver::Api &Driver::api() const {
   // The primary context is current on the thread that called get(); a
   // backend bound on one thread may be stepped on another (a server's
   // worker, a test's), so each thread makes it current before its first
-  // call. (Ignoring a failure here: the call then fails, named.)
+  // call. (Ignoring a failure here: the call then fails, named.) A thread
+  // that makes another context current itself (another CUDA library) must
+  // restore this one: the cache would not see the change.
   thread_local CUcontext current = nullptr;
   if (current != context_) {
     if (api_->ctxSetCurrent(context_) == 0)
