@@ -61,20 +61,14 @@ double microsecondsSince(Clock::time_point t0) {
 /// JIT cache makes a backend's load of a text loaded before cheap.
 Expected<cuda::CUmodule> moduleFor(cuda::Driver &driver, const std::string &ptx,
                                    const std::string &what, CudaModules *own) {
-  if (own) {
-    auto it = own->byPtx.find(ptx);
-    if (it != own->byPtx.end())
-      return it->second;
-    Expected<cuda::CUmodule> mod = driver.loadModule(ptx);
-    if (!mod)
-      return mod.status().withContext(what);
-    own->byPtx.emplace(ptx, *mod);
-    return *mod;
-  }
-  // Sessions may be opened from several threads.
+  // The process's map may be used from several threads (a backend binds
+  // into its own map on one thread).
   static std::mutex mutex;
-  static std::map<std::string, cuda::CUmodule> loaded;
-  std::lock_guard<std::mutex> lock(mutex);
+  static std::map<std::string, cuda::CUmodule> process;
+  std::unique_lock<std::mutex> lock(mutex, std::defer_lock);
+  if (!own)
+    lock.lock();
+  std::map<std::string, cuda::CUmodule> &loaded = own ? own->byPtx : process;
   auto it = loaded.find(ptx);
   if (it != loaded.end())
     return it->second;
@@ -461,11 +455,10 @@ CudaBackend::bind(const PlanDoc &plan, const TensorStore &store, bool useGraph,
   if (!(onHostEnv && std::string(onHostEnv) == "1")) {
     drawing = store.deferringDrawn();
     // A build or a K3C_PTX_DIR without the kernel makes them on the host.
-    Expected<cuda::CUfunction> f =
-        drawing.defersDrawn()
-            ? kernelFunction(d, kSyntheticNormalKernel, nullptr, &be->modules_)
-            : Expected<cuda::CUfunction>(makeError("nothing to draw"));
-    drawFn = f ? *f : nullptr;
+    if (drawing.defersDrawn())
+      if (Expected<cuda::CUfunction> f =
+              kernelFunction(d, kSyntheticNormalKernel, nullptr, &be->modules_))
+        drawFn = *f;
     if (!drawFn)
       drawing = store;
   }
