@@ -1156,7 +1156,10 @@ extern "C" __global__ void __launch_bounds__(512)
 // params before the step's first launch). Every row's results are its own
 // launch's bit for bit (same grid.x, same code). Limits: k3_kda_decode's,
 // with rows · numHeads <= kMaxCountedHeads on the sliced path.
-extern "C" __global__ void __launch_bounds__(512)
+#ifndef K3C_TUNE_KDA_ROWS_BLOCKS
+#define K3C_TUNE_KDA_ROWS_BLOCKS 2
+#endif
+extern "C" __global__ void __launch_bounds__(256, K3C_TUNE_KDA_ROWS_BLOCKS)
     k3_kda_decode_rows(const KdaDecodeRowsParams rp) {
   __shared__ DecodeShared shared;
   __shared__ __align__(16) dev::RowParams<KdaDecodeParams> row;

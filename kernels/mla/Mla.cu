@@ -1932,10 +1932,12 @@ extern "C" __global__ void __launch_bounds__(kMlaChunkThreads)
   __syncthreads();
 #pragma unroll
   for (int t = 0; t < kCQ; ++t) {
+    // By the row's length, not by Σ > 0: a non-finite score makes Σ NaN,
+    // and the row's output must be NaN then, as the rows form's is.
     const float l = sm.sum[t];
     *reinterpret_cast<float2 *>(&sm.qHat[t][2 * tid]) =
-        l > 0.0f ? make_float2(acc[t][0] / l, acc[t][1] / l)
-                 : make_float2(0.0f, 0.0f);
+        sm.len[t] > 0 ? make_float2(acc[t][0] / l, acc[t][1] / l)
+                      : make_float2(0.0f, 0.0f);
   }
   __syncthreads();
 
