@@ -974,6 +974,19 @@ union DecodeShared {
 //===----------------------------------------------------------------------===//
 namespace {
 
+/// The clustered path for `p` if the launch has its shape (`rows`: the
+/// grid's y), else NaN out and the states untouched.
+__device__ __forceinline__ void decodeClusteredOrNaN(const KdaDecodeParams &p,
+                                                     ClusterShared &sm,
+                                                     unsigned rows) {
+  if (clusterShapeOk(p, rows)) {
+    decodeClustered(p, sm);
+  } else {
+    dev::waitForPriorGrids();
+    fillNaN(p.out, p.numHeads * p.headDim);
+  }
+}
+
 /// k3_kda_decode's body for `p` (a kernel parameter, or a row's params in
 /// shared memory); `rows`: the grid's y (1, or the multi-row form's rows,
 /// block row blockIdx.y); the sliced path counts a head's slices in
@@ -984,12 +997,7 @@ __device__ __forceinline__ void kdaDecodeBody(const KdaDecodeParams &p,
   dev::allowDependentLaunch();
   dev::prefetchL2Share(p.l2Prefetch);
   if (dev::clusterBlocks() > 1) {
-    if (clusterShapeOk(p, rows)) {
-      decodeClustered(p, shared.cluster);
-    } else {
-      dev::waitForPriorGrids();
-      fillNaN(p.out, p.numHeads * p.headDim);
-    }
+    decodeClusteredOrNaN(p, shared.cluster, rows);
     return;
   }
   // The folded low-rank rows of the block's first item are weights (no
@@ -1156,15 +1164,36 @@ extern "C" __global__ void __launch_bounds__(512)
 // params before the step's first launch). Every row's results are its own
 // launch's bit for bit (same grid.x, same code). Limits: k3_kda_decode's,
 // with rows · numHeads <= kMaxCountedHeads on the sliced path.
-#ifndef K3C_TUNE_KDA_ROWS_BLOCKS
-#define K3C_TUNE_KDA_ROWS_BLOCKS 2
-#endif
-extern "C" __global__ void __launch_bounds__(256, K3C_TUNE_KDA_ROWS_BLOCKS)
+extern "C" __global__ void __launch_bounds__(512)
     k3_kda_decode_rows(const KdaDecodeRowsParams rp) {
   __shared__ DecodeShared shared;
   __shared__ __align__(16) dev::RowParams<KdaDecodeParams> row;
   dev::loadRowParams(rp.rows, row);
   kdaDecodeBody(row.get(), shared, static_cast<unsigned>(rp.count));
+}
+
+// k3_kda_decode_rows_clustered: k3_kda_decode_rows for launches in clusters
+// of 4 (the plans' Kimi-Linear and K3 heads): the clustered path alone, so
+// that its registers are not the sliced path's. A batch's rows are many
+// waves of latency-bound clusters (16 rows x 32 heads: 2048 blocks); at the
+// general form's 128 registers two blocks fit an SM, at this form's
+// K3C_TUNE_KDA_ROWS_BLOCKS (default 3: 80 registers, no spills) three.
+// Every row's results are the general form's bit for bit (the same code).
+// Limits: the clustered path's shape (else every row's out is NaN and its
+// states untouched).
+#ifndef K3C_TUNE_KDA_ROWS_BLOCKS
+#define K3C_TUNE_KDA_ROWS_BLOCKS 3
+#endif
+extern "C" __global__ void __launch_bounds__(kClusterThreads,
+                                             K3C_TUNE_KDA_ROWS_BLOCKS)
+    k3_kda_decode_rows_clustered(const KdaDecodeRowsParams rp) {
+  __shared__ ClusterShared shared;
+  __shared__ __align__(16) dev::RowParams<KdaDecodeParams> row;
+  dev::loadRowParams(rp.rows, row);
+  const KdaDecodeParams &p = row.get();
+  dev::allowDependentLaunch();
+  dev::prefetchL2Share(p.l2Prefetch);
+  decodeClusteredOrNaN(p, shared, static_cast<unsigned>(rp.count));
 }
 
 //===----------------------------------------------------------------------===//

@@ -32,6 +32,8 @@ inline std::string stubPtx() {
     names.push_back(std::string(k) + "_rows");
   for (const char *k : kCudaRowsArrayForms)
     names.push_back(std::string(k) + "_rows");
+  for (const char *k : kCudaClusteredRowsForms)
+    names.push_back(std::string(k) + "_rows_clustered");
   for (const char *k : kCudaRunForms)
     names.push_back(std::string(k) + "_run");
   for (const char *k : kCudaChunkForms)

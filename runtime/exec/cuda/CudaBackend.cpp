@@ -324,15 +324,19 @@ CudaBackend::bind(const PlanDoc &plan, const TensorStore &store, bool useGraph,
     const std::string &k = plan.launches[i].kernel;
     std::pair<cuda::CUfunction, int64_t> form{nullptr, 0};
     if (useForms && (hasRowsForm(k) || hasRowsArrayForm(k))) {
-      auto known = rowsForms.find(k);
+      const std::string name = rowsFormName(k, plan.launches[i].cluster[0]);
+      auto known = rowsForms.find(name);
       if (known == rowsForms.end()) {
         Expected<cuda::CUfunction> f =
-            kernelFunction(d, k + "_rows", plan.ptxFor(k), &be->modules_);
+            kernelFunction(d, name, plan.ptxFor(k), &be->modules_);
+        // A plan's PTX from before the clustered form: the general one.
+        if (!f && name != k + "_rows")
+          f = kernelFunction(d, k + "_rows", plan.ptxFor(k), &be->modules_);
         Expected<int64_t> smem =
             f ? d.allowDynamicShared(*f) : Expected<int64_t>(f.status());
         if (f && smem)
           form = {*f, *smem};
-        known = rowsForms.emplace(k, form).first;
+        known = rowsForms.emplace(name, form).first;
       }
       form = known->second;
     }

@@ -204,6 +204,14 @@ bool hasRunForm(const std::string &kernel) {
                    kernel) != std::end(kCudaRunForms);
 }
 
+std::string rowsFormName(const std::string &kernel, int64_t clusterBlocks) {
+  const bool clustered = clusterBlocks > 1 &&
+                         std::find(std::begin(kCudaClusteredRowsForms),
+                                   std::end(kCudaClusteredRowsForms),
+                                   kernel) != std::end(kCudaClusteredRowsForms);
+  return kernel + (clustered ? "_rows_clustered" : "_rows");
+}
+
 bool hasChunkForm(const std::string &kernel) {
   return std::find(std::begin(kCudaChunkForms), std::end(kCudaChunkForms),
                    kernel) != std::end(kCudaChunkForms);

@@ -75,6 +75,15 @@ inline constexpr const char *kCudaRunForms[] = {"kda_decode"};
 /// Whether `kernel` has a run form.
 bool hasRunForm(const std::string &kernel);
 
+/// The array forms whose PTX also has `k3_<kernel>_rows_clustered`, the
+/// same params and results for launches in thread-block clusters, compiled
+/// for that path alone (kda_decode: fewer registers, more blocks an SM).
+inline constexpr const char *kCudaClusteredRowsForms[] = {"kda_decode"};
+
+/// The name of `kernel`'s multi-row form for a launch in clusters of
+/// `clusterBlocks` blocks (`<kernel>_rows` or `<kernel>_rows_clustered`).
+std::string rowsFormName(const std::string &kernel, int64_t clusterBlocks);
+
 /// The array forms whose PTX also has a chunk form `k3_<kernel>_chunk` over
 /// the same params array, for the rows of one sequence with
 /// PrefillForm::Chunk, within rounding of the run or rows form:

@@ -25,6 +25,7 @@
 
 #include "kernels/common/VectorRef.h"
 #include "kernels/kda/KdaCpu.h"
+#include "runtime/exec/cuda/RowsForms.h"
 
 #include <algorithm>
 #include <cstdio>
@@ -1033,59 +1034,62 @@ TEST(KdaCuda, ClusteredDecodeOutsideItsShapeWritesNaN) {
 /// bit for bit its own k3_kda_decode launch's at the same grid. Kimi-Linear
 /// as planned (clusters of 4, folded low-rank gates), K3's sliced grid (a
 /// head over 4 blocks, the slices counted per row), whole heads, a head of
-/// 130 over 7 blocks; 2 and 5 rows.
+/// 130 over 7 blocks; 2 and 5 rows. The clustered launches also through
+/// k3_kda_decode_rows_clustered (the backend's choice for them).
 TEST(KdaCuda, DecodeRowsAsOneLaunchPerRow) {
   K3_REQUIRE_GPU();
   for (const DecodeCase &c : {DecodeCase{32, 128, 4, 0, 128, 256, 128, 4},
                               DecodeCase{32, 128, 4, 1, 128, 256, 0, 4},
+                              DecodeCase{96, 128, 4, 1, 384, 256, 0, 4},
                               DecodeCase{96, 128, 4, 1, 384, 256},
                               DecodeCase{4, 64, 4, 0, 4, 256, 64},
                               DecodeCase{2, 130, 4, 0, 7, 256}}) {
-    for (int M : {2, 5}) {
-      const std::string name = c.name() + ", " + std::to_string(M) + " rows";
-      const int64_t H = c.heads, d = c.headDim;
-      Rand r(static_cast<uint64_t>(H * 31 + d + M + c.rank));
-      DecodeLayer l(r, H, d, c.width);
-      const LowRankWeights lr(r, l.C, c.rank);
-      const int64_t conv = l.C * (c.width - 1);
-      std::vector<std::unique_ptr<DecodeDev>> single, rows;
-      std::vector<std::unique_ptr<DecodeBound>> bs, br;
-      std::vector<k3::KdaDecodeParams> params;
-      for (int i = 0; i < M; ++i) {
-        const std::vector<float> sConv = bf16Valued(r, conv, 1.0f),
-                                 state = r.f32(H * d * d, 0.5f);
-        single.push_back(std::make_unique<DecodeDev>(l, sConv, state));
-        rows.push_back(std::make_unique<DecodeDev>(l, sConv, state));
-        const DecodeToken t(r, l, c.rank);
-        bs.push_back(std::make_unique<DecodeBound>(l, t, *single.back(),
-                                                   c.hasLowerBound, &lr,
-                                                   k3::L2Prefetch{}));
-        br.push_back(std::make_unique<DecodeBound>(l, t, *rows.back(),
-                                                   c.hasLowerBound, &lr,
-                                                   k3::L2Prefetch{}));
-        params.push_back(br.back()->p);
-        k3::Status s =
-            launch("kda_decode", bs.back()->p, c.grid, c.block, 0, c.cluster);
+    std::vector<std::string> forms = {"kda_decode_rows"};
+    if (c.cluster > 1)
+      forms.push_back(k3::rowsFormName("kda_decode", c.cluster));
+    for (const std::string &form : forms)
+      for (int M : {2, 5}) {
+        const std::string name =
+            c.name() + ", " + std::to_string(M) + " rows, " + form;
+        const int64_t H = c.heads, d = c.headDim;
+        Rand r(static_cast<uint64_t>(H * 31 + d + M + c.rank));
+        DecodeLayer l(r, H, d, c.width);
+        const LowRankWeights lr(r, l.C, c.rank);
+        const int64_t conv = l.C * (c.width - 1);
+        std::vector<std::unique_ptr<DecodeDev>> single, rows;
+        std::vector<std::unique_ptr<DecodeBound>> bs, br;
+        std::vector<k3::KdaDecodeParams> params;
+        for (int i = 0; i < M; ++i) {
+          const std::vector<float> sConv = bf16Valued(r, conv, 1.0f),
+                                   state = r.f32(H * d * d, 0.5f);
+          single.push_back(std::make_unique<DecodeDev>(l, sConv, state));
+          rows.push_back(std::make_unique<DecodeDev>(l, sConv, state));
+          const DecodeToken t(r, l, c.rank);
+          bs.push_back(std::make_unique<DecodeBound>(
+              l, t, *single.back(), c.hasLowerBound, &lr, k3::L2Prefetch{}));
+          br.push_back(std::make_unique<DecodeBound>(
+              l, t, *rows.back(), c.hasLowerBound, &lr, k3::L2Prefetch{}));
+          params.push_back(br.back()->p);
+          k3::Status s =
+              launch("kda_decode", bs.back()->p, c.grid, c.block, 0, c.cluster);
+          ASSERT_TRUE(s.isOk()) << s.message();
+        }
+        Dev array = Dev::of(params);
+        k3::KdaDecodeRowsParams rp;
+        rp.rows = array.get<k3::KdaDecodeParams>();
+        rp.count = M;
+        k3::Status s = launch(form, rp, c.grid, c.block, 0, c.cluster, M);
         ASSERT_TRUE(s.isOk()) << s.message();
+        for (int i = 0; i < M; ++i) {
+          const std::string row = name + ", row " + std::to_string(i);
+          expectSameBits(bs[i]->out.download<uint16_t>(l.C),
+                         br[i]->out.download<uint16_t>(l.C), row + " out");
+          if (c.rank > 0)
+            expectSameBits(bs[i]->gOut.download<uint16_t>(l.C),
+                           br[i]->gOut.download<uint16_t>(l.C), row + " gate");
+          expectSameStates(*single[i], *rows[i], l, row);
+        }
       }
-      Dev array = Dev::of(params);
-      k3::KdaDecodeRowsParams rp;
-      rp.rows = array.get<k3::KdaDecodeParams>();
-      rp.count = M;
-      k3::Status s =
-          launch("kda_decode_rows", rp, c.grid, c.block, 0, c.cluster, M);
-      ASSERT_TRUE(s.isOk()) << s.message();
-      for (int i = 0; i < M; ++i) {
-        const std::string row = name + ", row " + std::to_string(i);
-        expectSameBits(bs[i]->out.download<uint16_t>(l.C),
-                       br[i]->out.download<uint16_t>(l.C), row + " out");
-        if (c.rank > 0)
-          expectSameBits(bs[i]->gOut.download<uint16_t>(l.C),
-                         br[i]->gOut.download<uint16_t>(l.C),
-                         row + " gate");
-        expectSameStates(*single[i], *rows[i], l, row);
-      }
-    }
   }
 }
 
@@ -1175,6 +1179,7 @@ TEST(KdaCuda, DecodeRunIsOneLaunchPerToken) {
   }
   // Without clusters: NaN out, the state untouched.
   expectRowsRefused("kda_decode_run", 1, 0, 1, 5);
+  expectRowsRefused("kda_decode_rows_clustered", 3, 0, 1, 6);
 }
 
 } // namespace
