@@ -81,27 +81,21 @@ __device__ Best blockBest(Best b, float *sv, long long *si) {
   return t;
 }
 
-} // namespace
+/// Module scratch of one split argmax: each part's candidate, the NaN/Inf
+/// flag and the arrival count (the last block resets the count and flag).
+struct ArgmaxScratch {
+  float *partV;
+  long long *partI;
+  unsigned *bad;
+  unsigned *arrived;
+};
 
-/// k3_argmax.
-/// Grid: any. Block b of the first P = min(grid, kMaxParts) scans the b-th
-/// of P contiguous parts of the logits (whole float4s), writes its best to
-/// module scratch, and the last block to arrive merges the P candidates and
-/// writes the results (the merge order "larger value, then smaller index"
-/// makes them independent of the split). One block alone was the whole
-/// argmax's cost: 27 µs for 163840 logits, one SM's bandwidth; the plan's
-/// grid spreads them over 64 blocks. 256 threads with kUnroll float4 loads
-/// in flight each keep 32 KiB outstanding per block.
-/// Limits: n >= 1. The float4 path needs `logits` 16-byte aligned; otherwise
-/// the scan is element-wise.
-extern "C" __global__ void __launch_bounds__(1024)
-    k3_argmax(const ArgmaxParams p) {
-  dev::enterStep();
+/// The argmax of `p` by part `part` of `parts` blocks (see k3_argmax); with
+/// one part the block's best is the answer and `scratch` is not touched.
+__device__ void argmaxBody(const ArgmaxParams &p, unsigned parts, unsigned part,
+                           const ArgmaxScratch &scratch) {
   __shared__ float sv[32];
   __shared__ long long si[32];
-  const unsigned parts = min(gridDim.x, kMaxParts);
-  if (blockIdx.x >= parts)
-    return;
   const int tid = threadIdx.x, threads = blockDim.x;
   Best b;
   bool bad = false;
@@ -109,7 +103,7 @@ extern "C" __global__ void __launch_bounds__(1024)
   // This block's part: [beg, end), in whole float4s on the vector path.
   const int64_t units = vec ? p.n >> 2 : p.n;
   const int64_t per = (units + parts - 1) / parts;
-  const int64_t uBeg = min(static_cast<int64_t>(blockIdx.x) * per, units);
+  const int64_t uBeg = min(static_cast<int64_t>(part) * per, units);
   const int64_t uEnd = min(uBeg + per, units);
   if (vec) {
     const float4 *lv = reinterpret_cast<const float4 *>(p.logits);
@@ -133,7 +127,7 @@ extern "C" __global__ void __launch_bounds__(1024)
       }
     }
     // The tail past the last float4, by the last part.
-    if (blockIdx.x == parts - 1)
+    if (part == parts - 1)
       for (int64_t j = (units << 2) + tid; j < p.n; j += threads)
         consider(b, bad, __ldg(p.logits + j), j);
   } else {
@@ -141,33 +135,92 @@ extern "C" __global__ void __launch_bounds__(1024)
       consider(b, bad, __ldg(p.logits + j), j);
   }
 
-  const bool anyBad = __syncthreads_or(bad) != 0;
-  const Best mine = blockBest(b, sv, si);
-  if (tid == 0) {
-    gPartV[blockIdx.x] = mine.v;
-    gPartI[blockIdx.x] = mine.i;
-    if (anyBad)
-      atomicOr(&gPartBad, 1u);
+  bool anyBad = __syncthreads_or(bad) != 0;
+  Best t = blockBest(b, sv, si);
+  if (parts > 1) {
+    if (tid == 0) {
+      scratch.partV[part] = t.v;
+      scratch.partI[part] = t.i;
+      if (anyBad)
+        atomicOr(scratch.bad, 1u);
+    }
+    if (!dev::lastToArrive(scratch.arrived, parts))
+      return;
+    Best m;
+    for (unsigned q = tid; q < parts; q += threads) {
+      Best c;
+      c.v = __ldcg(&scratch.partV[q]);
+      c.i = __ldcg(&scratch.partI[q]);
+      m = better(m, c);
+    }
+    t = blockBest(m, sv, si);
+    if (tid == 0)
+      anyBad = atomicExch(scratch.bad, 0u) != 0;
   }
-  if (!dev::lastToArrive(&gPartsArrived, parts))
-    return;
-  Best t;
-  for (unsigned q = tid; q < parts; q += threads) {
-    Best c;
-    c.v = __ldcg(&gPartV[q]);
-    c.i = __ldcg(&gPartI[q]);
-    t = better(t, c);
-  }
-  t = blockBest(t, sv, si);
   if (tid == 0) {
-    const bool nonFinite = atomicExch(&gPartBad, 0u) != 0;
     const int64_t id = t.i == kNone ? 0 : t.i;
     if (p.outId)
       *p.outId = id;
     if (p.step) { // the next step's inputs (StepInputs.h)
       p.step[kStepToken] = id;
       p.step[kStepPos] += 1;
-      p.step[kStepNonFinite] = nonFinite ? 1 : 0;
+      p.step[kStepNonFinite] = anyBad ? 1 : 0;
     }
   }
+}
+
+/// Scratch of k3_argmax_rows: row y < kArgmaxRowsSplit's parts.
+__device__ float gRowPartV[kArgmaxRowsSplit][kArgmaxRowsMaxParts];
+__device__ long long gRowPartI[kArgmaxRowsSplit][kArgmaxRowsMaxParts];
+__device__ unsigned gRowPartBad[kArgmaxRowsSplit];
+__device__ unsigned gRowPartsArrived[kArgmaxRowsSplit];
+
+} // namespace
+
+/// k3_argmax.
+/// Grid: any. Block b of the first P = min(grid, kMaxParts) scans the b-th
+/// of P contiguous parts of the logits (whole float4s), writes its best to
+/// module scratch, and the last block to arrive merges the P candidates and
+/// writes the results (the merge order "larger value, then smaller index"
+/// makes them independent of the split). One block alone was the whole
+/// argmax's cost: 27 µs for 163840 logits, one SM's bandwidth; the plan's
+/// grid spreads them over 64 blocks. 256 threads with kUnroll float4 loads
+/// in flight each keep 32 KiB outstanding per block.
+/// Limits: n >= 1. The float4 path needs `logits` 16-byte aligned; otherwise
+/// the scan is element-wise.
+extern "C" __global__ void __launch_bounds__(1024)
+    k3_argmax(const ArgmaxParams p) {
+  dev::enterStep();
+  const unsigned parts = min(gridDim.x, kMaxParts);
+  if (blockIdx.x >= parts)
+    return;
+  argmaxBody(p, parts, blockIdx.x,
+             ArgmaxScratch{gPartV, gPartI, &gPartBad, &gPartsArrived});
+}
+
+/// k3_argmax_rows: k3_argmax for several rows (ArgmaxRowsParams), block
+/// (x, y) block x of row y's launch: a batch's greedy choices in one launch
+/// instead of one launch per row (16 launches of ~4.8 µs at batch 16).
+/// Row y < kArgmaxRowsSplit is split over min(grid x, kArgmaxRowsMaxParts)
+/// blocks with its own scratch; a row past them is scanned by its block 0
+/// alone (the same answer, slower). Each row's results are its single
+/// launch's (the merge order makes them independent of the split).
+/// Limits: k3_argmax's; launches of k3_argmax_rows must not run
+/// concurrently.
+extern "C" __global__ void __launch_bounds__(1024)
+    k3_argmax_rows(const ArgmaxRowsParams rp) {
+  __shared__ __align__(16) dev::RowParams<ArgmaxParams> row;
+  dev::loadRowParams(rp.rows, row);
+  dev::enterStep();
+  const unsigned y = blockIdx.y;
+  const unsigned parts =
+      y < kArgmaxRowsSplit
+          ? min(gridDim.x, static_cast<unsigned>(kArgmaxRowsMaxParts))
+          : 1u;
+  if (blockIdx.x >= parts)
+    return;
+  const unsigned r = min(y, unsigned(kArgmaxRowsSplit - 1));
+  argmaxBody(row.get(), parts, blockIdx.x,
+             ArgmaxScratch{gRowPartV[r], gRowPartI[r], &gRowPartBad[r],
+                           &gRowPartsArrived[r]});
 }

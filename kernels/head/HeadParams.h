@@ -28,6 +28,21 @@ struct ArgmaxParams {
   int64_t *step = nullptr;  ///< [kStepWords] int64, may be null
 };
 
+/// The multi-row form of `argmax` (k3_argmax_rows): grid (the single
+/// launch's x, count, 1), row y's whole params at rows[y] in device memory
+/// (a batch's rows, each choosing from its own logits into its own step
+/// block).
+struct ArgmaxRowsParams {
+  const ArgmaxParams *rows = nullptr; ///< [count] in device memory
+  int32_t count = 0;
+};
+
+/// Rows of k3_argmax_rows whose blocks split their logits (module scratch
+/// for their candidates); a row past them is scanned by its block 0 alone.
+constexpr int kArgmaxRowsSplit = 256;
+/// Most blocks that split one row of k3_argmax_rows.
+constexpr int kArgmaxRowsMaxParts = 64;
+
 } // namespace k3
 
 #endif // K3C_KERNELS_HEAD_HEADPARAMS_H

@@ -4,6 +4,7 @@
 #include "kernels/elementwise/ElementwiseParams.h"
 #include "kernels/embed/EmbedParams.h"
 #include "kernels/gemv/GemvParams.h"
+#include "kernels/head/HeadParams.h"
 #include "kernels/kda/KdaParams.h"
 #include "kernels/mla/MlaParams.h"
 #include "kernels/moe/MoeParams.h"
@@ -182,7 +183,8 @@ static_assert(isRowsArray<KdaDecodeRowsParams>() &&
                   isRowsArray<MlaCacheAppendRowsParams>() &&
                   isRowsArray<MlaAttendRowsParams>() &&
                   isRowsArray<EmbedRowsParams>() &&
-                  isRowsArray<GatedActRowsParams>(),
+                  isRowsArray<GatedActRowsParams>() &&
+                  isRowsArray<ArgmaxRowsParams>(),
               "the array forms' params are {rows, count}");
 
 std::optional<RowsLaunch> rowsLaunch(const std::string &kernel,

@@ -48,12 +48,12 @@ constexpr size_t kMmaMinRows = 16;
 /// every row's whole params from a device array ({rows, count}: e.g.
 /// KdaDecodeRowsParams, grid y = the rows): kernels whose rows differ by
 /// more than their arenas (their slots' states), and small per-row kernels
-/// (embed, gated_act) whose arena-stride form would buy nothing more. Only for
-/// rows of different sequences (a sequence's rows meet its states in order),
-/// but see kCudaRowsAnySlotForms and kCudaRunForms.
+/// (embed, gated_act, argmax) whose arena-stride form would buy nothing more.
+/// Only for rows of different sequences (a sequence's rows meet its states
+/// in order), but see kCudaRowsAnySlotForms and kCudaRunForms.
 inline constexpr const char *kCudaRowsArrayForms[] = {
-    "kda_decode", "mla_cache_append", "mla_attend_clustered", "embed",
-    "gated_act"};
+    "kda_decode", "mla_cache_append", "mla_attend_clustered",
+    "embed",      "gated_act",        "argmax"};
 
 /// The array forms whose rows never depend on one another, so that rows of
 /// one sequence (a prompt chunk) run together as well: each row writes only

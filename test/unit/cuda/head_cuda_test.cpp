@@ -3,7 +3,8 @@
 // The whole K3 vocabulary (163840 fp32 logits) with planted ties (the lowest
 // index must win wherever the tied entries fall), NaN logits (never chosen;
 // all NaN gives 0), -inf, odd sizes, a misaligned logits pointer, several
-// blocks and other block sizes. The answer is an index: exact equality.
+// blocks and other block sizes; the multi-row form (k3_argmax_rows) row by
+// row. The answer is an index: exact equality.
 //
 //===----------------------------------------------------------------------===//
 #include "test/unit/cuda/CudaTestUtil.h"
@@ -119,6 +120,77 @@ TEST(ArgmaxCuda, AnyGridAndBlock) {
   expectArgmax(logits, "block 32", 1, 32, 0, 99998);
   expectArgmax(logits, "block 1024", 3, 1024, 0, 99998);
   expectArgmax(logits, "block 96 misaligned", 1, 96, 3, 99998);
+}
+
+/// k3_argmax_rows: M rows — each its own logits, id and step block — in one
+/// launch, every row's id and next step (token, position + 1, the
+/// non-finite flag) argmaxCpu's. A batch of 16 on the plan's grid of 64
+/// (ties, NaN, +inf and a misaligned row among them), a grid above
+/// kArgmaxRowsMaxParts, and rows past kArgmaxRowsSplit (scanned by one
+/// block each). Outputs poisoned first.
+TEST(ArgmaxCuda, RowsAsOneLaunchPerRow) {
+  K3_REQUIRE_GPU();
+  struct Case {
+    int64_t rows, n, grid;
+  };
+  for (const Case &c : {Case{16, kVocab, 64}, Case{3, 9001, 100},
+                        Case{k3::kArgmaxRowsSplit + 9, 4099, 64}}) {
+    const std::string name = std::to_string(c.rows) + " rows of " +
+                             std::to_string(c.n) + ", grid " +
+                             std::to_string(c.grid);
+    SCOPED_TRACE(name);
+    Rand r(static_cast<uint64_t>(c.rows * 7 + c.n));
+    // Row i's logits at i * pitch + (i % 3 == 2): every third row is
+    // misaligned (the scalar path).
+    const int64_t pitch = c.n + 4;
+    std::vector<float> all = r.f32(c.rows * pitch, 3.0f);
+    std::vector<int64_t> steps(c.rows * k3::kStepWords);
+    for (int64_t i = 0; i < c.rows; ++i) {
+      float *row = all.data() + i * pitch + (i % 3 == 2 ? 1 : 0);
+      if (i % 4 == 1) { // a tie: the lower index wins
+        row[(i * 131) % c.n] = 60.0f;
+        row[(i * 131) % c.n / 2] = 60.0f;
+      }
+      if (i % 5 == 3)
+        row[(i * 17) % c.n] = NAN;
+      if (i % 7 == 6)
+        row[c.n - 1] = INFINITY;
+      steps[i * k3::kStepWords + k3::kStepPos] = 100 + i;
+      steps[i * k3::kStepWords + k3::kStepToken] = -1;
+    }
+    Dev dLogits = Dev::of(all), dSteps = Dev::of(steps),
+        dIds = Dev::poisoned<int64_t>(c.rows);
+    std::vector<k3::ArgmaxParams> params(c.rows);
+    for (int64_t i = 0; i < c.rows; ++i) {
+      params[i].logits = dLogits.get<float>() + i * pitch + (i % 3 == 2);
+      params[i].n = c.n;
+      params[i].outId = dIds.get<int64_t>() + i;
+      params[i].step = dSteps.get<int64_t>() + i * k3::kStepWords;
+    }
+    Dev array = Dev::of(params);
+    k3::ArgmaxRowsParams rp;
+    rp.rows = array.get<k3::ArgmaxParams>();
+    rp.count = static_cast<int32_t>(c.rows);
+    ASSERT_TRUE(launch("argmax_rows", rp, c.grid, 256, 0, 1, c.rows).isOk());
+    const std::vector<int64_t> ids = dIds.download<int64_t>(c.rows),
+                               gotSteps = dSteps.download<int64_t>(
+                                   c.rows * k3::kStepWords);
+    for (int64_t i = 0; i < c.rows; ++i) {
+      k3::ArgmaxParams cpu;
+      int64_t id = -7;
+      std::vector<int64_t> step(steps.begin() + i * k3::kStepWords,
+                                steps.begin() + (i + 1) * k3::kStepWords);
+      cpu.logits = all.data() + i * pitch + (i % 3 == 2);
+      cpu.n = c.n;
+      cpu.outId = &id;
+      cpu.step = step.data();
+      k3::argmaxCpu(cpu);
+      EXPECT_EQ(ids[i], id) << "row " << i;
+      for (int w : {k3::kStepToken, k3::kStepPos, k3::kStepNonFinite})
+        EXPECT_EQ(gotSteps[i * k3::kStepWords + w], step[w])
+            << "row " << i << ", step word " << w;
+    }
+  }
 }
 
 } // namespace

@@ -471,8 +471,8 @@ TEST(CudaBackendHost, ChunkVariantsAndSnapshots) {
 /// make; the last layer's attention is in the logits tail, which prompt
 /// rows skip, the fourth's is not): its KDA
 /// and MLA launches are clustered, so a prompt chunk takes the chunk forms
-/// of kda_decode and mla_attend_clustered, and a batch the MoE's and
-/// kda_decode's clustered rows form.
+/// of kda_decode and mla_attend_clustered, and a batch the MoE's, the
+/// clustered rows form of kda_decode and argmax's rows form.
 TEST(CudaBackendHost, RealGeometryTakesTheChunkForms) {
   K3C_SKIP_WITHOUT_COMPILER();
   Expected<ModelConfig> c = presetConfig("kimi-linear-48b", 5, 8);
@@ -490,7 +490,8 @@ TEST(CudaBackendHost, RealGeometryTakesTheChunkForms) {
     const long long kda = launchesOf("kda_decode_chunk"),
                     mla = launchesOf("mla_attend_clustered_chunk"),
                     moe = launchesOf("moe_chunk_route"),
-                    kdaRows = launchesOf("kda_decode_rows_clustered");
+                    kdaRows = launchesOf("kda_decode_rows_clustered"),
+                    argmaxRows = launchesOf("argmax_rows");
     std::vector<SequenceRequest> reqs(3);
     for (size_t i = 0; i < reqs.size(); ++i) {
       for (int64_t t = 0; t < 40 + static_cast<int64_t>(i); ++t)
@@ -513,6 +514,7 @@ TEST(CudaBackendHost, RealGeometryTakesTheChunkForms) {
     EXPECT_GT(launchesOf("moe_chunk_route"), moe);
     // The batch's decode rows: kda_decode's clustered rows form.
     EXPECT_GT(launchesOf("kda_decode_rows_clustered"), kdaRows);
+    EXPECT_GT(launchesOf("argmax_rows"), argmaxRows);
   }
   expectAllGivenBack(before, "kimi-linear-48b, 5 layers");
 }
