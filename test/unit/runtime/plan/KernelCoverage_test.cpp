@@ -104,6 +104,14 @@ TEST(KernelCoverage, NoEntryPointOutsideTheTable) {
         << ", but no kernels/*/*.cu defines k3_" << k << "_rows";
     forms.insert(std::string(k) + "_rows");
   }
+  for (const char *k : kCudaClusteredRowsForms) {
+    EXPECT_TRUE(hasRowsArrayForm(k))
+        << k << ": a clustered form of no rows form";
+    EXPECT_TRUE(defined.count(std::string(k) + "_rows_clustered"))
+        << "kCudaClusteredRowsForms names " << k
+        << ", but no kernels/*/*.cu defines k3_" << k << "_rows_clustered";
+    forms.insert(std::string(k) + "_rows_clustered");
+  }
   for (const char *k : kCudaRunForms) {
     EXPECT_TRUE(hasRowsArrayForm(k)) << k << ": a run form of no array form";
     EXPECT_TRUE(defined.count(std::string(k) + "_run"))
