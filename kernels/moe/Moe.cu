@@ -1964,8 +1964,8 @@ __device__ __forceinline__ ChunkTile chunkTile(const MoeChunkParams &c) {
 /// c.scores, and the last of the G to arrive (c.arrivals[t], which it
 /// resets) ranks all of them: the same scores (an expert's sum is one
 /// warp's in either form), so the same ids and weights. Grid: (rows, G)
-/// blocks of 256 threads (the runtime's G: K3C_MOE_CHUNK_ROUTE_GROUPS, 1 by
-/// default until measured on a GPU). Limits: moeChunkFits.
+/// blocks of 256 threads (the runtime's G: K3C_MOE_CHUNK_ROUTE_GROUPS,
+/// default 8). Limits: moeChunkFits.
 extern "C" __global__ void __launch_bounds__(256)
     k3_moe_chunk_route(const MoeChunkParams c) {
   __shared__ __align__(16) uint16_t xs[kMoeRowsDimCap];

@@ -344,12 +344,12 @@ private:
   /// K3C_MMA_BLOCKS_PER_SM: the blocks per SM the tensor-core projections'
   /// split over k aims at (mmaRowsLaunch's `sms` is the SMs times this).
   int mmaBlocksPerSm_ = 1;
-  /// K3C_MOE_CHUNK_PLAN=parallel: the MoE chunk's plan kernel in its
-  /// parallel form (MoeChunkParams::parallelPlan).
-  bool moeParallelPlan_ = false;
+  /// The MoE chunk's plan kernel in its parallel form
+  /// (MoeChunkParams::parallelPlan; K3C_MOE_CHUNK_PLAN=serial: thread 0).
+  bool moeParallelPlan_ = true;
   /// K3C_MOE_CHUNK_ROUTE_GROUPS: blocks per row of the MoE chunk's route
   /// (1: one block scores and ranks a row).
-  int moeRouteGroups_ = 1;
+  int moeRouteGroups_ = 8;
   // Profiling, made on first use: an event per launch boundary, and the
   // gate's copy buffers with the device time of one copy and the copies the
   // next timeLaunches queues.
