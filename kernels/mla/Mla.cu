@@ -1734,57 +1734,56 @@ __device__ __forceinline__ void softmaxRound(float s, float &m, float &l,
 
 } // namespace
 
-extern "C" __global__ void __launch_bounds__(kMlaChunkThreads)
-    k3_mla_attend_clustered_chunk(const MlaAttendRowsParams rp) {
-  extern __shared__ __align__(16) unsigned char attendChunkBytes[];
-  AttendChunkShared &sm =
-      *reinterpret_cast<AttendChunkShared *>(attendChunkBytes);
-  __shared__ __align__(16) dev::RowParams<MlaAttendParams> first;
-  __shared__ const uint16_t *qPtr[kCQ], *gatePtr[kCQ];
-  __shared__ uint16_t *outPtr[kCQ];
-  dev::allowDependentLaunch();
-  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  const int t0 = static_cast<int>(blockIdx.y) * kCQ;
-  const int nq = min(kCQ, rp.count - t0);
-  if (nq <= 0)
-    return;
-  dev::loadRowParams(rp.rows, first, t0);
-  const MlaAttendParams &p = first.get();
-  const int h = static_cast<int>(blockIdx.x);
-  if (h >= p.numHeads)
-    return;
-  if (blockDim.x != kMlaChunkThreads || !mlaChunkShape(p) ||
-      dev::dynamicSmemBytes() < sizeof(AttendChunkShared)) {
-    dev::waitForPriorGrids();
-    for (int t = 0; t < nq; ++t)
-      for (int64_t i = tid; i < p.vDim; i += blockDim.x)
-        rp.rows[t0 + t].out[h * p.vDim + i] = dev::kBf16NaN;
-    return;
-  }
-  dev::waitForPriorGrids(); // q, the cache rows and the step blocks
-  if (tid < kCQ) {
-    int state = 1, len = 0;
-    if (tid < nq) {
-      const MlaAttendParams &r = rp.rows[t0 + tid];
-      const int64_t n = attendLength(r);
-      if (mlaAttendOwnsRows(r, true, n)) {
-        const bool fits = r.cache == p.cache && r.kvB == p.kvB &&
-                          r.numHeads == p.numHeads && mlaChunkShape(r) &&
-                          n >= 1 && n <= kMlaClusteredMaxRows;
-        state = fits ? 0 : 2;
-        len = fits ? static_cast<int>(n) : 0;
-      }
-      qPtr[tid] = r.q;
-      gatePtr[tid] = r.gate;
-      outPtr[tid] = r.out;
-    }
-    sm.state[tid] = state;
-    sm.len[tid] = len;
-  }
-  __syncthreads();
+namespace {
 
-  // 1. q_nope (fp32, in the room of the cache rows) and q_r of the rows,
-  // then q̂ of latent columns 2·tid, 2·tid + 1.
+/// Pointers of a tile's rows, in shared memory.
+struct ChunkRowPtrs {
+  const uint16_t *q[kCQ];
+  const uint16_t *gate[kCQ];
+  const uint16_t *cache[kCQ];
+  uint16_t *out[kCQ];
+};
+
+/// The tile's rows t0 + [0, nq): each row's state and length into sm, its
+/// pointers into ptr (threads < kCQ; the caller synchronises). A row that
+/// attends (mlaAttendOwnsRows) and fits (p's weights and heads, the chunk
+/// shape, 1 to kMlaClusteredMaxRows rows and, with `oneCache`, p's cache)
+/// is state 0, one that does not fit 2 (NaN), one past the handover 1.
+__device__ __forceinline__ void
+chunkRows(const MlaAttendRowsParams &rp, const MlaAttendParams &p, int t0,
+          int nq, bool oneCache, AttendChunkShared &sm, ChunkRowPtrs &ptr) {
+  const int tid = threadIdx.x;
+  if (tid >= kCQ)
+    return;
+  int state = 1, len = 0;
+  if (tid < nq) {
+    const MlaAttendParams &r = rp.rows[t0 + tid];
+    const int64_t n = attendLength(r);
+    if (mlaAttendOwnsRows(r, true, n)) {
+      const bool fits = (!oneCache || r.cache == p.cache) && r.kvB == p.kvB &&
+                        r.numHeads == p.numHeads && mlaChunkShape(r) &&
+                        n >= 1 && n <= kMlaClusteredMaxRows;
+      state = fits ? 0 : 2;
+      len = fits ? static_cast<int>(n) : 0;
+    }
+    ptr.q[tid] = r.q;
+    ptr.gate[tid] = r.gate;
+    ptr.cache[tid] = r.cache;
+    ptr.out[tid] = r.out;
+  }
+  sm.state[tid] = state;
+  sm.len[tid] = len;
+}
+
+/// Phase 1 of the chunk forms: q_r of the tile's attending rows into sm.qr
+/// and q̂_t = W_UK,hᵀ q_nope,t into sm.qHat (thread i: latent columns 2i,
+/// 2i + 1; W_UK read once per block); zeros for the other rows. All threads;
+/// sm.len set and synchronised before.
+__device__ __forceinline__ void chunkQHat(const MlaAttendParams &p, int h,
+                                          AttendChunkShared &sm,
+                                          const ChunkRowPtrs &ptr) {
+  const int tid = threadIdx.x;
+  // q_nope (fp32, in the room of the cache rows) and q_r of the rows.
   float *const qn = reinterpret_cast<float *>(&sm.tile[0][0]);
   static_assert(sizeof(float) * kCQ * kCN <= sizeof(AttendChunkShared::tile),
                 "q_nope fits the room of the cache rows");
@@ -1795,7 +1794,7 @@ extern "C" __global__ void __launch_bounds__(kMlaChunkThreads)
     if (sm.len[t] > 0)
       dev::bf16x8ToF(
           *reinterpret_cast<const uint4 *>(
-              qPtr[t] + static_cast<int64_t>(h) * (kCN + kCR) + 8 * k),
+              ptr.q[t] + static_cast<int64_t>(h) * (kCN + kCR) + 8 * k),
           x);
     float *dst =
         k < kCN / 8 ? qn + t * kCN + 8 * k : &sm.qr[t][8 * (k - kCN / 8)];
@@ -1808,29 +1807,116 @@ extern "C" __global__ void __launch_bounds__(kMlaChunkThreads)
 #pragma unroll
   for (int t = 0; t < kCQ; ++t)
     acc[t][0] = acc[t][1] = 0.0f;
-  {
-    const uint16_t *wuk =
-        p.kvB + static_cast<int64_t>(h) * (kCN + kCV) * kCL + 2 * tid;
+  const uint16_t *wuk =
+      p.kvB + static_cast<int64_t>(h) * (kCN + kCV) * kCL + 2 * tid;
 #pragma unroll 4
-    for (int k = 0; k < kCN; ++k) {
-      const uint32_t w2 =
-          __ldg(reinterpret_cast<const uint32_t *>(wuk + k * kCL));
-      const float w0 = dev::loF(w2), w1 = dev::hiF(w2);
+  for (int k = 0; k < kCN; ++k) {
+    const uint32_t w2 =
+        __ldg(reinterpret_cast<const uint32_t *>(wuk + k * kCL));
+    const float w0 = dev::loF(w2), w1 = dev::hiF(w2);
 #pragma unroll
-      for (int t = 0; t < kCQ; ++t) {
-        const float x = qn[t * kCN + k];
-        acc[t][0] = fmaf(x, w0, acc[t][0]);
-        acc[t][1] = fmaf(x, w1, acc[t][1]);
-      }
+    for (int t = 0; t < kCQ; ++t) {
+      const float x = qn[t * kCN + k];
+      acc[t][0] = fmaf(x, w0, acc[t][0]);
+      acc[t][1] = fmaf(x, w1, acc[t][1]);
     }
   }
+#pragma unroll
+  for (int t = 0; t < kCQ; ++t)
+    *reinterpret_cast<float2 *>(&sm.qHat[t][2 * tid]) =
+        make_float2(acc[t][0], acc[t][1]);
+}
+
+/// Phase 3 of the chunk forms: o_t = R(W_UV,h ĉ_t), gated, for the tile's
+/// rows t < nq of state 0 (ĉ_t / Σ_t in sm.qHat), NaN for state 2, nothing
+/// for state 1. Thread i: row i / 2 of W_UV against tile rows 8·(i % 2) +
+/// [0, 8). All threads; sm.qHat synchronised before.
+__device__ __forceinline__ void chunkOut(const MlaAttendParams &p, int h,
+                                         int nq, const AttendChunkShared &sm,
+                                         const ChunkRowPtrs &ptr) {
+  const int tid = threadIdx.x;
+  const int v = tid >> 1, half = tid & 1;
+  const uint16_t *wuv =
+      p.kvB + (static_cast<int64_t>(h) * (kCN + kCV) + kCN + v) * kCL;
+  float o[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll 2
+  for (int k = 0; k < kCL / 8; ++k) {
+    float x[8];
+    dev::bf16x8ToF(__ldg(reinterpret_cast<const uint4 *>(wuv + 8 * k)), x);
+#pragma unroll
+    for (int i = 0; i < 8; ++i)
+      o[i] = dot8(x, &sm.qHat[8 * half + i][8 * k], o[i]);
+  }
+#pragma unroll
+  for (int i = 0; i < 8; ++i) {
+    const int t = 8 * half + i;
+    if (t >= nq || sm.state[t] == 1)
+      continue;
+    const int64_t c = static_cast<int64_t>(h) * kCV + v;
+    if (sm.state[t] == 2) {
+      ptr.out[t][c] = dev::kBf16NaN;
+      continue;
+    }
+    float r = dev::roundBf16(o[i]);
+    if (ptr.gate[t])
+      r = r * dev::sigmoidF(dev::bf16ToF(__ldg(ptr.gate[t] + c)));
+    ptr.out[t][c] = dev::fToBf16(r);
+  }
+}
+
+/// Rows t0 + [0, nq) of rp, every output of head h NaN (a launch outside
+/// the chunk forms' limits).
+__device__ __forceinline__ void chunkNaN(const MlaAttendRowsParams &rp,
+                                         const MlaAttendParams &p, int h,
+                                         int t0, int nq) {
+  dev::waitForPriorGrids();
+  for (int t = 0; t < nq; ++t)
+    for (int64_t i = threadIdx.x; i < p.vDim; i += blockDim.x)
+      rp.rows[t0 + t].out[h * p.vDim + i] = dev::kBf16NaN;
+}
+
+/// Whether a chunk-form launch has the shape its kernels take.
+__device__ __forceinline__ bool chunkLaunchOk(const MlaAttendParams &p) {
+  return blockDim.x == kMlaChunkThreads && mlaChunkShape(p) &&
+         dev::dynamicSmemBytes() >= sizeof(AttendChunkShared);
+}
+
+} // namespace
+
+extern "C" __global__ void __launch_bounds__(kMlaChunkThreads)
+    k3_mla_attend_clustered_chunk(const MlaAttendRowsParams rp) {
+  extern __shared__ __align__(16) unsigned char attendChunkBytes[];
+  AttendChunkShared &sm =
+      *reinterpret_cast<AttendChunkShared *>(attendChunkBytes);
+  __shared__ __align__(16) dev::RowParams<MlaAttendParams> first;
+  __shared__ ChunkRowPtrs ptr;
+  dev::allowDependentLaunch();
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int t0 = static_cast<int>(blockIdx.y) * kCQ;
+  const int nq = min(kCQ, rp.count - t0);
+  if (nq <= 0)
+    return;
+  dev::loadRowParams(rp.rows, first, t0);
+  const MlaAttendParams &p = first.get();
+  const int h = static_cast<int>(blockIdx.x);
+  if (h >= p.numHeads)
+    return;
+  if (!chunkLaunchOk(p)) {
+    chunkNaN(rp, p, h, t0, nq);
+    return;
+  }
+  dev::waitForPriorGrids(); // q, the cache rows and the step blocks
+  chunkRows(rp, p, t0, nq, /*oneCache=*/true, sm, ptr);
+  __syncthreads();
+
+  // 1. q̂ of the tile's rows.
+  chunkQHat(p, h, sm, ptr);
   // maxLen: the rounds; minLen: the shortest attending row's length, below
   // which every attending row takes every cache row of a round.
   int maxLen = 0, minLen = kMlaClusteredMaxRows;
+  float acc[kCQ][2];
 #pragma unroll
   for (int t = 0; t < kCQ; ++t) {
-    *reinterpret_cast<float2 *>(&sm.qHat[t][2 * tid]) =
-        make_float2(acc[t][0], acc[t][1]);
     acc[t][0] = acc[t][1] = 0.0f;
     maxLen = max(maxLen, sm.len[t]);
     if (sm.len[t] > 0)
@@ -1941,32 +2027,130 @@ extern "C" __global__ void __launch_bounds__(kMlaChunkThreads)
   }
   __syncthreads();
 
-  // 3. Row v = tid / 2 of W_UV against ĉ of tile rows 8·(tid % 2) + [0, 8).
-  const int v = tid >> 1, half = tid & 1;
-  const uint16_t *wuv =
-      p.kvB + (static_cast<int64_t>(h) * (kCN + kCV) + kCN + v) * kCL;
-  float o[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
-#pragma unroll 2
-  for (int k = 0; k < kCL / 8; ++k) {
-    float x[8];
-    dev::bf16x8ToF(__ldg(reinterpret_cast<const uint4 *>(wuv + 8 * k)), x);
-#pragma unroll
-    for (int i = 0; i < 8; ++i)
-      o[i] = dot8(x, &sm.qHat[8 * half + i][8 * k], o[i]);
+  // 3. o_t = R(W_UV,h ĉ_t / Σ_t), gated.
+  chunkOut(p, h, nq, sm, ptr);
+}
+
+//===----------------------------------------------------------------------===//
+// k3_mla_attend_clustered_batch: mla_attend_clustered for rows of any
+// caches (a decode batch's sequences, MlaAttendRowsParams as the rows
+// form), a block per (head h = blockIdx.x, tile of ceil(count / grid y)
+// <= kMlaChunkRows rows = blockIdx.y): the chunk form's q̂ of the tile's rows
+// from one read of W_UK and its W_UV ĉ / Σ (chunkQHat, chunkOut), so the
+// head's weights are read once per tile, not once per row and head; between
+// them each row in turn attends its own cache in rounds of kMlaChunkTile
+// rows staged in shared memory (the scores a warp per 4 cache rows, the
+// online softmax by warp 0, ĉ of the row's 512 columns 2 a thread in
+// registers). The rows form runs a 4-block cluster per (row, head): at batch
+// 16, 2048 blocks in ~8 waves of a latency-bound chain. All in fp32 as the
+// other forms, within rounding of the rows form. A row attends only lengths
+// mla_attend_clustered owns (the handover: the others' outputs are left
+// alone); a row of other weights or heads than the tile's first, or past
+// kMlaClusteredMaxRows rows without a handover, writes NaN.
+// Grid: (>= numHeads, G), blocks kMlaChunkThreads, kMlaChunkSmemBytes of
+// dynamic shared memory; G >= ceil(count / kMlaChunkRows). Limits:
+// mlaChunkShape (else every row's head h is NaN).
+//===----------------------------------------------------------------------===//
+extern "C" __global__ void __launch_bounds__(kMlaChunkThreads)
+    k3_mla_attend_clustered_batch(const MlaAttendRowsParams rp) {
+  extern __shared__ __align__(16) unsigned char attendChunkBytes[];
+  AttendChunkShared &sm =
+      *reinterpret_cast<AttendChunkShared *>(attendChunkBytes);
+  __shared__ __align__(16) dev::RowParams<MlaAttendParams> first;
+  __shared__ ChunkRowPtrs ptr;
+  dev::allowDependentLaunch();
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int per = (rp.count + static_cast<int>(gridDim.y) - 1) /
+                  static_cast<int>(gridDim.y);
+  const int t0 = static_cast<int>(blockIdx.y) * per;
+  const int nq = min(per, rp.count - t0);
+  if (nq <= 0)
+    return;
+  dev::loadRowParams(rp.rows, first, t0);
+  const MlaAttendParams &p = first.get();
+  const int h = static_cast<int>(blockIdx.x);
+  if (h >= p.numHeads)
+    return;
+  if (per > kCQ || !chunkLaunchOk(p)) {
+    chunkNaN(rp, p, h, t0, nq);
+    return;
   }
+  dev::waitForPriorGrids(); // q, the cache rows and the step blocks
+  chunkRows(rp, p, t0, nq, /*oneCache=*/false, sm, ptr);
+  __syncthreads();
+
+  // 1. q̂ of the tile's rows.
+  chunkQHat(p, h, sm, ptr);
+
+  // 2. Each attending row against its own cache.
+  constexpr int kRowsPerWarp = kCT / (kMlaChunkThreads / 32);
+  static_assert(kRowsPerWarp * (kMlaChunkThreads / 32) == kCT,
+                "the warps share a round's cache rows evenly");
+  constexpr int kChunks = kCRow / 8; // 16-byte chunks of a cache row
+  for (int t = 0; t < nq; ++t) {
+    const int len = sm.len[t];
+    if (len == 0)
+      continue;
+    const uint16_t *cache = ptr.cache[t];
+    float m = -INFINITY, l = 0.0f, acc0 = 0.0f, acc1 = 0.0f;
+    for (int j0 = 0; j0 < len; j0 += kCT) {
+      // q̂ written (the first round); the last round's rows and weights read.
+      __syncthreads();
+      const int rows = min(kCT, len - j0);
+      for (int i = tid; i < rows * kChunks; i += kMlaChunkThreads) {
+        const int r = i / kChunks, k = i % kChunks;
+        *reinterpret_cast<uint4 *>(&sm.tile[r][8 * k]) =
+            *reinterpret_cast<const uint4 *>(
+                cache + static_cast<int64_t>(j0 + r) * kCRow + 8 * k);
+      }
+      __syncthreads();
+      // Scores: warp w the round's rows kRowsPerWarp·w + [0, kRowsPerWarp),
+      // lane: chunks lane + 32i of the row (64 latent, then 8 rope).
 #pragma unroll
-  for (int i = 0; i < 8; ++i) {
-    const int t = 8 * half + i;
-    if (t >= nq || sm.state[t] == 1)
-      continue;
-    const int64_t c = static_cast<int64_t>(h) * kCV + v;
-    if (sm.state[t] == 2) {
-      outPtr[t][c] = dev::kBf16NaN;
-      continue;
+      for (int q = 0; q < kRowsPerWarp; ++q) {
+        const int r = kRowsPerWarp * warp + q;
+        float s = 0.0f;
+        if (r < rows) {
+          for (int k = lane; k < kChunks; k += 32) {
+            float x[8];
+            dev::bf16x8ToF(*reinterpret_cast<const uint4 *>(&sm.tile[r][8 * k]),
+                           x);
+            s = dot8(x,
+                     k < kCL / 8 ? &sm.qHat[t][8 * k]
+                                 : &sm.qr[t][8 * (k - kCL / 8)],
+                     s);
+          }
+        }
+        s = dev::warpSum(s);
+        if (lane == 0)
+          sm.w[0][r] = r < rows ? s * p.scale : -INFINITY;
+      }
+      __syncthreads();
+      if (warp == 0)
+        softmaxRound(sm.w[0][lane], m, l, sm.w[0], &sm.alpha[0], lane);
+      __syncthreads();
+      const float a = sm.alpha[0];
+      acc0 *= a;
+      acc1 *= a;
+      for (int jj = 0; jj < rows; ++jj) {
+        const uint32_t u =
+            *reinterpret_cast<const uint32_t *>(&sm.tile[jj][2 * tid]);
+        const float w = sm.w[0][jj];
+        acc0 = fmaf(w, dev::loF(u), acc0);
+        acc1 = fmaf(w, dev::hiF(u), acc1);
+      }
     }
-    float r = dev::roundBf16(o[i]);
-    if (gatePtr[t])
-      r = r * dev::sigmoidF(dev::bf16ToF(__ldg(gatePtr[t] + c)));
-    outPtr[t][c] = dev::fToBf16(r);
+    if (tid == 0)
+      sm.sum[t] = l; // warp 0's running sum (every lane holds it)
+    // Every thread's last reads of q̂_t and the round's weights are done
+    // before ĉ_t takes q̂_t's place.
+    __syncthreads();
+    const float lt = sm.sum[t];
+    *reinterpret_cast<float2 *>(&sm.qHat[t][2 * tid]) =
+        make_float2(acc0 / lt, acc1 / lt);
   }
+  __syncthreads();
+
+  // 3. o_t = R(W_UV,h ĉ_t / Σ_t), gated (rows of length 0: q̂ of zeros).
+  chunkOut(p, h, nq, sm, ptr);
 }

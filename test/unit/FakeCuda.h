@@ -38,6 +38,8 @@ inline std::string stubPtx() {
     names.push_back(std::string(k) + "_run");
   for (const char *k : kCudaChunkForms)
     names.push_back(std::string(k) + "_chunk");
+  for (const char *k : kCudaBatchForms)
+    names.push_back(std::string(k) + "_batch");
   for (const char *k : kCudaMoeChunkKernels)
     names.push_back(k);
   for (const char *k : kCudaMmaRowsForms)

@@ -8,6 +8,7 @@
 #include "kernels/collective/CollectiveParams.h"
 #include "kernels/gemv/GemvParams.h"
 #include "kernels/kda/KdaParams.h"
+#include "kernels/mla/MlaParams.h"
 #include "kernels/moe/MoeParams.h"
 #include "kernels/synthetic/SyntheticParams.h"
 #include "runtime/plan/PlanKernels.h"
@@ -294,6 +295,10 @@ CudaBackend::bind(const PlanDoc &plan, const TensorStore &store, bool useGraph,
   // form, each row its own launch's bits).
   const char *mlaChunkEnv = std::getenv("K3C_MLA_CHUNK");
   const bool useMlaChunk = !(mlaChunkEnv && std::string(mlaChunkEnv) == "0");
+  // Its batch form for a decode batch's rows (K3C_MLA_BATCH=0: the rows
+  // form).
+  const char *mlaBatchEnv = std::getenv("K3C_MLA_BATCH");
+  const bool useMlaBatch = !(mlaBatchEnv && std::string(mlaBatchEnv) == "0");
   const char *syncEnv = std::getenv("K3C_SYNC_STEPS");
   be->syncEachStep_ = syncEnv && std::string(syncEnv) == "1";
   // The tensor-core projections split k until the grid gives every SM this
@@ -390,6 +395,16 @@ CudaBackend::bind(const PlanDoc &plan, const TensorStore &store, bool useGraph,
         chunk = *f;
     }
     be->chunkFunctions_.push_back(chunk);
+    cuda::CUfunction batch = nullptr;
+    if (form.first && hasBatchForm(k) && useMlaBatch) {
+      Expected<cuda::CUfunction> f =
+          kernelFunction(d, k + "_batch", plan.ptxFor(k), &be->modules_);
+      Expected<int64_t> smem =
+          f ? d.allowDynamicShared(*f) : Expected<int64_t>(f.status());
+      if (f && smem && *smem >= kMlaChunkSmemBytes)
+        batch = *f;
+    }
+    be->batchFunctions_.push_back(batch);
     // The MoE chunk kernels, once, from the moe_ffn launches' module; a
     // launch takes them only with bf16 weights everywhere.
     bool moeOk = false;
@@ -1008,6 +1023,24 @@ Expected<bool> CudaBackend::launchRows(size_t l,
       if (!st)
         return st.withContext("launch " + std::to_string(l) + " (" +
                               first.kernel->name + "'s chunk form) of " +
+                              std::to_string(n) + " rows");
+      ++launchesTogether_;
+      return true;
+    }
+  }
+  if (rowsArray_[l] && chunkForm_ && batchFunctions_[l] &&
+      n >= static_cast<size_t>(kMlaChunkMinRows)) {
+    // A batch's rows of different sequences: mla_attend_clustered's batch
+    // form reads the head's weights once per tile of rows.
+    if (std::optional<RowsLaunch> c = mlaBatchLaunch(
+            first.kernel->name, first.params->data(), first.params->size(), n,
+            rowParams_.get() + rowParamsOffset_[l], driver_->smCount())) {
+      Status st = driver_->launch(batchFunctions_[l], c->grid, c->block,
+                                  c->smem, stream_, c->params.data(),
+                                  /*programmatic=*/true, nullptr);
+      if (!st)
+        return st.withContext("launch " + std::to_string(l) + " (" +
+                              first.kernel->name + "'s batch form) of " +
                               std::to_string(n) + " rows");
       ++launchesTogether_;
       return true;

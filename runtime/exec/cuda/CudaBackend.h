@@ -272,6 +272,9 @@ private:
   /// (kCudaChunkForms) when the PTX has one and the device lends it its
   /// shared memory, else null.
   std::vector<cuda::CUfunction> chunkFunctions_;
+  /// Per launch with a batch form (kCudaBatchForms) that the PTX has and
+  /// the device lends its shared memory, that form, else null.
+  std::vector<cuda::CUfunction> batchFunctions_;
   /// The MoE of a prompt chunk on the tensor cores (kernels/moe
   /// MoeChunkParams): route, plan, gate/up, down, combine, from the
   /// moe_ffn launches' module (null when its PTX lacks them); per launch,

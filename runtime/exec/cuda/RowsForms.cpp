@@ -257,6 +257,29 @@ std::optional<RowsLaunch> mlaChunkLaunch(const std::string &kernel,
   return l;
 }
 
+bool hasBatchForm(const std::string &kernel) {
+  return std::find(std::begin(kCudaBatchForms), std::end(kCudaBatchForms),
+                   kernel) != std::end(kCudaBatchForms);
+}
+
+std::optional<RowsLaunch> mlaBatchLaunch(const std::string &kernel,
+                                         const void *first, size_t size,
+                                         size_t n, uint64_t rowsArray,
+                                         int64_t sms) {
+  std::optional<RowsLaunch> l =
+      mlaChunkLaunch(kernel, first, size, n, rowsArray);
+  if (!l)
+    return std::nullopt;
+  // Rows per tile: the fewest that keep ~2 blocks an SM busy (each tile
+  // reads its head's W_UK and W_UV once: more rows a tile, fewer reads).
+  const int64_t heads = l->grid[0], rows = static_cast<int64_t>(n);
+  const int64_t per = std::clamp<int64_t>((rows * heads + 2 * sms - 1) /
+                                              std::max<int64_t>(1, 2 * sms),
+                                          1, kMlaChunkRows);
+  l->grid[1] = (rows + per - 1) / per;
+  return l;
+}
+
 std::optional<RowsLaunch> mmaRowsLaunch(const std::string &kernel,
                                         const std::vector<const void *> &rows,
                                         size_t size, uint64_t arenaStride,

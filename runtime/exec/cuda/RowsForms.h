@@ -169,6 +169,27 @@ std::optional<RowsLaunch> mlaChunkLaunch(const std::string &kernel,
                                          const void *first, size_t size,
                                          size_t n, uint64_t rowsArray);
 
+/// The array forms whose PTX also has a batch form `k3_<kernel>_batch` over
+/// the same params array, for rows of any slots (a decode batch) with
+/// PrefillForm::Chunk and at least kMlaChunkMinRows rows, within rounding
+/// of the rows form: mla_attend_clustered (W_UK / W_UV read once per head
+/// and tile of rows, each row attending its own cache; kMlaChunkSmemBytes;
+/// K3C_MLA_BATCH=0 keeps the rows form).
+inline constexpr const char *kCudaBatchForms[] = {"mla_attend_clustered"};
+
+/// Whether `kernel` has a batch form.
+bool hasBatchForm(const std::string &kernel);
+
+/// The batch-form launch of `kernel` (mla_attend_clustered only) for `n`
+/// rows of any sequences on a device of `sms` SMs, as mlaChunkLaunch
+/// (row 0's params `first`, the array at `rowsArray`): a grid of numHeads ×
+/// ceil(n / R) blocks, R rows a tile (1 to kMlaChunkRows) so that the grid
+/// gives every SM about two blocks. None as mlaChunkLaunch.
+std::optional<RowsLaunch> mlaBatchLaunch(const std::string &kernel,
+                                         const void *first, size_t size,
+                                         size_t n, uint64_t rowsArray,
+                                         int64_t sms);
+
 /// The entry point (`k3_` + this, in the projections' module) of the
 /// tensor-core forms' pre-norm (splitPreNorm).
 inline constexpr const char *kCudaMmaPreNormKernel = "linear_rows_prenorm";

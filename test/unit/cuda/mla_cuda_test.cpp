@@ -683,6 +683,129 @@ TEST(MlaCuda, AttendChunkAsTheCpu) {
   }
 }
 
+/// mla_attend_clustered's batch form (k3_mla_attend_clustered_batch): rows
+/// of different sequences, each with its own cache, length, q, gate and out,
+/// a block per (head, tile of ceil(count / grid y) rows). Every row within
+/// the bf16 rule of the CPU; Kimi-Linear's 32 heads and K3's 96; 1 to 37
+/// rows in tiles of 1 to 16 rows; lengths from 1 to 1000 (rounds of 32
+/// cache rows, partial ones); one row's length from its step block. Then a
+/// NaN in one row's cache (that row NaN, the others their bits), the
+/// handover (rows past it left alone) and a row of other weights than its
+/// tile's first (NaN).
+TEST(MlaCuda, AttendBatchAsTheCpu) {
+  K3_REQUIRE_GPU();
+  const AttendShape kl{32, 128, 64, 512, 128};
+  for (int64_t heads : {32, 96}) {
+    for (int64_t T : {1, 5, 16, 37}) {
+      for (int64_t per : {1, 3, 16}) {
+        const int64_t tiles = (T + per - 1) / per;
+        const bool gated = (T + per) % 2 == 0;
+        const AttendShape sh{heads, kl.P, kl.R, kl.L, kl.V};
+        const int64_t width = sh.L + sh.R;
+        const std::string what = "N" + std::to_string(heads) + " rows " +
+                                 std::to_string(T) + " in tiles of " +
+                                 std::to_string(per) + (gated ? " gated" : "");
+        SCOPED_TRACE(what);
+        Rand r(static_cast<uint64_t>(170 + heads + 7 * T + per));
+        const std::vector<uint16_t> kvB =
+            r.bf16(sh.heads * (sh.P + sh.V) * sh.L, 0.05f);
+        const int64_t qn = sh.heads * (sh.P + sh.R), on = sh.heads * sh.V;
+        const std::vector<uint16_t> q = r.bf16(T * qn, 1.0f),
+                                    gate = r.bf16(T * on, 2.0f);
+        // Row t: its own cache of len[t] rows (1, 31, 32, 33, 100, 1000...).
+        const int64_t lens[] = {1, 33, 1000, 32, 100, 31, 64, 7};
+        std::vector<int64_t> len(T);
+        std::vector<std::vector<uint16_t>> caches(T);
+        std::vector<Dev> dCaches;
+        for (int64_t t = 0; t < T; ++t) {
+          len[t] = lens[(t + per) % 8] + t;
+          caches[t] = r.bf16(len[t] * width, 1.0f);
+          dCaches.push_back(Dev::of(caches[t]));
+        }
+        Dev dKvB = Dev::of(kvB), dQ = Dev::of(q), dGate = Dev::of(gate),
+            out = Dev::poisoned<uint16_t>(T * on);
+        std::vector<int64_t> step(k3::kStepWords, 0);
+        step[k3::kStepPos] = len[T / 2] - 1; // row T / 2's length: its own
+        Dev dStep = Dev::of(step);
+        std::vector<k3::MlaAttendParams> rows;
+        for (int64_t t = 0; t < T; ++t) {
+          k3::MlaAttendParams p = attendParams(sh, len[t]);
+          p.q = dQ.get<uint16_t>() + t * qn;
+          p.kvB = dKvB.get<uint16_t>();
+          p.cache = dCaches[t].get<uint16_t>();
+          p.gate = gated ? dGate.get<uint16_t>() + t * on : nullptr;
+          p.out = out.get<uint16_t>() + t * on;
+          if (t == T / 2) {
+            p.length = 0;
+            p.step = dStep.get<int64_t>();
+          }
+          rows.push_back(p);
+        }
+        auto run = [&](const std::vector<k3::MlaAttendParams> &rs) {
+          Dev array = Dev::of(rs);
+          k3::MlaAttendRowsParams rp;
+          rp.rows = array.get<k3::MlaAttendParams>();
+          rp.count = static_cast<int32_t>(rs.size());
+          ASSERT_TRUE(launch("mla_attend_clustered_batch", rp, heads,
+                             k3::kMlaChunkThreads, k3::kMlaChunkSmemBytes, 1,
+                             tiles)
+                          .isOk());
+        };
+        run(rows);
+        const std::vector<uint16_t> got = out.download<uint16_t>(T * on);
+        for (int64_t t = 0; t < T; ++t) {
+          k3::MlaAttendParams cpu = attendParams(sh, len[t]);
+          cpu.q = q.data() + t * qn;
+          cpu.kvB = kvB.data();
+          cpu.cache = caches[t].data();
+          cpu.gate = gated ? gate.data() + t * on : nullptr;
+          std::vector<uint16_t> ref(on, 0xFFFF);
+          cpu.out = ref.data();
+          k3::mlaAttendCpu(cpu);
+          expectBf16Near(ref,
+                         std::vector<uint16_t>(got.begin() + t * on,
+                                               got.begin() + (t + 1) * on),
+                         "batch row " + std::to_string(t), 1, 0.02);
+        }
+        if (T != 37 || per != 3)
+          continue;
+        // A NaN in row 4's cache (its last row): row 4 NaN, the others
+        // their bits; the handover at 40 rows: rows longer are left alone;
+        // row 5 of other weights than its tile's first row (3): NaN.
+        std::vector<uint16_t> bad = caches[4];
+        bad[size_t((len[4] - 1) * width + 7)] = 0x7FC0;
+        Dev dBad = Dev::of(bad), dOther = Dev::of(kvB),
+            again = Dev::poisoned<uint16_t>(T * on);
+        std::vector<k3::MlaAttendParams> changed = rows;
+        for (int64_t t = 0; t < T; ++t) {
+          changed[t].out = again.get<uint16_t>() + t * on;
+          changed[t].handover = 40;
+        }
+        changed[4].cache = dBad.get<uint16_t>();
+        changed[5].kvB = dOther.get<uint16_t>();
+        run(changed);
+        const std::vector<uint16_t> h = again.download<uint16_t>(T * on);
+        for (int64_t t = 0; t < T; ++t) {
+          const std::vector<uint16_t> row(h.begin() + t * on,
+                                          h.begin() + (t + 1) * on),
+              want(got.begin() + t * on, got.begin() + (t + 1) * on);
+          if (len[t] > 40) {
+            EXPECT_EQ(row, std::vector<uint16_t>(on, 0xFFFF))
+                << "row " << t << " is past the handover";
+          } else if (t == 4 || t == 5) {
+            for (uint16_t x : row)
+              ASSERT_GT(x & 0x7FFFu, 0x7F80u) << "row " << t << " is NaN";
+          } else {
+            EXPECT_EQ(row, want) << "row " << t;
+          }
+        }
+        ASSERT_LE(len[4], 40) << "row 4 attends its NaN";
+        ASSERT_LE(len[5], 40) << "row 5 is attended";
+      }
+    }
+  }
+}
+
 /// mla_attend_clustered outside its limits writes NaN (never a silent
 /// wrong answer): beyond 4096 rows, another head shape, a launch without
 /// clusters or a grid that is not 4 blocks per head.

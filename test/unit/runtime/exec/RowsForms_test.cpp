@@ -393,6 +393,51 @@ TEST(RowsForms, MlaChunkLaunchOfAPromptChunk) {
     EXPECT_GT(chunkFormSmemBytes(k), 0) << k;
 }
 
+/// mla_attend_clustered's batch form: the chunk form's launch with R rows a
+/// tile, R the fewest that give the 132 SMs about two blocks each (1 to
+/// kMlaChunkRows); none where the chunk form has none.
+TEST(RowsForms, MlaBatchLaunchOfADecodeBatch) {
+  MlaAttendParams p;
+  p.q = reinterpret_cast<const uint16_t *>(uintptr_t{0x10000});
+  p.kvB = reinterpret_cast<const uint16_t *>(uintptr_t{0x20000});
+  p.cache = reinterpret_cast<const uint16_t *>(uintptr_t{0x30000});
+  p.out = reinterpret_cast<uint16_t *>(uintptr_t{0x40000});
+  p.numHeads = 32;
+  p.nopeDim = 128;
+  p.ropeDim = 64;
+  p.vDim = 128;
+  p.kvLoraRank = 512;
+  const uint64_t array = 0x50000;
+  struct Case {
+    int64_t heads, rows, tiles;
+  };
+  // 32 heads x 16 rows = 512 row-heads over 264 blocks: 2 rows a tile;
+  // 64 rows: 8 a tile; 300 rows: 16 a tile (the most); K3's 96 heads x 16
+  // rows: 6 a tile.
+  for (const Case &c : {Case{32, 16, 8}, Case{32, 64, 8}, Case{32, 300, 19},
+                        Case{96, 16, 3}, Case{32, 17, 6}}) {
+    p.numHeads = c.heads;
+    std::optional<RowsLaunch> l = mlaBatchLaunch(
+        "mla_attend_clustered", &p, sizeof p, size_t(c.rows), array, 132);
+    ASSERT_TRUE(l.has_value()) << c.heads << " heads, " << c.rows << " rows";
+    RowsArrayParams rp;
+    std::memcpy(&rp, l->params.data(), sizeof rp);
+    EXPECT_EQ(rp.rows, array);
+    EXPECT_EQ(rp.count, c.rows);
+    EXPECT_EQ(l->grid[0], c.heads);
+    EXPECT_EQ(l->grid[1], c.tiles) << c.heads << " heads, " << c.rows;
+    EXPECT_LE((c.rows + l->grid[1] - 1) / l->grid[1], kMlaChunkRows);
+    EXPECT_EQ(l->block[0], kMlaChunkThreads);
+    EXPECT_EQ(l->smem, kMlaChunkSmemBytes);
+  }
+  p.numHeads = 32;
+  EXPECT_FALSE(mlaBatchLaunch("mla_attend_clustered", &p, sizeof p,
+                              kMlaChunkMinRows - 1, array, 132));
+  EXPECT_FALSE(mlaBatchLaunch("mla_attend", &p, sizeof p, 64, array, 132));
+  EXPECT_TRUE(hasBatchForm("mla_attend_clustered"));
+  EXPECT_FALSE(hasBatchForm("kda_decode"));
+}
+
 /// The MoE of a prompt chunk: row 0's params with the rows' count and
 /// stride, for up to kMoeChunkRowsMax rows of one pattern whose shapes the
 /// kernels take; none otherwise.

@@ -128,6 +128,13 @@ TEST(KernelCoverage, NoEntryPointOutsideTheTable) {
         << ", but no kernels/*/*.cu defines k3_" << k << "_chunk";
     forms.insert(std::string(k) + "_chunk");
   }
+  for (const char *k : kCudaBatchForms) {
+    EXPECT_TRUE(hasRowsAnySlotForm(k)) << k << ": a batch form of no rows form";
+    EXPECT_TRUE(defined.count(std::string(k) + "_batch"))
+        << "kCudaBatchForms names " << k
+        << ", but no kernels/*/*.cu defines k3_" << k << "_batch";
+    forms.insert(std::string(k) + "_batch");
+  }
   for (const char *k : kCudaMoeChunkKernels) {
     EXPECT_TRUE(defined.count(k)) << "kCudaMoeChunkKernels names " << k
                                   << ", but no kernels/*/*.cu defines k3_" << k;
