@@ -295,10 +295,10 @@ CudaBackend::bind(const PlanDoc &plan, const TensorStore &store, bool useGraph,
   // form, each row its own launch's bits).
   const char *mlaChunkEnv = std::getenv("K3C_MLA_CHUNK");
   const bool useMlaChunk = !(mlaChunkEnv && std::string(mlaChunkEnv) == "0");
-  // Its batch form for a decode batch's rows (K3C_MLA_BATCH=0: the rows
-  // form).
+  // Its batch form for a decode batch's rows: K3C_MLA_BATCH=1 until it has
+  // run on a GPU (written in a session without one), else the rows form.
   const char *mlaBatchEnv = std::getenv("K3C_MLA_BATCH");
-  const bool useMlaBatch = !(mlaBatchEnv && std::string(mlaBatchEnv) == "0");
+  const bool useMlaBatch = mlaBatchEnv && std::string(mlaBatchEnv) == "1";
   const char *syncEnv = std::getenv("K3C_SYNC_STEPS");
   be->syncEachStep_ = syncEnv && std::string(syncEnv) == "1";
   // The tensor-core projections split k until the grid gives every SM this

@@ -174,7 +174,7 @@ std::optional<RowsLaunch> mlaChunkLaunch(const std::string &kernel,
 /// PrefillForm::Chunk and at least kMlaChunkMinRows rows, within rounding
 /// of the rows form: mla_attend_clustered (W_UK / W_UV read once per head
 /// and tile of rows, each row attending its own cache; kMlaChunkSmemBytes;
-/// K3C_MLA_BATCH=0 keeps the rows form).
+/// K3C_MLA_BATCH=1 takes it, off until measured on a GPU).
 inline constexpr const char *kCudaBatchForms[] = {"mla_attend_clustered"};
 
 /// Whether `kernel` has a batch form.
