@@ -1742,6 +1742,7 @@ struct ChunkRowPtrs {
   const uint16_t *gate[kCQ];
   const uint16_t *cache[kCQ];
   uint16_t *out[kCQ];
+  int64_t outLen[kCQ]; ///< numHeads · vDim of the row's own out
 };
 
 /// The tile's rows t0 + [0, nq): each row's state and length into sm, its
@@ -1770,6 +1771,7 @@ chunkRows(const MlaAttendRowsParams &rp, const MlaAttendParams &p, int t0,
     ptr.gate[tid] = r.gate;
     ptr.cache[tid] = r.cache;
     ptr.out[tid] = r.out;
+    ptr.outLen[tid] = r.numHeads * r.vDim;
   }
   sm.state[tid] = state;
   sm.len[tid] = len;
@@ -1854,7 +1856,9 @@ __device__ __forceinline__ void chunkOut(const MlaAttendParams &p, int h,
       continue;
     const int64_t c = static_cast<int64_t>(h) * kCV + v;
     if (sm.state[t] == 2) {
-      ptr.out[t][c] = dev::kBf16NaN;
+      // A row of another shape: NaN within its own out only.
+      if (c < ptr.outLen[t])
+        ptr.out[t][c] = dev::kBf16NaN;
       continue;
     }
     float r = dev::roundBf16(o[i]);
@@ -1865,14 +1869,16 @@ __device__ __forceinline__ void chunkOut(const MlaAttendParams &p, int h,
 }
 
 /// Rows t0 + [0, nq) of rp, every output of head h NaN (a launch outside
-/// the chunk forms' limits).
-__device__ __forceinline__ void chunkNaN(const MlaAttendRowsParams &rp,
-                                         const MlaAttendParams &p, int h,
+/// the chunk forms' limits), each row by its own heads and vDim.
+__device__ __forceinline__ void chunkNaN(const MlaAttendRowsParams &rp, int h,
                                          int t0, int nq) {
   dev::waitForPriorGrids();
-  for (int t = 0; t < nq; ++t)
-    for (int64_t i = threadIdx.x; i < p.vDim; i += blockDim.x)
-      rp.rows[t0 + t].out[h * p.vDim + i] = dev::kBf16NaN;
+  for (int t = 0; t < nq; ++t) {
+    const MlaAttendParams &r = rp.rows[t0 + t];
+    if (h < r.numHeads)
+      for (int64_t i = threadIdx.x; i < r.vDim; i += blockDim.x)
+        r.out[h * r.vDim + i] = dev::kBf16NaN;
+  }
 }
 
 /// Whether a chunk-form launch has the shape its kernels take.
@@ -1902,7 +1908,7 @@ extern "C" __global__ void __launch_bounds__(kMlaChunkThreads)
   if (h >= p.numHeads)
     return;
   if (!chunkLaunchOk(p)) {
-    chunkNaN(rp, p, h, t0, nq);
+    chunkNaN(rp, h, t0, nq);
     return;
   }
   dev::waitForPriorGrids(); // q, the cache rows and the step blocks
@@ -2072,7 +2078,7 @@ extern "C" __global__ void __launch_bounds__(kMlaChunkThreads)
   if (h >= p.numHeads)
     return;
   if (per > kCQ || !chunkLaunchOk(p)) {
-    chunkNaN(rp, p, h, t0, nq);
+    chunkNaN(rp, h, t0, nq);
     return;
   }
   dev::waitForPriorGrids(); // q, the cache rows and the step blocks
