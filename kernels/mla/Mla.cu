@@ -1881,6 +1881,21 @@ __device__ __forceinline__ void chunkNaN(const MlaAttendRowsParams &rp, int h,
   }
 }
 
+/// The block's rows t0 + [0, nq) (tiles of `per` rows, grid y) and head h
+/// (grid x), the first row's params copied into `first`; false when the
+/// block has no rows or no head (the same answer for all its threads).
+__device__ __forceinline__ bool
+chunkTile(const MlaAttendRowsParams &rp, int per,
+          dev::RowParams<MlaAttendParams> &first, int &t0, int &nq, int &h) {
+  t0 = static_cast<int>(blockIdx.y) * per;
+  nq = min(per, rp.count - t0);
+  if (nq <= 0)
+    return false;
+  dev::loadRowParams(rp.rows, first, t0);
+  h = static_cast<int>(blockIdx.x);
+  return h < first.get().numHeads;
+}
+
 /// Whether a chunk-form launch has the shape its kernels take.
 __device__ __forceinline__ bool chunkLaunchOk(const MlaAttendParams &p) {
   return blockDim.x == kMlaChunkThreads && mlaChunkShape(p) &&
@@ -1898,15 +1913,10 @@ extern "C" __global__ void __launch_bounds__(kMlaChunkThreads)
   __shared__ ChunkRowPtrs ptr;
   dev::allowDependentLaunch();
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  const int t0 = static_cast<int>(blockIdx.y) * kCQ;
-  const int nq = min(kCQ, rp.count - t0);
-  if (nq <= 0)
+  int t0, nq, h;
+  if (!chunkTile(rp, kCQ, first, t0, nq, h))
     return;
-  dev::loadRowParams(rp.rows, first, t0);
   const MlaAttendParams &p = first.get();
-  const int h = static_cast<int>(blockIdx.x);
-  if (h >= p.numHeads)
-    return;
   if (!chunkLaunchOk(p)) {
     chunkNaN(rp, h, t0, nq);
     return;
@@ -2068,15 +2078,10 @@ extern "C" __global__ void __launch_bounds__(kMlaChunkThreads)
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int per = (rp.count + static_cast<int>(gridDim.y) - 1) /
                   static_cast<int>(gridDim.y);
-  const int t0 = static_cast<int>(blockIdx.y) * per;
-  const int nq = min(per, rp.count - t0);
-  if (nq <= 0)
+  int t0, nq, h;
+  if (!chunkTile(rp, per, first, t0, nq, h))
     return;
-  dev::loadRowParams(rp.rows, first, t0);
   const MlaAttendParams &p = first.get();
-  const int h = static_cast<int>(blockIdx.x);
-  if (h >= p.numHeads)
-    return;
   if (per > kCQ || !chunkLaunchOk(p)) {
     chunkNaN(rp, h, t0, nq);
     return;

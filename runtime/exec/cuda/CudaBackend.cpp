@@ -1009,24 +1009,29 @@ Expected<bool> CudaBackend::launchRows(size_t l,
     ++launchesTogether_;
     return true;
   }
+  // A form over the rows' params array with its own grid (no clusters).
+  auto launchArrayForm = [&](cuda::CUfunction f, RowsLaunch &c,
+                             const char *form) -> Expected<bool> {
+    Status st =
+        driver_->launch(f, c.grid, c.block, c.smem, stream_, c.params.data(),
+                        /*programmatic=*/true, nullptr);
+    if (!st)
+      return st.withContext("launch " + std::to_string(l) + " (" +
+                            first.kernel->name + "'s " + form + " form) of " +
+                            std::to_string(n) + " rows");
+    ++launchesTogether_;
+    return true;
+  };
+  const uint64_t rowsArray = rowParams_.get() + rowParamsOffset_[l];
   if (rowsArray_[l] && chunkForm_ && chunkFunctions_[l] &&
       std::all_of(rows.begin(), rows.end(),
                   [&](const SlotStep &r) { return r.slot == rows[0].slot; })) {
     // The rows of one sequence share its cache: mla_attend_clustered's
     // chunk form reads it once per head and tile of rows.
-    if (std::optional<RowsLaunch> c = mlaChunkLaunch(
-            first.kernel->name, first.params->data(), first.params->size(), n,
-            rowParams_.get() + rowParamsOffset_[l])) {
-      Status st = driver_->launch(chunkFunctions_[l], c->grid, c->block,
-                                  c->smem, stream_, c->params.data(),
-                                  /*programmatic=*/true, nullptr);
-      if (!st)
-        return st.withContext("launch " + std::to_string(l) + " (" +
-                              first.kernel->name + "'s chunk form) of " +
-                              std::to_string(n) + " rows");
-      ++launchesTogether_;
-      return true;
-    }
+    if (std::optional<RowsLaunch> c =
+            mlaChunkLaunch(first.kernel->name, first.params->data(),
+                           first.params->size(), n, rowsArray))
+      return launchArrayForm(chunkFunctions_[l], *c, "chunk");
   }
   if (rowsArray_[l] && chunkForm_ && batchFunctions_[l] &&
       n >= static_cast<size_t>(kMlaChunkMinRows)) {
@@ -1034,17 +1039,8 @@ Expected<bool> CudaBackend::launchRows(size_t l,
     // form reads the head's weights once per tile of rows.
     if (std::optional<RowsLaunch> c = mlaBatchLaunch(
             first.kernel->name, first.params->data(), first.params->size(), n,
-            rowParams_.get() + rowParamsOffset_[l], driver_->smCount())) {
-      Status st = driver_->launch(batchFunctions_[l], c->grid, c->block,
-                                  c->smem, stream_, c->params.data(),
-                                  /*programmatic=*/true, nullptr);
-      if (!st)
-        return st.withContext("launch " + std::to_string(l) + " (" +
-                              first.kernel->name + "'s batch form) of " +
-                              std::to_string(n) + " rows");
-      ++launchesTogether_;
-      return true;
-    }
+            rowsArray, driver_->smCount()))
+      return launchArrayForm(batchFunctions_[l], *c, "batch");
   }
   if (rowsArray_[l]) {
     // Every row's own params (uploaded by uploadRowParams), grid y = rows.
