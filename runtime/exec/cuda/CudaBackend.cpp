@@ -295,10 +295,13 @@ CudaBackend::bind(const PlanDoc &plan, const TensorStore &store, bool useGraph,
   // form, each row its own launch's bits).
   const char *mlaChunkEnv = std::getenv("K3C_MLA_CHUNK");
   const bool useMlaChunk = !(mlaChunkEnv && std::string(mlaChunkEnv) == "0");
-  // Its batch form for a decode batch's rows: K3C_MLA_BATCH=1 until it has
-  // run on a GPU (written in a session without one), else the rows form.
-  const char *mlaBatchEnv = std::getenv("K3C_MLA_BATCH");
-  const bool useMlaBatch = mlaBatchEnv && std::string(mlaBatchEnv) == "1";
+  // The forms whose GPU tests have not run yet (kCudaGpuUntestedForms) only
+  // with K3C_GPU_UNTESTED_FORMS=1; otherwise the forms they would replace.
+  const char *untestedEnv = std::getenv("K3C_GPU_UNTESTED_FORMS");
+  const bool untested = untestedEnv && std::string(untestedEnv) == "1";
+  auto allowed = [&](const std::string &entry) {
+    return untested || !gpuUntested(entry);
+  };
   const char *syncEnv = std::getenv("K3C_SYNC_STEPS");
   be->syncEachStep_ = syncEnv && std::string(syncEnv) == "1";
   // The tensor-core projections split k until the grid gives every SM this
@@ -329,8 +332,11 @@ CudaBackend::bind(const PlanDoc &plan, const TensorStore &store, bool useGraph,
   for (size_t i = 0; i < plan.launches.size(); ++i) {
     const std::string &k = plan.launches[i].kernel;
     std::pair<cuda::CUfunction, int64_t> form{nullptr, 0};
-    if (useForms && (hasRowsForm(k) || hasRowsArrayForm(k))) {
-      const std::string name = rowsFormName(k, plan.launches[i].cluster[0]);
+    if (useForms && (hasRowsForm(k) || hasRowsArrayForm(k)) &&
+        allowed(k + "_rows")) {
+      std::string name = rowsFormName(k, plan.launches[i].cluster[0]);
+      if (!allowed(name))
+        name = k + "_rows";
       auto known = rowsForms.find(name);
       if (known == rowsForms.end()) {
         Expected<cuda::CUfunction> f =
@@ -396,7 +402,7 @@ CudaBackend::bind(const PlanDoc &plan, const TensorStore &store, bool useGraph,
     }
     be->chunkFunctions_.push_back(chunk);
     cuda::CUfunction batch = nullptr;
-    if (form.first && hasBatchForm(k) && useMlaBatch) {
+    if (form.first && hasBatchForm(k) && allowed(k + "_batch")) {
       Expected<cuda::CUfunction> f =
           kernelFunction(d, k + "_batch", plan.ptxFor(k), &be->modules_);
       Expected<int64_t> smem =

@@ -257,6 +257,12 @@ std::optional<RowsLaunch> mlaChunkLaunch(const std::string &kernel,
   return l;
 }
 
+bool gpuUntested(const std::string &entry) {
+  return std::find(std::begin(kCudaGpuUntestedForms),
+                   std::end(kCudaGpuUntestedForms),
+                   entry) != std::end(kCudaGpuUntestedForms);
+}
+
 bool hasBatchForm(const std::string &kernel) {
   return std::find(std::begin(kCudaBatchForms), std::end(kCudaBatchForms),
                    kernel) != std::end(kCudaBatchForms);

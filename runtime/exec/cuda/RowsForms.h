@@ -169,12 +169,22 @@ std::optional<RowsLaunch> mlaChunkLaunch(const std::string &kernel,
                                          const void *first, size_t size,
                                          size_t n, uint64_t rowsArray);
 
+/// Entry points (without `k3_`) written in a session whose device runs were
+/// all refused: their GPU tests have not run, so the CUDA backend takes them
+/// only with K3C_GPU_UNTESTED_FORMS=1 (the forms they replace otherwise).
+/// The first GPU session runs cuda_test and `scripts/gpu-check.sh` with it
+/// set and, once they pass, empties this list.
+inline constexpr const char *kCudaGpuUntestedForms[] = {
+    "kda_decode_rows_clustered", "argmax_rows", "mla_attend_clustered_batch"};
+
+/// Whether entry point `entry` is in kCudaGpuUntestedForms.
+bool gpuUntested(const std::string &entry);
+
 /// The array forms whose PTX also has a batch form `k3_<kernel>_batch` over
 /// the same params array, for rows of any slots (a decode batch) with
 /// PrefillForm::Chunk and at least kMlaChunkMinRows rows, within rounding
 /// of the rows form: mla_attend_clustered (W_UK / W_UV read once per head
-/// and tile of rows, each row attending its own cache; kMlaChunkSmemBytes;
-/// K3C_MLA_BATCH=1 takes it, off until measured on a GPU).
+/// and tile of rows, each row attending its own cache; kMlaChunkSmemBytes).
 inline constexpr const char *kCudaBatchForms[] = {"mla_attend_clustered"};
 
 /// Whether `kernel` has a batch form.

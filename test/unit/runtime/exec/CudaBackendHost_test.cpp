@@ -482,6 +482,8 @@ TEST(CudaBackendHost, RealGeometryTakesTheChunkForms) {
   ASSERT_TRUE(c->validate()) << c->validate().message();
   Expected<PlanDoc> p = test::compiledPlan(*c, "default", 256, 4);
   ASSERT_TRUE(p) << p.message();
+  // The forms not yet run on a GPU (kCudaGpuUntestedForms) taken too.
+  ::setenv("K3C_GPU_UNTESTED_FORMS", "1", 1);
   const FakeStats before = stats();
   {
     Expected<std::unique_ptr<Session>> s = openCuda(*p, true);
@@ -515,6 +517,25 @@ TEST(CudaBackendHost, RealGeometryTakesTheChunkForms) {
     // The batch's decode rows: kda_decode's clustered rows form.
     EXPECT_GT(launchesOf("kda_decode_rows_clustered"), kdaRows);
     EXPECT_GT(launchesOf("argmax_rows"), argmaxRows);
+  }
+  ::unsetenv("K3C_GPU_UNTESTED_FORMS");
+  {
+    // Without it, the general rows forms.
+    Expected<std::unique_ptr<Session>> s = openCuda(*p, true);
+    ASSERT_TRUE(s) << s.message();
+    const long long general = launchesOf("kda_decode_rows"),
+                    clustered = launchesOf("kda_decode_rows_clustered"),
+                    argmaxRows = launchesOf("argmax_rows");
+    std::vector<SequenceRequest> reqs(3);
+    for (size_t i = 0; i < reqs.size(); ++i) {
+      reqs[i].prompt = {1, 2, 3};
+      reqs[i].options.maxNew = 3;
+    }
+    Expected<BatchResult> r = (*s)->generateBatch(reqs);
+    ASSERT_TRUE(r) << r.message();
+    EXPECT_GT(launchesOf("kda_decode_rows"), general);
+    EXPECT_EQ(launchesOf("kda_decode_rows_clustered"), clustered);
+    EXPECT_EQ(launchesOf("argmax_rows"), argmaxRows);
   }
   expectAllGivenBack(before, "kimi-linear-48b, 5 layers");
 }

@@ -147,6 +147,9 @@ TEST(KernelCoverage, NoEntryPointOutsideTheTable) {
         << ", but no kernels/*/*.cu defines k3_" << k << "_rows_mma";
     forms.insert(std::string(k) + "_rows_mma");
   }
+  for (const char *k : kCudaGpuUntestedForms)
+    EXPECT_TRUE(forms.count(k))
+        << "kCudaGpuUntestedForms names " << k << ", not a form of the lists";
   // The CUDA backend's draw of synthetic weights (no plan kernel).
   EXPECT_TRUE(defined.count(kSyntheticNormalKernel))
       << "no kernels/*/*.cu defines k3_" << kSyntheticNormalKernel;
