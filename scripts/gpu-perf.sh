@@ -18,10 +18,12 @@
 # --batch16: issue 12's batch target instead of all the above: steps of 16
 # sequences of the full geometry (plans/kimi-linear-48b-default-b16.plan,
 # synthetic weights) in decode_bench --batch 16 with the chunk form and its
-# per-kernel profile, the MoE chunk's variants (K3C_MOE_CHUNK_PLAN,
-# K3C_MOE_CHUNK_ROUTE_GROUPS) and the tensor-core projections' split at 2
-# blocks per SM (K3C_MMA_BLOCKS_PER_SM), then the stand-in's 1024-token
-# prefill with either MoE plan kernel.
+# per-kernel profile, with the forms not yet run on a GPU
+# (K3C_GPU_UNTESTED_FORMS=1) and without, the MoE chunk's earlier serial
+# plan and route, then the stand-in's 1024-token prefill with either MoE
+# plan kernel. K3C_B16_MORE=1 adds the rows form, the tensor-core
+# projections' split at 2 and 3 blocks per SM (K3C_MMA_BLOCKS_PER_SM), the
+# MoE chunk's plan and route each alone.
 #
 #   scripts/gpu-perf.sh [STAGE_DIR] [--no-ncu] [--full] [--batch16]
 #
@@ -61,18 +63,35 @@ if [ $BATCH16 = 1 ]; then
     grep -E "us per step|^(moe_ffn|linear|linear_multi|kda_decode|mla_[a-z_]*|argmax|embed|gated_act|total) " \
       "$OUTDIR/b16-$tag.txt"
   }
-  # Each run binds the 92 GiB of synthetic weights again (~70 s): three
-  # runs, the baseline, the MoE chunk's two variants together (the plan in
-  # parallel, the route in 8 groups; the profile splits them by kernel) and
-  # the projections' split at 2 blocks per SM. K3C_B16_MORE=1 adds the rows
-  # form and a split of 3.
+  # Each run binds the 92 GiB of synthetic weights again (~4 s drawn on
+  # the device).
   b16 chunk chunk
-  b16 chunk moe K3C_MOE_CHUNK_PLAN=parallel K3C_MOE_CHUNK_ROUTE_GROUPS=8
-  b16 chunk split2 K3C_MMA_BLOCKS_PER_SM=2
+  b16 chunk untested K3C_GPU_UNTESTED_FORMS=1
+  b16 chunk moe-serial K3C_MOE_CHUNK_PLAN=serial K3C_MOE_CHUNK_ROUTE_GROUPS=1
   if [ "${K3C_B16_MORE:-0}" = 1 ]; then
     b16 rows rows
+    b16 chunk split2 K3C_MMA_BLOCKS_PER_SM=2
     b16 chunk split3 K3C_MMA_BLOCKS_PER_SM=3
+    b16 chunk moe-route1 K3C_MOE_CHUNK_ROUTE_GROUPS=1
+    b16 chunk moe-plan-serial K3C_MOE_CHUNK_PLAN=serial
   fi
+  # The same 16 prompts greedy with and without the untested forms (the
+  # MLA batch form and the MMA projections are within rounding of the rows
+  # forms: tokens may part at a near-tie, not at the start).
+  prompts=$(mktemp)
+  python3 -c 'import random; random.seed(3); print("\n".join(" ".join(str(random.randrange(1000, 100000)) for _ in range(64)) for _ in range(16)))' >"$prompts"
+  for v in 0 1; do
+    K3C_GPU_UNTESTED_FORMS=$v "$STAGE"/bin/k3-run "$plan" --weights synthetic:1 \
+      --backend cuda --prompts "$prompts" --batch 16 --max-new 32 \
+      >"$OUTDIR/b16-ids-$v.txt" 2>"$OUTDIR/b16-ids-$v.err" || status=1
+  done
+  python3 - "$OUTDIR/b16-ids-0.txt" "$OUTDIR/b16-ids-1.txt" <<'PY'
+import sys
+a, b = (open(f).read().split("\n") for f in sys.argv[1:3])
+same = [next((i for i, (x, y) in enumerate(zip(p.split(), q.split())) if x != y),
+             len(p.split())) for p, q in zip(a, b) if p]
+print("== untested forms: the same first ids of 32 per sequence:", same)
+PY
   # A 1024-token prompt of the 32-expert stand-in (the sessions' prompt:
   # random.seed(1), ids in [1000, 100000)) in chunks of 256, with and
   # without the MoE chunk's parallel plan: k3-run's prefill time and ids.
