@@ -817,8 +817,7 @@ TEST(DecodeCudaBatch, ChunkFormPrefillAsTheCpu) {
 /// Prompt chunks whose rows ask for no logits are queued and not waited for
 /// (CudaBackend::unsettledSteps_): whatever reads next waits for them. The
 /// same 40-token prompt in chunks of 8 rows on two backends, one after the
-/// other (two backends' kernels must not run at once: README "Known
-/// limits"): one reads every state right after its chunks were queued
+/// other: one reads every state right after its chunks were queued
 /// (no logits asked), the other after steps whose last row asks for logits
 /// (waited for); the same bytes, and the same logits after the prompt's
 /// last chunk. Then a chunk queued without waiting, a resetSlot and a
