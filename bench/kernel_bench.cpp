@@ -12,8 +12,8 @@
 //                [--trace]
 //
 // --only NAME runs the cases whose name contains NAME (linear, linear_rows,
-// kda, mla-HEADS-ROWS, router, gated_mlp, moe, norm, ...); a NAME that
-// matches none exits 2 with the list.
+// linear_rows_mma, kda, mla-HEADS-ROWS, router, gated_mlp, moe, norm, ...);
+// a NAME that matches none exits 2 with the list.
 //
 // Needs a GPU; exits 0 with a message where there is none.
 //
@@ -30,6 +30,7 @@
 #include "kernels/norm/NormParams.h"
 #include "runtime/exec/cuda/CudaBackend.h"
 #include "runtime/exec/cuda/CudaDriver.h"
+#include "runtime/exec/cuda/RowsForms.h"
 
 #include <algorithm>
 #include <cstdio>
@@ -222,6 +223,97 @@ void benchLinearRows(std::vector<Result> &out, const std::string &label,
     std::snprintf(name, sizeof name, "%s x%d (%.2f us/token)", label.c_str(),
                   tokens, us / tokens);
     out.push_back({name, us, wBytes * passes + tokens * (k + n) * 2.0});
+  }
+}
+
+/// The tensor-core forms of k3_linear_rows for `tokens` rows of a decode
+/// batch or prompt chunk (the wide tile k3_linear_rows_mma, or with
+/// `narrow` k3_linear_rows_mma16), launched as the CUDA backend launches
+/// them (RowsForms.h mmaRowsLaunch / mma16RowsLaunch over rows one arena
+/// apart; no pre-norm): the bytes are the weights once plus the rows'
+/// activations.
+void benchLinearRowsTensor(std::vector<Result> &out, const std::string &label,
+                           int64_t n, int64_t k, int tokens, bool narrow,
+                           bool f32Out = false) {
+  const double wBytes = n * k * 2.0;
+  const uint64_t outAt = static_cast<uint64_t>(k) * 2;
+  const uint64_t stride = (outAt + n * 4 + 255) / 256 * 256;
+  auto *arena = static_cast<uint8_t *>(randomDevice(tokens * stride));
+  const int64_t sms = gDriver->smCount();
+  std::vector<std::vector<uint8_t>> variants;
+  RowsLaunch shape;
+  uint64_t partialBytes = 0, counterBytes = 0;
+  for (int c = 0; c < copiesFor(wBytes); ++c) {
+    const auto *w = static_cast<uint16_t *>(randomDevice(n * k * 2, 0.01f));
+    std::vector<LinearParams> rows(tokens);
+    std::vector<const void *> ptrs;
+    for (int t = 0; t < tokens; ++t) {
+      LinearParams &p = rows[t];
+      p.x = reinterpret_cast<const uint16_t *>(arena + t * stride);
+      p.w.bf16 = w;
+      p.n = n;
+      p.k = k;
+      if (f32Out)
+        p.outF32 = reinterpret_cast<float *>(arena + t * stride + outAt);
+      else
+        p.out = reinterpret_cast<uint16_t *>(arena + t * stride + outAt);
+      ptrs.push_back(&p);
+    }
+    if (narrow) {
+      std::optional<Mma16Launch> m = mma16RowsLaunch(
+          "linear", ptrs, sizeof(LinearParams), stride, sms, 227 * 1024);
+      if (!m)
+        return;
+      shape = m->launch;
+      partialBytes = m->partialBytes;
+      counterBytes = m->counterBytes;
+      variants.push_back(m->launch.params);
+    } else {
+      std::optional<RowsLaunch> m =
+          mmaRowsLaunch("linear", ptrs, sizeof(LinearParams), stride, sms);
+      if (!m)
+        return;
+      shape = *m;
+      variants.push_back(m->params);
+    }
+  }
+  double us = 0;
+  bool ok = false;
+  if (narrow) {
+    // One scratch for every copy: a launch leaves its counters at zero.
+    const uint64_t partials = reinterpret_cast<uintptr_t>(
+        zerosDevice(std::max<uint64_t>(partialBytes, 16)));
+    const uint64_t counters = reinterpret_cast<uintptr_t>(
+        zerosDevice(std::max<uint64_t>(counterBytes, 16)));
+    std::vector<LinearRowsMma16Params> vs;
+    for (const std::vector<uint8_t> &v : variants) {
+      Mma16Launch m;
+      m.launch.params = v;
+      m.splitAt = offsetof(LinearRowsMma16Params, split);
+      bindMma16Scratch(m, partials, counters);
+      LinearRowsMma16Params p;
+      std::memcpy(&p, m.launch.params.data(), sizeof(p));
+      vs.push_back(p);
+    }
+    ok = timeKernel("linear_rows_mma16", vs, shape.grid[0], us, shape.block[0],
+                    shape.smem);
+  } else {
+    std::vector<LinearRowsParams> vs;
+    for (const std::vector<uint8_t> &v : variants) {
+      LinearRowsParams p;
+      std::memcpy(&p, v.data(), sizeof(p));
+      vs.push_back(p);
+    }
+    ok = timeKernel("linear_rows_mma", vs, shape.grid[0], us, shape.block[0],
+                    shape.smem, shape.cluster[0]);
+  }
+  if (ok) {
+    char name[160];
+    std::snprintf(name, sizeof name, "%s x%d %s (grid %lld)", label.c_str(),
+                  tokens, narrow ? "mma16" : "mma",
+                  static_cast<long long>(shape.grid[0]));
+    out.push_back(
+        {name, us, wBytes + tokens * (k * 2.0 + n * (f32Out ? 4 : 2))});
   }
 }
 
@@ -694,6 +786,23 @@ int main(int argc, char **argv) {
                benchLinearRows(o, "linear_rows 4096 -> 2304", 2304, 4096, t);
              for (int t : {1, 8})
                benchLinearRows(o, "linear_rows 7168 -> 12288", C, D, t);
+           }},
+          // The tensor-core forms at a decode batch of 16 (the wide tile
+          // and the narrow form) and the wide tile at a prompt chunk.
+          {"linear_rows_mma",
+           [](auto &o) {
+             for (bool narrow : {false, true}) {
+               benchLinearRowsTensor(
+                   o, "linear_rows 2304 -> 12416 (KDA q/k/v/...)", 12416, 2304,
+                   16, narrow);
+               benchLinearRowsTensor(o, "linear_rows 4096 -> 2304 (o_proj)",
+                                     2304, 4096, 16, narrow);
+               benchLinearRowsTensor(o, "linear_rows 2304 -> 163840 f32 (head)",
+                                     163840, 2304, 16, narrow, true);
+             }
+             benchLinearRowsTensor(o,
+                                   "linear_rows 2304 -> 12416 (KDA q/k/v/...)",
+                                   12416, 2304, 64, false);
            }},
           {"kda", benchKda},
           {"mla-32-72", [](auto &o) { benchMla(o, 32, 72); }},

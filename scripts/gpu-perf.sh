@@ -19,7 +19,9 @@
 # sequences of the full geometry (plans/kimi-linear-48b-default-b16.plan,
 # synthetic weights) in decode_bench --batch 16 with the chunk form and its
 # per-kernel profile, with the forms not yet run on a GPU
-# (K3C_GPU_UNTESTED_FORMS=1) and without, the MoE chunk's earlier serial
+# (K3C_GPU_UNTESTED_FORMS=1), with the narrow projections alone and
+# without (kernel_bench of both tensor-core projection forms first), the
+# MoE chunk's earlier serial
 # plan and route, then the stand-in's 1024-token prefill with either MoE
 # plan kernel. K3C_B16_MORE=1 adds the rows form, the tensor-core
 # projections' split at 2 and 3 blocks per SM (K3C_MMA_BLOCKS_PER_SM), the
@@ -65,8 +67,16 @@ if [ $BATCH16 = 1 ]; then
   }
   # Each run binds the 92 GiB of synthetic weights again (~4 s drawn on
   # the device).
+  # The projections' tensor-core forms alone, at a batch of 16 (the wide
+  # tile and the narrow form; kernel_bench launches both directly).
+  "$STAGE"/bin/kernel_bench --only linear_rows_mma \
+    --json "$OUTDIR/results/kernel-linear-rows-mma.json" \
+    >"$OUTDIR/kernel-linear-rows-mma.txt" 2>&1 || status=1
+  echo "== kernel_bench --only linear_rows_mma"
+  cat "$OUTDIR/kernel-linear-rows-mma.txt"
   b16 chunk chunk
   b16 chunk untested K3C_GPU_UNTESTED_FORMS=1
+  b16 chunk narrow K3C_GPU_UNTESTED_FORMS=linear_rows_mma16,linear_multi_rows_mma16
   b16 chunk moe-serial K3C_MOE_CHUNK_PLAN=serial K3C_MOE_CHUNK_ROUTE_GROUPS=1
   if [ "${K3C_B16_MORE:-0}" = 1 ]; then
     b16 rows rows

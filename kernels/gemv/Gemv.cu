@@ -923,6 +923,295 @@ __device__ void mmaRowsBody(const Rows &rows, int tokens,
   mmaRowsTile(rows, tokens, ts, x, k, normW, eps, rowsStage, norm);
 }
 
+//===----------------------------------------------------------------------===//
+// Up to 16 tokens on the tensor cores, the weights streamed (decode batches)
+//===----------------------------------------------------------------------===//
+
+/// Groups of 32 columns a lane loads per batch of the narrow form (two
+/// batches in flight: 2 · 4 · 2 · 16 B per lane, 8 KiB per warp, 128 KiB
+/// per SM at 16 warps).
+#ifdef K3C_TUNE_GEMV_MMA16_BATCH
+constexpr int kMma16Batch = K3C_TUNE_GEMV_MMA16_BATCH;
+#else
+constexpr int kMma16Batch = 4;
+#endif
+static_assert(kGemvMma16Warps == kGemvMma16Tokens,
+              "the pre-norm gives each token one warp");
+static_assert(kGemvMma16Rows == 16 && kGemvMma16Tokens == 16 &&
+                  kGemvMma16GroupK == 32,
+              "a unit is one m16 tile against two n8 tiles, k in groups of "
+              "two k16 steps");
+
+/// Shared slot (16-byte units) of chunk c (columns 8c .. 8c + 7) of token i
+/// in the narrow form's staged x̂: group c / 4, then the token, then c % 4.
+/// Lane 4g + t reads token g's chunk t of a group, so a warp's 32 reads of
+/// tokens 0-7 (or 8-15) are 512 contiguous bytes: no bank conflicts.
+__device__ __forceinline__ int mma16Slot(int token, int c) {
+  return ((c >> 2) * kGemvMma16Tokens + token) * 4 + (c & 3);
+}
+
+/// A warp's unit (GemvSplitScratch): tile `tile`'s groups [g0, g1), this
+/// lane's two weight rows (tile rows g and g + 8, lane 4g + t) at column 8t.
+struct Mma16Unit {
+  const uint16_t *lo = nullptr, *hi = nullptr;
+  int64_t tile = 0;
+  int part = 0, g0 = 0, g1 = 0;
+};
+
+/// One batch of a lane's loads: kMma16Batch groups of rows g and g + 8.
+struct Mma16Batch {
+  uint4 lo[kMma16Batch], hi[kMma16Batch];
+};
+
+/// Unit v of a narrow launch over `rows` (GemvSplitScratch: tile v / parts,
+/// part v % parts of its k / 32 groups), this lane's rows clamped to the
+/// last (their sums are not stored).
+template <typename Rows>
+__device__ __forceinline__ Mma16Unit mma16UnitAt(const Rows &rows, int64_t k,
+                                                 int parts, int64_t v) {
+  const int lane = threadIdx.x & 31;
+  const int64_t total = rows.count();
+  const int groups = static_cast<int>(k / kGemvMma16GroupK);
+  Mma16Unit m;
+  m.tile = v / parts;
+  m.part = static_cast<int>(v - m.tile * parts);
+  m.g0 = groups * m.part / parts;
+  m.g1 = groups * (m.part + 1) / parts;
+  const int64_t r0 = m.tile * kGemvMma16Rows + (lane >> 2);
+  const RowTarget a = rows.at(min(r0, total - 1));
+  const RowTarget b = rows.at(min(r0 + 8, total - 1));
+  m.lo = a.w.bf16 + a.row * k + 8 * (lane & 3);
+  m.hi = b.w.bf16 + b.row * k + 8 * (lane & 3);
+  return m;
+}
+
+/// The batch of unit m's groups c .. c + kMma16Batch - 1 (zeros past g1).
+/// Ordered loads: the first batch stays before the PDL wait.
+__device__ __forceinline__ void mma16Load(Mma16Batch &b, const Mma16Unit &m,
+                                          int c) {
+#pragma unroll
+  for (int i = 0; i < kMma16Batch; ++i) {
+    if (c + i < m.g1) {
+      b.lo[i] = dev::ldStream16Ordered(m.lo + kGemvMma16GroupK * (c + i));
+      b.hi[i] = dev::ldStream16Ordered(m.hi + kGemvMma16GroupK * (c + i));
+    } else {
+      b.lo[i] = b.hi[i] = make_uint4(0, 0, 0, 0);
+    }
+  }
+}
+
+/// y = W x̂_t for `tokens` (<= 16) tokens, x̂ staged in `xs` (mma16Slot
+/// layout), the weights streamed into mma fragments. Within a group of 32
+/// columns lane 4g + t loads columns 8t .. 8t + 7 of its rows g and g + 8
+/// (16 bytes each) and of tokens g and g + 8's x̂; for m16n8k16 those are k
+/// positions 2t, 2t + 1, 2t + 8, 2t + 9 of two k16 steps (words x, y of the
+/// first step, z, w of the second), the same permutation for A and B, so
+/// the dot products are those of the unpermuted columns. Each warp streams
+/// its units (mma16Unit) one after another with the next batch (of the
+/// same unit or the next) in flight while the current one is summed; the
+/// first batch goes out before the PDL wait.
+template <typename Rows>
+__device__ void mma16Stream(const Rows &rows, int tokens,
+                            const TokenStrides &ts, int64_t k,
+                            const GemvSplitScratch &sp, const uint4 *xs,
+                            Mma16Batch &cur, int64_t u) {
+  const int lane = threadIdx.x & 31;
+  const int g = lane >> 2, t = lane & 3;
+  const int64_t total = rows.count();
+  const int64_t tiles = (total + kGemvMma16Rows - 1) / kGemvMma16Rows;
+  const int parts = sp.parts;
+  const int64_t units = tiles * parts;
+  const int64_t step = static_cast<int64_t>(gridDim.x) * kGemvMma16Warps;
+  float acc[2][4];
+  auto zero = [&] {
+#pragma unroll
+    for (int n = 0; n < 2; ++n)
+      acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f;
+  };
+  auto sum = [&](const Mma16Batch &b, const Mma16Unit &m, int c) {
+#pragma unroll
+    for (int i = 0; i < kMma16Batch; ++i) {
+      if (c + i < m.g1) { // warp-uniform: the unit is the warp's
+        const int chunk = 4 * (c + i) + t;
+        const uint4 xa = xs[mma16Slot(g, chunk)];
+        const uint4 xb = xs[mma16Slot(g + 8, chunk)];
+        const uint32_t a0[4] = {b.lo[i].x, b.hi[i].x, b.lo[i].y, b.hi[i].y};
+        const uint32_t a1[4] = {b.lo[i].z, b.hi[i].z, b.lo[i].w, b.hi[i].w};
+        dev::mmaBf16K16(acc[0], a0, xa.x, xa.y);
+        dev::mmaBf16K16(acc[0], a1, xa.z, xa.w);
+        dev::mmaBf16K16(acc[1], a0, xb.x, xb.y);
+        dev::mmaBf16K16(acc[1], a1, xb.z, xb.w);
+      }
+    }
+  };
+  // acc[n][e]: weight row g + 8 (e >> 1) of the tile, token 8n + 2t + (e & 1).
+  auto finish = [&](const Mma16Unit &m) {
+    float y[2][4];
+#pragma unroll
+    for (int n = 0; n < 2; ++n)
+#pragma unroll
+      for (int e = 0; e < 4; ++e)
+        y[n][e] = acc[n][e];
+    if (parts > 1) {
+      float *mine = sp.partials +
+                    (m.tile * parts + m.part) * kGemvMma16TileFloats + 8 * lane;
+      __stcg(reinterpret_cast<float4 *>(mine),
+             make_float4(y[0][0], y[0][1], y[0][2], y[0][3]));
+      __stcg(reinterpret_cast<float4 *>(mine) + 1,
+             make_float4(y[1][0], y[1][1], y[1][2], y[1][3]));
+      __threadfence();
+      __syncwarp();
+      unsigned arrived = 0;
+      if (lane == 0)
+        arrived = atomicAdd(sp.counters + m.tile, 1u);
+      arrived = __shfl_sync(0xffffffffu, arrived, 0);
+      if (arrived != static_cast<unsigned>(parts - 1))
+        return; // another part's warp adds this tile
+      __threadfence();
+      if (lane == 0)
+        sp.counters[m.tile] = 0; // every part has arrived: for the next launch
+#pragma unroll
+      for (int n = 0; n < 2; ++n)
+        y[n][0] = y[n][1] = y[n][2] = y[n][3] = 0.0f;
+      for (int q = 0; q < parts; ++q) {
+        const float4 *src = reinterpret_cast<const float4 *>(
+            sp.partials + (m.tile * parts + q) * kGemvMma16TileFloats +
+            8 * lane);
+        const float4 a = __ldcg(src), b = __ldcg(src + 1);
+        y[0][0] += a.x;
+        y[0][1] += a.y;
+        y[0][2] += a.z;
+        y[0][3] += a.w;
+        y[1][0] += b.x;
+        y[1][1] += b.y;
+        y[1][2] += b.z;
+        y[1][3] += b.w;
+      }
+    }
+#pragma unroll
+    for (int n = 0; n < 2; ++n)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int tok = 8 * n + 2 * t + (e & 1);
+        const int64_t row = m.tile * kGemvMma16Rows + g + 8 * (e >> 1);
+        if (tok < tokens && row < total)
+          storeRow(atToken(rows.at(row), tok, ts), y[n][e]);
+      }
+  };
+
+  if (u >= units)
+    return;
+  Mma16Unit m = mma16UnitAt(rows, k, parts, u);
+  zero();
+  Mma16Batch nxt;
+  for (int c = m.g0;;) {
+    // The next batch: the rest of this unit, else the next unit's first.
+    int cn = c + kMma16Batch;
+    int64_t un = u;
+    const bool last = cn >= m.g1;
+    if (last)
+      un = u + step;
+    const bool more = un < units;
+    Mma16Unit mn = m;
+    if (more) {
+      if (last) {
+        mn = mma16UnitAt(rows, k, parts, un);
+        cn = mn.g0;
+      }
+      mma16Load(nxt, mn, cn);
+    }
+    sum(cur, m, c);
+    if (last) {
+      finish(m);
+      zero();
+    }
+    if (!more)
+      return;
+    c = cn;
+    m = mn;
+    u = un;
+    cur = nxt;
+  }
+}
+
+/// Whether the narrow form takes this launch: bf16 rows with k a multiple
+/// of a group, aligned inputs, at most kGemvMma16Tokens tokens, its block
+/// and shared memory, and a split it can reduce.
+template <typename Rows>
+__device__ bool mma16Takes(const Rows &rows, int tokens, const uint16_t *x,
+                           int64_t k, const uint16_t *normW,
+                           const TokenStrides &ts, const GemvSplitScratch &sp) {
+  return mmaTakes(rows, x, k, normW, ts) && k % kGemvMma16GroupK == 0 &&
+         tokens <= kGemvMma16Tokens && blockDim.x == kGemvMma16Threads &&
+         dynamicSmemBytes() >= static_cast<unsigned>(gemvMma16SmemBytes(k)) &&
+         sp.parts >= 1 && sp.parts <= kGemvMma16MaxParts &&
+         (sp.parts == 1 || (sp.partials && sp.counters));
+}
+
+/// The body of both narrow entry points, when mma16Takes (else false, and
+/// the caller runs gemvBody once per token with this grid): the block
+/// stages every token's x̂ (x, or its RMSNorm: each token's factor from one
+/// warp's fp32 sum of its staged squares) while its warps' first weight
+/// batches are in flight, then each warp streams its units (mma16Stream).
+/// (The fallback is the caller's so that `rows` is not given an address
+/// here: the multi-row params would be copied to every thread's stack.)
+template <typename Rows>
+__device__ bool mma16Body(const Rows &rows, int tokens, const TokenStrides &ts,
+                          const uint16_t *x, int64_t k, const uint16_t *normW,
+                          float eps, const GemvSplitScratch &sp) {
+  extern __shared__ uint4 rowsStage[];
+  __shared__ float factor[kGemvMma16Tokens];
+  dev::allowDependentLaunch();
+  if (!mma16Takes(rows, tokens, x, k, normW, ts, sp))
+    return false;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int64_t total = rows.count();
+  const int64_t units =
+      (total + kGemvMma16Rows - 1) / kGemvMma16Rows * sp.parts;
+  const int64_t u = static_cast<int64_t>(blockIdx.x) * kGemvMma16Warps + warp;
+  // The first batch of this warp's first unit before the wait (weights
+  // depend on no earlier kernel).
+  Mma16Batch first;
+  if (u < units) {
+    const Mma16Unit m = mma16UnitAt(rows, k, sp.parts, u);
+    mma16Load(first, m, m.g0);
+  }
+  dev::waitForPriorGrids();
+
+  // Every token's x (zeros past `tokens`), several loads in flight a thread.
+  const int chunks = static_cast<int>(k / 8);
+  const int all = kGemvMma16Tokens * chunks;
+#pragma unroll 4
+  for (int i = threadIdx.x; i < all; i += kGemvMma16Threads) {
+    const int tok = i / chunks, c = i - tok * chunks;
+    uint4 v = make_uint4(0, 0, 0, 0);
+    if (tok < tokens)
+      v = __ldg(reinterpret_cast<const uint4 *>(x + tok * ts.x) + c);
+    rowsStage[mma16Slot(tok, c)] = v;
+  }
+  if (normW) {
+    __syncthreads();
+    if (warp < tokens) {
+      float s = 0.0f;
+      for (int c = lane; c < chunks; c += 32)
+        s = dev::sumSquares8(rowsStage[mma16Slot(warp, c)], s);
+      s = dev::warpSum(s);
+      if (lane == 0)
+        factor[warp] = 1.0f / sqrtf(s / static_cast<float>(k) + eps);
+    }
+    __syncthreads();
+    const uint4 *wv = reinterpret_cast<const uint4 *>(normW);
+    for (int i = threadIdx.x; i < tokens * chunks; i += kGemvMma16Threads) {
+      const int tok = i / chunks, c = i - tok * chunks;
+      uint4 &v = rowsStage[mma16Slot(tok, c)];
+      v = dev::rmsNormChunk(v, __ldg(wv + c), factor[tok]);
+    }
+  }
+  __syncthreads();
+  mma16Stream(rows, tokens, ts, k, sp, rowsStage, first, u);
+  return true;
+}
+
 } // namespace
 
 /// k3_linear: y = W · x̂ (bf16 or MXFP4 W), out = R(y) (+ residual, then R)
@@ -1023,4 +1312,37 @@ extern "C" __global__ void __launch_bounds__(kGemvMmaThreads)
   const TokenStrides ts{p.xStride, 0, p.outStride};
   mmaRowsBody(MultiRows{p.one}, p.rows, ts, p.one.x, p.one.k, p.one.normWeight,
               p.one.normEps);
+}
+
+/// k3_linear_rows_mma16: k3_linear_rows for up to kGemvMma16Tokens tokens
+/// on the tensor cores, the weights streamed into mma fragments
+/// (GemvParams.h kGemvMma16*, mma16Body): within rounding of the CPU, not
+/// the single-row launch's bits; the same bits for any grid of one split.
+/// Grid: any; the host gives one block an SM (fewer when the units are
+/// fewer), kGemvMma16Threads threads, gemvMma16SmemBytes(k) of dynamic
+/// shared memory, split.parts from gemvMma16Parts with its scratch (else,
+/// or for MXFP4, unaligned operands or k % 32 != 0, gemvBody once per
+/// token). Limits as k3_linear_rows.
+extern "C" __global__ void __launch_bounds__(kGemvMma16Threads, 1)
+    k3_linear_rows_mma16(const LinearRowsMma16Params p) {
+  const TokenStrides ts{p.rows.xStride, p.rows.residualStride,
+                        p.rows.outStride};
+  const LinearRowsParams &r = p.rows;
+  if (!mma16Body(LinearRows{r.one}, r.rows, ts, r.one.x, r.one.k,
+                 r.one.normWeight, r.one.normEps, p.split))
+    gemvTokens(LinearRows{r.one}, r.rows, ts, r.one.x, r.one.k,
+               r.one.normWeight, r.one.normEps);
+}
+
+/// k3_linear_multi_rows_mma16: k3_linear_multi_rows for up to
+/// kGemvMma16Tokens tokens, as k3_linear_rows_mma16 (the entries' rows one
+/// index space, a tile may span two entries).
+extern "C" __global__ void __launch_bounds__(kGemvMma16Threads, 1)
+    k3_linear_multi_rows_mma16(const LinearMultiRowsMma16Params p) {
+  const TokenStrides ts{p.rows.xStride, 0, p.rows.outStride};
+  const LinearMultiRowsParams &r = p.rows;
+  if (!mma16Body(MultiRows{r.one}, r.rows, ts, r.one.x, r.one.k,
+                 r.one.normWeight, r.one.normEps, p.split))
+    gemvTokens(MultiRows{r.one}, r.rows, ts, r.one.x, r.one.k, r.one.normWeight,
+               r.one.normEps);
 }

@@ -163,6 +163,85 @@ struct LinearPreNormParams {
   int32_t rows = 0;
 };
 
+/// The narrow tensor-core forms (k3_linear_rows_mma16,
+/// k3_linear_multi_rows_mma16): the projections of up to kGemvMma16Tokens
+/// rows (a decode batch of 16, a prompt's last chunk) streamed once from
+/// HBM, as the single-row GEMV streams them, with the products on the
+/// tensor cores. The wide tile (kGemvMma*) stages 64-token tiles of both
+/// operands through shared memory, which for 16 rows leaves most of each
+/// stage's room and barrier to zeros; here a warp loads its 16 weight rows
+/// straight into mma fragments (the k order permuted within each group of
+/// 32 columns, the staged x̂ permuted alike) and keeps two batches of loads
+/// in flight, like the GEMV's streamed path. A block stages all rows' x̂
+/// (folding the pre-norm) once, in kGemvMma16Threads threads, one block an
+/// SM. Outputs within the tensor cores' rounding of the CPU, not the
+/// single-row launch's bits.
+constexpr int kGemvMma16Tokens = 16;
+/// Weight rows of a tile (the mma's M).
+constexpr int kGemvMma16Rows = 16;
+/// Columns of a group: a lane's 16-byte load of a row covers 8 of them.
+constexpr int kGemvMma16GroupK = 32;
+constexpr int kGemvMma16Threads = 512;
+constexpr int kGemvMma16Warps = kGemvMma16Threads / 32;
+/// fp32 sums of one (tile, part): 16 rows × 16 rows of the batch.
+constexpr int kGemvMma16TileFloats = kGemvMma16Rows * kGemvMma16Tokens;
+/// Most parts a tile's k splits into.
+constexpr int kGemvMma16MaxParts = 64;
+
+/// Dynamic shared memory of a narrow launch over k input columns: every
+/// row's x̂ (bf16), kGemvMma16Tokens rows.
+K3C_HOST_DEVICE constexpr int64_t gemvMma16SmemBytes(int64_t k) {
+  return int64_t{kGemvMma16Tokens} * k * 2;
+}
+
+/// Work of a narrow launch: each tile of kGemvMma16Rows weight rows has its
+/// k groups in `parts` contiguous shares; a unit (tile, part) is one warp's,
+/// the warps of the grid taking units w, w + W, ... (W warps). With parts
+/// > 1 each warp stores its unit's sums to `partials` and the last of a
+/// tile's parts to arrive (its counter) adds them in part order and stores
+/// the outputs: the same bits for any grid. `counters` are zero between
+/// launches (the last arrival resets its tile's).
+struct GemvSplitScratch {
+  float *partials = nullptr;    ///< [tiles · parts][kGemvMma16TileFloats]
+  uint32_t *counters = nullptr; ///< [tiles], zero
+  int32_t parts = 1;            ///< 1 .. kGemvMma16MaxParts
+};
+
+/// The parts a narrow launch splits each of `tiles` tiles' `groups` k
+/// groups into for `warps` warps in the grid: the count that minimises the
+/// rounds of units (ceil(tiles · parts / warps)) times a unit's groups plus
+/// its reduction (a partial stored and read back: about two groups' time),
+/// the fewest parts on ties. Kimi-Linear's o_proj (144 tiles of 128
+/// groups) on 132 SMs × 16 warps: 13 parts, one round of 10 groups.
+K3C_HOST_DEVICE constexpr int gemvMma16Parts(int64_t tiles, int64_t groups,
+                                             int64_t warps) {
+  int best = 1;
+  int64_t bestCost = -1;
+  for (int parts = 1; parts <= kGemvMma16MaxParts && parts <= groups; ++parts) {
+    const int64_t rounds = (tiles * parts + warps - 1) / warps;
+    const int64_t per = (groups + parts - 1) / parts;
+    const int64_t cost = rounds * (per + (parts > 1 ? 2 : 0));
+    if (bestCost < 0 || cost < bestCost) {
+      best = parts;
+      bestCost = cost;
+    }
+  }
+  return best;
+}
+
+/// k3_linear_rows_mma16's params: the multi-row launch (rows <=
+/// kGemvMma16Tokens) and its split over k.
+struct LinearRowsMma16Params {
+  LinearRowsParams rows;
+  GemvSplitScratch split;
+};
+
+/// k3_linear_multi_rows_mma16's params, as LinearRowsMma16Params.
+struct LinearMultiRowsMma16Params {
+  LinearMultiRowsParams rows;
+  GemvSplitScratch split;
+};
+
 } // namespace k3
 
 #endif // K3C_KERNELS_GEMV_GEMVPARAMS_H

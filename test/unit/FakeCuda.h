@@ -44,6 +44,8 @@ inline std::string stubPtx() {
     names.push_back(k);
   for (const char *k : kCudaMmaRowsForms)
     names.push_back(std::string(k) + "_rows_mma");
+  for (const char *k : kCudaMma16RowsForms)
+    names.push_back(std::string(k) + "_rows_mma16");
   names.push_back(kCudaMmaPreNormKernel);
   names.push_back(kSyntheticNormalKernel);
   std::string ptx = "// k3c stub PTX for the fake driver\n";

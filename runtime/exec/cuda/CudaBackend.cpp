@@ -297,10 +297,24 @@ CudaBackend::bind(const PlanDoc &plan, const TensorStore &store, bool useGraph,
   const bool useMlaChunk = !(mlaChunkEnv && std::string(mlaChunkEnv) == "0");
   // The forms whose GPU tests have not run yet (kCudaGpuUntestedForms) only
   // with K3C_GPU_UNTESTED_FORMS=1; otherwise the forms they would replace.
+  // A comma-separated list of entry names takes those alone (to time one
+  // form against the step without it); 0 or unset: none.
   const char *untestedEnv = std::getenv("K3C_GPU_UNTESTED_FORMS");
-  const bool untested = untestedEnv && std::string(untestedEnv) == "1";
+  const std::string untested = untestedEnv ? untestedEnv : "";
+  std::set<std::string> untestedNamed;
+  for (size_t at = 0;
+       untested != "1" && untested != "0" && at < untested.size();) {
+    const size_t comma = std::min(untested.find(',', at), untested.size());
+    const std::string name = untested.substr(at, comma - at);
+    if (!gpuUntested(name))
+      return makeError("K3C_GPU_UNTESTED_FORMS names '", name,
+                       "', which is not a form waiting for its GPU tests "
+                       "(RowsForms.h kCudaGpuUntestedForms); give 1 for all");
+    untestedNamed.insert(name);
+    at = comma + 1;
+  }
   auto allowed = [&](const std::string &entry) {
-    return untested || !gpuUntested(entry);
+    return untested == "1" || untestedNamed.count(entry) || !gpuUntested(entry);
   };
   const char *syncEnv = std::getenv("K3C_SYNC_STEPS");
   be->syncEachStep_ = syncEnv && std::string(syncEnv) == "1";
@@ -329,6 +343,7 @@ CudaBackend::bind(const PlanDoc &plan, const TensorStore &store, bool useGraph,
   be->moeRouteGroups_ = *routeGroups;
   std::map<std::string, std::pair<cuda::CUfunction, int64_t>> rowsForms;
   std::map<std::string, cuda::CUfunction> mmaForms;
+  std::map<std::string, std::pair<cuda::CUfunction, int64_t>> mma16Forms;
   for (size_t i = 0; i < plan.launches.size(); ++i) {
     const std::string &k = plan.launches[i].kernel;
     std::pair<cuda::CUfunction, int64_t> form{nullptr, 0};
@@ -372,6 +387,23 @@ CudaBackend::bind(const PlanDoc &plan, const TensorStore &store, bool useGraph,
       mma = known->second;
     }
     be->mmaFunctions_.push_back(mma);
+    std::pair<cuda::CUfunction, int64_t> narrow{nullptr, 0};
+    if (form.first && hasMma16RowsForm(k) && allowed(k + "_rows_mma16")) {
+      auto known = mma16Forms.find(k);
+      if (known == mma16Forms.end()) {
+        Expected<cuda::CUfunction> f =
+            kernelFunction(d, k + "_rows_mma16", plan.ptxFor(k), &be->modules_);
+        Expected<int64_t> smem =
+            f ? d.allowDynamicShared(*f) : Expected<int64_t>(f.status());
+        known = mma16Forms
+                    .emplace(k, f && smem ? std::make_pair(*f, *smem)
+                                          : std::make_pair(nullptr, int64_t{0}))
+                    .first;
+      }
+      narrow = known->second;
+    }
+    be->mma16Functions_.push_back(narrow.first);
+    be->mma16SmemCap_.push_back(narrow.second);
     // The tensor-core forms' pre-norm, from the same module.
     cuda::CUfunction preNorm = nullptr;
     if (mma) {
@@ -407,7 +439,8 @@ CudaBackend::bind(const PlanDoc &plan, const TensorStore &store, bool useGraph,
           kernelFunction(d, k + "_batch", plan.ptxFor(k), &be->modules_);
       Expected<int64_t> smem =
           f ? d.allowDynamicShared(*f) : Expected<int64_t>(f.status());
-      if (f && smem && *smem >= kMlaChunkSmemBytes)
+      // The batch form takes its chunk form's shared memory.
+      if (f && smem && *smem >= chunkFormSmemBytes(k))
         batch = *f;
     }
     be->batchFunctions_.push_back(batch);
@@ -1070,6 +1103,11 @@ Expected<bool> CudaBackend::launchRows(size_t l,
     if (!moe || *moe)
       return moe;
   }
+  if (chunkForm_ && n >= kMmaMinRows && mma16Functions_[l]) {
+    Expected<bool> narrow = launchMma16(l, params);
+    if (!narrow || *narrow)
+      return narrow;
+  }
   if (chunkForm_ && n >= kMmaMinRows && mmaFunctions_[l]) {
     std::optional<RowsLaunch> mma =
         mmaRowsLaunch(first.kernel->name, params, first.params->size(),
@@ -1117,6 +1155,44 @@ Expected<bool> CudaBackend::launchRows(size_t l,
       return false;
   for (RowsLaunch &form : forms)
     K3_RETURN_IF_ERROR(launchForm(g.grid, form.smem, form.params.data()));
+  ++launchesTogether_;
+  return true;
+}
+
+Expected<bool>
+CudaBackend::launchMma16(size_t l, const std::vector<const void *> &params) {
+  const std::string &kernel = rows_[0]->launches[l].kernel->name;
+  std::optional<Mma16Launch> m =
+      mma16RowsLaunch(kernel, params, rows_[0]->launches[l].params->size(),
+                      rowArenaStride_, driver_->smCount(), mma16SmemCap_[l]);
+  if (!m)
+    return false;
+  if (m->partialBytes > mma16Partials_.bytes()) {
+    K3_RETURN_IF_ERROR(driver_->synchronize(stream_));
+    K3_RETURN_IF_ERROR(alloc(m->partialBytes, mma16Partials_)
+                           .withContext("the narrow projections' sums"));
+  }
+  if (m->counterBytes > mma16CounterBytes_) {
+    K3_RETURN_IF_ERROR(driver_->synchronize(stream_));
+    mma16CounterBytes_ = 0;
+    K3_RETURN_IF_ERROR(alloc(m->counterBytes, mma16Counters_)
+                           .withContext("the narrow projections' counters"));
+    // Each launch leaves its tiles' counters at zero again.
+    K3_RETURN_IF_ERROR(
+        driver_->memset8(mma16Counters_.get(), 0, m->counterBytes));
+    K3_RETURN_IF_ERROR(driver_->synchronize(nullptr).withContext(
+        "zeroing the narrow projections' counters"));
+    mma16CounterBytes_ = m->counterBytes;
+  }
+  bindMma16Scratch(*m, mma16Partials_.get(), mma16Counters_.get());
+  if (Status st =
+          driver_->launch(mma16Functions_[l], m->launch.grid, m->launch.block,
+                          m->launch.smem, stream_, m->launch.params.data(),
+                          /*programmatic=*/true, nullptr);
+      !st)
+    return st.withContext("launch " + std::to_string(l) + " (" + kernel +
+                          "'s narrow tensor-core form) of " +
+                          std::to_string(params.size()) + " rows");
   ++launchesTogether_;
   return true;
 }

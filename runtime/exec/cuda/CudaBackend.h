@@ -264,6 +264,16 @@ private:
   /// (RowsForms.h splitPreNorm).
   std::vector<cuda::CUfunction> preNormFunctions_;
   cuda::DeviceBuffer preNormScratch_;
+  /// Per launch, the narrow tensor-core form (kCudaMma16RowsForms) when
+  /// the PTX has one, else null, and the dynamic shared memory it may take;
+  /// used with chunkForm_ for steps of kMmaMinRows to kGemvMma16Tokens rows.
+  /// Its split's scratch: the fp32 partial sums and the tiles' arrival
+  /// counters (zero between launches), grown on demand.
+  std::vector<cuda::CUfunction> mma16Functions_;
+  std::vector<int64_t> mma16SmemCap_;
+  cuda::DeviceBuffer mma16Partials_, mma16Counters_;
+  /// The counters' bytes zeroed so far (a failed zeroing counts none).
+  uint64_t mma16CounterBytes_ = 0;
   /// Per launch, the run form of its array form (kCudaRunForms) for a
   /// clustered launch whose PTX has one, else null: a sequence's
   /// consecutive rows in one launch.
@@ -288,6 +298,10 @@ private:
   /// it cannot (the caller takes the multi-row form).
   Expected<bool> launchMoeChunk(size_t l,
                                 const std::vector<const void *> &params);
+  /// Runs launch `l` (a projection) for the rows whose bound params are
+  /// `params` in its narrow tensor-core form (mma16RowsLaunch), growing the
+  /// split's scratch first; false when the form does not take them.
+  Expected<bool> launchMma16(size_t l, const std::vector<const void *> &params);
   bool chunkForm_ = false;
   /// Per launch, whether rowsFunctions_[l] takes a params array
   /// (kCudaRowsArrayForms); the arrays of all rows (rows_.size() of them

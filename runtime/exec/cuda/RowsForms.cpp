@@ -286,6 +286,25 @@ std::optional<RowsLaunch> mlaBatchLaunch(const std::string &kernel,
   return l;
 }
 
+namespace {
+/// The weight rows (all entries') and k of a projection's bound params.
+void projectionShape(const std::string &kernel, const void *params,
+                     int64_t &weightRows, int64_t &k) {
+  weightRows = 0;
+  if (kernel == "linear") {
+    const auto &p = *static_cast<const LinearParams *>(params);
+    weightRows = p.n;
+    k = p.k;
+    return;
+  }
+  const auto &p = *static_cast<const LinearMultiParams *>(params);
+  for (int e = 0; e < p.count && e < kLinearMultiMax; ++e)
+    weightRows += p.entries[e].n;
+  k = p.k;
+}
+
+} // namespace
+
 std::optional<RowsLaunch> mmaRowsLaunch(const std::string &kernel,
                                         const std::vector<const void *> &rows,
                                         size_t size, uint64_t arenaStride,
@@ -296,16 +315,7 @@ std::optional<RowsLaunch> mmaRowsLaunch(const std::string &kernel,
   if (!l)
     return std::nullopt;
   int64_t weightRows = 0, k = 0;
-  if (kernel == "linear") {
-    const auto &p = *static_cast<const LinearParams *>(rows[0]);
-    weightRows = p.n;
-    k = p.k;
-  } else {
-    const auto &p = *static_cast<const LinearMultiParams *>(rows[0]);
-    for (int e = 0; e < p.count && e < kLinearMultiMax; ++e)
-      weightRows += p.entries[e].n;
-    k = p.k;
-  }
+  projectionShape(kernel, rows[0], weightRows, k);
   const int64_t n = static_cast<int64_t>(rows.size());
   const int64_t across =
       std::max<int64_t>(1, (weightRows + kGemvMmaRows - 1) / kGemvMmaRows);
@@ -319,6 +329,67 @@ std::optional<RowsLaunch> mmaRowsLaunch(const std::string &kernel,
   l->block[0] = kGemvMmaThreads;
   l->block[1] = l->block[2] = 1;
   return l;
+}
+
+bool hasMma16RowsForm(const std::string &kernel) {
+  return std::find(std::begin(kCudaMma16RowsForms),
+                   std::end(kCudaMma16RowsForms),
+                   kernel) != std::end(kCudaMma16RowsForms);
+}
+
+std::optional<Mma16Launch>
+mma16RowsLaunch(const std::string &kernel,
+                const std::vector<const void *> &rows, size_t size,
+                uint64_t arenaStride, int64_t sms, int64_t smemCap) {
+  if (!hasMma16RowsForm(kernel) || rows.size() > size_t(kGemvMma16Tokens))
+    return std::nullopt;
+  std::optional<RowsLaunch> multi = rowsLaunch(kernel, rows, size, arenaStride);
+  if (!multi)
+    return std::nullopt;
+  int64_t weightRows = 0, k = 0;
+  projectionShape(kernel, rows[0], weightRows, k);
+  if (weightRows <= 0 || k <= 0 || k % kGemvMma16GroupK != 0 ||
+      gemvMma16SmemBytes(k) > smemCap)
+    return std::nullopt;
+  const int64_t tiles = (weightRows + kGemvMma16Rows - 1) / kGemvMma16Rows;
+  const int64_t blocks = std::max<int64_t>(1, sms);
+  const int parts =
+      gemvMma16Parts(tiles, k / kGemvMma16GroupK, blocks * kGemvMma16Warps);
+  const int64_t units = tiles * parts;
+  Mma16Launch m;
+  RowsLaunch &l = m.launch;
+  // The multi-row params, then the split.
+  const bool single = kernel == "linear";
+  l.params.assign(single ? sizeof(LinearRowsMma16Params)
+                         : sizeof(LinearMultiRowsMma16Params),
+                  0);
+  std::memcpy(l.params.data(), multi->params.data(), multi->params.size());
+  m.splitAt = single ? offsetof(LinearRowsMma16Params, split)
+                     : offsetof(LinearMultiRowsMma16Params, split);
+  GemvSplitScratch split;
+  split.parts = parts;
+  std::memcpy(l.params.data() + m.splitAt, &split, sizeof(split));
+  l.smem = gemvMma16SmemBytes(k);
+  l.grid[0] = std::min(blocks, (units + kGemvMma16Warps - 1) / kGemvMma16Warps);
+  l.grid[1] = l.grid[2] = 1;
+  l.block[0] = kGemvMma16Threads;
+  l.block[1] = l.block[2] = 1;
+  if (parts > 1) {
+    m.partialBytes =
+        static_cast<uint64_t>(units) * kGemvMma16TileFloats * sizeof(float);
+    m.counterBytes = static_cast<uint64_t>(tiles) * sizeof(uint32_t);
+  }
+  return m;
+}
+
+void bindMma16Scratch(Mma16Launch &l, uint64_t partials, uint64_t counters) {
+  GemvSplitScratch split;
+  uint8_t *at = l.launch.params.data() + l.splitAt;
+  std::memcpy(&split, at, sizeof(split));
+  split.partials = reinterpret_cast<float *>(static_cast<uintptr_t>(partials));
+  split.counters =
+      reinterpret_cast<uint32_t *>(static_cast<uintptr_t>(counters));
+  std::memcpy(at, &split, sizeof(split));
 }
 
 namespace {

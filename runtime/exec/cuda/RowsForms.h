@@ -40,6 +40,17 @@ inline constexpr const char *kCudaMmaRowsForms[] = {"linear", "linear_multi"};
 /// Whether `kernel` has a tensor-core multi-row form.
 bool hasMmaRowsForm(const std::string &kernel);
 
+/// The kernels whose PTX has the narrow tensor-core form
+/// `k3_<kernel>_rows_mma16` (kernels/gemv/GemvParams.h kGemvMma16*: up to
+/// 16 rows, the weights streamed into mma fragments, split over k through
+/// a scratch; LinearRowsMma16Params / LinearMultiRowsMma16Params): steps of
+/// kMmaMinRows to kGemvMma16Tokens rows with PrefillForm::Chunk (a decode
+/// batch of 16), within rounding of the multi-row form.
+inline constexpr const char *kCudaMma16RowsForms[] = {"linear", "linear_multi"};
+
+/// Whether `kernel` has a narrow tensor-core form.
+bool hasMma16RowsForm(const std::string &kernel);
+
 /// Steps of fewer rows keep the multi-row form even with PrefillForm::Chunk
 /// (a decode batch's rows stay bit for bit their single-row launches').
 constexpr size_t kMmaMinRows = 16;
@@ -171,11 +182,13 @@ std::optional<RowsLaunch> mlaChunkLaunch(const std::string &kernel,
 
 /// Entry points (without `k3_`) written in a session whose device runs were
 /// all refused: their GPU tests have not run, so the CUDA backend takes them
-/// only with K3C_GPU_UNTESTED_FORMS=1 (the forms they replace otherwise).
+/// only with K3C_GPU_UNTESTED_FORMS=1, or a comma-separated list of their
+/// names (the forms they replace otherwise).
 /// The first GPU session runs cuda_test and `scripts/gpu-check.sh` with it
 /// set and, once they pass, empties this list.
 inline constexpr const char *kCudaGpuUntestedForms[] = {
-    "kda_decode_rows_clustered", "argmax_rows", "mla_attend_clustered_batch"};
+    "kda_decode_rows_clustered", "argmax_rows", "mla_attend_clustered_batch",
+    "linear_rows_mma16", "linear_multi_rows_mma16"};
 
 /// Whether entry point `entry` is in kCudaGpuUntestedForms.
 bool gpuUntested(const std::string &entry);
@@ -199,6 +212,32 @@ std::optional<RowsLaunch> mlaBatchLaunch(const std::string &kernel,
                                          const void *first, size_t size,
                                          size_t n, uint64_t rowsArray,
                                          int64_t sms);
+
+/// A narrow tensor-core launch (mma16RowsLaunch) and the scratch its split
+/// over k needs (GemvSplitScratch; none for one part).
+struct Mma16Launch {
+  RowsLaunch launch;
+  uint64_t partialBytes = 0; ///< fp32 sums, tiles · parts of them
+  uint64_t counterBytes = 0; ///< one counter a tile, zero before the first
+  size_t splitAt = 0;        ///< offset of the GemvSplitScratch in params
+};
+
+/// The narrow tensor-core launch of `kernel` (hasMma16RowsForm) for `rows`
+/// as rowsLaunch takes them (kMmaMinRows is the caller's; at most
+/// kGemvMma16Tokens), on a device of `sms` SMs whose launches may take
+/// `smemCap` bytes of dynamic shared memory: gemvMma16SmemBytes(k), a block
+/// of kGemvMma16Threads, one block an SM (fewer when the units are fewer),
+/// gemvMma16Parts for that grid's warps; the scratch pointers null until
+/// bindMma16Scratch. None as rowsLaunch, for more rows, k not a multiple of
+/// kGemvMma16GroupK, or x̂ wider than `smemCap`.
+std::optional<Mma16Launch>
+mma16RowsLaunch(const std::string &kernel,
+                const std::vector<const void *> &rows, size_t size,
+                uint64_t arenaStride, int64_t sms, int64_t smemCap);
+
+/// Points `l`'s split at its scratch (device addresses of at least
+/// l.partialBytes and l.counterBytes; the counters zero).
+void bindMma16Scratch(Mma16Launch &l, uint64_t partials, uint64_t counters);
 
 /// The entry point (`k3_` + this, in the projections' module) of the
 /// tensor-core forms' pre-norm (splitPreNorm).

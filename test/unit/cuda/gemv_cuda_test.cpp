@@ -32,6 +32,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
+#include <optional>
 
 namespace {
 
@@ -191,6 +192,51 @@ struct LinearCase {
   int64_t xOffset = 0;        ///< misalign x (and the norm weight)
   float eps = 1e-5f;
   int split = 1; ///< tensor-core forms: clusters of this many (split over k)
+  int parts = 0; ///< the narrow form's split (0: gemvMma16Parts's)
+};
+
+/// Which multi-row launch runRowsOf runs: the CUDA-core multi-row form (each
+/// token the single-row kernel's bits), the tensor-core tile
+/// (k3_*_rows_mma) or the narrow tensor-core form (k3_*_rows_mma16).
+enum class RowsForm { Multi, Mma, Mma16 };
+
+const char *formSuffix(RowsForm f) {
+  return f == RowsForm::Multi ? "" : f == RowsForm::Mma ? "_mma" : "_mma16";
+}
+
+/// The device's SM count (the narrow form's grid: one block an SM).
+int64_t smCount() {
+  auto d = k3::cuda::Driver::get();
+  return d ? (*d)->smCount() : 132;
+}
+
+/// A narrow launch's split for `weightRows` rows over k on `grid` blocks
+/// (`parts` 0: gemvMma16Parts's), with its scratch: the sums poisoned, the
+/// counters zero.
+struct NarrowSplit {
+  k3::GemvSplitScratch split;
+  Dev partials, counters;
+  int64_t tiles = 0;
+  NarrowSplit(int64_t weightRows, int64_t k, int64_t grid, int parts) {
+    tiles = (weightRows + k3::kGemvMma16Rows - 1) / k3::kGemvMma16Rows;
+    split.parts = parts > 0
+                      ? parts
+                      : k3::gemvMma16Parts(tiles, k / k3::kGemvMma16GroupK,
+                                           grid * k3::kGemvMma16Warps);
+    partials =
+        Dev::poisoned<float>(tiles * split.parts * k3::kGemvMma16TileFloats);
+    counters = Dev::of(std::vector<uint32_t>(tiles, 0));
+    split.partials = partials.get<float>();
+    split.counters = counters.get<uint32_t>();
+  }
+  /// Every tile's counter is back at zero (for the next launch).
+  void expectCountersReset(const std::string &what) {
+    const std::vector<uint32_t> c = counters.download<uint32_t>(tiles);
+    size_t nonzero = 0;
+    for (uint32_t v : c)
+      nonzero += v != 0;
+    EXPECT_EQ(nonzero, 0u) << what << ": tiles' counters left set";
+  }
 };
 
 std::string describe(const LinearCase &c) {
@@ -518,19 +564,24 @@ void expectSameBits(const std::vector<T> &want, const std::vector<T> &got,
 /// stay poisoned. `smem` < 0: what the launch needs (gemvRowsSmemBytes);
 /// else that many bytes (too few: the per-token fallback must still be
 /// right).
-/// `mma`: the tensor-core form (k3_linear_rows_mma, its grid of
+/// `form` Mma: the tensor-core form (k3_linear_rows_mma, its grid of
 /// ceil(n / kGemvMmaRows) × ceil(tokens / kGemvMmaTokens) unless c.grid
 /// says across): every token against the CPU within the tolerances, no
 /// bits against the single-row kernel (its sums are in another order).
+/// Mma16: the narrow form (k3_linear_rows_mma16, one block an SM unless
+/// c.grid says, c.parts), as Mma, and its counters back at zero after.
 void runLinearRows(LinearCase c, int tokens, int64_t smem, uint64_t seed,
-                   bool mma = false) {
+                   RowsForm form = RowsForm::Multi) {
+  const bool mma = form != RowsForm::Multi;
   if (c.grid == 0)
-    c.grid = mma ? (c.n + k3::kGemvMmaRows - 1) / k3::kGemvMmaRows * c.split
-                 : (c.n + 7) / 8;
+    c.grid = form == RowsForm::Mma16 ? smCount()
+             : mma ? (c.n + k3::kGemvMmaRows - 1) / k3::kGemvMmaRows * c.split
+                   : (c.n + 7) / 8;
   const std::string what =
       describe(c) + " tokens=" + std::to_string(tokens) +
       (smem >= 0 ? " smem=" + std::to_string(smem) : std::string()) +
-      (mma ? " mma" : "");
+      formSuffix(form) +
+      (c.parts ? " parts=" + std::to_string(c.parts) : std::string());
   SCOPED_TRACE(what);
   const int64_t xs = c.k + 24, rs = c.n + 16;
   const int64_t os = c.aliasResidual ? rs : c.n + 40;
@@ -565,7 +616,15 @@ void runLinearRows(LinearCase c, int tokens, int64_t smem, uint64_t seed,
   rp.xStride = xs;
   rp.residualStride = rs;
   rp.outStride = os;
-  if (mma)
+  std::optional<NarrowSplit> narrow;
+  if (form == RowsForm::Mma16) {
+    narrow.emplace(c.n, c.k, c.grid, c.parts);
+    const k3::LinearRowsMma16Params mp{rp, narrow->split};
+    ASSERT_TRUE(launch("linear_rows_mma16", mp, c.grid, k3::kGemvMma16Threads,
+                       smem >= 0 ? smem : k3::gemvMma16SmemBytes(c.k))
+                    .isOk());
+    narrow->expectCountersReset(what);
+  } else if (mma)
     ASSERT_TRUE(launch("linear_rows_mma", rp, c.grid, k3::kGemvMmaThreads,
                        smem >= 0 ? smem : k3::kGemvMmaSmemBytes, c.split,
                        (tokens + k3::kGemvMmaTokens - 1) / k3::kGemvMmaTokens)
@@ -702,25 +761,25 @@ TEST(LinearRowsMmaCuda, ProjectionsOfAPromptChunk) {
   LinearCase oProj{2304, 4096};
   oProj.residual = oProj.aliasResidual = true;
   for (int tokens : {16, 64})
-    runLinearRows(oProj, tokens, -1, 400 + tokens, true);
+    runLinearRows(oProj, tokens, -1, 400 + tokens, RowsForm::Mma);
   LinearCase normed{4096, 2304};
   normed.norm = true;
-  runLinearRows(normed, 100, -1, 420, true);
+  runLinearRows(normed, 100, -1, 420, RowsForm::Mma);
   LinearCase k3Wide{1024, 7168};
   k3Wide.norm = true;
   k3Wide.residual = true;
-  runLinearRows(k3Wide, 17, -1, 430, true);
+  runLinearRows(k3Wide, 17, -1, 430, RowsForm::Mma);
   LinearCase head{2000, 2304};
   head.f32 = true;
   head.norm = true;
-  runLinearRows(head, 64, -1, 440, true);
+  runLinearRows(head, 64, -1, 440, RowsForm::Mma);
   LinearCase looping{600, 1000};
   looping.grid = 3;
   looping.residual = true;
-  runLinearRows(looping, 40, -1, 450, true);
+  runLinearRows(looping, 40, -1, 450, RowsForm::Mma);
   LinearCase mx{512, 1024};
   mx.mxfp4 = true;
-  runLinearRows(mx, 20, -1, 460, true);
+  runLinearRows(mx, 20, -1, 460, RowsForm::Mma);
 }
 
 /// The tensor-core form split over k (clusters of 2, 4, 8: GemvParams.h
@@ -736,31 +795,31 @@ TEST(LinearRowsMmaCuda, SplitOverK) {
     LinearCase oProj{2304, 4096};
     oProj.residual = oProj.aliasResidual = true;
     oProj.split = split;
-    runLinearRows(oProj, 64, -1, 470 + split, true);
+    runLinearRows(oProj, 64, -1, 470 + split, RowsForm::Mma);
     LinearCase normed{4096, 2304};
     normed.norm = true;
     normed.split = split;
-    runLinearRows(normed, 100, -1, 480 + split, true);
+    runLinearRows(normed, 100, -1, 480 + split, RowsForm::Mma);
   }
   LinearCase head{2000, 2304};
   head.f32 = true;
   head.norm = true;
   head.split = 4;
-  runLinearRows(head, 64, -1, 490, true);
+  runLinearRows(head, 64, -1, 490, RowsForm::Mma);
   LinearCase ragged{600, 1000};
   ragged.residual = true;
   ragged.norm = true;
   ragged.split = 4;
-  runLinearRows(ragged, 40, -1, 491, true);
+  runLinearRows(ragged, 40, -1, 491, RowsForm::Mma);
   LinearCase empty{300, 128}; // 2 stages for 8 blocks
   empty.norm = true;
   empty.split = 8;
-  runLinearRows(empty, 20, -1, 492, true);
+  runLinearRows(empty, 20, -1, 492, RowsForm::Mma);
   LinearCase looping{2304, 4096};
   looping.residual = true;
   looping.split = 4;
   looping.grid = 3 * 4;
-  runLinearRows(looping, 64, -1, 493, true);
+  runLinearRows(looping, 64, -1, 493, RowsForm::Mma);
 
   // The same bits from a grid of one cluster per tile and from 3 clusters.
   Rand r(494);
@@ -846,16 +905,23 @@ TEST(LinearRowsMmaCuda, PreNormAsTheCpu) {
 /// k3_linear_multi_rows: Kimi-Linear's KDA projections of h (q, k, v, f_a,
 /// b, g_a with the folded norm) for several tokens, each token's entries
 /// bit for bit k3_linear_multi's, the gaps between tokens untouched.
-/// With `mma`, k3_linear_multi_rows_mma for a prompt chunk (one partial
-/// token tile, and two): tokens 0, 31 and the last against the CPU; split
-/// over k in clusters of `split`.
-void runKdaMultiRows(bool mma, int split = 1) {
+/// With RowsForm::Mma, k3_linear_multi_rows_mma for a prompt chunk (one
+/// partial token tile, and two): tokens 0, 31 and the last against the CPU;
+/// split over k in clusters of `split`. With RowsForm::Mma16,
+/// k3_linear_multi_rows_mma16 for a decode batch (16 tokens, and 5), every
+/// token against the CPU, with the entries `ns` (default KDA's).
+void runKdaMultiRows(RowsForm form, int split = 1,
+                     std::vector<int64_t> ns = {4096, 4096, 4096, 128, 32,
+                                                128}) {
+  const bool mma = form != RowsForm::Multi;
   const int64_t k = 2304;
-  const std::vector<int64_t> ns = {4096, 4096, 4096, 128, 32, 128};
-  for (int tokens :
-       mma ? std::vector<int>{40, 70} : std::vector<int>{3, 8, 16}) {
+  const std::vector<int> tokenCounts =
+      form == RowsForm::Multi ? std::vector<int>{3, 8, 16}
+      : form == RowsForm::Mma ? std::vector<int>{40, 70}
+                              : std::vector<int>{16, 5};
+  for (int tokens : tokenCounts) {
     const std::string what =
-        "kda tokens=" + std::to_string(tokens) + (mma ? " mma" : "") +
+        "kda tokens=" + std::to_string(tokens) + formSuffix(form) +
         (split > 1 ? " split=" + std::to_string(split) : std::string());
     SCOPED_TRACE(what);
     Rand r(300 + tokens);
@@ -887,7 +953,14 @@ void runKdaMultiRows(bool mma, int split = 1) {
     rp.xStride = xs;
     rp.outStride = os;
     const int64_t grid = std::min<int64_t>((total + 7) / 8, 528);
-    if (mma)
+    if (form == RowsForm::Mma16) {
+      NarrowSplit narrow(total, k, smCount(), 0);
+      const k3::LinearMultiRowsMma16Params mp{rp, narrow.split};
+      ASSERT_TRUE(launch("linear_multi_rows_mma16", mp, smCount(),
+                         k3::kGemvMma16Threads, k3::gemvMma16SmemBytes(k))
+                      .isOk());
+      narrow.expectCountersReset(what);
+    } else if (mma)
       ASSERT_TRUE(
           launch("linear_multi_rows_mma", rp,
                  (total + k3::kGemvMmaRows - 1) / k3::kGemvMmaRows * split,
@@ -914,7 +987,8 @@ void runKdaMultiRows(bool mma, int split = 1) {
                          what + " token " + std::to_string(t) + " entry " +
                              std::to_string(e));
       }
-      if (t == tokens - 1 || (mma && (t == 0 || t == 31))) {
+      if (t == tokens - 1 || form == RowsForm::Mma16 ||
+          (mma && (t == 0 || t == 31))) {
         // The CPU on the last token.
         k3::LinearMultiParams cpu = one;
         cpu.x = x.data() + t * xs;
@@ -947,20 +1021,125 @@ void runKdaMultiRows(bool mma, int split = 1) {
 
 TEST(LinearMultiRowsCuda, KdaProjectionsOfSeveralTokens) {
   K3_REQUIRE_GPU();
-  runKdaMultiRows(false);
+  runKdaMultiRows(RowsForm::Multi);
 }
 
 TEST(LinearMultiRowsMmaCuda, KdaProjectionsOfAPromptChunk) {
   K3_REQUIRE_GPU();
-  runKdaMultiRows(true);
+  runKdaMultiRows(RowsForm::Mma);
 }
 
 /// The KDA projections split over k by clusters of 2 and 4 (the folded
 /// norm's sums of squares added across the cluster).
 TEST(LinearMultiRowsMmaCuda, KdaProjectionsSplitOverK) {
   K3_REQUIRE_GPU();
-  runKdaMultiRows(true, 2);
-  runKdaMultiRows(true, 4);
+  runKdaMultiRows(RowsForm::Mma, 2);
+  runKdaMultiRows(RowsForm::Mma, 4);
+}
+
+/// The narrow tensor-core form (k3_linear_rows_mma16) at a decode batch's
+/// shapes: Kimi-Linear's o_proj (residual in place; 16, 9 and 1 rows), a
+/// normed KDA width, an lm_head slice in fp32 (normed), a weight count
+/// that is not a multiple of the tile (600, 77); the split over k at 1, 3,
+/// 13 (the o_proj's own) and 64 parts; a grid of one block and of 7
+/// (looping over the units); and launches it does not take, which run the
+/// single-row path per token: K3's 7168-wide input (its x̂ would not fit),
+/// MXFP4, k not a multiple of 32, 17 rows.
+TEST(LinearRowsMma16Cuda, ProjectionsOfADecodeBatch) {
+  K3_REQUIRE_GPU();
+  const RowsForm f = RowsForm::Mma16;
+  LinearCase oProj{2304, 4096};
+  oProj.residual = oProj.aliasResidual = true;
+  for (int tokens : {16, 9, 1})
+    runLinearRows(oProj, tokens, -1, 700 + tokens, f);
+  for (int parts : {1, 3, 13, 64}) {
+    LinearCase split = oProj;
+    split.parts = parts;
+    runLinearRows(split, 16, -1, 720 + parts, f);
+  }
+  LinearCase normed{4096, 2304};
+  normed.norm = true;
+  runLinearRows(normed, 16, -1, 790, f);
+  LinearCase head{2000, 2304};
+  head.f32 = true;
+  head.norm = true;
+  runLinearRows(head, 16, -1, 791, f);
+  LinearCase ragged{600, 1024};
+  ragged.residual = true;
+  ragged.norm = true;
+  ragged.parts = 5;
+  runLinearRows(ragged, 12, -1, 792, f);
+  LinearCase few{77, 2304};
+  runLinearRows(few, 16, -1, 793, f);
+  LinearCase one{2304, 4096};
+  one.grid = 1;
+  one.parts = 4;
+  runLinearRows(one, 16, -1, 794, f);
+  LinearCase seven{1000, 2304};
+  seven.grid = 7;
+  seven.norm = true;
+  runLinearRows(seven, 16, -1, 795, f);
+  // Launches it leaves to the single-row path.
+  LinearCase k3Wide{1024, 7168};
+  k3Wide.norm = true;
+  k3Wide.residual = true;
+  k3Wide.grid = 8;
+  runLinearRows(k3Wide, 16, 64 * 1024, 796, f);
+  LinearCase mx{512, 1024};
+  mx.mxfp4 = true;
+  runLinearRows(mx, 16, -1, 797, f);
+  LinearCase odd{300, 1000};
+  odd.norm = true;
+  runLinearRows(odd, 16, -1, 798, f);
+  runLinearRows(normed, 17, -1, 799, f);
+}
+
+/// The narrow form's outputs are the same bits for any grid of one split
+/// (one block an SM, 5 blocks) and again on a second launch over the same
+/// scratch (the counters reset by the first).
+TEST(LinearRowsMma16Cuda, SameBitsForAnyGrid) {
+  K3_REQUIRE_GPU();
+  Rand r(800);
+  const int64_t n = 2304, k = 4096, tokens = 16;
+  Matrix m = Matrix::make(false, n, k, 801);
+  const std::vector<uint16_t> x = r.bf16(tokens * k, 4.0f);
+  std::vector<uint16_t> normW(k);
+  for (auto &v : normW)
+    v = k3::floatToBf16(1.0f + 0.2f * r.f32(1)[0]);
+  Dev dX = Dev::of(x), dNormW = Dev::of(normW);
+  NarrowSplit narrow(n, k, smCount(), 0);
+  ASSERT_GT(narrow.split.parts, 1) << "the o_proj's split is over k";
+  std::vector<std::vector<uint16_t>> outs;
+  for (int64_t grid : {smCount(), int64_t{5}, smCount()}) {
+    Dev dOut = Dev::poisoned<uint16_t>(tokens * n);
+    k3::LinearRowsMma16Params p;
+    p.rows.one.x = dX.get<uint16_t>();
+    p.rows.one.w = m.device();
+    p.rows.one.n = n;
+    p.rows.one.k = k;
+    p.rows.one.normWeight = dNormW.get<uint16_t>();
+    p.rows.one.normEps = 1e-6f;
+    p.rows.one.out = dOut.get<uint16_t>();
+    p.rows.rows = tokens;
+    p.rows.xStride = k;
+    p.rows.outStride = n;
+    p.split = narrow.split;
+    ASSERT_TRUE(launch("linear_rows_mma16", p, grid, k3::kGemvMma16Threads,
+                       k3::gemvMma16SmemBytes(k))
+                    .isOk());
+    narrow.expectCountersReset("grid " + std::to_string(grid));
+    outs.push_back(dOut.download<uint16_t>(tokens * n));
+  }
+  expectSameBits(outs[0], outs[1], "one block an SM against 5");
+  expectSameBits(outs[0], outs[2], "a second launch over the same scratch");
+}
+
+/// The KDA projections of a decode batch in the narrow form, and entries
+/// whose tiles straddle two of them (100, 36, 2000 rows).
+TEST(LinearMultiRowsMma16Cuda, KdaProjectionsOfADecodeBatch) {
+  K3_REQUIRE_GPU();
+  runKdaMultiRows(RowsForm::Mma16);
+  runKdaMultiRows(RowsForm::Mma16, 1, {100, 36, 2000});
 }
 
 } // namespace

@@ -517,6 +517,53 @@ TEST(CudaBackendHost, RealGeometryTakesTheChunkForms) {
     // The batch's decode rows: kda_decode's clustered rows form.
     EXPECT_GT(launchesOf("kda_decode_rows_clustered"), kdaRows);
     EXPECT_GT(launchesOf("argmax_rows"), argmaxRows);
+    // A chunk of 16 rows: the projections' narrow tensor-core form (its
+    // split's scratch allocated and bound on the host).
+    const long long narrow =
+        launchesOf("linear_multi_rows_mma16") + launchesOf("linear_rows_mma16");
+    std::vector<int64_t> sixteen;
+    for (int64_t t = 0; t < 16; ++t)
+      sixteen.push_back((t * 53 + 7) % 4096);
+    Expected<GenerateResult> g16 = (*s)->generate(sixteen, o);
+    ASSERT_TRUE(g16) << g16.message();
+    EXPECT_GT(launchesOf("linear_multi_rows_mma16") +
+                  launchesOf("linear_rows_mma16"),
+              narrow);
+  }
+  {
+    // Named forms alone: the narrow projections, not the clustered KDA rows;
+    // a name that is no waiting form is refused.
+    ::setenv("K3C_GPU_UNTESTED_FORMS",
+             "linear_rows_mma16,linear_multi_rows_mma16", 1);
+    Expected<std::unique_ptr<Session>> s = openCuda(*p, true);
+    ASSERT_TRUE(s) << s.message();
+    ASSERT_TRUE((*s)->setPrefillForm(PrefillForm::Chunk));
+    const long long narrow = launchesOf("linear_multi_rows_mma16"),
+                    clustered = launchesOf("kda_decode_rows_clustered");
+    // A chunk of 16 rows, then a batch of 3.
+    std::vector<int64_t> sixteen;
+    for (int64_t t = 0; t < 16; ++t)
+      sixteen.push_back((t * 41 + 5) % 4096);
+    GenerateOptions o;
+    o.maxNew = 2;
+    Expected<GenerateResult> g = (*s)->generate(sixteen, o);
+    ASSERT_TRUE(g) << g.message();
+    std::vector<SequenceRequest> reqs(3);
+    for (size_t i = 0; i < reqs.size(); ++i) {
+      reqs[i].prompt = {int64_t(i) + 1, 2, 3};
+      reqs[i].options.maxNew = 2;
+    }
+    Expected<BatchResult> r = (*s)->generateBatch(reqs);
+    ASSERT_TRUE(r) << r.message();
+    EXPECT_GT(launchesOf("linear_multi_rows_mma16"), narrow);
+    EXPECT_EQ(launchesOf("kda_decode_rows_clustered"), clustered);
+    ::setenv("K3C_GPU_UNTESTED_FORMS", "linear_rows_mma", 1);
+    Expected<std::unique_ptr<Session>> bad = openCuda(*p, true);
+    ASSERT_FALSE(bad);
+    EXPECT_NE(bad.message().find("K3C_GPU_UNTESTED_FORMS names "
+                                 "'linear_rows_mma'"),
+              std::string::npos)
+        << bad.message();
   }
   ::unsetenv("K3C_GPU_UNTESTED_FORMS");
   {
@@ -525,7 +572,9 @@ TEST(CudaBackendHost, RealGeometryTakesTheChunkForms) {
     ASSERT_TRUE(s) << s.message();
     const long long general = launchesOf("kda_decode_rows"),
                     clustered = launchesOf("kda_decode_rows_clustered"),
-                    argmaxRows = launchesOf("argmax_rows");
+                    argmaxRows = launchesOf("argmax_rows"),
+                    narrow = launchesOf("linear_multi_rows_mma16") +
+                             launchesOf("linear_rows_mma16");
     std::vector<SequenceRequest> reqs(3);
     for (size_t i = 0; i < reqs.size(); ++i) {
       reqs[i].prompt = {1, 2, 3};
@@ -536,6 +585,18 @@ TEST(CudaBackendHost, RealGeometryTakesTheChunkForms) {
     EXPECT_GT(launchesOf("kda_decode_rows"), general);
     EXPECT_EQ(launchesOf("kda_decode_rows_clustered"), clustered);
     EXPECT_EQ(launchesOf("argmax_rows"), argmaxRows);
+    // A chunk of 16 rows without it: the wide tensor-core tile.
+    ASSERT_TRUE((*s)->setPrefillForm(PrefillForm::Chunk));
+    std::vector<int64_t> sixteen;
+    for (int64_t t = 0; t < 16; ++t)
+      sixteen.push_back((t * 53 + 7) % 4096);
+    GenerateOptions o;
+    o.maxNew = 2;
+    Expected<GenerateResult> g16 = (*s)->generate(sixteen, o);
+    ASSERT_TRUE(g16) << g16.message();
+    EXPECT_EQ(launchesOf("linear_multi_rows_mma16") +
+                  launchesOf("linear_rows_mma16"),
+              narrow);
   }
   expectAllGivenBack(before, "kimi-linear-48b, 5 layers");
 }

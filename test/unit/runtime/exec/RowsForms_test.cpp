@@ -184,6 +184,105 @@ TEST(RowsForms, MmaFormsTileWeightRowsAndTokens) {
       mmaRowsLaunch("linear", ptrs, sizeof(LinearParams), kStride, 132));
 }
 
+/// The narrow tensor-core forms: the multi-row params followed by the
+/// split, one block of kGemvMma16Threads an SM (fewer when the units are
+/// fewer), x̂ of 16 rows in shared memory, the k split chosen for the
+/// grid's warps, and the scratch the split needs (none for one part),
+/// bound at the split's offset.
+TEST(RowsForms, NarrowFormsSplitKForTheGridsWarps) {
+  std::vector<LinearParams> rows;
+  for (int r = 0; r < 16; ++r)
+    rows.push_back(linearRow(r));
+  const std::vector<const void *> ptrs = pointersTo(rows);
+  const int64_t cap = 227 * 1024;
+  auto m =
+      mma16RowsLaunch("linear", ptrs, sizeof(LinearParams), kStride, 132, cap);
+  ASSERT_TRUE(m.has_value());
+  const auto plain = launchOf("linear", rows);
+  ASSERT_TRUE(plain.has_value());
+  ASSERT_EQ(m->launch.params.size(), sizeof(LinearRowsMma16Params));
+  EXPECT_TRUE(std::equal(plain->params.begin(), plain->params.end(),
+                         m->launch.params.begin()));
+  LinearRowsMma16Params p;
+  std::memcpy(&p, m->launch.params.data(), sizeof(p));
+  // Kimi-Linear's o_proj: 144 tiles of 128 groups over 132 × 16 warps.
+  EXPECT_EQ(p.split.parts, 13);
+  EXPECT_EQ(p.split.partials, nullptr);
+  EXPECT_EQ(m->launch.smem, 16 * 4096 * 2);
+  EXPECT_EQ(m->launch.block[0], kGemvMma16Threads);
+  EXPECT_EQ(m->launch.grid[0], (144 * 13 + 15) / 16); // 117 blocks
+  EXPECT_EQ(m->launch.grid[1], 1);
+  EXPECT_EQ(m->partialBytes, uint64_t{144} * 13 * 256 * 4);
+  EXPECT_EQ(m->counterBytes, uint64_t{144} * 4);
+  bindMma16Scratch(*m, 0x50000000ull, 0x51000000ull);
+  std::memcpy(&p, m->launch.params.data(), sizeof(p));
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(p.split.partials), 0x50000000ull);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(p.split.counters), 0x51000000ull);
+  EXPECT_EQ(p.split.parts, 13);
+  EXPECT_EQ(p.rows.rows, 16);
+  // The parts: rounds of units times a unit's groups (+2 with a split).
+  EXPECT_EQ(gemvMma16Parts(144, 128, 132 * 16), 13);
+  EXPECT_EQ(gemvMma16Parts(784, 72, 132 * 16), 8);   // KDA's q/k/v/...
+  EXPECT_EQ(gemvMma16Parts(10240, 72, 132 * 16), 1); // the lm_head
+  EXPECT_EQ(gemvMma16Parts(1, 3, 16), 1); // a split pays its reduction
+  EXPECT_EQ(gemvMma16Parts(1, 1024, 10000), kGemvMma16MaxParts);
+  // The lm_head (fp32 out): one part, no scratch.
+  std::vector<LinearParams> head;
+  for (int r = 0; r < 16; ++r) {
+    head.push_back(linearRow(r, false, true));
+    head.back().n = 163840;
+    head.back().k = 2304;
+  }
+  auto h = mma16RowsLaunch("linear", pointersTo(head), sizeof(LinearParams),
+                           kStride, 132, cap);
+  ASSERT_TRUE(h.has_value());
+  EXPECT_EQ(h->launch.grid[0], 132);
+  EXPECT_EQ(h->partialBytes, 0u);
+  EXPECT_EQ(h->counterBytes, 0u);
+  // linear_multi: its own params struct, the entries' rows one space.
+  LinearMultiParams a{};
+  a.x = at<const uint16_t>(0x20000000ull);
+  a.k = 2304;
+  a.count = 2;
+  for (int e = 0; e < 2; ++e) {
+    a.entries[e].w.bf16 = at<const uint16_t>(0x70000000ull + e * 0x1000000);
+    a.entries[e].n = e == 1 ? 40 : 4096;
+    a.entries[e].out = at<uint16_t>(0x20000000ull + 0x10000 * (e + 1));
+  }
+  LinearMultiParams b = a;
+  b.x += kStride / 2;
+  for (int e = 0; e < 2; ++e)
+    b.entries[e].out += kStride / 2;
+  auto multi = mma16RowsLaunch("linear_multi", {&a, &b},
+                               sizeof(LinearMultiParams), kStride, 132, cap);
+  ASSERT_TRUE(multi.has_value());
+  ASSERT_EQ(multi->launch.params.size(), sizeof(LinearMultiRowsMma16Params));
+  LinearMultiRowsMma16Params mp;
+  std::memcpy(&mp, multi->launch.params.data(), sizeof(mp));
+  EXPECT_EQ(mp.rows.rows, 2);
+  EXPECT_EQ(mp.split.parts, gemvMma16Parts(259, 72, 132 * 16)); // 4136 rows
+  EXPECT_EQ(multi->splitAt, offsetof(LinearMultiRowsMma16Params, split));
+  // Refused: more rows than a tile of tokens, k not a multiple of 32, x̂
+  // wider than the shared memory, the MoE, rows that cannot run together.
+  std::vector<LinearParams> many = rows;
+  many.push_back(linearRow(16));
+  EXPECT_FALSE(mma16RowsLaunch("linear", pointersTo(many), sizeof(LinearParams),
+                               kStride, 132, cap));
+  std::vector<LinearParams> odd = rows;
+  for (LinearParams &q : odd)
+    q.k = 4008;
+  EXPECT_FALSE(mma16RowsLaunch("linear", pointersTo(odd), sizeof(LinearParams),
+                               kStride, 132, cap));
+  EXPECT_FALSE(mma16RowsLaunch("linear", ptrs, sizeof(LinearParams), kStride,
+                               132, 16 * 4096 * 2 - 1));
+  EXPECT_FALSE(hasMma16RowsForm("moe_ffn"));
+  EXPECT_FALSE(mma16RowsLaunch("moe_ffn", ptrs, sizeof(LinearParams), kStride,
+                               132, cap));
+  rows[3].x = rows[0].x;
+  EXPECT_FALSE(mma16RowsLaunch("linear", pointersTo(rows), sizeof(LinearParams),
+                               kStride, 132, cap));
+}
+
 /// A tensor-core launch whose projection folds a norm splits off its
 /// pre-norm: one block of 256 per row writing x̂ to the scratch, rows 16
 /// bytes apart, and the launch reading it there with no norm; without a

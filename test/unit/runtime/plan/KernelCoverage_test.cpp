@@ -147,6 +147,13 @@ TEST(KernelCoverage, NoEntryPointOutsideTheTable) {
         << ", but no kernels/*/*.cu defines k3_" << k << "_rows_mma";
     forms.insert(std::string(k) + "_rows_mma");
   }
+  for (const char *k : kCudaMma16RowsForms) {
+    EXPECT_TRUE(hasRowsForm(k)) << k << ": a narrow form of no rows form";
+    EXPECT_TRUE(defined.count(std::string(k) + "_rows_mma16"))
+        << "kCudaMma16RowsForms names " << k
+        << ", but no kernels/*/*.cu defines k3_" << k << "_rows_mma16";
+    forms.insert(std::string(k) + "_rows_mma16");
+  }
   for (const char *k : kCudaGpuUntestedForms)
     EXPECT_TRUE(forms.count(k))
         << "kCudaGpuUntestedForms names " << k << ", not a form of the lists";
