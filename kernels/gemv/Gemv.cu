@@ -691,14 +691,21 @@ __device__ void streamRowsTokens(const Rows &rows, int tokens,
 }
 
 /// gemvBody once per token: the multi-row forms' fallback (out of line, so
-/// that its registers do not count against the streamed path's).
+/// that its registers do not count against the streamed path's). Every
+/// thread of the block calls it. A barrier between the tokens: gemvBody's
+/// streamed path stages x̂ with no barrier before it (without a norm), so a
+/// warp done with token t (or without a row) would overwrite x̂ while
+/// others still read it.
 template <typename Rows>
 __device__ __noinline__ void gemvTokens(const Rows &rows, int tokens,
                                         const TokenStrides &ts,
                                         const uint16_t *x, int64_t k,
                                         const uint16_t *normW, float eps) {
-  for (int t = 0; t < tokens; ++t)
+  for (int t = 0; t < tokens; ++t) {
+    if (t > 0)
+      __syncthreads();
     gemvBody(atToken(rows, t, ts), x + t * ts.x, k, normW, eps);
+  }
 }
 
 /// The body of both multi-row entry points: streamRowsTokens where the
@@ -1014,14 +1021,14 @@ template <typename Rows>
 __device__ void mma16Stream(const Rows &rows, int tokens,
                             const TokenStrides &ts, int64_t k,
                             const GemvSplitScratch &sp, const uint4 *xs,
-                            Mma16Batch &cur, int64_t u) {
+                            Mma16Batch &first, int64_t u) {
   const int lane = threadIdx.x & 31;
   const int g = lane >> 2, t = lane & 3;
   const int64_t total = rows.count();
   const int64_t tiles = (total + kGemvMma16Rows - 1) / kGemvMma16Rows;
   const int parts = sp.parts;
   const int64_t units = tiles * parts;
-  const int64_t step = static_cast<int64_t>(gridDim.x) * kGemvMma16Warps;
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * kGemvMma16Warps;
   float acc[2][4];
   auto zero = [&] {
 #pragma unroll
@@ -1059,33 +1066,51 @@ __device__ void mma16Stream(const Rows &rows, int tokens,
              make_float4(y[0][0], y[0][1], y[0][2], y[0][3]));
       __stcg(reinterpret_cast<float4 *>(mine) + 1,
              make_float4(y[1][0], y[1][1], y[1][2], y[1][3]));
-      __threadfence();
+      // Every lane's sums, then one fence and the tile's arrival (the
+      // pattern of dev::lastToArrive, for a warp).
       __syncwarp();
       unsigned arrived = 0;
-      if (lane == 0)
+      if (lane == 0) {
+        __threadfence();
         arrived = atomicAdd(sp.counters + m.tile, 1u);
+      }
       arrived = __shfl_sync(0xffffffffu, arrived, 0);
       if (arrived != static_cast<unsigned>(parts - 1))
         return; // another part's warp adds this tile
-      __threadfence();
       if (lane == 0)
         sp.counters[m.tile] = 0; // every part has arrived: for the next launch
+      __threadfence();
+      __syncwarp();
 #pragma unroll
       for (int n = 0; n < 2; ++n)
         y[n][0] = y[n][1] = y[n][2] = y[n][3] = 0.0f;
-      for (int q = 0; q < parts; ++q) {
-        const float4 *src = reinterpret_cast<const float4 *>(
-            sp.partials + (m.tile * parts + q) * kGemvMma16TileFloats +
-            8 * lane);
-        const float4 a = __ldcg(src), b = __ldcg(src + 1);
-        y[0][0] += a.x;
-        y[0][1] += a.y;
-        y[0][2] += a.z;
-        y[0][3] += a.w;
-        y[1][0] += b.x;
-        y[1][1] += b.y;
-        y[1][2] += b.z;
-        y[1][3] += b.w;
+      // The parts' sums in part order, two parts' loads in flight.
+      const float4 *src = reinterpret_cast<const float4 *>(
+          sp.partials + m.tile * parts * kGemvMma16TileFloats + 8 * lane);
+      constexpr int kPartsAhead = 2;
+      constexpr int kPartStep = kGemvMma16TileFloats / 4; // float4s a part
+      for (int q0 = 0; q0 < parts; q0 += kPartsAhead) {
+        float4 a[kPartsAhead], b[kPartsAhead];
+#pragma unroll
+        for (int i = 0; i < kPartsAhead; ++i) {
+          if (q0 + i < parts) {
+            a[i] = __ldcg(src + (q0 + i) * kPartStep);
+            b[i] = __ldcg(src + (q0 + i) * kPartStep + 1);
+          }
+        }
+#pragma unroll
+        for (int i = 0; i < kPartsAhead; ++i) {
+          if (q0 + i < parts) {
+            y[0][0] += a[i].x;
+            y[0][1] += a[i].y;
+            y[0][2] += a[i].z;
+            y[0][3] += a[i].w;
+            y[1][0] += b[i].x;
+            y[1][1] += b[i].y;
+            y[1][2] += b[i].z;
+            y[1][3] += b[i].w;
+          }
+        }
       }
     }
 #pragma unroll
@@ -1103,14 +1128,17 @@ __device__ void mma16Stream(const Rows &rows, int tokens,
     return;
   Mma16Unit m = mma16UnitAt(rows, k, parts, u);
   zero();
-  Mma16Batch nxt;
-  for (int c = m.g0;;) {
-    // The next batch: the rest of this unit, else the next unit's first.
+  int c = m.g0;
+  // One batch: load the next (the rest of this unit, else the next unit's
+  // first) into `nxt`, sum `cur`; false after the warp's last. Called with
+  // the two buffers in turn, so that no register copy waits for the next
+  // batch to land and two batches stay in flight.
+  auto step = [&](const Mma16Batch &cur, Mma16Batch &nxt) {
     int cn = c + kMma16Batch;
     int64_t un = u;
     const bool last = cn >= m.g1;
     if (last)
-      un = u + step;
+      un = u + stride;
     const bool more = un < units;
     Mma16Unit mn = m;
     if (more) {
@@ -1125,12 +1153,13 @@ __device__ void mma16Stream(const Rows &rows, int tokens,
       finish(m);
       zero();
     }
-    if (!more)
-      return;
     c = cn;
     m = mn;
     u = un;
-    cur = nxt;
+    return more;
+  };
+  Mma16Batch other;
+  while (step(first, other) && step(other, first)) {
   }
 }
 
@@ -1169,6 +1198,8 @@ __device__ bool mma16Body(const Rows &rows, int tokens, const TokenStrides &ts,
   const int64_t units =
       (total + kGemvMma16Rows - 1) / kGemvMma16Rows * sp.parts;
   const int64_t u = static_cast<int64_t>(blockIdx.x) * kGemvMma16Warps + warp;
+  if (static_cast<int64_t>(blockIdx.x) * kGemvMma16Warps >= units)
+    return true; // no unit for this block (a grid wider than the host's)
   // The first batch of this warp's first unit before the wait (weights
   // depend on no earlier kernel).
   Mma16Batch first;

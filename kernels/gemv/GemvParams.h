@@ -165,7 +165,8 @@ struct LinearPreNormParams {
 
 /// The narrow tensor-core forms (k3_linear_rows_mma16,
 /// k3_linear_multi_rows_mma16): the projections of up to kGemvMma16Tokens
-/// rows (a decode batch of 16, a prompt's last chunk) streamed once from
+/// rows (the runtime takes them for steps of 9 to 16 rows: RowsForms.h
+/// kMma16MinRows; a decode batch, a prompt's short chunk) streamed once from
 /// HBM, as the single-row GEMV streams them, with the products on the
 /// tensor cores. The wide tile (kGemvMma*) stages 64-token tiles of both
 /// operands through shared memory, which for 16 rows leaves most of each
@@ -210,9 +211,12 @@ struct GemvSplitScratch {
 /// The parts a narrow launch splits each of `tiles` tiles' `groups` k
 /// groups into for `warps` warps in the grid: the count that minimises the
 /// rounds of units (ceil(tiles · parts / warps)) times a unit's groups plus
-/// its reduction (a partial stored and read back: about two groups' time),
-/// the fewest parts on ties. Kimi-Linear's o_proj (144 tiles of 128
-/// groups) on 132 SMs × 16 warps: 13 parts, one round of 10 groups.
+/// its reduction (a partial stored and its arrival counted: about two
+/// groups' time; the last part's warp reading every part's sums, two parts
+/// a round trip: about one group's time each), the fewest parts on ties.
+/// On 132 SMs × 16 warps: Kimi-Linear's o_proj (144 tiles of 128 groups)
+/// 13 parts, one round of 10 groups; its KDA projections (~780 tiles of 72)
+/// 5 parts, two rounds of 15; the lm_head (10240 tiles) one.
 K3C_HOST_DEVICE constexpr int gemvMma16Parts(int64_t tiles, int64_t groups,
                                              int64_t warps) {
   int best = 1;
@@ -220,7 +224,7 @@ K3C_HOST_DEVICE constexpr int gemvMma16Parts(int64_t tiles, int64_t groups,
   for (int parts = 1; parts <= kGemvMma16MaxParts && parts <= groups; ++parts) {
     const int64_t rounds = (tiles * parts + warps - 1) / warps;
     const int64_t per = (groups + parts - 1) / parts;
-    const int64_t cost = rounds * (per + (parts > 1 ? 2 : 0));
+    const int64_t cost = rounds * (per + (parts > 1 ? 2 + parts / 2 : 0));
     if (bestCost < 0 || cost < bestCost) {
       best = parts;
       bestCost = cost;

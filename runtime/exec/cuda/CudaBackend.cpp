@@ -1103,7 +1103,7 @@ Expected<bool> CudaBackend::launchRows(size_t l,
     if (!moe || *moe)
       return moe;
   }
-  if (chunkForm_ && n >= kMmaMinRows && mma16Functions_[l]) {
+  if (chunkForm_ && n >= kMma16MinRows && mma16Functions_[l]) {
     Expected<bool> narrow = launchMma16(l, params);
     if (!narrow || *narrow)
       return narrow;

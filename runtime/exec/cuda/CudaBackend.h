@@ -266,7 +266,8 @@ private:
   cuda::DeviceBuffer preNormScratch_;
   /// Per launch, the narrow tensor-core form (kCudaMma16RowsForms) when
   /// the PTX has one, else null, and the dynamic shared memory it may take;
-  /// used with chunkForm_ for steps of kMmaMinRows to kGemvMma16Tokens rows.
+  /// used with chunkForm_ for steps of kMma16MinRows to kGemvMma16Tokens
+  /// rows.
   /// Its split's scratch: the fp32 partial sums and the tiles' arrival
   /// counters (zero between launches), grown on demand.
   std::vector<cuda::CUfunction> mma16Functions_;

@@ -303,6 +303,27 @@ void projectionShape(const std::string &kernel, const void *params,
   k = p.k;
 }
 
+/// Whether a projection's bound params are what the tensor-core forms read
+/// on their fast paths (the kernels' mmaTakes): bf16 weights, every
+/// pointer 16-byte aligned.
+bool tensorCoreReadable(const std::string &kernel, const void *params) {
+  const auto aligned = [](const void *q) {
+    return reinterpret_cast<uintptr_t>(q) % 16 == 0;
+  };
+  const auto bf16 = [&](const WeightRef &w) {
+    return w.format == kWeightBf16 && aligned(w.bf16);
+  };
+  if (kernel == "linear") {
+    const auto &p = *static_cast<const LinearParams *>(params);
+    return bf16(p.w) && aligned(p.x) && aligned(p.normWeight);
+  }
+  const auto &p = *static_cast<const LinearMultiParams *>(params);
+  bool ok = aligned(p.x) && aligned(p.normWeight);
+  for (int e = 0; e < p.count && e < kLinearMultiMax; ++e)
+    ok = ok && bf16(p.entries[e].w);
+  return ok;
+}
+
 } // namespace
 
 std::optional<RowsLaunch> mmaRowsLaunch(const std::string &kernel,
@@ -331,6 +352,11 @@ std::optional<RowsLaunch> mmaRowsLaunch(const std::string &kernel,
   return l;
 }
 
+static_assert(kMma16MinRows > size_t{kGemvRowsPerPass} &&
+                  kMma16MinRows <= size_t{kGemvMma16Tokens},
+              "the narrow form takes steps the multi-row form would read the "
+              "weights twice for, and no more rows than it holds");
+
 bool hasMma16RowsForm(const std::string &kernel) {
   return std::find(std::begin(kCudaMma16RowsForms),
                    std::end(kCudaMma16RowsForms),
@@ -348,8 +374,11 @@ mma16RowsLaunch(const std::string &kernel,
     return std::nullopt;
   int64_t weightRows = 0, k = 0;
   projectionShape(kernel, rows[0], weightRows, k);
+  // What the kernel would refuse (and run one row at a time) is refused
+  // here, so that such launches keep the other forms.
   if (weightRows <= 0 || k <= 0 || k % kGemvMma16GroupK != 0 ||
-      gemvMma16SmemBytes(k) > smemCap)
+      gemvMma16SmemBytes(k) > smemCap || arenaStride % 16 != 0 ||
+      !tensorCoreReadable(kernel, rows[0]))
     return std::nullopt;
   const int64_t tiles = (weightRows + kGemvMma16Rows - 1) / kGemvMma16Rows;
   const int64_t blocks = std::max<int64_t>(1, sms);

@@ -44,16 +44,23 @@ bool hasMmaRowsForm(const std::string &kernel);
 /// `k3_<kernel>_rows_mma16` (kernels/gemv/GemvParams.h kGemvMma16*: up to
 /// 16 rows, the weights streamed into mma fragments, split over k through
 /// a scratch; LinearRowsMma16Params / LinearMultiRowsMma16Params): steps of
-/// kMmaMinRows to kGemvMma16Tokens rows with PrefillForm::Chunk (a decode
-/// batch of 16), within rounding of the multi-row form.
+/// kMma16MinRows to kGemvMma16Tokens rows with PrefillForm::Chunk (a decode
+/// batch of 9 to 16, a prompt's short chunk), within rounding of the
+/// multi-row form.
 inline constexpr const char *kCudaMma16RowsForms[] = {"linear", "linear_multi"};
 
 /// Whether `kernel` has a narrow tensor-core form.
 bool hasMma16RowsForm(const std::string &kernel);
 
 /// Steps of fewer rows keep the multi-row form even with PrefillForm::Chunk
-/// (a decode batch's rows stay bit for bit their single-row launches').
+/// (a decode batch's rows stay bit for bit their single-row launches'),
+/// except the projections' narrow form (kMma16MinRows).
 constexpr size_t kMmaMinRows = 16;
+
+/// The fewest rows of a step whose projections take the narrow form with
+/// PrefillForm::Chunk: more than one pass of the multi-row form holds
+/// (kGemvRowsPerPass), which would read the weights once a pass.
+constexpr size_t kMma16MinRows = 9;
 
 /// The kernels whose PTX has a multi-row form `k3_<kernel>_rows` that takes
 /// every row's whole params from a device array ({rows, count}: e.g.
@@ -223,13 +230,15 @@ struct Mma16Launch {
 };
 
 /// The narrow tensor-core launch of `kernel` (hasMma16RowsForm) for `rows`
-/// as rowsLaunch takes them (kMmaMinRows is the caller's; at most
+/// as rowsLaunch takes them (kMma16MinRows is the caller's; at most
 /// kGemvMma16Tokens), on a device of `sms` SMs whose launches may take
 /// `smemCap` bytes of dynamic shared memory: gemvMma16SmemBytes(k), a block
 /// of kGemvMma16Threads, one block an SM (fewer when the units are fewer),
 /// gemvMma16Parts for that grid's warps; the scratch pointers null until
 /// bindMma16Scratch. None as rowsLaunch, for more rows, k not a multiple of
-/// kGemvMma16GroupK, or x̂ wider than `smemCap`.
+/// kGemvMma16GroupK, x̂ wider than `smemCap`, or operands the kernel's fast
+/// path does not read (MXFP4, a pointer or the arena stride not 16-byte
+/// aligned).
 std::optional<Mma16Launch>
 mma16RowsLaunch(const std::string &kernel,
                 const std::vector<const void *> &rows, size_t size,

@@ -193,6 +193,9 @@ struct LinearCase {
   float eps = 1e-5f;
   int split = 1; ///< tensor-core forms: clusters of this many (split over k)
   int parts = 0; ///< the narrow form's split (0: gemvMma16Parts's)
+  /// The narrow form leaves this launch to gemvBody per token (else the
+  /// test checks that its fast path ran).
+  bool fallback = false;
 };
 
 /// Which multi-row launch runRowsOf runs: the CUDA-core multi-row form (each
@@ -228,6 +231,12 @@ struct NarrowSplit {
     counters = Dev::of(std::vector<uint32_t>(tiles, 0));
     split.partials = partials.get<float>();
     split.counters = counters.get<uint32_t>();
+  }
+  /// The sums poisoned again (a launch that stores none then shows).
+  void repoison() {
+    partials =
+        Dev::poisoned<float>(tiles * split.parts * k3::kGemvMma16TileFloats);
+    split.partials = partials.get<float>();
   }
   /// Every tile's counter is back at zero (for the next launch).
   void expectCountersReset(const std::string &what) {
@@ -556,6 +565,15 @@ void expectSameBits(const std::vector<T> &want, const std::vector<T> &got,
                         << first;
 }
 
+/// Elements whose bits differ.
+template <typename T>
+size_t countDiffering(const std::vector<T> &a, const std::vector<T> &b) {
+  size_t n = 0;
+  for (size_t i = 0; i < a.size() && i < b.size(); ++i)
+    n += std::memcmp(&a[i], &b[i], sizeof(T)) != 0;
+  return n;
+}
+
 /// `tokens` tokens of linear case `c` in one k3_linear_rows launch, their
 /// activations a few elements more than a row apart (x: k + 24, residual:
 /// n + 16, out: n + 40) so a wrong stride shows: every token's output
@@ -634,6 +652,7 @@ void runLinearRows(LinearCase c, int tokens, int64_t smem, uint64_t seed,
                        smem >= 0 ? smem : k3::gemvRowsSmemBytes(c.k, tokens))
                     .isOk());
 
+  size_t notSingleRow = 0; // Mma16: outputs not the single-row kernel's
   for (int t = 0; t < tokens; ++t) {
     SCOPED_TRACE("token " + std::to_string(t));
     // The single-row kernel on this token, into a buffer of its own.
@@ -650,8 +669,10 @@ void runLinearRows(LinearCase c, int tokens, int64_t smem, uint64_t seed,
     one.residual = !c.residual       ? nullptr
                    : c.aliasResidual ? one.out
                                      : p.residual + t * rs;
-    if (!mma) {
-      ASSERT_TRUE(launch("linear", one, c.grid, c.block).isOk());
+    if (!mma || form == RowsForm::Mma16) {
+      ASSERT_TRUE(
+          launch("linear", one, form == RowsForm::Mma16 ? 264 : c.grid, c.block)
+              .isOk());
     }
     // The CPU on this token.
     k3::LinearParams cpu = one;
@@ -673,6 +694,8 @@ void runLinearRows(LinearCase c, int tokens, int64_t smem, uint64_t seed,
     const bool againstCpu = mma || t == 0 || t == tokens - 1;
     if (c.f32) {
       const std::vector<float> got = slice<float>(dOut, t * os, c.n);
+      if (form == RowsForm::Mma16)
+        notSingleRow += countDiffering(dOne.download<float>(c.n), got);
       if (!mma)
         expectSameBits(dOne.download<float>(c.n), got, what);
       if (againstCpu)
@@ -683,10 +706,26 @@ void runLinearRows(LinearCase c, int tokens, int64_t smem, uint64_t seed,
                        what);
     } else {
       const std::vector<uint16_t> got = slice<uint16_t>(dOut, t * os, c.n);
+      if (form == RowsForm::Mma16)
+        notSingleRow += countDiffering(dOne.download<uint16_t>(c.n), got);
       if (!mma)
         expectSameBits(dOne.download<uint16_t>(c.n), got, what);
       if (againstCpu)
         expectBf16Close(want, got, c.residual ? &res : nullptr, what, c.norm);
+    }
+  }
+  if (form == RowsForm::Mma16 && !c.fallback) {
+    // The fast path ran: the per-token fallback would give the single-row
+    // kernel's sums (the tensor cores add in another order), and a split
+    // stores its parts' sums.
+    EXPECT_GT(notSingleRow, 0u)
+        << what << ": every output the single-row kernel's bits";
+    if (narrow->split.parts > 1) {
+      const std::vector<uint32_t> sums = narrow->partials.download<uint32_t>(
+          narrow->tiles * narrow->split.parts * k3::kGemvMma16TileFloats);
+      EXPECT_NE(std::count(sums.begin(), sums.end(), 0xFFFFFFFFu),
+                static_cast<std::ptrdiff_t>(sums.size()))
+          << what << ": no partial sum stored";
     }
   }
   // Nothing between the tokens' outputs was written.
@@ -1079,19 +1118,36 @@ TEST(LinearRowsMma16Cuda, ProjectionsOfADecodeBatch) {
   seven.grid = 7;
   seven.norm = true;
   runLinearRows(seven, 16, -1, 795, f);
+  // More parts than k groups: empty units add zeros.
+  LinearCase empty{300, 1024};
+  empty.parts = 40;
+  empty.residual = true;
+  runLinearRows(empty, 16, -1, 800, f);
   // Launches it leaves to the single-row path.
   LinearCase k3Wide{1024, 7168};
   k3Wide.norm = true;
   k3Wide.residual = true;
   k3Wide.grid = 8;
+  k3Wide.fallback = true;
   runLinearRows(k3Wide, 16, 64 * 1024, 796, f);
   LinearCase mx{512, 1024};
   mx.mxfp4 = true;
+  mx.fallback = true;
   runLinearRows(mx, 16, -1, 797, f);
   LinearCase odd{300, 1000};
   odd.norm = true;
+  odd.fallback = true;
   runLinearRows(odd, 16, -1, 798, f);
-  runLinearRows(normed, 17, -1, 799, f);
+  LinearCase seventeen = normed;
+  seventeen.fallback = true;
+  runLinearRows(seventeen, 17, -1, 799, f);
+  // Without a norm, the per-token path's streamed x̂ is staged with no
+  // barrier of its own: warps without a row (1100 rows over 132 × 16 warps)
+  // must not overwrite the previous token's while others read it.
+  LinearCase race{1100, 4096};
+  race.fallback = true;
+  runLinearRows(race, 17, -1, 801, f);
+  runLinearRows(race, 16, 64 * 1024, 802, f);
 }
 
 /// The narrow form's outputs are the same bits for any grid of one split
@@ -1123,6 +1179,7 @@ TEST(LinearRowsMma16Cuda, SameBitsForAnyGrid) {
     p.rows.rows = tokens;
     p.rows.xStride = k;
     p.rows.outStride = n;
+    narrow.repoison();
     p.split = narrow.split;
     ASSERT_TRUE(launch("linear_rows_mma16", p, grid, k3::kGemvMma16Threads,
                        k3::gemvMma16SmemBytes(k))
@@ -1132,6 +1189,78 @@ TEST(LinearRowsMma16Cuda, SameBitsForAnyGrid) {
   }
   expectSameBits(outs[0], outs[1], "one block an SM against 5");
   expectSameBits(outs[0], outs[2], "a second launch over the same scratch");
+}
+
+/// Two narrow launches back to back with programmatic dependent launch on
+/// one stream, the second reading the first's output and both splitting k
+/// over the same scratch (the step's order: each waits for the previous
+/// grid before it touches an activation or the scratch): the second's
+/// outputs the bits of the same two launches waited for one by one.
+TEST(LinearRowsMma16Cuda, DependentLaunchesShareTheScratch) {
+  K3_REQUIRE_GPU();
+  auto d = k3::cuda::Driver::get();
+  ASSERT_TRUE(d) << d.message();
+  k3::Expected<k3::cuda::CUfunction> f =
+      k3::findCudaKernel("linear_rows_mma16");
+  ASSERT_TRUE(f) << f.message();
+  ASSERT_TRUE((*d)->allowDynamicShared(*f));
+  Rand r(810);
+  const int64_t tokens = 16, k1 = 2304, n1 = 4096, n2 = 2304;
+  Matrix w1 = Matrix::make(false, n1, k1, 811),
+         w2 = Matrix::make(false, n2, n1, 812);
+  Dev dX = Dev::of(r.bf16(tokens * k1, 1.0f));
+  Dev dY1 = Dev::poisoned<uint16_t>(tokens * n1);
+  const int64_t sms = smCount();
+  // One scratch, sized for the larger split.
+  NarrowSplit s1(n1, k1, sms, 0), s2(n2, n1, sms, 0);
+  NarrowSplit &big =
+      s1.tiles * s1.split.parts >= s2.tiles * s2.split.parts ? s1 : s2;
+  const int64_t counters = std::max(s1.tiles, s2.tiles);
+  Dev shared = Dev::poisoned<float>(big.tiles * big.split.parts *
+                                    k3::kGemvMma16TileFloats);
+  Dev zero = Dev::of(std::vector<uint32_t>(counters, 0));
+  auto params = [&](const Dev &x, int64_t n, int64_t k, const Matrix &w,
+                    Dev &out, int parts) {
+    k3::LinearRowsMma16Params p;
+    p.rows.one.x = x.get<uint16_t>();
+    p.rows.one.w = w.device();
+    p.rows.one.n = n;
+    p.rows.one.k = k;
+    p.rows.one.out = out.get<uint16_t>();
+    p.rows.rows = static_cast<int32_t>(tokens);
+    p.rows.xStride = k;
+    p.rows.outStride = n;
+    p.split.parts = parts;
+    p.split.partials = shared.get<float>();
+    p.split.counters = zero.get<uint32_t>();
+    return p;
+  };
+  std::vector<std::vector<uint16_t>> outs;
+  for (bool programmatic : {false, true}) {
+    Dev dY2 = Dev::poisoned<uint16_t>(tokens * n2);
+    k3::LinearRowsMma16Params a = params(dX, n1, k1, w1, dY1, s1.split.parts),
+                              b = params(dY1, n2, n1, w2, dY2, s2.split.parts);
+    k3::Expected<k3::cuda::CUstream> stream = (*d)->createStream();
+    ASSERT_TRUE(stream) << stream.message();
+    const int64_t block[3] = {k3::kGemvMma16Threads, 1, 1};
+    for (auto [p, k] : {std::pair{&a, k1}, std::pair{&b, n1}}) {
+      const int64_t grid[3] = {sms, 1, 1};
+      ASSERT_TRUE((*d)->launch(*f, grid, block, k3::gemvMma16SmemBytes(k),
+                               *stream, p, programmatic, nullptr));
+      if (!programmatic)
+        ASSERT_TRUE((*d)->synchronize(*stream));
+    }
+    ASSERT_TRUE((*d)->synchronize(*stream));
+    (*d)->destroy(*stream);
+    outs.push_back(dY2.download<uint16_t>(tokens * n2));
+  }
+  EXPECT_EQ(countDiffering(outs[0], outs[1]), 0u)
+      << "dependent launches gave other bits than launches waited for";
+  const std::vector<uint32_t> c = zero.download<uint32_t>(counters);
+  EXPECT_EQ(std::count(c.begin(), c.end(), 0u),
+            static_cast<std::ptrdiff_t>(counters));
+  EXPECT_GT(s1.split.parts, 1);
+  EXPECT_GT(s2.split.parts, 1);
 }
 
 /// The KDA projections of a decode batch in the narrow form, and entries

@@ -540,13 +540,14 @@ TEST(CudaBackendHost, RealGeometryTakesTheChunkForms) {
     ASSERT_TRUE((*s)->setPrefillForm(PrefillForm::Chunk));
     const long long narrow = launchesOf("linear_multi_rows_mma16"),
                     clustered = launchesOf("kda_decode_rows_clustered");
-    // A chunk of 16 rows, then a batch of 3.
-    std::vector<int64_t> sixteen;
-    for (int64_t t = 0; t < 16; ++t)
-      sixteen.push_back((t * 41 + 5) % 4096);
+    // A chunk of 12 rows (more than a pass of the multi-row form), then a
+    // batch of 3.
+    std::vector<int64_t> twelve;
+    for (int64_t t = 0; t < 12; ++t)
+      twelve.push_back((t * 41 + 5) % 4096);
     GenerateOptions o;
     o.maxNew = 2;
-    Expected<GenerateResult> g = (*s)->generate(sixteen, o);
+    Expected<GenerateResult> g = (*s)->generate(twelve, o);
     ASSERT_TRUE(g) << g.message();
     std::vector<SequenceRequest> reqs(3);
     for (size_t i = 0; i < reqs.size(); ++i) {

@@ -188,7 +188,8 @@ TEST(RowsForms, MmaFormsTileWeightRowsAndTokens) {
 /// split, one block of kGemvMma16Threads an SM (fewer when the units are
 /// fewer), x̂ of 16 rows in shared memory, the k split chosen for the
 /// grid's warps, and the scratch the split needs (none for one part),
-/// bound at the split's offset.
+/// bound at the split's offset; what the kernel would leave to one launch
+/// per row is refused.
 TEST(RowsForms, NarrowFormsSplitKForTheGridsWarps) {
   std::vector<LinearParams> rows;
   for (int r = 0; r < 16; ++r)
@@ -220,12 +221,16 @@ TEST(RowsForms, NarrowFormsSplitKForTheGridsWarps) {
   EXPECT_EQ(reinterpret_cast<uintptr_t>(p.split.counters), 0x51000000ull);
   EXPECT_EQ(p.split.parts, 13);
   EXPECT_EQ(p.rows.rows, 16);
-  // The parts: rounds of units times a unit's groups (+2 with a split).
+  // The parts: rounds of units times a unit's groups (+ 2 + parts / 2 with
+  // a split: its arrival and the last part's reading of every part).
   EXPECT_EQ(gemvMma16Parts(144, 128, 132 * 16), 13);
-  EXPECT_EQ(gemvMma16Parts(784, 72, 132 * 16), 8);   // KDA's q/k/v/...
+  EXPECT_EQ(gemvMma16Parts(784, 72, 132 * 16), 5);   // KDA's q/k/v/...
   EXPECT_EQ(gemvMma16Parts(10240, 72, 132 * 16), 1); // the lm_head
+  EXPECT_EQ(gemvMma16Parts(5, 72, 132 * 16), 9);     // 77 rows
   EXPECT_EQ(gemvMma16Parts(1, 3, 16), 1); // a split pays its reduction
-  EXPECT_EQ(gemvMma16Parts(1, 1024, 10000), kGemvMma16MaxParts);
+  // A long k over one tile: ~sqrt(2 · groups) parts, not the most (the
+  // reduction reads every part).
+  EXPECT_EQ(gemvMma16Parts(1, 1024, 10000), 41);
   // The lm_head (fp32 out): one part, no scratch.
   std::vector<LinearParams> head;
   for (int r = 0; r < 16; ++r) {
@@ -275,6 +280,17 @@ TEST(RowsForms, NarrowFormsSplitKForTheGridsWarps) {
                                kStride, 132, cap));
   EXPECT_FALSE(mma16RowsLaunch("linear", ptrs, sizeof(LinearParams), kStride,
                                132, 16 * 4096 * 2 - 1));
+  // What the kernel's fast path does not read: MXFP4 weights, x off 16 bytes.
+  std::vector<LinearParams> mx = rows;
+  for (LinearParams &q : mx)
+    q.w.format = kWeightMxfp4;
+  EXPECT_FALSE(mma16RowsLaunch("linear", pointersTo(mx), sizeof(LinearParams),
+                               kStride, 132, cap));
+  std::vector<LinearParams> off = rows;
+  for (LinearParams &q : off)
+    q.x += 4;
+  EXPECT_FALSE(mma16RowsLaunch("linear", pointersTo(off), sizeof(LinearParams),
+                               kStride, 132, cap));
   EXPECT_FALSE(hasMma16RowsForm("moe_ffn"));
   EXPECT_FALSE(mma16RowsLaunch("moe_ffn", ptrs, sizeof(LinearParams), kStride,
                                132, cap));
