@@ -600,12 +600,7 @@ __device__ __forceinline__ MultiRows atToken(MultiRows r, int tok,
   return r;
 }
 
-/// Dynamic shared memory of this launch, in bytes.
-__device__ __forceinline__ unsigned dynamicSmemBytes() {
-  unsigned v;
-  asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(v));
-  return v;
-}
+using dev::dynamicSmemBytes;
 
 /// y = W x̂_t for `tokens` tokens: streamRows with the tokens of a pass
 /// (up to kGemvRowsPerPass, x̂ of each staged in `xs`, gemvRowsTokenChunks(k)

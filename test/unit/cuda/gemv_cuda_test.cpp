@@ -61,6 +61,14 @@ std::vector<uint16_t> bigBf16(size_t n, float std, uint64_t seed) {
   return v;
 }
 
+/// A RMSNorm weight of k elements ~ 1 + 0.2 · normal (bf16).
+std::vector<uint16_t> normWeights(Rand &r, int64_t k) {
+  std::vector<uint16_t> w(k);
+  for (auto &v : w)
+    v = k3::floatToBf16(1.0f + 0.2f * r.f32(1)[0]);
+  return w;
+}
+
 /// One bf16 ulp at the magnitude of v (2^-133 at zero).
 double bf16Ulp(double v) {
   int e = 0;
@@ -470,9 +478,7 @@ void runMulti(const std::vector<std::pair<int64_t, bool>> &entries, int64_t k,
   SCOPED_TRACE(what);
   Rand r(seed);
   std::vector<uint16_t> x = r.bf16(k, norm ? 4.0f : 1.0f);
-  std::vector<uint16_t> normW(k);
-  for (auto &v : normW)
-    v = k3::floatToBf16(1.0f + 0.2f * r.f32(1)[0]);
+  const std::vector<uint16_t> normW = normWeights(r, k);
   Dev dX = Dev::of(x), dNormW = Dev::of(normW);
   std::vector<Matrix> m;
   std::vector<std::vector<uint16_t>> want;
@@ -606,9 +612,7 @@ void runLinearRows(LinearCase c, int tokens, int64_t smem, uint64_t seed,
   Rand r(seed);
   Matrix m = Matrix::make(c.mxfp4, c.n, c.k, seed + 1);
   const std::vector<uint16_t> x = r.bf16(tokens * xs, c.norm ? 4.0f : 1.0f);
-  std::vector<uint16_t> normW(c.k);
-  for (auto &v : normW)
-    v = k3::floatToBf16(1.0f + 0.2f * r.f32(1)[0]);
+  const std::vector<uint16_t> normW = normWeights(r, c.k);
   const std::vector<uint16_t> residual = r.bf16(tokens * rs, 1.0f);
   Dev dX = Dev::of(x), dNormW = Dev::of(normW), dRes = Dev::of(residual);
   Dev dOut = c.aliasResidual ? Dev::of(residual)
@@ -865,9 +869,7 @@ TEST(LinearRowsMmaCuda, SplitOverK) {
   const int64_t n = 2304, k = 4096, tokens = 64;
   Matrix m = Matrix::make(false, n, k, 495);
   const std::vector<uint16_t> x = r.bf16(tokens * k, 4.0f);
-  std::vector<uint16_t> normW(k);
-  for (auto &v : normW)
-    v = k3::floatToBf16(1.0f + 0.2f * r.f32(1)[0]);
+  const std::vector<uint16_t> normW = normWeights(r, k);
   Dev dX = Dev::of(x), dNormW = Dev::of(normW);
   std::vector<std::vector<uint16_t>> outs;
   for (int64_t grid : {n / k3::kGemvMmaRows * 4, int64_t{3 * 4}}) {
@@ -905,9 +907,7 @@ TEST(LinearRowsMmaCuda, PreNormAsTheCpu) {
     const int64_t xs = k + 24, os = k + 40;
     Rand r(600 + k);
     const std::vector<uint16_t> x = r.bf16(rows * xs, 4.0f);
-    std::vector<uint16_t> normW(k);
-    for (auto &v : normW)
-      v = k3::floatToBf16(1.0f + 0.2f * r.f32(1)[0]);
+    const std::vector<uint16_t> normW = normWeights(r, k);
     Dev dX = Dev::of(x), dW = Dev::of(normW);
     Dev dOut = Dev::poisoned<uint16_t>(rows * os);
     k3::LinearPreNormParams p;
@@ -966,9 +966,7 @@ void runKdaMultiRows(RowsForm form, int split = 1,
     Rand r(300 + tokens);
     const int64_t xs = k + 8, os = 4096 + 24;
     const std::vector<uint16_t> x = r.bf16(tokens * xs, 4.0f);
-    std::vector<uint16_t> normW(k);
-    for (auto &v : normW)
-      v = k3::floatToBf16(1.0f + 0.2f * r.f32(1)[0]);
+    const std::vector<uint16_t> normW = normWeights(r, k);
     Dev dX = Dev::of(x), dNormW = Dev::of(normW);
     std::vector<Matrix> m;
     std::vector<Dev> dOut;
@@ -1159,9 +1157,7 @@ TEST(LinearRowsMma16Cuda, SameBitsForAnyGrid) {
   const int64_t n = 2304, k = 4096, tokens = 16;
   Matrix m = Matrix::make(false, n, k, 801);
   const std::vector<uint16_t> x = r.bf16(tokens * k, 4.0f);
-  std::vector<uint16_t> normW(k);
-  for (auto &v : normW)
-    v = k3::floatToBf16(1.0f + 0.2f * r.f32(1)[0]);
+  const std::vector<uint16_t> normW = normWeights(r, k);
   Dev dX = Dev::of(x), dNormW = Dev::of(normW);
   NarrowSplit narrow(n, k, smCount(), 0);
   ASSERT_GT(narrow.split.parts, 1) << "the o_proj's split is over k";

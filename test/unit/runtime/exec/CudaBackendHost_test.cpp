@@ -38,6 +38,15 @@ using namespace k3;
 
 namespace {
 
+/// A prompt of n ids (t · mul + add) mod 4096 (the real-geometry test's
+/// vocabulary).
+std::vector<int64_t> promptOf(int64_t n, int64_t mul, int64_t add) {
+  std::vector<int64_t> ids;
+  for (int64_t t = 0; t < n; ++t)
+    ids.push_back((t * mul + add) % 4096);
+  return ids;
+}
+
 /// FakeCudaDriver.cpp's counters (its Stats).
 struct FakeStats {
   long long liveAllocs, liveBytes, liveModules, moduleLoads, launches,
@@ -496,8 +505,7 @@ TEST(CudaBackendHost, RealGeometryTakesTheChunkForms) {
                     argmaxRows = launchesOf("argmax_rows");
     std::vector<SequenceRequest> reqs(3);
     for (size_t i = 0; i < reqs.size(); ++i) {
-      for (int64_t t = 0; t < 40 + static_cast<int64_t>(i); ++t)
-        reqs[i].prompt.push_back((t * 37 + 11) % 4096);
+      reqs[i].prompt = promptOf(40 + static_cast<int64_t>(i), 37, 11);
       reqs[i].options.maxNew = 3;
     }
     // One sequence's prompt in one chunk (MLA's chunk form takes the rows
@@ -521,10 +529,7 @@ TEST(CudaBackendHost, RealGeometryTakesTheChunkForms) {
     // split's scratch allocated and bound on the host).
     const long long narrow =
         launchesOf("linear_multi_rows_mma16") + launchesOf("linear_rows_mma16");
-    std::vector<int64_t> sixteen;
-    for (int64_t t = 0; t < 16; ++t)
-      sixteen.push_back((t * 53 + 7) % 4096);
-    Expected<GenerateResult> g16 = (*s)->generate(sixteen, o);
+    Expected<GenerateResult> g16 = (*s)->generate(promptOf(16, 53, 7), o);
     ASSERT_TRUE(g16) << g16.message();
     EXPECT_GT(launchesOf("linear_multi_rows_mma16") +
                   launchesOf("linear_rows_mma16"),
@@ -542,12 +547,9 @@ TEST(CudaBackendHost, RealGeometryTakesTheChunkForms) {
                     clustered = launchesOf("kda_decode_rows_clustered");
     // A chunk of 12 rows (more than a pass of the multi-row form), then a
     // batch of 3.
-    std::vector<int64_t> twelve;
-    for (int64_t t = 0; t < 12; ++t)
-      twelve.push_back((t * 41 + 5) % 4096);
     GenerateOptions o;
     o.maxNew = 2;
-    Expected<GenerateResult> g = (*s)->generate(twelve, o);
+    Expected<GenerateResult> g = (*s)->generate(promptOf(12, 41, 5), o);
     ASSERT_TRUE(g) << g.message();
     std::vector<SequenceRequest> reqs(3);
     for (size_t i = 0; i < reqs.size(); ++i) {
@@ -588,12 +590,9 @@ TEST(CudaBackendHost, RealGeometryTakesTheChunkForms) {
     EXPECT_EQ(launchesOf("argmax_rows"), argmaxRows);
     // A chunk of 16 rows without it: the wide tensor-core tile.
     ASSERT_TRUE((*s)->setPrefillForm(PrefillForm::Chunk));
-    std::vector<int64_t> sixteen;
-    for (int64_t t = 0; t < 16; ++t)
-      sixteen.push_back((t * 53 + 7) % 4096);
     GenerateOptions o;
     o.maxNew = 2;
-    Expected<GenerateResult> g16 = (*s)->generate(sixteen, o);
+    Expected<GenerateResult> g16 = (*s)->generate(promptOf(16, 53, 7), o);
     ASSERT_TRUE(g16) << g16.message();
     EXPECT_EQ(launchesOf("linear_multi_rows_mma16") +
                   launchesOf("linear_rows_mma16"),
