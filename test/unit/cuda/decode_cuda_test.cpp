@@ -771,10 +771,11 @@ TEST(DecodeCudaBatch, RowChoicesAsTheHostsArgmax) {
   }
 }
 
-/// PrefillForm::Chunk on the GPU: a 40-token prompt in chunks of 32 (its
-/// first chunk's projections on the tensor cores) decodes on the planted
-/// model as the CPU backend's one step per token (greedy tokens equal up to
-/// a near-tie); the tensor-core forms ran.
+/// PrefillForm::Chunk on the GPU: a 44-token prompt in chunks of 32 (its
+/// first chunk's projections on the tensor-core tile, its second chunk of
+/// 12 rows on the narrow form where K3C_GPU_UNTESTED_FORMS allows it)
+/// decodes on the planted model as the CPU backend's one step per token
+/// (greedy tokens equal up to a near-tie); the tensor-core forms ran.
 TEST(DecodeCudaBatch, ChunkFormPrefillAsTheCpu) {
   K3_REQUIRE_PLANS();
   const std::string plans = std::getenv("K3C_CUDA_TEST_PLANS");
@@ -785,7 +786,7 @@ TEST(DecodeCudaBatch, ChunkFormPrefillAsTheCpu) {
         modelDir(preset, k3::StoredDtypes::Simple, k3::Structure::Planted);
     k3::GenerateOptions o;
     std::vector<int64_t> prompt;
-    for (int t = 0; t < 40; ++t)
+    for (int t = 0; t < 44; ++t)
       prompt.push_back((53 * t + 7) % 1000);
     o.maxNew = 8;
     o.prefillChunk = 32;
