@@ -706,10 +706,13 @@ __device__ __noinline__ void gemvTokens(const Rows &rows, int tokens,
 /// The body of both multi-row entry points: streamRowsTokens where the
 /// single-row launch with this grid takes the streamed path (one warp per
 /// row, bf16, k <= kChunk) and the launch has the shared memory a pass
-/// needs; otherwise gemvBody once per token (the single-row kernel's own
-/// path, so the same bits, without the shared weight reads).
+/// needs; otherwise false, and the caller runs gemvBody once per token (the
+/// single-row kernel's own path, so the same bits, without the shared
+/// weight reads). (The fallback is the caller's so that `rows` is given no
+/// address here: the multi-row params would be copied to every thread's
+/// stack at entry, and read back from there by every row lookup.)
 template <typename Rows>
-__device__ void gemvRowsBody(const Rows &rows, int tokens,
+__device__ bool gemvRowsBody(const Rows &rows, int tokens,
                              const TokenStrides &ts, const uint16_t *x,
                              int64_t k, const uint16_t *normW, float eps) {
   extern __shared__ uint4 rowsStage[];
@@ -722,17 +725,16 @@ __device__ void gemvRowsBody(const Rows &rows, int tokens,
   const bool stream =
       kStream && oneWarpPerRow && k <= kChunk && rows.streamable(k) &&
       dynamicSmemBytes() >= static_cast<unsigned>(gemvRowsSmemBytes(k, tokens));
-  if (!stream) {
-    gemvTokens(rows, tokens, ts, x, k, normW, eps);
-    return;
-  }
+  if (!stream)
+    return false;
   dev::allowDependentLaunch();
   const int64_t first = static_cast<int64_t>(blockIdx.x) * warps +
                         (threadIdx.x >> 5);
   if (static_cast<int64_t>(blockIdx.x) * warps >= total)
-    return; // the whole block: no row for it
+    return true; // the whole block: no row for it
   streamRowsTokens(rows, tokens, ts, x, k, normW, eps, first, gridWarps,
                    rowsStage, scratch);
+  return true;
 }
 
 //===----------------------------------------------------------------------===//
@@ -1271,7 +1273,9 @@ extern "C" __global__ void __launch_bounds__(kMaxThreads)
 extern "C" __global__ void __launch_bounds__(256, kRowsMinBlocks)
     k3_linear_rows(const LinearRowsParams p) {
   const TokenStrides ts{p.xStride, p.residualStride, p.outStride};
-  gemvRowsBody(LinearRows{p.one}, p.rows, ts, p.one.x, p.one.k,
+  if (!gemvRowsBody(LinearRows{p.one}, p.rows, ts, p.one.x, p.one.k,
+                    p.one.normWeight, p.one.normEps))
+    gemvTokens(LinearRows{p.one}, p.rows, ts, p.one.x, p.one.k,
                p.one.normWeight, p.one.normEps);
 }
 
@@ -1280,8 +1284,10 @@ extern "C" __global__ void __launch_bounds__(256, kRowsMinBlocks)
 extern "C" __global__ void __launch_bounds__(256, kRowsMinBlocks)
     k3_linear_multi_rows(const LinearMultiRowsParams p) {
   const TokenStrides ts{p.xStride, 0, p.outStride};
-  gemvRowsBody(MultiRows{p.one}, p.rows, ts, p.one.x, p.one.k,
-               p.one.normWeight, p.one.normEps);
+  if (!gemvRowsBody(MultiRows{p.one}, p.rows, ts, p.one.x, p.one.k,
+                    p.one.normWeight, p.one.normEps))
+    gemvTokens(MultiRows{p.one}, p.rows, ts, p.one.x, p.one.k, p.one.normWeight,
+               p.one.normEps);
 }
 
 /// k3_linear_rows_prenorm: x̂ of `rows` tokens (LinearPreNormParams), each
