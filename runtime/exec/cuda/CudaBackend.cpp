@@ -306,12 +306,14 @@ CudaBackend::bind(const PlanDoc &plan, const TensorStore &store, bool useGraph,
        untested != "1" && untested != "0" && at < untested.size();) {
     const size_t comma = std::min(untested.find(',', at), untested.size());
     const std::string name = untested.substr(at, comma - at);
+    at = comma + 1;
+    if (name.empty())
+      continue; // "a,,b" or a trailing comma
     if (!gpuUntested(name))
       return makeError("K3C_GPU_UNTESTED_FORMS names '", name,
                        "', which is not a form waiting for its GPU tests "
                        "(RowsForms.h kCudaGpuUntestedForms); give 1 for all");
     untestedNamed.insert(name);
-    at = comma + 1;
   }
   auto allowed = [&](const std::string &entry) {
     return untested == "1" || untestedNamed.count(entry) || !gpuUntested(entry);

@@ -539,7 +539,7 @@ TEST(CudaBackendHost, RealGeometryTakesTheChunkForms) {
     // Named forms alone: the narrow projections, not the clustered KDA rows;
     // a name that is no waiting form is refused.
     ::setenv("K3C_GPU_UNTESTED_FORMS",
-             "linear_rows_mma16,linear_multi_rows_mma16", 1);
+             "linear_rows_mma16,,linear_multi_rows_mma16,", 1);
     Expected<std::unique_ptr<Session>> s = openCuda(*p, true);
     ASSERT_TRUE(s) << s.message();
     ASSERT_TRUE((*s)->setPrefillForm(PrefillForm::Chunk));
