@@ -19,8 +19,8 @@
 # sequences of the full geometry (plans/kimi-linear-48b-default-b16.plan,
 # synthetic weights) in decode_bench --batch 16 with the chunk form and its
 # per-kernel profile, with the forms not yet run on a GPU
-# (K3C_GPU_UNTESTED_FORMS=1), with the narrow projections alone and
-# without (kernel_bench of both tensor-core projection forms first), the
+# (K3C_GPU_UNTESTED_FORMS=1), with the narrow projections alone, the MoE
+# chunk's narrow tiles alone, and without (kernel_bench of both tensor-core projection forms first), the
 # MoE chunk's earlier serial
 # plan and route, then the stand-in's 1024-token prefill with either MoE
 # plan kernel. K3C_B16_MORE=1 adds the rows form, the tensor-core
@@ -77,6 +77,7 @@ if [ $BATCH16 = 1 ]; then
   b16 chunk chunk
   b16 chunk untested K3C_GPU_UNTESTED_FORMS=1
   b16 chunk narrow K3C_GPU_UNTESTED_FORMS=linear_rows_mma16,linear_multi_rows_mma16
+  b16 chunk moe-narrow K3C_GPU_UNTESTED_FORMS=moe_chunk_gate_up_narrow,moe_chunk_down_narrow
   b16 chunk moe-serial K3C_MOE_CHUNK_PLAN=serial K3C_MOE_CHUNK_ROUTE_GROUPS=1
   if [ "${K3C_B16_MORE:-0}" = 1 ]; then
     b16 rows rows

@@ -1936,18 +1936,19 @@ struct ChunkTile {
   int first, n;
 };
 
+template <int Tokens = kMmaTileTokens>
 __device__ __forceinline__ ChunkTile chunkTile(const MoeChunkParams &c) {
   ChunkTile t;
   t.e = blockIdx.y;
   t.shared = t.e == c.one.experts.numExperts;
-  const int z0 = static_cast<int>(blockIdx.z) * kMmaTileTokens;
+  const int z0 = static_cast<int>(blockIdx.z) * Tokens;
   if (t.shared) {
     t.first = z0;
-    t.n = min(kMmaTileTokens, c.rows - z0);
+    t.n = min(Tokens, c.rows - z0);
   } else {
     const int a = c.offsets[t.e], b = c.offsets[t.e + 1];
     t.first = a + z0;
-    t.n = min(kMmaTileTokens, b - t.first);
+    t.n = min(Tokens, b - t.first);
   }
   return t;
 }
@@ -2234,20 +2235,17 @@ extern "C" __global__ void __launch_bounds__(256)
   });
 }
 
-/// k3_moe_chunk_gate_up: block (x, y, z) computes columns 32x .. 32x + 31 of
-/// a = R(act(R(W1 x̂), R(W3 x̂))) of expert y (numExperts: the shared
-/// expert, over every row) for token tile z of its pairs: a tile of the 32
-/// W1 rows and the 32 W3 rows on the tensor cores, R(g) and R(u) met in
-/// shared memory. Grid: (max(interDim, sharedInterDim) / 32, numExperts +
-/// (shared ? 1 : 0), ceil(rows / kMmaTileTokens)), kMmaTileThreads threads,
-/// kMmaTileSmemBytes. Limits: moeChunkFits, bf16 weights.
-extern "C" __global__ void __launch_bounds__(kMmaTileThreads)
-    k3_moe_chunk_gate_up(const MoeChunkParams c) {
-  extern __shared__ uint4 smem[];
+/// The body of k3_moe_chunk_gate_up on tiles of Tokens tokens: block (x, y,
+/// z) computes columns 32x .. 32x + 31 of a = R(act(R(W1 x̂), R(W3 x̂))) of
+/// expert y (numExperts: the shared expert, over every row) for token tile z
+/// of its pairs: a tile of the 32 W1 rows and the 32 W3 rows on the tensor
+/// cores, R(g) and R(u) met in shared memory.
+template <int Tokens>
+__device__ void moeChunkGateUp(const MoeChunkParams &c, uint4 *smem) {
   dev::allowDependentLaunch();
   dev::waitForPriorGrids();
   const MoeExpertsParams &ep = c.one.experts;
-  const ChunkTile tile = chunkTile(c);
+  const ChunkTile tile = chunkTile<Tokens>(c);
   const int64_t I = tile.shared ? ep.sharedInterDim : ep.interDim;
   const int64_t j0 = static_cast<int64_t>(blockIdx.x) * kMoeChunkInterTile;
   if (tile.n <= 0 || j0 >= I)
@@ -2264,14 +2262,14 @@ extern "C" __global__ void __launch_bounds__(kMmaTileThreads)
     const int row = tile.shared ? tile.first + i : c.order[tile.first + i] / K;
     return c.xhat + row * D;
   };
-  dev::MmaAcc acc;
-  dev::mmaTileSums<false>(
+  dev::MmaAccOf<Tokens> acc;
+  dev::mmaTileSums<false, Tokens>(
       wrow, 0, kMmaTileRows, trow, tile.n, D, [](uint4 &, int, int64_t) {},
       [] {}, smem, acc);
   __syncthreads();
   // R(g) and R(u) of the tile's tokens meet in shared memory.
   float *gu = reinterpret_cast<float *>(smem); // [token][64]
-  dev::mmaTileForEach(acc, tile.n, [&](int tok, int r, float v) {
+  dev::mmaTileForEach<Tokens>(acc, tile.n, [&](int tok, int r, float v) {
     gu[tok * kMmaTileRows + r] = dev::roundBf16(v);
   });
   __syncthreads();
@@ -2287,17 +2285,15 @@ extern "C" __global__ void __launch_bounds__(kMmaTileThreads)
   }
 }
 
-/// k3_moe_chunk_down: block (x, y, z) computes y = R(W2 a) rows 64x ..
-/// 64x + 63 of expert y (numExperts: the shared expert) for token tile z of
-/// its pairs, on the tensor cores. Grid: (ceil(dim / kMmaTileRows), as
-/// gate_up's y and z), kMmaTileThreads threads, kMmaTileSmemBytes.
-extern "C" __global__ void __launch_bounds__(kMmaTileThreads)
-    k3_moe_chunk_down(const MoeChunkParams c) {
-  extern __shared__ uint4 smem[];
+/// The body of k3_moe_chunk_down on tiles of Tokens tokens: block (x, y, z)
+/// computes y = R(W2 a) rows 64x .. 64x + 63 of expert y (numExperts: the
+/// shared expert) for token tile z of its pairs, on the tensor cores.
+template <int Tokens>
+__device__ void moeChunkDown(const MoeChunkParams &c, uint4 *smem) {
   dev::allowDependentLaunch();
   dev::waitForPriorGrids();
   const MoeExpertsParams &ep = c.one.experts;
-  const ChunkTile tile = chunkTile(c);
+  const ChunkTile tile = chunkTile<Tokens>(c);
   const int64_t D = ep.dim;
   const int64_t n0 = static_cast<int64_t>(blockIdx.x) * kMmaTileRows;
   if (tile.n <= 0 || n0 >= D)
@@ -2307,15 +2303,52 @@ extern "C" __global__ void __launch_bounds__(kMmaTileThreads)
   const uint16_t *a = tile.shared ? c.sharedAct : c.act;
   auto wrow = [&](int64_t r) { return w2 + r * I; };
   auto trow = [&](int i) { return a + (tile.first + i) * I; };
-  dev::MmaAcc acc;
-  dev::mmaTileSums<false>(
+  dev::MmaAccOf<Tokens> acc;
+  dev::mmaTileSums<false, Tokens>(
       wrow, n0, D, trow, tile.n, I, [](uint4 &, int, int64_t) {}, [] {}, smem,
       acc);
   uint16_t *y = tile.shared ? c.sharedY : c.y;
-  dev::mmaTileForEach(acc, tile.n, [&](int tok, int r, float v) {
+  dev::mmaTileForEach<Tokens>(acc, tile.n, [&](int tok, int r, float v) {
     if (n0 + r < D)
       y[(tile.first + tok) * D + n0 + r] = dev::fToBf16(v);
   });
+}
+
+/// k3_moe_chunk_gate_up: moeChunkGateUp on tiles of kMmaTileTokens. Grid:
+/// (max(interDim, sharedInterDim) / 32, numExperts + (shared ? 1 : 0),
+/// ceil(rows / kMmaTileTokens)), kMmaTileThreads threads,
+/// kMmaTileSmemBytes. Limits: moeChunkFits, bf16 weights.
+extern "C" __global__ void __launch_bounds__(kMmaTileThreads)
+    k3_moe_chunk_gate_up(const MoeChunkParams c) {
+  extern __shared__ uint4 smem[];
+  moeChunkGateUp<kMmaTileTokens>(c, smem);
+}
+
+/// k3_moe_chunk_down: moeChunkDown on tiles of kMmaTileTokens. Grid:
+/// (ceil(dim / kMmaTileRows), as gate_up's y and z), kMmaTileThreads
+/// threads, kMmaTileSmemBytes.
+extern "C" __global__ void __launch_bounds__(kMmaTileThreads)
+    k3_moe_chunk_down(const MoeChunkParams c) {
+  extern __shared__ uint4 smem[];
+  moeChunkDown<kMmaTileTokens>(c, smem);
+}
+
+/// k3_moe_chunk_gate_up_narrow / k3_moe_chunk_down_narrow: the same on
+/// tiles of kMmaNarrowTokens (grid z: ceil(rows / kMmaNarrowTokens),
+/// kMmaNarrowSmemBytes): for chunks of few rows (a decode batch, where an
+/// expert serves one or two of them), a stage of the tokens' tile is a
+/// quarter of the wide one's, so more blocks an SM stream weights. Each
+/// token's sums are the wide tile's bits (its 16-token tile's mma order is
+/// the same).
+extern "C" __global__ void __launch_bounds__(kMmaTileThreads)
+    k3_moe_chunk_gate_up_narrow(const MoeChunkParams c) {
+  extern __shared__ uint4 smem[];
+  moeChunkGateUp<kMmaNarrowTokens>(c, smem);
+}
+extern "C" __global__ void __launch_bounds__(kMmaTileThreads)
+    k3_moe_chunk_down_narrow(const MoeChunkParams c) {
+  extern __shared__ uint4 smem[];
+  moeChunkDown<kMmaNarrowTokens>(c, smem);
 }
 
 /// k3_moe_chunk_combine: row t's output, as moe_experts' epilogue: r =

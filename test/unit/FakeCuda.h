@@ -42,6 +42,8 @@ inline std::string stubPtx() {
     names.push_back(std::string(k) + "_batch");
   for (const char *k : kCudaMoeChunkKernels)
     names.push_back(k);
+  for (const char *k : kCudaMoeChunkNarrowKernels)
+    names.push_back(k);
   for (const char *k : kCudaMmaRowsForms)
     names.push_back(std::string(k) + "_rows_mma");
   for (const char *k : kCudaMma16RowsForms)

@@ -469,6 +469,23 @@ CudaBackend::bind(const PlanDoc &plan, const TensorStore &store, bool useGraph,
         }
         if (all)
           be->moeChunk_ = fns;
+        // Their narrow tiles for chunks of few rows, both or neither.
+        std::array<cuda::CUfunction, 2> narrowFns{};
+        bool narrow = all;
+        for (int f = 0; f < 2 && narrow; ++f) {
+          narrow = allowed(kCudaMoeChunkNarrowKernels[f]);
+          if (!narrow)
+            break;
+          Expected<cuda::CUfunction> fn = kernelFunction(
+              d, kCudaMoeChunkNarrowKernels[f], plan.ptxFor(k), &be->modules_);
+          Expected<int64_t> smem =
+              fn ? d.allowDynamicShared(*fn) : Expected<int64_t>(fn.status());
+          narrow = fn && smem && *smem >= kMmaNarrowSmemBytes;
+          if (narrow)
+            narrowFns[f] = *fn;
+        }
+        if (narrow)
+          be->moeChunkNarrow_ = narrowFns;
       }
       moeOk = be->moeChunk_[0] != nullptr;
       for (const auto &[name, arg] : plan.launches[i].args)
@@ -1238,7 +1255,12 @@ CudaBackend::launchMoeChunk(size_t l, const std::vector<const void *> &params) {
     const MoeExpertsParams &e = c.one.experts;
     moeChunkBindScratch(c, reinterpret_cast<uint8_t *>(
                                static_cast<uintptr_t>(moeChunkScratch_.get())));
-    const int64_t tiles = (c.rows + kMmaTileTokens - 1) / kMmaTileTokens;
+    // A chunk of few rows on the narrow tiles (each expert serves a few).
+    const bool narrow =
+        moeChunkNarrow_[0] != nullptr && c.rows <= kMmaNarrowTokens;
+    const int64_t tileTokens = narrow ? kMmaNarrowTokens : kMmaTileTokens;
+    const int64_t tileSmem = narrow ? kMmaNarrowSmemBytes : kMmaTileSmemBytes;
+    const int64_t tiles = (c.rows + tileTokens - 1) / tileTokens;
     const int64_t experts = e.numExperts + (e.sharedInterDim > 0 ? 1 : 0);
     const int64_t inter = std::max(e.interDim, e.sharedInterDim);
     const int64_t one[3] = {1, 1, 1};
@@ -1255,15 +1277,18 @@ CudaBackend::launchMoeChunk(size_t l, const std::vector<const void *> &params) {
       int64_t smem;
     } steps[5] = {{routeGrid, block256, 0},
                   {one, block256, 0},
-                  {gateUp, tileBlock, kMmaTileSmemBytes},
-                  {down, tileBlock, kMmaTileSmemBytes},
+                  {gateUp, tileBlock, tileSmem},
+                  {down, tileBlock, tileSmem},
                   {rowsGrid, block256, 0}};
-    for (int s = 0; s < 5; ++s)
-      if (Status st = driver_->launch(moeChunk_[s], steps[s].grid,
-                                      steps[s].block, steps[s].smem, stream_,
-                                      &c, /*programmatic=*/true, nullptr);
+    for (int s = 0; s < 5; ++s) {
+      const cuda::CUfunction f =
+          narrow && (s == 2 || s == 3) ? moeChunkNarrow_[s - 2] : moeChunk_[s];
+      if (Status st =
+              driver_->launch(f, steps[s].grid, steps[s].block, steps[s].smem,
+                              stream_, &c, /*programmatic=*/true, nullptr);
           !st)
         return st.withContext(what);
+    }
   }
   ++launchesTogether_;
   return true;

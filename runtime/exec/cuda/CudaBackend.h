@@ -291,6 +291,10 @@ private:
   /// moe_ffn launches' module (null when its PTX lacks them); per launch,
   /// whether its weights are all bf16 (the kernels' limit); their scratch.
   std::array<cuda::CUfunction, 5> moeChunk_{};
+  /// kCudaMoeChunkNarrowKernels (gate/up and down on narrow tiles, for
+  /// chunks of at most kMmaNarrowTokens rows) when allowed and in the PTX,
+  /// else null.
+  std::array<cuda::CUfunction, 2> moeChunkNarrow_{};
   std::vector<bool> moeChunkOk_;
   cuda::DeviceBuffer moeChunkScratch_;
   uint64_t moeChunkScratchBytes_ = 0;

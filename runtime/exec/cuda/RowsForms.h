@@ -194,8 +194,10 @@ std::optional<RowsLaunch> mlaChunkLaunch(const std::string &kernel,
 /// The first GPU session runs cuda_test and `scripts/gpu-check.sh` with it
 /// set and, once they pass, empties this list.
 inline constexpr const char *kCudaGpuUntestedForms[] = {
-    "kda_decode_rows_clustered", "argmax_rows", "mla_attend_clustered_batch",
-    "linear_rows_mma16", "linear_multi_rows_mma16"};
+    "kda_decode_rows_clustered",  "argmax_rows",
+    "mla_attend_clustered_batch", "linear_rows_mma16",
+    "linear_multi_rows_mma16",    "moe_chunk_gate_up_narrow",
+    "moe_chunk_down_narrow"};
 
 /// Whether entry point `entry` is in kCudaGpuUntestedForms.
 bool gpuUntested(const std::string &entry);
@@ -271,6 +273,13 @@ uint64_t preNormScratchBytes(const std::string &kernel, const RowsLaunch &mma);
 inline constexpr const char *kCudaMoeChunkKernels[] = {
     "moe_chunk_route", "moe_chunk_plan", "moe_chunk_gate_up", "moe_chunk_down",
     "moe_chunk_combine"};
+
+/// The narrow tiles of the MoE chunk's gate/up and down (the same params, a
+/// grid z of ceil(rows / kMmaNarrowTokens), kMmaNarrowSmemBytes), in place
+/// of kCudaMoeChunkKernels' third and fourth for chunks of at most
+/// kMmaNarrowTokens rows (a decode batch of 16): the same bits.
+inline constexpr const char *kCudaMoeChunkNarrowKernels[] = {
+    "moe_chunk_gate_up_narrow", "moe_chunk_down_narrow"};
 
 /// The MoE of a prompt chunk on the tensor cores (kernels/moe/MoeParams.h
 /// MoeChunkParams) for `rows` rows (2 .. kMoeChunkRowsMax) of a moe_ffn

@@ -1175,7 +1175,8 @@ TEST(MoeChunkCuda, PlanAsTheCpu) {
 /// Kimi-Linear's router and the stand-in's experts; two token tiles; no
 /// shared expert. 16 tokens route in groups of experts (grid y > 1) and
 /// plan serially, 70 route a block per row and plan in parallel. The bytes
-/// between the tokens' outputs stay untouched.
+/// between the tokens' outputs stay untouched. The 16 tokens again with the
+/// narrow tiles of gate/up and down (k3_moe_chunk_*_narrow): the same bytes.
 TEST(MoeChunkCuda, EveryTokenAsTheCpu) {
   K3_REQUIRE_GPU();
   struct Shape {
@@ -1215,22 +1216,26 @@ TEST(MoeChunkCuda, EveryTokenAsTheCpu) {
       for (int t = 0; t < M; ++t)
         std::memcpy(arena.data() + t * stride, hs[t].data(), s.D * 2);
       Dev d = Dev::of(arena);
-      k3::MoeChunkParams p;
-      uint8_t *a = d.get<uint8_t>();
-      p.one.router = r.params(true);
-      p.one.router.h = reinterpret_cast<const uint16_t *>(a);
-      p.one.router.outIds = reinterpret_cast<int32_t *>(a + offIds);
-      p.one.router.outWeights = reinterpret_cast<float *>(a + offW);
-      p.one.experts = c.params(true);
-      p.one.experts.x = p.one.router.h;
-      p.one.experts.normWeight = p.one.router.normWeight;
-      p.one.experts.normEps = p.one.router.normEps;
-      p.one.experts.residual = p.one.router.h;
-      p.one.experts.ids = p.one.router.outIds;
-      p.one.experts.weights = p.one.router.outWeights;
-      p.one.experts.out = reinterpret_cast<uint16_t *>(a + offOut);
-      p.rows = M;
-      p.stride = stride;
+      // The chunk's params over the arena at `a` (the arena's layout).
+      auto chunkParams = [&](uint8_t *a) {
+        k3::MoeChunkParams q;
+        q.one.router = r.params(true);
+        q.one.router.h = reinterpret_cast<const uint16_t *>(a);
+        q.one.router.outIds = reinterpret_cast<int32_t *>(a + offIds);
+        q.one.router.outWeights = reinterpret_cast<float *>(a + offW);
+        q.one.experts = c.params(true);
+        q.one.experts.x = q.one.router.h;
+        q.one.experts.normWeight = q.one.router.normWeight;
+        q.one.experts.normEps = q.one.router.normEps;
+        q.one.experts.residual = q.one.router.h;
+        q.one.experts.ids = q.one.router.outIds;
+        q.one.experts.weights = q.one.router.outWeights;
+        q.one.experts.out = reinterpret_cast<uint16_t *>(a + offOut);
+        q.rows = M;
+        q.stride = stride;
+        return q;
+      };
+      k3::MoeChunkParams p = chunkParams(d.get<uint8_t>());
       ASSERT_TRUE(k3::moeChunkFits(p.one));
       // Poisoned but for the route's arrival counters, which the runtime
       // zeroes once.
@@ -1285,6 +1290,31 @@ TEST(MoeChunkCuda, EveryTokenAsTheCpu) {
       }
       ASSERT_TRUE(launch("moe_chunk_combine", p, M, 256).isOk());
       const std::vector<uint8_t> got = d.download<uint8_t>(arena.size());
+      if (M <= k3::kMmaNarrowTokens) {
+        // The narrow tiles of gate/up and down (a batch's chunk), from a
+        // fresh arena and scratch: the same bytes.
+        Dev d2 = Dev::of(arena), scratch2 = Dev::of(scratchHost);
+        k3::MoeChunkParams q = chunkParams(d2.get<uint8_t>());
+        k3::moeChunkBindScratch(q, scratch2.get<uint8_t>());
+        q.parallelPlan = p.parallelPlan;
+        ASSERT_TRUE(launch3("moe_chunk_route", q, {M, 1, 1}, 256, 0).isOk());
+        ASSERT_TRUE(launch("moe_chunk_plan", q, 1, 256).isOk());
+        const int64_t narrowTiles =
+            (M + k3::kMmaNarrowTokens - 1) / k3::kMmaNarrowTokens;
+        for (const char *k :
+             {"moe_chunk_gate_up_narrow", "moe_chunk_down_narrow"}) {
+          const bool gu = std::string(k) == "moe_chunk_gate_up_narrow";
+          const int64_t x =
+              gu ? inter / k3::kMoeChunkInterTile
+                 : (s.D + k3::kMmaTileRows - 1) / k3::kMmaTileRows;
+          ASSERT_TRUE(launch3(k, q, {x, experts, narrowTiles},
+                              k3::kMmaTileThreads, k3::kMmaNarrowSmemBytes)
+                          .isOk());
+        }
+        ASSERT_TRUE(launch("moe_chunk_combine", q, M, 256).isOk());
+        EXPECT_TRUE(d2.download<uint8_t>(arena.size()) == got)
+            << "the narrow tiles' bytes differ from the wide tiles'";
+      }
       for (int t = 0; t < M; ++t) {
         SCOPED_TRACE("token " + std::to_string(t));
         // Nothing past the token's output (the arena's gap) was written.

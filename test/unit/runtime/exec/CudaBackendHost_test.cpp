@@ -526,14 +526,21 @@ TEST(CudaBackendHost, RealGeometryTakesTheChunkForms) {
     EXPECT_GT(launchesOf("kda_decode_rows_clustered"), kdaRows);
     EXPECT_GT(launchesOf("argmax_rows"), argmaxRows);
     // A chunk of 16 rows: the projections' narrow tensor-core form (its
-    // split's scratch allocated and bound on the host).
+    // split's scratch allocated and bound on the host) and the MoE's narrow
+    // tiles.
     const long long narrow =
         launchesOf("linear_multi_rows_mma16") + launchesOf("linear_rows_mma16");
+    const long long moeNarrow = launchesOf("moe_chunk_gate_up_narrow"),
+                    moeWide = launchesOf("moe_chunk_gate_up");
     Expected<GenerateResult> g16 = (*s)->generate(promptOf(16, 53, 7), o);
     ASSERT_TRUE(g16) << g16.message();
     EXPECT_GT(launchesOf("linear_multi_rows_mma16") +
                   launchesOf("linear_rows_mma16"),
               narrow);
+    EXPECT_GT(launchesOf("moe_chunk_gate_up_narrow"), moeNarrow);
+    EXPECT_EQ(launchesOf("moe_chunk_down_narrow"),
+              launchesOf("moe_chunk_gate_up_narrow"));
+    EXPECT_EQ(launchesOf("moe_chunk_gate_up"), moeWide);
   }
   {
     // Named forms alone: the narrow projections, not the clustered KDA rows;
@@ -577,7 +584,9 @@ TEST(CudaBackendHost, RealGeometryTakesTheChunkForms) {
                     clustered = launchesOf("kda_decode_rows_clustered"),
                     argmaxRows = launchesOf("argmax_rows"),
                     narrow = launchesOf("linear_multi_rows_mma16") +
-                             launchesOf("linear_rows_mma16");
+                             launchesOf("linear_rows_mma16"),
+                    moeNarrow = launchesOf("moe_chunk_gate_up_narrow"),
+                    moeWide = launchesOf("moe_chunk_gate_up");
     std::vector<SequenceRequest> reqs(3);
     for (size_t i = 0; i < reqs.size(); ++i) {
       reqs[i].prompt = {1, 2, 3};
@@ -597,6 +606,8 @@ TEST(CudaBackendHost, RealGeometryTakesTheChunkForms) {
     EXPECT_EQ(launchesOf("linear_multi_rows_mma16") +
                   launchesOf("linear_rows_mma16"),
               narrow);
+    EXPECT_EQ(launchesOf("moe_chunk_gate_up_narrow"), moeNarrow);
+    EXPECT_GT(launchesOf("moe_chunk_gate_up"), moeWide);
   }
   expectAllGivenBack(before, "kimi-linear-48b, 5 layers");
 }

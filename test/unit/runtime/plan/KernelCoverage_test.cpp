@@ -140,6 +140,11 @@ TEST(KernelCoverage, NoEntryPointOutsideTheTable) {
                                   << ", but no kernels/*/*.cu defines k3_" << k;
     forms.insert(k);
   }
+  for (const char *k : kCudaMoeChunkNarrowKernels) {
+    EXPECT_TRUE(defined.count(k)) << "kCudaMoeChunkNarrowKernels names " << k
+                                  << ", but no kernels/*/*.cu defines k3_" << k;
+    forms.insert(k);
+  }
   for (const char *k : kCudaMmaRowsForms) {
     EXPECT_TRUE(hasRowsForm(k)) << k << ": a tensor-core form of no rows form";
     EXPECT_TRUE(defined.count(std::string(k) + "_rows_mma"))
