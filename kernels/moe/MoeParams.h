@@ -231,11 +231,16 @@ constexpr int64_t kMoeChunkMaxExperts = 1024;
 constexpr int64_t kMoeChunkInterTile = 32;
 
 /// Whether the MoE-chunk kernels take `p`'s shapes (bf16 weights are the
-/// runtime's check): widths multiples of the tiles, dim staged whole.
+/// runtime's check): widths multiples of the tiles, dim staged whole, and a
+/// router that names each expert at most once a row (the gate/up and down
+/// grids give an expert as many token tiles as the chunk has rows: the
+/// router-expert0 mutant's forced expert, every rank of every row, takes
+/// the multi-row form instead).
 K3C_HOST_DEVICE constexpr bool moeChunkFits(const MoeFfnParams &p) {
   const MoeExpertsParams &e = p.experts;
-  return e.dim > 0 && e.dim % 8 == 0 && e.dim <= kMoeRowsDimCap &&
-         e.interDim > 0 && e.interDim % kMoeChunkInterTile == 0 &&
+  return p.router.forceExpert < 0 && e.dim > 0 && e.dim % 8 == 0 &&
+         e.dim <= kMoeRowsDimCap && e.interDim > 0 &&
+         e.interDim % kMoeChunkInterTile == 0 &&
          e.sharedInterDim % kMoeChunkInterTile == 0 && e.topK >= 1 &&
          e.topK <= 32 && e.topK == p.router.topK &&
          e.numExperts == p.router.numExperts && e.numExperts >= e.topK &&

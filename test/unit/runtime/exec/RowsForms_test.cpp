@@ -612,12 +612,15 @@ TEST(RowsForms, MoeChunkParamsOfAPromptChunk) {
   v[5].experts.out = rows[4].experts.out;
   EXPECT_FALSE(of(v));
   // Shapes outside the kernels' tiles: an expert width not a multiple of
-  // 32, a shared width not a multiple of 32, more experts than ranked.
+  // 32, a shared width not a multiple of 32, more experts than ranked; a
+  // router forced to one expert (the router-expert0 mutant: every rank of
+  // every row, more pairs for it than the grid's token tiles hold).
   for (auto change : {+[](MoeFfnParams &p) { p.experts.interDim = 1000; },
                       +[](MoeFfnParams &p) { p.experts.sharedInterDim = 100; },
                       +[](MoeFfnParams &p) {
                         p.router.numExperts = p.experts.numExperts = 2048;
-                      }}) {
+                      },
+                      +[](MoeFfnParams &p) { p.router.forceExpert = 0; }}) {
     std::vector<MoeFfnParams> w = rows;
     for (MoeFfnParams &p : w)
       change(p);
