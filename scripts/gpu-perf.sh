@@ -15,15 +15,15 @@
 # hold the files): decode_bench of the three strategies and the default
 # strategy's profile.
 #
-# --batch16: issue 12's batch target instead of all the above: steps of 16
+# --batch16: issue 12's batch target instead of all the above: kernel_bench
+# of both tensor-core projection forms at 16 rows, then steps of 16
 # sequences of the full geometry (plans/kimi-linear-48b-default-b16.plan,
 # synthetic weights) in decode_bench --batch 16 with the chunk form and its
-# per-kernel profile, with the forms not yet run on a GPU
-# (K3C_GPU_UNTESTED_FORMS=1), with the narrow projections alone, the MoE
-# chunk's narrow tiles alone, and without (kernel_bench of both tensor-core projection forms first), the
-# MoE chunk's earlier serial
-# plan and route, then the stand-in's 1024-token prefill with either MoE
-# plan kernel. K3C_B16_MORE=1 adds the rows form, the tensor-core
+# per-kernel profile: with the forms not yet run on a GPU
+# (K3C_GPU_UNTESTED_FORMS=1), with the narrow projections alone, with the
+# MoE chunk's narrow tiles alone, without, and with the MoE chunk's earlier
+# serial plan and route; then the stand-in's 1024-token prefill with either
+# MoE plan kernel. K3C_B16_MORE=1 adds the rows form, the tensor-core
 # projections' split at 2 and 3 blocks per SM (K3C_MMA_BLOCKS_PER_SM), the
 # MoE chunk's plan and route each alone.
 #

@@ -75,9 +75,9 @@ __device__ __forceinline__ int mmaSlot(int row, int chunk) {
 /// this thread's first weight stages are issued, `first()` runs (the PDL
 /// wait, a norm prologue: it may synchronise). With `transform`,
 /// xform(v, i, col) rewrites this thread's chunk v of token i at column col
-/// (< k) once it has landed. `smem`: kMmaTileSmemBytes. The caller
-/// synchronises before reusing `smem` (the last stage is read by all warps;
-/// mmaTileSmemBytes(Tokens) bytes).
+/// (< k) once it has landed. `smem`: mmaTileSmemBytes(Tokens) bytes. The
+/// caller synchronises before reusing `smem` (the last stage is read by all
+/// warps).
 template <bool Transform, int Tokens = kMmaTileTokens, class WRow, class TRow,
           class XForm, class First>
 __device__ void mmaTileSums(const WRow &wrow, int64_t n0, int64_t total,

@@ -318,6 +318,13 @@ CudaBackend::bind(const PlanDoc &plan, const TensorStore &store, bool useGraph,
   auto allowed = [&](const std::string &entry) {
     return untested == "1" || untestedNamed.count(entry) || !gpuUntested(entry);
   };
+  // The MoE chunk's narrow tiles run as a pair (gate/up and down).
+  if (allowed(kCudaMoeChunkNarrowKernels[0]) !=
+      allowed(kCudaMoeChunkNarrowKernels[1]))
+    return makeError("K3C_GPU_UNTESTED_FORMS names one of ",
+                     kCudaMoeChunkNarrowKernels[0], " and ",
+                     kCudaMoeChunkNarrowKernels[1],
+                     ", which run together: name both");
   const char *syncEnv = std::getenv("K3C_SYNC_STEPS");
   be->syncEachStep_ = syncEnv && std::string(syncEnv) == "1";
   // The tensor-core projections split k until the grid gives every SM this

@@ -1175,8 +1175,9 @@ TEST(MoeChunkCuda, PlanAsTheCpu) {
 /// Kimi-Linear's router and the stand-in's experts; two token tiles; no
 /// shared expert. 16 tokens route in groups of experts (grid y > 1) and
 /// plan serially, 70 route a block per row and plan in parallel. The bytes
-/// between the tokens' outputs stay untouched. The 16 tokens again with the
-/// narrow tiles of gate/up and down (k3_moe_chunk_*_narrow): the same bytes.
+/// between the tokens' outputs stay untouched. 5 and 16 tokens again with the
+/// narrow tiles of gate/up and down (k3_moe_chunk_*_narrow): the same bytes,
+/// outputs and the pairs' activations and expert outputs before the combine.
 TEST(MoeChunkCuda, EveryTokenAsTheCpu) {
   K3_REQUIRE_GPU();
   struct Shape {
@@ -1201,7 +1202,7 @@ TEST(MoeChunkCuda, EveryTokenAsTheCpu) {
     const int64_t offIds = up16(s.D * 2), offW = offIds + up16(s.topK * 4),
                   offOut = offW + up16(s.topK * 4),
                   stride = up16(offOut + s.D * 2) + 48;
-    for (int M : {16, 70}) {
+    for (int M : {5, 16, 70}) {
       const std::string what =
           std::string(s.name) + ", " + std::to_string(M) + " tokens";
       SCOPED_TRACE(what);
@@ -1314,6 +1315,19 @@ TEST(MoeChunkCuda, EveryTokenAsTheCpu) {
         ASSERT_TRUE(launch("moe_chunk_combine", q, M, 256).isOk());
         EXPECT_TRUE(d2.download<uint8_t>(arena.size()) == got)
             << "the narrow tiles' bytes differ from the wide tiles'";
+        // And before the combine rounds them: every pair's activation and
+        // output, the shared expert's.
+        const size_t pairs = size_t(M) * size_t(s.topK);
+        auto same = [](const uint16_t *a, const uint16_t *b, size_t n) {
+          return Dev::downloadFrom<uint16_t>(a, n) ==
+                 Dev::downloadFrom<uint16_t>(b, n);
+        };
+        EXPECT_TRUE(same(p.act, q.act, pairs * size_t(s.inter)));
+        EXPECT_TRUE(same(p.y, q.y, pairs * size_t(s.D)));
+        if (s.shared > 0) {
+          EXPECT_TRUE(same(p.sharedAct, q.sharedAct, size_t(M * s.shared)));
+          EXPECT_TRUE(same(p.sharedY, q.sharedY, size_t(M * s.D)));
+        }
       }
       for (int t = 0; t < M; ++t) {
         SCOPED_TRACE("token " + std::to_string(t));

@@ -574,6 +574,12 @@ TEST(CudaBackendHost, RealGeometryTakesTheChunkForms) {
                                  "'linear_rows_mma'"),
               std::string::npos)
         << bad.message();
+    // One of a pair that runs together.
+    ::setenv("K3C_GPU_UNTESTED_FORMS", "moe_chunk_down_narrow", 1);
+    Expected<std::unique_ptr<Session>> half = openCuda(*p, true);
+    ASSERT_FALSE(half);
+    EXPECT_NE(half.message().find("name both"), std::string::npos)
+        << half.message();
   }
   ::unsetenv("K3C_GPU_UNTESTED_FORMS");
   {
