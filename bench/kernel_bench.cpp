@@ -241,8 +241,8 @@ void benchLinearRowsTensor(std::vector<Result> &out, const std::string &label,
   auto *arena = static_cast<uint8_t *>(randomDevice(tokens * stride));
   const int64_t sms = gDriver->smCount();
   std::vector<std::vector<uint8_t>> variants;
+  std::vector<Mma16Launch> narrows;
   RowsLaunch shape;
-  uint64_t partialBytes = 0, counterBytes = 0;
   for (int c = 0; c < copiesFor(wBytes); ++c) {
     const auto *w = static_cast<uint16_t *>(randomDevice(n * k * 2, 0.01f));
     std::vector<LinearParams> rows(tokens);
@@ -265,9 +265,7 @@ void benchLinearRowsTensor(std::vector<Result> &out, const std::string &label,
       if (!m)
         return;
       shape = m->launch;
-      partialBytes = m->partialBytes;
-      counterBytes = m->counterBytes;
-      variants.push_back(m->launch.params);
+      narrows.push_back(*m);
     } else {
       std::optional<RowsLaunch> m =
           mmaRowsLaunch("linear", ptrs, sizeof(LinearParams), stride, sms);
@@ -282,14 +280,11 @@ void benchLinearRowsTensor(std::vector<Result> &out, const std::string &label,
   if (narrow) {
     // One scratch for every copy: a launch leaves its counters at zero.
     const uint64_t partials = reinterpret_cast<uintptr_t>(
-        zerosDevice(std::max<uint64_t>(partialBytes, 16)));
+        zerosDevice(std::max<uint64_t>(narrows[0].partialBytes, 16)));
     const uint64_t counters = reinterpret_cast<uintptr_t>(
-        zerosDevice(std::max<uint64_t>(counterBytes, 16)));
+        zerosDevice(std::max<uint64_t>(narrows[0].counterBytes, 16)));
     std::vector<LinearRowsMma16Params> vs;
-    for (const std::vector<uint8_t> &v : variants) {
-      Mma16Launch m;
-      m.launch.params = v;
-      m.splitAt = offsetof(LinearRowsMma16Params, split);
+    for (Mma16Launch &m : narrows) {
       bindMma16Scratch(m, partials, counters);
       LinearRowsMma16Params p;
       std::memcpy(&p, m.launch.params.data(), sizeof(p));

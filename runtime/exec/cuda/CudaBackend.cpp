@@ -1185,6 +1185,23 @@ Expected<bool> CudaBackend::launchRows(size_t l,
   return true;
 }
 
+Status CudaBackend::growZeroed(uint64_t bytes, cuda::DeviceBuffer &buffer,
+                               uint64_t &zeroed, const char *what) {
+  if (bytes <= zeroed)
+    return Status::ok();
+  K3_RETURN_IF_ERROR(driver_->synchronize(stream_));
+  // Counted again once the new buffer is zeroed (a failure half-way leaves
+  // none counted, so the next launch allocates again).
+  zeroed = 0;
+  K3_RETURN_IF_ERROR(alloc(bytes, buffer).withContext(what));
+  K3_RETURN_IF_ERROR(driver_->memset8(buffer.get(), 0, bytes));
+  // cuMemsetD8 runs on the legacy default stream.
+  K3_RETURN_IF_ERROR(driver_->synchronize(nullptr).withContext(
+      std::string("zeroing ") + what));
+  zeroed = bytes;
+  return Status::ok();
+}
+
 Expected<bool>
 CudaBackend::launchMma16(size_t l, const std::vector<const void *> &params) {
   const std::string &kernel = rows_[0]->launches[l].kernel->name;
@@ -1198,18 +1215,10 @@ CudaBackend::launchMma16(size_t l, const std::vector<const void *> &params) {
     K3_RETURN_IF_ERROR(alloc(m->partialBytes, mma16Partials_)
                            .withContext("the narrow projections' sums"));
   }
-  if (m->counterBytes > mma16CounterBytes_) {
-    K3_RETURN_IF_ERROR(driver_->synchronize(stream_));
-    mma16CounterBytes_ = 0;
-    K3_RETURN_IF_ERROR(alloc(m->counterBytes, mma16Counters_)
-                           .withContext("the narrow projections' counters"));
-    // Each launch leaves its tiles' counters at zero again.
-    K3_RETURN_IF_ERROR(
-        driver_->memset8(mma16Counters_.get(), 0, m->counterBytes));
-    K3_RETURN_IF_ERROR(driver_->synchronize(nullptr).withContext(
-        "zeroing the narrow projections' counters"));
-    mma16CounterBytes_ = m->counterBytes;
-  }
+  // Each launch leaves its tiles' counters at zero again.
+  K3_RETURN_IF_ERROR(growZeroed(m->counterBytes, mma16Counters_,
+                                mma16CounterBytes_,
+                                "the narrow projections' counters"));
   bindMma16Scratch(*m, mma16Partials_.get(), mma16Counters_.get());
   if (Status st =
           driver_->launch(mma16Functions_[l], m->launch.grid, m->launch.block,
@@ -1241,20 +1250,10 @@ CudaBackend::launchMoeChunk(size_t l, const std::vector<const void *> &params) {
   // One scratch for the largest group (launches of one stream in order).
   const uint64_t bytes = static_cast<uint64_t>(
       moeChunkScratchBytes(groups[0].one, groups[0].rows));
-  if (moeChunkScratchBytes_ < bytes) {
-    K3_RETURN_IF_ERROR(driver_->synchronize(stream_));
-    // Counted again once the new scratch is zeroed (a failure half-way
-    // leaves none counted, so the next launch allocates again).
-    moeChunkScratchBytes_ = 0;
-    K3_RETURN_IF_ERROR(
-        alloc(bytes, moeChunkScratch_).withContext("the MoE chunk scratch"));
-    // The route's arrival counters (MoeChunkParams::arrivals) start at 0;
-    // each launch leaves them so.
-    K3_RETURN_IF_ERROR(driver_->memset8(moeChunkScratch_.get(), 0, bytes));
-    K3_RETURN_IF_ERROR(driver_->synchronize(nullptr).withContext(
-        "zeroing the MoE chunk scratch"));
-    moeChunkScratchBytes_ = bytes;
-  }
+  // The route's arrival counters (MoeChunkParams::arrivals) start at 0;
+  // each launch leaves them so.
+  K3_RETURN_IF_ERROR(growZeroed(bytes, moeChunkScratch_, moeChunkScratchBytes_,
+                                "the MoE chunk scratch"));
   const std::string what =
       "launch " + std::to_string(l) + " (moe_ffn's chunk form)";
   for (MoeChunkParams &c : groups) {

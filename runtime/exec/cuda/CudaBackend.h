@@ -303,6 +303,11 @@ private:
   /// it cannot (the caller takes the multi-row form).
   Expected<bool> launchMoeChunk(size_t l,
                                 const std::vector<const void *> &params);
+  /// Grows `buffer` to at least `bytes`, zeroed, when `zeroed` (the bytes
+  /// zeroed so far) is fewer: a scratch whose counters each launch leaves
+  /// at zero. Waits for the stream first (the old buffer may be in use).
+  Status growZeroed(uint64_t bytes, cuda::DeviceBuffer &buffer,
+                    uint64_t &zeroed, const char *what);
   /// Runs launch `l` (a projection) for the rows whose bound params are
   /// `params` in its narrow tensor-core form (mma16RowsLaunch), growing the
   /// split's scratch first; false when the form does not take them.
