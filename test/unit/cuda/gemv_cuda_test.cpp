@@ -87,6 +87,13 @@ double bf16Ulp(double v) {
 /// shifts y by about |W| · ulp(x̂), so normed rows get an absolute slack of
 /// 2e-3 · max|want| and the differing-fraction bound is not applied; the
 /// relative error bound is.
+///
+/// Every element also gets an absolute slack of 1e-5 · max|want|: the GPU
+/// adds the k products in another order than the CPU, which moves the fp32
+/// sum by ~1e-6 of its terms' size. Where y cancels to ~1e-5 of the row's
+/// scale, one bf16 ulp of y is smaller than that (measured on the narrow
+/// tensor-core form: want 3.72e-5, got 3.62e-5 beside a max|want| of ~4).
+/// A wrong weight or token moves y by its whole scale.
 void expectBf16Close(const std::vector<uint16_t> &want,
                      const std::vector<uint16_t> &got,
                      const std::vector<uint16_t> *residual,
@@ -98,7 +105,7 @@ void expectBf16Close(const std::vector<uint16_t> &want,
   for (float v : w)
     maxWant = std::max(maxWant, std::fabs(double(v)));
   for (size_t i = 0; i < w.size(); ++i) {
-    double tol = bf16Ulp(w[i]) + (normed ? 2e-3 * maxWant : 0.0);
+    double tol = bf16Ulp(w[i]) + (normed ? 2e-3 : 1e-5) * maxWant;
     if (residual)
       tol += bf16Ulp(double(w[i]) - k3::bf16ToFloat((*residual)[i]));
     if (!(std::fabs(double(g[i]) - double(w[i])) <= tol) && beyond++ == 0)
@@ -719,12 +726,16 @@ void runLinearRows(LinearCase c, int tokens, int64_t smem, uint64_t seed,
     }
   }
   if (form == RowsForm::Mma16 && !c.fallback) {
-    // The fast path ran: the per-token fallback would give the single-row
-    // kernel's sums (the tensor cores add in another order), and a split
-    // stores its parts' sums.
-    EXPECT_GT(notSingleRow, 0u)
-        << what << ": every output the single-row kernel's bits";
-    if (narrow->split.parts > 1) {
+    // The fast path ran. A split stores its parts' sums, which the per-token
+    // fallback never writes. Unsplit, the tensor cores add in another order
+    // than the single-row kernel, so some outputs differ from its bits (with
+    // bf16 outputs not always: ~1e-7 of a sum rarely moves a bf16 rounding,
+    // and a split's outputs matched the single-row kernel's every bit at
+    // several of these shapes on the H100).
+    if (narrow->split.parts == 1) {
+      EXPECT_GT(notSingleRow, 0u)
+          << what << ": every output the single-row kernel's bits";
+    } else {
       const std::vector<uint32_t> sums = narrow->partials.download<uint32_t>(
           narrow->tiles * narrow->split.parts * k3::kGemvMma16TileFloats);
       EXPECT_NE(std::count(sums.begin(), sums.end(), 0xFFFFFFFFu),
