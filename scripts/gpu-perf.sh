@@ -19,10 +19,11 @@
 # of both tensor-core projection forms at 16 rows, then steps of 16
 # sequences of the full geometry (plans/kimi-linear-48b-default-b16.plan,
 # synthetic weights) in decode_bench --batch 16 with the chunk form and its
-# per-kernel profile: with the forms not yet run on a GPU
-# (K3C_GPU_UNTESTED_FORMS=1), with the narrow projections alone, with the
-# MoE chunk's narrow tiles alone, without, and with the MoE chunk's earlier
-# serial plan and route; then the stand-in's 1024-token prefill with either
+# per-kernel profile: with every form, with the optional forms off
+# (K3C_FORMS_OFF, RowsForms.h kCudaOptionalForms), without the narrow
+# projections, without the MoE chunk's narrow tiles, and with the MoE
+# chunk's earlier serial plan and route; the greedy ids with the optional
+# forms on and off; then the stand-in's 1024-token prefill with either
 # MoE plan kernel. K3C_B16_MORE=1 adds the rows form, the tensor-core
 # projections' split at 2 and 3 blocks per SM (K3C_MMA_BLOCKS_PER_SM), the
 # MoE chunk's plan and route each alone.
@@ -74,10 +75,11 @@ if [ $BATCH16 = 1 ]; then
     >"$OUTDIR/kernel-linear-rows-mma.txt" 2>&1 || status=1
   echo "== kernel_bench --only linear_rows_mma"
   cat "$OUTDIR/kernel-linear-rows-mma.txt"
+  all_forms=kda_decode_rows_clustered,argmax_rows,mla_attend_clustered_batch,linear_rows_mma16,linear_multi_rows_mma16,moe_chunk_gate_up_narrow,moe_chunk_down_narrow
   b16 chunk chunk
-  b16 chunk untested K3C_GPU_UNTESTED_FORMS=1
-  b16 chunk narrow K3C_GPU_UNTESTED_FORMS=linear_rows_mma16,linear_multi_rows_mma16
-  b16 chunk moe-narrow K3C_GPU_UNTESTED_FORMS=moe_chunk_gate_up_narrow,moe_chunk_down_narrow
+  b16 chunk forms-off K3C_FORMS_OFF=$all_forms
+  b16 chunk no-narrow K3C_FORMS_OFF=linear_rows_mma16,linear_multi_rows_mma16
+  b16 chunk no-moe-narrow K3C_FORMS_OFF=moe_chunk_gate_up_narrow,moe_chunk_down_narrow
   b16 chunk moe-serial K3C_MOE_CHUNK_PLAN=serial K3C_MOE_CHUNK_ROUTE_GROUPS=1
   if [ "${K3C_B16_MORE:-0}" = 1 ]; then
     b16 rows rows
@@ -86,13 +88,14 @@ if [ $BATCH16 = 1 ]; then
     b16 chunk moe-route1 K3C_MOE_CHUNK_ROUTE_GROUPS=1
     b16 chunk moe-plan-serial K3C_MOE_CHUNK_PLAN=serial
   fi
-  # The same 16 prompts greedy with and without the untested forms (the
+  # The same 16 prompts greedy with and without the optional forms (the
   # MLA batch form and the MMA projections are within rounding of the rows
   # forms: tokens may part at a near-tie, not at the start).
   prompts=$(mktemp)
   python3 -c 'import random; random.seed(3); print("\n".join(" ".join(str(random.randrange(1000, 100000)) for _ in range(64)) for _ in range(16)))' >"$prompts"
   for v in 0 1; do
-    K3C_GPU_UNTESTED_FORMS=$v "$STAGE"/bin/k3-run "$plan" --weights synthetic:1 \
+    off=$([ $v = 0 ] && echo "$all_forms")
+    K3C_FORMS_OFF=$off "$STAGE"/bin/k3-run "$plan" --weights synthetic:1 \
       --backend cuda --prompts "$prompts" --batch 16 --max-new 32 \
       >"$OUTDIR/b16-ids-$v.txt" 2>"$OUTDIR/b16-ids-$v.err" || status=1
   done
@@ -101,7 +104,7 @@ import sys
 a, b = (open(f).read().split("\n") for f in sys.argv[1:3])
 same = [next((i for i, (x, y) in enumerate(zip(p.split(), q.split())) if x != y),
              len(p.split())) for p, q in zip(a, b) if p]
-print("== untested forms: the same first ids of 32 per sequence:", same)
+print("== optional forms on and off: the same first ids of 32 per sequence:", same)
 PY
   # A 1024-token prompt of the 32-expert stand-in (the sessions' prompt:
   # random.seed(1), ids in [1000, 100000)) in chunks of 256, with and

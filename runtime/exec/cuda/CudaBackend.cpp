@@ -95,6 +95,28 @@ Expected<int> envInt(const char *name, int lo, int hi, int fallback) {
   return static_cast<int>(v);
 }
 
+/// Environment variable `name` as a comma-separated list of kernel entry
+/// names (empty names skipped; unset, empty or 0: none), each one that
+/// `known` accepts. Errors: a name it does not, saying it is not `what`.
+Expected<std::set<std::string>> formNames(const char *name,
+                                          bool (*known)(const std::string &),
+                                          const char *what) {
+  const char *e = std::getenv(name);
+  const std::string list = e ? e : "";
+  std::set<std::string> names;
+  for (size_t at = 0; list != "0" && at < list.size();) {
+    const size_t comma = std::min(list.find(',', at), list.size());
+    const std::string entry = list.substr(at, comma - at);
+    at = comma + 1;
+    if (entry.empty())
+      continue; // "a,,b" or a trailing comma
+    if (!known(entry))
+      return makeError(name, " names '", entry, "', which is not ", what);
+    names.insert(entry);
+  }
+  return names;
+}
+
 /// The developer override of the kernels' PTX: with K3C_PTX_DIR set, a
 /// kernel that some DIR/<family>.ptx defines is loaded from that file
 /// instead of the plan's or this binary's PTX (kernel variants measured
@@ -296,32 +318,34 @@ CudaBackend::bind(const PlanDoc &plan, const TensorStore &store, bool useGraph,
   const char *mlaChunkEnv = std::getenv("K3C_MLA_CHUNK");
   const bool useMlaChunk = !(mlaChunkEnv && std::string(mlaChunkEnv) == "0");
   // The forms whose GPU tests have not run yet (kCudaGpuUntestedForms) only
-  // with K3C_GPU_UNTESTED_FORMS=1; otherwise the forms they would replace.
-  // A comma-separated list of entry names takes those alone (to time one
-  // form against the step without it); 0 or unset: none.
+  // with K3C_GPU_UNTESTED_FORMS=1 or a list of their names; otherwise the
+  // forms they would replace. K3C_FORMS_OFF=name,... leaves those optional
+  // forms (kCudaOptionalForms) for the forms they replace, to time a step
+  // without them.
   const char *untestedEnv = std::getenv("K3C_GPU_UNTESTED_FORMS");
   const std::string untested = untestedEnv ? untestedEnv : "";
-  std::set<std::string> untestedNamed;
-  for (size_t at = 0;
-       untested != "1" && untested != "0" && at < untested.size();) {
-    const size_t comma = std::min(untested.find(',', at), untested.size());
-    const std::string name = untested.substr(at, comma - at);
-    at = comma + 1;
-    if (name.empty())
-      continue; // "a,,b" or a trailing comma
-    if (!gpuUntested(name))
-      return makeError("K3C_GPU_UNTESTED_FORMS names '", name,
-                       "', which is not a form waiting for its GPU tests "
-                       "(RowsForms.h kCudaGpuUntestedForms); give 1 for all");
-    untestedNamed.insert(name);
-  }
+  Expected<std::set<std::string>> untestedNamed =
+      untested == "1" ? std::set<std::string>{}
+                      : formNames("K3C_GPU_UNTESTED_FORMS", gpuUntested,
+                                  "a form waiting for its GPU tests "
+                                  "(RowsForms.h kCudaGpuUntestedForms); give "
+                                  "1 for all");
+  if (!untestedNamed)
+    return untestedNamed.status();
+  Expected<std::set<std::string>> off = formNames(
+      "K3C_FORMS_OFF", optionalForm,
+      "a form the backend can leave (RowsForms.h kCudaOptionalForms)");
+  if (!off)
+    return off.status();
   auto allowed = [&](const std::string &entry) {
-    return untested == "1" || untestedNamed.count(entry) || !gpuUntested(entry);
+    return !off->count(entry) &&
+           (untested == "1" || untestedNamed->count(entry) ||
+            !gpuUntested(entry));
   };
   // The MoE chunk's narrow tiles run as a pair (gate/up and down).
   if (allowed(kCudaMoeChunkNarrowKernels[0]) !=
       allowed(kCudaMoeChunkNarrowKernels[1]))
-    return makeError("K3C_GPU_UNTESTED_FORMS names one of ",
+    return makeError("K3C_GPU_UNTESTED_FORMS or K3C_FORMS_OFF names one of ",
                      kCudaMoeChunkNarrowKernels[0], " and ",
                      kCudaMoeChunkNarrowKernels[1],
                      ", which run together: name both");

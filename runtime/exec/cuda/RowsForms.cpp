@@ -257,6 +257,11 @@ std::optional<RowsLaunch> mlaChunkLaunch(const std::string &kernel,
   return l;
 }
 
+bool optionalForm(const std::string &entry) {
+  return std::find(std::begin(kCudaOptionalForms), std::end(kCudaOptionalForms),
+                   entry) != std::end(kCudaOptionalForms);
+}
+
 bool gpuUntested(const std::string &entry) {
   return std::find(std::begin(kCudaGpuUntestedForms),
                    std::end(kCudaGpuUntestedForms),

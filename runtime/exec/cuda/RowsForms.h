@@ -16,6 +16,7 @@
 
 #include "kernels/moe/MoeParams.h"
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <optional>
@@ -187,17 +188,26 @@ std::optional<RowsLaunch> mlaChunkLaunch(const std::string &kernel,
                                          const void *first, size_t size,
                                          size_t n, uint64_t rowsArray);
 
-/// Entry points (without `k3_`) written in a session whose device runs were
-/// all refused: their GPU tests have not run, so the CUDA backend takes them
-/// only with K3C_GPU_UNTESTED_FORMS=1, or a comma-separated list of their
-/// names (the forms they replace otherwise).
-/// The first GPU session runs cuda_test and `scripts/gpu-check.sh` with it
-/// set and, once they pass, empties this list.
-inline constexpr const char *kCudaGpuUntestedForms[] = {
+/// Entry points (without `k3_`) of the forms that the CUDA backend can leave
+/// for the forms they replace (the general rows forms, the per-row argmax,
+/// the wide tensor-core tiles): K3C_FORMS_OFF=name,... switches those off,
+/// to time a step without them on the same binaries and plan.
+inline constexpr const char *kCudaOptionalForms[] = {
     "kda_decode_rows_clustered",  "argmax_rows",
     "mla_attend_clustered_batch", "linear_rows_mma16",
     "linear_multi_rows_mma16",    "moe_chunk_gate_up_narrow",
     "moe_chunk_down_narrow"};
+
+/// Whether entry point `entry` is in kCudaOptionalForms.
+bool optionalForm(const std::string &entry);
+
+/// Those of kCudaOptionalForms written in a session whose device runs were
+/// all refused: their GPU tests have not run, so the CUDA backend takes them
+/// only with K3C_GPU_UNTESTED_FORMS=1, or a comma-separated list of their
+/// names. The first GPU session runs cuda_test and `scripts/gpu-check.sh`
+/// with it set and, once they pass, empties this list (the size is part of
+/// the type: an empty list is an array of 0).
+inline constexpr std::array<const char *, 0> kCudaGpuUntestedForms{};
 
 /// Whether entry point `entry` is in kCudaGpuUntestedForms.
 bool gpuUntested(const std::string &entry);

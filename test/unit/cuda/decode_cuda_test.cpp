@@ -773,7 +773,7 @@ TEST(DecodeCudaBatch, RowChoicesAsTheHostsArgmax) {
 
 /// PrefillForm::Chunk on the GPU: a 44-token prompt in chunks of 32 (its
 /// first chunk's projections on the tensor-core tile, its second chunk of
-/// 12 rows on the narrow form where K3C_GPU_UNTESTED_FORMS allows it)
+/// 12 rows on the narrow form)
 /// decodes on the planted model as the CPU backend's one step per token
 /// (greedy tokens equal up to a near-tie); the tensor-core forms ran.
 TEST(DecodeCudaBatch, ChunkFormPrefillAsTheCpu) {

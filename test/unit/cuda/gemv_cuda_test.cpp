@@ -1254,8 +1254,9 @@ TEST(LinearRowsMma16Cuda, DependentLaunchesShareTheScratch) {
       const int64_t grid[3] = {sms, 1, 1};
       ASSERT_TRUE((*d)->launch(*f, grid, block, k3::gemvMma16SmemBytes(k),
                                *stream, p, programmatic, nullptr));
-      if (!programmatic)
+      if (!programmatic) {
         ASSERT_TRUE((*d)->synchronize(*stream));
+      }
     }
     ASSERT_TRUE((*d)->synchronize(*stream));
     (*d)->destroy(*stream);

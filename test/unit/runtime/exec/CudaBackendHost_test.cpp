@@ -491,8 +491,6 @@ TEST(CudaBackendHost, RealGeometryTakesTheChunkForms) {
   ASSERT_TRUE(c->validate()) << c->validate().message();
   Expected<PlanDoc> p = test::compiledPlan(*c, "default", 256, 4);
   ASSERT_TRUE(p) << p.message();
-  // The forms not yet run on a GPU (kCudaGpuUntestedForms) taken too.
-  ::setenv("K3C_GPU_UNTESTED_FORMS", "1", 1);
   const FakeStats before = stats();
   {
     Expected<std::unique_ptr<Session>> s = openCuda(*p, true);
@@ -543,14 +541,16 @@ TEST(CudaBackendHost, RealGeometryTakesTheChunkForms) {
     EXPECT_EQ(launchesOf("moe_chunk_gate_up"), moeWide);
   }
   {
-    // Named forms alone: the narrow projections, not the clustered KDA rows;
-    // a name that is no waiting form is refused.
-    ::setenv("K3C_GPU_UNTESTED_FORMS",
-             "linear_rows_mma16,,linear_multi_rows_mma16,", 1);
+    // K3C_FORMS_OFF naming the narrow projections: the clustered KDA rows
+    // still taken; a name that is no optional form and one of a pair that
+    // runs together are refused.
+    ::setenv("K3C_FORMS_OFF", "linear_rows_mma16,,linear_multi_rows_mma16,", 1);
     Expected<std::unique_ptr<Session>> s = openCuda(*p, true);
     ASSERT_TRUE(s) << s.message();
     ASSERT_TRUE((*s)->setPrefillForm(PrefillForm::Chunk));
-    const long long narrow = launchesOf("linear_multi_rows_mma16"),
+    const long long narrow = launchesOf("linear_multi_rows_mma16") +
+                             launchesOf("linear_rows_mma16"),
+                    multi = launchesOf("linear_multi_rows"),
                     clustered = launchesOf("kda_decode_rows_clustered");
     // A chunk of 12 rows (more than a pass of the multi-row form), then a
     // batch of 3.
@@ -565,26 +565,42 @@ TEST(CudaBackendHost, RealGeometryTakesTheChunkForms) {
     }
     Expected<BatchResult> r = (*s)->generateBatch(reqs);
     ASSERT_TRUE(r) << r.message();
-    EXPECT_GT(launchesOf("linear_multi_rows_mma16"), narrow);
-    EXPECT_EQ(launchesOf("kda_decode_rows_clustered"), clustered);
-    ::setenv("K3C_GPU_UNTESTED_FORMS", "linear_rows_mma", 1);
+    EXPECT_EQ(launchesOf("linear_multi_rows_mma16") +
+                  launchesOf("linear_rows_mma16"),
+              narrow);
+    // 12 rows: the bit-exact multi-row form instead.
+    EXPECT_GT(launchesOf("linear_multi_rows"), multi);
+    EXPECT_GT(launchesOf("kda_decode_rows_clustered"), clustered);
+    ::setenv("K3C_FORMS_OFF", "linear_rows_mma", 1);
     Expected<std::unique_ptr<Session>> bad = openCuda(*p, true);
     ASSERT_FALSE(bad);
-    EXPECT_NE(bad.message().find("K3C_GPU_UNTESTED_FORMS names "
-                                 "'linear_rows_mma'"),
+    EXPECT_NE(bad.message().find("K3C_FORMS_OFF names 'linear_rows_mma'"),
               std::string::npos)
         << bad.message();
-    // One of a pair that runs together.
-    ::setenv("K3C_GPU_UNTESTED_FORMS", "moe_chunk_down_narrow", 1);
+    ::setenv("K3C_FORMS_OFF", "moe_chunk_down_narrow", 1);
     Expected<std::unique_ptr<Session>> half = openCuda(*p, true);
     ASSERT_FALSE(half);
     EXPECT_NE(half.message().find("name both"), std::string::npos)
         << half.message();
+    ::unsetenv("K3C_FORMS_OFF");
+    // No form waits for its GPU tests now: a name there is refused.
+    ::setenv("K3C_GPU_UNTESTED_FORMS", "argmax_rows", 1);
+    Expected<std::unique_ptr<Session>> tested = openCuda(*p, true);
+    ASSERT_FALSE(tested);
+    EXPECT_NE(tested.message().find("K3C_GPU_UNTESTED_FORMS names "
+                                    "'argmax_rows'"),
+              std::string::npos)
+        << tested.message();
+    ::unsetenv("K3C_GPU_UNTESTED_FORMS");
   }
-  ::unsetenv("K3C_GPU_UNTESTED_FORMS");
   {
-    // Without it, the general rows forms.
+    // Every optional form off: the general rows forms and the wide tiles.
+    std::string all;
+    for (const char *f : kCudaOptionalForms)
+      all += std::string(all.empty() ? "" : ",") + f;
+    ::setenv("K3C_FORMS_OFF", all.c_str(), 1);
     Expected<std::unique_ptr<Session>> s = openCuda(*p, true);
+    ::unsetenv("K3C_FORMS_OFF");
     ASSERT_TRUE(s) << s.message();
     const long long general = launchesOf("kda_decode_rows"),
                     clustered = launchesOf("kda_decode_rows_clustered"),
@@ -603,7 +619,7 @@ TEST(CudaBackendHost, RealGeometryTakesTheChunkForms) {
     EXPECT_GT(launchesOf("kda_decode_rows"), general);
     EXPECT_EQ(launchesOf("kda_decode_rows_clustered"), clustered);
     EXPECT_EQ(launchesOf("argmax_rows"), argmaxRows);
-    // A chunk of 16 rows without it: the wide tensor-core tile.
+    // A chunk of 16 rows: the wide tensor-core tile.
     ASSERT_TRUE((*s)->setPrefillForm(PrefillForm::Chunk));
     GenerateOptions o;
     o.maxNew = 2;

@@ -159,9 +159,12 @@ TEST(KernelCoverage, NoEntryPointOutsideTheTable) {
         << ", but no kernels/*/*.cu defines k3_" << k << "_rows_mma16";
     forms.insert(std::string(k) + "_rows_mma16");
   }
-  for (const char *k : kCudaGpuUntestedForms)
+  for (const char *k : kCudaOptionalForms)
     EXPECT_TRUE(forms.count(k))
-        << "kCudaGpuUntestedForms names " << k << ", not a form of the lists";
+        << "kCudaOptionalForms names " << k << ", not a form of the lists";
+  for (const char *k : kCudaGpuUntestedForms)
+    EXPECT_TRUE(optionalForm(k))
+        << "kCudaGpuUntestedForms names " << k << ", not an optional form";
   // The CUDA backend's draw of synthetic weights (no plan kernel).
   EXPECT_TRUE(defined.count(kSyntheticNormalKernel))
       << "no kernels/*/*.cu defines k3_" << kSyntheticNormalKernel;
