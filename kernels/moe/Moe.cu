@@ -70,9 +70,6 @@ constexpr int64_t kMoeActCap = int64_t(1) << 20;
 constexpr int64_t kMoeYCap = int64_t(1) << 20;
 /// Expert slots of a `moe_experts` launch (topK + the shared expert).
 constexpr int kMoeMaxSlots = 257;
-/// Down items of one slot of a `moe_experts` launch (ceil(dim / (kDownRows
-/// · warps))): one arrival counter each (K3: 224 at 256 threads).
-constexpr int kMoeMaxDownItems = 2048;
 /// The first kHeadMxfp4 bytes of an MXFP4 row are asked of L2 up front.
 /// bf16 rows are not prefetched: keeping the loads 1 KiB ahead in L2 made
 /// the Kimi-Linear moe_ffn slower (61.4 against 59.4 µs on the H200), 4.5
@@ -100,9 +97,6 @@ __device__ __align__(16) uint16_t gMoeAct[kMoeActCap];
 /// kept as fp32), and the finished gate/up items of each slot.
 __device__ float gMoeY[kMoeYCap];
 __device__ unsigned gMoeSlotDone[kMoeMaxSlots];
-/// Slots whose down item `index` has written its rows of y (the last to
-/// arrive adds them up and resets the counter).
-__device__ unsigned gMoeDownArrived[kMoeMaxDownItems];
 
 //===----------------------------------------------------------------------===//
 // Memory helpers
@@ -832,20 +826,18 @@ struct MoeShape {
   unsigned guShared;     ///< gate/up items of the shared slot
   unsigned guRouted;     ///< gate/up items of a routed slot
   unsigned down;         ///< down items of every slot
+  unsigned firstCombine; ///< ticket of the first combine item
   unsigned items;        ///< all items
   unsigned item;         ///< the block's current item
-  unsigned downIndex;    ///< the running down item's index (see moeRunItem)
   int stageX;            ///< x̂ staged in shared memory
   float normR;           ///< x's norm factor (with normWeight)
 };
 
 /// What a ticket of `moe_experts` is (see the kernel for the order).
 struct MoeItem {
-  /// Combine: what moeRunItem reports for a down item whose block was the
-  /// last of the slots' to write those rows, and added them up.
   enum Kind { GateUp, Down, Combine } kind;
   unsigned slot;  ///< of GateUp / Down
-  unsigned index; ///< within its slot
+  unsigned index; ///< within its slot (or among the combine items)
 };
 
 __device__ __forceinline__ unsigned guItems(const MoeShape &sh, unsigned j) {
@@ -855,15 +847,17 @@ __device__ __forceinline__ unsigned guItems(const MoeShape &sh, unsigned j) {
 /// Tickets: G(0) and, with a shared expert (slot 0), D(0), which need no
 /// routing; then every routed slot's gate/up items G(1) .. G(n-1), then their
 /// down items D(1) .. D(n-1) (without a shared expert: G(0) .. G(n-1), then
-/// D(0) .. D(n-1)). So all routed gate/up rows stream at once when the
-/// routing is known, and a slot's down items come after every gate/up
-/// item: they rarely wait. (The earlier order G(j+1), D(j)
+/// D(0) .. D(n-1)), then the combine items. So all routed gate/up rows stream
+/// at once when the routing is known, and a slot's down items come after
+/// every gate/up item: they rarely wait. (The earlier order G(j+1), D(j)
 /// slot by slot left the last slot's gate/up, down and combine as a tail of
 /// dependent phases: 64.0 against 61.4 µs per Kimi-Linear moe_ffn, the step
 /// 3477 against 3387 µs on the H200, docs/PERF.md.)
 /// (Not inlined: inlined, its divisions made the item loops of moe_experts
 /// and moe_ffn spill under the 64-register bound; it runs once per item.)
 __device__ __noinline__ MoeItem decodeItem(const MoeShape &sh, unsigned t) {
+  if (t >= sh.firstCombine)
+    return {MoeItem::Combine, 0, t - sh.firstCombine};
   const unsigned g0 = guItems(sh, 0);
   if (t < g0)
     return {MoeItem::GateUp, 0, t};
@@ -1006,10 +1000,8 @@ __device__ bool moeSetup(const MoeExpertsParams &p, MoeShape &sh) {
   const int64_t aStride = (p.interDim + 7) & ~int64_t(7);
   const int64_t sharedStride = (p.sharedInterDim + 7) & ~int64_t(7);
   const int64_t slots = int64_t(K) + (hasShared ? 1 : 0);
-  const int64_t downRows = kDownRows * (blockDim.x >> 5);
   if (int64_t(K) * aStride + sharedStride > kMoeActCap ||
-      slots * p.dim > kMoeYCap || slots > kMoeMaxSlots ||
-      (p.dim + downRows - 1) / downRows > kMoeMaxDownItems)
+      slots * p.dim > kMoeYCap || slots > kMoeMaxSlots)
     return false;
   if (threadIdx.x == 0) {
     sh.aStride = aStride;
@@ -1019,9 +1011,12 @@ __device__ bool moeSetup(const MoeExpertsParams &p, MoeShape &sh) {
     sh.guShared = sharedGateUpItems(p);
     sh.guRouted =
         static_cast<unsigned>((p.interDim + rowsPerItem - 1) / rowsPerItem);
+    const int64_t downRows = kDownRows * (blockDim.x >> 5);
     sh.down = static_cast<unsigned>((p.dim + downRows - 1) / downRows);
-    sh.items = sh.guShared + sh.guRouted * static_cast<unsigned>(K) +
-               sh.down * sh.slots;
+    sh.firstCombine = sh.guShared + sh.guRouted * static_cast<unsigned>(K) +
+                      sh.down * sh.slots;
+    sh.items = sh.firstCombine +
+               static_cast<unsigned>((p.dim + blockDim.x - 1) / blockDim.x);
     sh.stageX = p.dim <= kStageCap;
   }
   return true;
@@ -1038,39 +1033,12 @@ __device__ void moeStageInput(const MoeExpertsParams &p, MoeShape &sh,
   __syncthreads();
 }
 
-/// The output rows of down item `index` (kDownRows · warps of them), once
-/// every slot's y of those rows is written: a thread per row adds
-/// weights[k] · y_k in slot order, rounds, adds the shared expert's row and
-/// the residual (moeExpertsCpu's order, whichever block does it).
-__device__ __forceinline__ void
-moeCombineRows(const MoeExpertsParams &p, const MoeShape &sh, unsigned index) {
-  const int64_t rowsPerItem = kDownRows * (blockDim.x >> 5);
-  const int64_t row = int64_t(index) * rowsPerItem + threadIdx.x;
-  if (threadIdx.x >= rowsPerItem || row >= p.dim)
-    return;
-  // y was written by other blocks of this launch (and, in moe_ffn, the
-  // weights too): read via L2.
-  const float *y = gMoeY + row;
-  float acc = 0.0f;
-  for (int32_t k = 0; k < p.topK; ++k)
-    acc = __fadd_rn(acc, __fmul_rn(__ldcg(p.weights + k),
-                                   __ldcg(y + int64_t(k + sh.shared) * p.dim)));
-  float v = dev::roundBf16(acc);
-  if (sh.shared)
-    v = dev::roundBf16(__fadd_rn(v, __ldcg(y)));
-  if (p.residual)
-    v = __fadd_rn(v, dev::bf16ToF(p.residual[row]));
-  p.out[row] = dev::fToBf16(v);
-}
-
-/// Runs `moe_experts` item `ticket` (see the kernel) and returns its kind
-/// (Combine: a down item that also added up its rows). `routed`, when
-/// given, is a flag that turns 1 once the ids and weights are written
-/// (moe_ffn): routed gate/up items wait for it.
-__device__ MoeItem::Kind moeRunItem(const MoeExpertsParams &p, MoeShape &sh,
-                                    unsigned ticket, float4 *xs,
-                                    float *normParts, bool &haveX,
-                                    const unsigned *routed) {
+/// Runs `moe_experts` item `ticket` (see the kernel). `routed`, when given,
+/// is a flag that turns 1 once the ids and weights are written (moe_ffn):
+/// routed gate/up items wait for it.
+__device__ void moeRunItem(const MoeExpertsParams &p, MoeShape &sh,
+                           unsigned ticket, float4 *xs, float *normParts,
+                           bool &haveX, const unsigned *routed) {
   const MoeItem it = decodeItem(sh, ticket);
   if (it.kind == MoeItem::GateUp) {
     // x̂ first: it does not depend on the routing, so a block that waits
@@ -1083,23 +1051,30 @@ __device__ MoeItem::Kind moeRunItem(const MoeExpertsParams &p, MoeShape &sh,
       awaitCount(routed, 1u);
     moeGateUp(p, sh, it.slot, it.index, xs);
     finishItem(&gMoeSlotDone[it.slot]);
-    return MoeItem::GateUp;
+  } else if (it.kind == MoeItem::Down) {
+    awaitCount(&gMoeSlotDone[it.slot], guItems(sh, it.slot));
+    moeDown(p, sh, it.slot, it.index);
+    finishItem(&gMoeQueue.done); // the combine items wait for all of them
+  } else {
+    awaitCount(&gMoeQueue.done, sh.down * sh.slots);
+    const int64_t row = int64_t(it.index) * blockDim.x + threadIdx.x;
+    if (row < p.dim) {
+      // y was written by other blocks of this launch (and, in moe_ffn, the
+      // weights too): read via L2.
+      const float *y = gMoeY + row;
+      float acc = 0.0f;
+      for (int32_t k = 0; k < p.topK; ++k)
+        acc = __fadd_rn(acc, __fmul_rn(__ldcg(p.weights + k),
+                                       __ldcg(y + int64_t(k + sh.shared) *
+                                                      p.dim)));
+      float v = dev::roundBf16(acc);
+      if (sh.shared)
+        v = dev::roundBf16(__fadd_rn(v, __ldcg(y)));
+      if (p.residual)
+        v = __fadd_rn(v, dev::bf16ToF(p.residual[row]));
+      p.out[row] = dev::fToBf16(v);
+    }
   }
-  // The index kept in shared memory, not in a register across the W2 loop
-  // (which spills under the 64-register bound otherwise); lastToArrive's
-  // barrier publishes it.
-  if (threadIdx.x == 0)
-    sh.downIndex = it.index;
-  awaitCount(&gMoeSlotDone[it.slot], guItems(sh, it.slot));
-  moeDown(p, sh, it.slot, it.index);
-  // The last slot to write these rows adds them up at once: no barrier over
-  // every down item, so the output's first rows are written while other
-  // rows' down items still stream (a combine phase after the last down
-  // item was ~6 µs of each Kimi-Linear moe_ffn's ~50 on the H200).
-  if (!dev::lastToArrive(&gMoeDownArrived[sh.downIndex], sh.slots))
-    return MoeItem::Down;
-  moeCombineRows(p, sh, sh.downIndex);
-  return MoeItem::Combine;
 }
 
 } // namespace
@@ -1125,16 +1100,14 @@ __device__ MoeItem::Kind moeRunItem(const MoeExpertsParams &p, MoeShape &sh,
 //    j's gate/up items are counted, warp w computes 4 rows of R(W2 a_j) into
 //    module scratch y_j (the shared expert's D(0) right after its G(0), as
 //    neither waits for routing);
-//  * the combine, by the block of the last slot's down item over each
-//    range of rows to finish (an arrival counter per down index): a thread
-//    per output row adds weights[k] · y_k in slot order, rounds, adds the
-//    shared expert's row and the residual.
+//  * combine items (after every down item): a thread per output row adds
+//    weights[k] · y_k in slot order, rounds, adds the shared expert's row
+//    and the residual.
 // Every weight byte of the chosen experts is read once, by all SMs.
-// Items per slot: ceil(I / 16) gate/up + ceil(dim / 32) down (256 threads);
-// the plan's grid (4 blocks per SM) works best.
+// Items per slot: ceil(I / 16) gate/up + ceil(dim / 32) down (256 threads),
+// plus ceil(dim / 256) combine; the plan's grid (4 blocks per SM) works best.
 // Limits: topK · interDim + S <= kMoeActCap (rows padded to 8), (topK + 1)
-// · dim <= kMoeYCap, topK < kMoeMaxSlots and ceil(dim / (4 · warps)) <=
-// kMoeMaxDownItems (else out is NaN); dim <=
+// · dim <= kMoeYCap and topK < kMoeMaxSlots (else out is NaN); dim <=
 // kStageCap is staged in shared memory (a longer x̂ is formed from global
 // memory); an id outside [0, numExperts) makes its slot NaN. `out` may alias
 // `residual`, not x.
@@ -1236,15 +1209,14 @@ extern "C" __global__ void __launch_bounds__(1024)
     if (ticket >= routerItems + sh.items)
       break;
     if (ticket >= routerItems) {
-      const MoeItem::Kind kind = moeRunItem(ep, sh, ticket - routerItems, xs,
-                                            normParts, haveX, &gFfnRouted);
+      moeRunItem(ep, sh, ticket - routerItems, xs, normParts, haveX,
+                 &gFfnRouted);
 #ifdef K3C_KERNEL_TRACE
-      K3C_TRACE(kind == MoeItem::GateUp ? kTraceGateUp
-                : kind == MoeItem::Down ? kTraceDown
-                                        : kTraceCombine,
-                decodeItem(sh, ticket - routerItems).slot);
-#else
-      (void)kind;
+      const MoeItem it = decodeItem(sh, ticket - routerItems);
+      K3C_TRACE(it.kind == MoeItem::GateUp ? kTraceGateUp
+                : it.kind == MoeItem::Down ? kTraceDown
+                                           : kTraceCombine,
+                it.slot);
 #endif
       continue;
     }

@@ -288,8 +288,7 @@ K3C_HOST_DEVICE inline int64_t moeChunkScratchBytes(const MoeFfnParams &p,
 
 /// What an event of a traced moe_ffn is (TraceEvent::kind, a
 /// -DK3C_KERNEL_TRACE build: kernels/common/TraceEvent.h): a work
-/// item's kind (t0: its draw, t1: its end; kTraceCombine a down item that
-/// also added up its rows' slots), the launch start (after the
+/// item's kind (t0: its draw, t1: its end), the launch start (after the
 /// dependent-launch wait), or a phase of a router item (t1 - t0: since its
 /// draw).
 enum MoeTraceKind : uint32_t {
