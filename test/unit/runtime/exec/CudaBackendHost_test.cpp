@@ -539,6 +539,14 @@ TEST(CudaBackendHost, RealGeometryTakesTheChunkForms) {
     EXPECT_EQ(launchesOf("moe_chunk_down_narrow"),
               launchesOf("moe_chunk_gate_up_narrow"));
     EXPECT_EQ(launchesOf("moe_chunk_gate_up"), moeWide);
+    // A chunk of 12 rows (kMma16MinRows to 16): the narrow projections too.
+    const long long narrow12 =
+        launchesOf("linear_multi_rows_mma16") + launchesOf("linear_rows_mma16");
+    Expected<GenerateResult> g12 = (*s)->generate(promptOf(12, 41, 5), o);
+    ASSERT_TRUE(g12) << g12.message();
+    EXPECT_GT(launchesOf("linear_multi_rows_mma16") +
+                  launchesOf("linear_rows_mma16"),
+              narrow12);
   }
   {
     // K3C_FORMS_OFF naming the narrow projections: the clustered KDA rows
