@@ -75,9 +75,8 @@ if [ $BATCH16 = 1 ]; then
     >"$OUTDIR/kernel-linear-rows-mma.txt" 2>&1 || status=1
   echo "== kernel_bench --only linear_rows_mma"
   cat "$OUTDIR/kernel-linear-rows-mma.txt"
-  all_forms=kda_decode_rows_clustered,argmax_rows,mla_attend_clustered_batch,linear_rows_mma16,linear_multi_rows_mma16,moe_chunk_gate_up_narrow,moe_chunk_down_narrow
   b16 chunk chunk
-  b16 chunk forms-off K3C_FORMS_OFF=$all_forms
+  b16 chunk forms-off K3C_FORMS_OFF=all
   b16 chunk no-narrow K3C_FORMS_OFF=linear_rows_mma16,linear_multi_rows_mma16
   b16 chunk no-moe-narrow K3C_FORMS_OFF=moe_chunk_gate_up_narrow,moe_chunk_down_narrow
   b16 chunk moe-serial K3C_MOE_CHUNK_PLAN=serial K3C_MOE_CHUNK_ROUTE_GROUPS=1
@@ -94,7 +93,7 @@ if [ $BATCH16 = 1 ]; then
   prompts=$(mktemp)
   python3 -c 'import random; random.seed(3); print("\n".join(" ".join(str(random.randrange(1000, 100000)) for _ in range(64)) for _ in range(16)))' >"$prompts"
   for v in 0 1; do
-    off=$([ $v = 0 ] && echo "$all_forms")
+    off=$([ $v = 0 ] && echo all)
     K3C_FORMS_OFF=$off "$STAGE"/bin/k3-run "$plan" --weights synthetic:1 \
       --backend cuda --prompts "$prompts" --batch 16 --max-new 32 \
       >"$OUTDIR/b16-ids-$v.txt" 2>"$OUTDIR/b16-ids-$v.err" || status=1

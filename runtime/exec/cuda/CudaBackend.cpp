@@ -319,9 +319,9 @@ CudaBackend::bind(const PlanDoc &plan, const TensorStore &store, bool useGraph,
   const bool useMlaChunk = !(mlaChunkEnv && std::string(mlaChunkEnv) == "0");
   // The forms whose GPU tests have not run yet (kCudaGpuUntestedForms) only
   // with K3C_GPU_UNTESTED_FORMS=1 or a list of their names; otherwise the
-  // forms they would replace. K3C_FORMS_OFF=name,... leaves those optional
-  // forms (kCudaOptionalForms) for the forms they replace, to time a step
-  // without them.
+  // forms they would replace. K3C_FORMS_OFF=name,... (or all) leaves those
+  // optional forms (kCudaOptionalForms) for the forms they replace, to time a
+  // step without them.
   const char *untestedEnv = std::getenv("K3C_GPU_UNTESTED_FORMS");
   const std::string untested = untestedEnv ? untestedEnv : "";
   Expected<std::set<std::string>> untestedNamed =
@@ -332,9 +332,14 @@ CudaBackend::bind(const PlanDoc &plan, const TensorStore &store, bool useGraph,
                                   "1 for all");
   if (!untestedNamed)
     return untestedNamed.status();
-  Expected<std::set<std::string>> off = formNames(
-      "K3C_FORMS_OFF", optionalForm,
-      "a form the backend can leave (RowsForms.h kCudaOptionalForms)");
+  const char *offEnv = std::getenv("K3C_FORMS_OFF");
+  Expected<std::set<std::string>> off =
+      offEnv && std::string(offEnv) == "all"
+          ? std::set<std::string>(std::begin(kCudaOptionalForms),
+                                  std::end(kCudaOptionalForms))
+          : formNames("K3C_FORMS_OFF", optionalForm,
+                      "a form the backend can leave (RowsForms.h "
+                      "kCudaOptionalForms), or all");
   if (!off)
     return off.status();
   auto allowed = [&](const std::string &entry) {

@@ -257,15 +257,21 @@ std::optional<RowsLaunch> mlaChunkLaunch(const std::string &kernel,
   return l;
 }
 
+namespace {
+/// Whether `names` (a list of RowsForms.h) holds `entry`.
+template <typename List>
+bool listed(const List &names, const std::string &entry) {
+  return std::find(std::begin(names), std::end(names), entry) !=
+         std::end(names);
+}
+} // namespace
+
 bool optionalForm(const std::string &entry) {
-  return std::find(std::begin(kCudaOptionalForms), std::end(kCudaOptionalForms),
-                   entry) != std::end(kCudaOptionalForms);
+  return listed(kCudaOptionalForms, entry);
 }
 
 bool gpuUntested(const std::string &entry) {
-  return std::find(std::begin(kCudaGpuUntestedForms),
-                   std::end(kCudaGpuUntestedForms),
-                   entry) != std::end(kCudaGpuUntestedForms);
+  return listed(kCudaGpuUntestedForms, entry);
 }
 
 bool hasBatchForm(const std::string &kernel) {
