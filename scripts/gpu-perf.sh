@@ -77,6 +77,7 @@ if [ $BATCH16 = 1 ]; then
   cat "$OUTDIR/kernel-linear-rows-mma.txt"
   b16 chunk chunk
   b16 chunk forms-off K3C_FORMS_OFF=all
+  b16 chunk forms-on K3C_FORMS_ON=all
   b16 chunk no-narrow K3C_FORMS_OFF=linear_rows_mma16,linear_multi_rows_mma16
   b16 chunk no-moe-narrow K3C_FORMS_OFF=moe_chunk_gate_up_narrow,moe_chunk_down_narrow
   b16 chunk moe-serial K3C_MOE_CHUNK_PLAN=serial K3C_MOE_CHUNK_ROUTE_GROUPS=1

@@ -97,12 +97,16 @@ Expected<int> envInt(const char *name, int lo, int hi, int fallback) {
 
 /// Environment variable `name` as a comma-separated list of kernel entry
 /// names (empty names skipped; unset, empty or 0: none), each one that
-/// `known` accepts. Errors: a name it does not, saying it is not `what`.
+/// `known` accepts, or `all`: every name of `every`. Errors: a name `known`
+/// does not accept, saying it is not `what`.
+template <class List>
 Expected<std::set<std::string>> formNames(const char *name,
                                           bool (*known)(const std::string &),
-                                          const char *what) {
+                                          const char *what, const List &every) {
   const char *e = std::getenv(name);
   const std::string list = e ? e : "";
+  if (list == "all")
+    return std::set<std::string>(std::begin(every), std::end(every));
   std::set<std::string> names;
   for (size_t at = 0; list != "0" && at < list.size();) {
     const size_t comma = std::min(list.find(',', at), list.size());
@@ -329,21 +333,26 @@ CudaBackend::bind(const PlanDoc &plan, const TensorStore &store, bool useGraph,
                       : formNames("K3C_GPU_UNTESTED_FORMS", gpuUntested,
                                   "a form waiting for its GPU tests "
                                   "(RowsForms.h kCudaGpuUntestedForms); give "
-                                  "1 for all");
+                                  "1 for all",
+                                  kCudaGpuUntestedForms);
   if (!untestedNamed)
     return untestedNamed.status();
-  const char *offEnv = std::getenv("K3C_FORMS_OFF");
-  Expected<std::set<std::string>> off =
-      offEnv && std::string(offEnv) == "all"
-          ? std::set<std::string>(std::begin(kCudaOptionalForms),
-                                  std::end(kCudaOptionalForms))
-          : formNames("K3C_FORMS_OFF", optionalForm,
-                      "a form the backend can leave (RowsForms.h "
-                      "kCudaOptionalForms), or all");
+  Expected<std::set<std::string>> off = formNames(
+      "K3C_FORMS_OFF", optionalForm,
+      "a form the backend can leave (RowsForms.h kCudaOptionalForms), or all",
+      kCudaOptionalForms);
   if (!off)
     return off.status();
+  // The forms measured slower than those they replace only with
+  // K3C_FORMS_ON=name,... (or all).
+  Expected<std::set<std::string>> on = formNames(
+      "K3C_FORMS_ON", offByDefault,
+      "a form off by default (RowsForms.h kCudaFormsOffByDefault), or all",
+      kCudaFormsOffByDefault);
+  if (!on)
+    return on.status();
   auto allowed = [&](const std::string &entry) {
-    return !off->count(entry) &&
+    return !off->count(entry) && (!offByDefault(entry) || on->count(entry)) &&
            (untested == "1" || untestedNamed->count(entry) ||
             !gpuUntested(entry));
   };

@@ -274,6 +274,10 @@ bool gpuUntested(const std::string &entry) {
   return listed(kCudaGpuUntestedForms, entry);
 }
 
+bool offByDefault(const std::string &entry) {
+  return listed(kCudaFormsOffByDefault, entry);
+}
+
 bool hasBatchForm(const std::string &kernel) {
   return std::find(std::begin(kCudaBatchForms), std::end(kCudaBatchForms),
                    kernel) != std::end(kCudaBatchForms);

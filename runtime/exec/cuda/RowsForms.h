@@ -201,6 +201,17 @@ inline constexpr const char *kCudaOptionalForms[] = {
 /// Whether entry point `entry` is in kCudaOptionalForms.
 bool optionalForm(const std::string &entry);
 
+/// Those of kCudaOptionalForms measured slower than the forms they replace
+/// (the full Kimi-Linear geometry at batch 16 on the H200, docs/PERF.md
+/// 2026-12-05: linear_multi 48.7 against 33.9 µs a launch, the MLA batch
+/// form 119 against 94): the CUDA backend takes them only when
+/// K3C_FORMS_ON names them (or is `all`), to time them again.
+inline constexpr const char *kCudaFormsOffByDefault[] = {
+    "linear_multi_rows_mma16", "mla_attend_clustered_batch"};
+
+/// Whether entry point `entry` is in kCudaFormsOffByDefault.
+bool offByDefault(const std::string &entry);
+
 /// Those of kCudaOptionalForms written in a session whose device runs were
 /// all refused: their GPU tests have not run, so the CUDA backend takes them
 /// only with K3C_GPU_UNTESTED_FORMS=1, or a comma-separated list of their

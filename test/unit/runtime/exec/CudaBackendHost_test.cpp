@@ -500,7 +500,8 @@ TEST(CudaBackendHost, RealGeometryTakesTheChunkForms) {
                     mla = launchesOf("mla_attend_clustered_chunk"),
                     moe = launchesOf("moe_chunk_route"),
                     kdaRows = launchesOf("kda_decode_rows_clustered"),
-                    argmaxRows = launchesOf("argmax_rows");
+                    argmaxRows = launchesOf("argmax_rows"),
+                    mlaBatch = launchesOf("mla_attend_clustered_batch");
     std::vector<SequenceRequest> reqs(3);
     for (size_t i = 0; i < reqs.size(); ++i) {
       reqs[i].prompt = promptOf(40 + static_cast<int64_t>(i), 37, 11);
@@ -523,30 +524,61 @@ TEST(CudaBackendHost, RealGeometryTakesTheChunkForms) {
     // The batch's decode rows: kda_decode's clustered rows form.
     EXPECT_GT(launchesOf("kda_decode_rows_clustered"), kdaRows);
     EXPECT_GT(launchesOf("argmax_rows"), argmaxRows);
+    // Not the forms off by default (kCudaFormsOffByDefault).
+    EXPECT_EQ(launchesOf("mla_attend_clustered_batch"), mlaBatch);
     // A chunk of 16 rows: the projections' narrow tensor-core form (its
-    // split's scratch allocated and bound on the host) and the MoE's narrow
+    // split's scratch allocated and bound on the host) where one matrix is
+    // read, not where several are (off by default), and the MoE's narrow
     // tiles.
-    const long long narrow =
-        launchesOf("linear_multi_rows_mma16") + launchesOf("linear_rows_mma16");
+    const long long narrow = launchesOf("linear_rows_mma16"),
+                    narrowMulti = launchesOf("linear_multi_rows_mma16");
     const long long moeNarrow = launchesOf("moe_chunk_gate_up_narrow"),
                     moeWide = launchesOf("moe_chunk_gate_up");
     Expected<GenerateResult> g16 = (*s)->generate(promptOf(16, 53, 7), o);
     ASSERT_TRUE(g16) << g16.message();
-    EXPECT_GT(launchesOf("linear_multi_rows_mma16") +
-                  launchesOf("linear_rows_mma16"),
-              narrow);
+    EXPECT_GT(launchesOf("linear_rows_mma16"), narrow);
+    EXPECT_EQ(launchesOf("linear_multi_rows_mma16"), narrowMulti);
     EXPECT_GT(launchesOf("moe_chunk_gate_up_narrow"), moeNarrow);
     EXPECT_EQ(launchesOf("moe_chunk_down_narrow"),
               launchesOf("moe_chunk_gate_up_narrow"));
     EXPECT_EQ(launchesOf("moe_chunk_gate_up"), moeWide);
     // A chunk of 12 rows (kMma16MinRows to 16): the narrow projections too.
-    const long long narrow12 =
-        launchesOf("linear_multi_rows_mma16") + launchesOf("linear_rows_mma16");
+    const long long narrow12 = launchesOf("linear_rows_mma16");
     Expected<GenerateResult> g12 = (*s)->generate(promptOf(12, 41, 5), o);
     ASSERT_TRUE(g12) << g12.message();
-    EXPECT_GT(launchesOf("linear_multi_rows_mma16") +
-                  launchesOf("linear_rows_mma16"),
-              narrow12);
+    EXPECT_GT(launchesOf("linear_rows_mma16"), narrow12);
+  }
+  {
+    // K3C_FORMS_ON=all: the forms off by default too; a name that is not
+    // off by default is refused.
+    ::setenv("K3C_FORMS_ON", "linear_rows_mma16", 1);
+    Expected<std::unique_ptr<Session>> bad = openCuda(*p, true);
+    ASSERT_FALSE(bad);
+    EXPECT_NE(bad.message().find("K3C_FORMS_ON names 'linear_rows_mma16'"),
+              std::string::npos)
+        << bad.message();
+    ::setenv("K3C_FORMS_ON", "all", 1);
+    Expected<std::unique_ptr<Session>> s = openCuda(*p, true);
+    ::unsetenv("K3C_FORMS_ON");
+    ASSERT_TRUE(s) << s.message();
+    ASSERT_TRUE((*s)->setPrefillForm(PrefillForm::Chunk));
+    const long long mlaBatch = launchesOf("mla_attend_clustered_batch"),
+                    narrowMulti = launchesOf("linear_multi_rows_mma16");
+    std::vector<SequenceRequest> reqs(3);
+    for (size_t i = 0; i < reqs.size(); ++i) {
+      reqs[i].prompt = promptOf(20 + static_cast<int64_t>(i), 29, 3);
+      reqs[i].options.maxNew = 3;
+    }
+    Expected<BatchResult> r = (*s)->generateBatch(reqs);
+    ASSERT_TRUE(r) << r.message();
+    for (const auto &q : r->sequences)
+      EXPECT_TRUE(q) << q.message();
+    EXPECT_GT(launchesOf("mla_attend_clustered_batch"), mlaBatch);
+    GenerateOptions o;
+    o.maxNew = 2;
+    Expected<GenerateResult> g16 = (*s)->generate(promptOf(16, 53, 7), o);
+    ASSERT_TRUE(g16) << g16.message();
+    EXPECT_GT(launchesOf("linear_multi_rows_mma16"), narrowMulti);
   }
   {
     // K3C_FORMS_OFF naming the narrow projections: the clustered KDA rows
