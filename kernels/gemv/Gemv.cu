@@ -57,6 +57,14 @@ constexpr bool kStreamPrewait = K3C_TUNE_GEMV_PREWAIT != 0;
 #else
 constexpr bool kStreamPrewait = true;
 #endif
+/// Whether a normalising launch asks L1 for its norm weight before the PDL
+/// wait, so the staging after the norm factor's reduction reads it from L1
+/// (not an L2 round trip on the launch's critical path).
+#ifdef K3C_TUNE_GEMV_NORM_L1
+constexpr bool kNormL1 = K3C_TUNE_GEMV_NORM_L1 != 0;
+#else
+constexpr bool kNormL1 = true;
+#endif
 /// Whether the streamed path is used at all (0: every launch takes the
 /// general path, to measure one against the other).
 #ifdef K3C_TUNE_GEMV_STREAM
@@ -431,6 +439,8 @@ __device__ void streamRows(const Rows &rows, const uint16_t *x, int64_t k,
   uint4 cur[kStreamUnroll], nxt[kStreamUnroll];
   if (active && kStreamPrewait)
     loadBatch(cur, rowPtr(row), 0, chunks, lane);
+  if (kNormL1 && normW && threadIdx.x < 32)
+    dev::prefetchL1Warp(normW, 2 * k);
   dev::waitForPriorGrids();
   if (active && !kStreamPrewait)
     loadBatch(cur, rowPtr(row), 0, chunks, lane);
@@ -509,6 +519,8 @@ __device__ void gemvBody(const Rows &rows, const uint16_t *x, int64_t k,
   // first 4 KiB there made the Kimi-Linear-48B step slower (3410 -> 3477 µs
   // on the H200, docs/PERF.md), also when only the blocks of the first wave
   // asked (3480); the loads' own depth keeps HBM busy.
+  if (kNormL1 && normW && threadIdx.x < 32)
+    dev::prefetchL1Warp(normW, 2 * k);
   dev::waitForPriorGrids();
   const float r = normW ? rmsFactor(x, k, eps, scratch) : 0.0f;
 

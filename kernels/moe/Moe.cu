@@ -77,6 +77,13 @@ constexpr int kMoeMaxSlots = 257;
 /// (K3C_TUNE_* macros override tuning constants in a variant build of this
 /// family, measured with K3C_PTX_DIR; the shipped PTX uses the values here.)
 constexpr int64_t kHeadMxfp4 = 2048;
+/// Whether moe_experts / moe_ffn ask L1 for the norm weight before the PDL
+/// wait (stageNormed reads it right after the norm factor's reduction).
+#ifdef K3C_TUNE_MOE_NORM_L1
+constexpr bool kNormL1 = K3C_TUNE_MOE_NORM_L1 != 0;
+#else
+constexpr bool kNormL1 = true;
+#endif
 
 static_assert(kRouterCap <= kStageCap, "the router ranks in the stage area");
 
@@ -1119,8 +1126,12 @@ extern "C" __global__ void __launch_bounds__(1024)
   dev::allowDependentLaunch();
   if (blockIdx.x < sharedGateUpItems(p))
     prefetchShared(p, blockIdx.x);
-  if (p.normWeight && threadIdx.x < 32)
-    prefetchL2Warp(p.normWeight, 2 * p.dim);
+  if (p.normWeight && threadIdx.x < 32) {
+    if (kNormL1)
+      dev::prefetchL1Warp(p.normWeight, 2 * p.dim);
+    else
+      prefetchL2Warp(p.normWeight, 2 * p.dim);
+  }
   dev::waitForPriorGrids();
   if (!moeSetup(p, sh)) {
     fillNaN(p.out, p.dim);
@@ -1185,8 +1196,12 @@ extern "C" __global__ void __launch_bounds__(1024)
   } else if (blockIdx.x - routerItems < sharedGateUpItems(ep)) {
     prefetchShared(ep, blockIdx.x - routerItems);
   }
-  if (ep.normWeight && threadIdx.x < 32)
-    prefetchL2Warp(ep.normWeight, 2 * ep.dim);
+  if (ep.normWeight && threadIdx.x < 32) {
+    if (kNormL1)
+      dev::prefetchL1Warp(ep.normWeight, 2 * ep.dim);
+    else
+      prefetchL2Warp(ep.normWeight, 2 * ep.dim);
+  }
   dev::waitForPriorGrids();
   // One stage serves the router's rows and the gate/up rows: both must read
   // the same x̂ (as k3.moe_ffn binds them).
