@@ -252,27 +252,32 @@ __device__ __forceinline__ void prefetchL2Line(const void *p) {
   asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
 }
 
-/// Asks L2 for the 128-byte lines of [p, p + bytes), lane l of the warp
-/// taking lines l, l + 32, ... (a line holding any byte of the range is
-/// asked for).
-__device__ __forceinline__ void prefetchL2Warp(const void *p, int64_t bytes) {
+/// Asks L2 (or, with `L1`, this SM's L1 and L2) for the 128-byte lines of
+/// [p, p + bytes), lane l of the warp taking lines l, l + 32, ... (a line
+/// holding any byte of the range is asked for).
+template <bool L1 = false>
+__device__ __forceinline__ void prefetchWarp(const void *p, int64_t bytes) {
   const uintptr_t b = reinterpret_cast<uintptr_t>(p);
   const uintptr_t e = b + bytes;
   for (uintptr_t a = (b & ~uintptr_t(127)) + 128 * (threadIdx.x & 31); a < e;
-       a += 32 * 128)
-    prefetchL2Line(reinterpret_cast<const void *>(a));
+       a += 32 * 128) {
+    if (L1)
+      asm volatile("prefetch.global.L1 [%0];" ::"l"(a));
+    else
+      prefetchL2Line(reinterpret_cast<const void *>(a));
+  }
 }
 
-/// Asks this SM's L1 for the 128-byte lines of [p, p + bytes) (a hint, as
-/// prefetchL2Line), lane l of the calling warp taking lines l, l + 32, ...:
-/// for a small read-only vector (a norm weight) that the block reads right
-/// after a dependent round, so that read finds it in L1 instead of paying
-/// an L2 round trip.
+/// prefetchWarp into L2.
+__device__ __forceinline__ void prefetchL2Warp(const void *p, int64_t bytes) {
+  prefetchWarp<false>(p, bytes);
+}
+
+/// prefetchWarp into this SM's L1: for a small read-only vector (a norm
+/// weight) that the block reads right after a dependent round, so that read
+/// finds it in L1 instead of paying an L2 round trip.
 __device__ __forceinline__ void prefetchL1Warp(const void *p, int64_t bytes) {
-  const uintptr_t b = reinterpret_cast<uintptr_t>(p);
-  for (uintptr_t a = (b & ~uintptr_t(127)) + 128 * (threadIdx.x & 31);
-       a < b + bytes; a += 32 * 128)
-    asm volatile("prefetch.global.L1 [%0];" ::"l"(a));
+  prefetchWarp<true>(p, bytes);
 }
 
 /// Asks L2 for the 128-byte lines of [p, p + bytes), spread over the block's

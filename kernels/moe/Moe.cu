@@ -1126,12 +1126,8 @@ extern "C" __global__ void __launch_bounds__(1024)
   dev::allowDependentLaunch();
   if (blockIdx.x < sharedGateUpItems(p))
     prefetchShared(p, blockIdx.x);
-  if (p.normWeight && threadIdx.x < 32) {
-    if (kNormL1)
-      dev::prefetchL1Warp(p.normWeight, 2 * p.dim);
-    else
-      prefetchL2Warp(p.normWeight, 2 * p.dim);
-  }
+  if (p.normWeight && threadIdx.x < 32)
+    dev::prefetchWarp<kNormL1>(p.normWeight, 2 * p.dim);
   dev::waitForPriorGrids();
   if (!moeSetup(p, sh)) {
     fillNaN(p.out, p.dim);
@@ -1196,12 +1192,8 @@ extern "C" __global__ void __launch_bounds__(1024)
   } else if (blockIdx.x - routerItems < sharedGateUpItems(ep)) {
     prefetchShared(ep, blockIdx.x - routerItems);
   }
-  if (ep.normWeight && threadIdx.x < 32) {
-    if (kNormL1)
-      dev::prefetchL1Warp(ep.normWeight, 2 * ep.dim);
-    else
-      prefetchL2Warp(ep.normWeight, 2 * ep.dim);
-  }
+  if (ep.normWeight && threadIdx.x < 32)
+    dev::prefetchWarp<kNormL1>(ep.normWeight, 2 * ep.dim);
   dev::waitForPriorGrids();
   // One stage serves the router's rows and the gate/up rows: both must read
   // the same x̂ (as k3.moe_ffn binds them).

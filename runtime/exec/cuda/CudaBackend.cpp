@@ -327,14 +327,15 @@ CudaBackend::bind(const PlanDoc &plan, const TensorStore &store, bool useGraph,
   // optional forms (kCudaOptionalForms) for the forms they replace, to time a
   // step without them.
   const char *untestedEnv = std::getenv("K3C_GPU_UNTESTED_FORMS");
-  const std::string untested = untestedEnv ? untestedEnv : "";
   Expected<std::set<std::string>> untestedNamed =
-      untested == "1" ? std::set<std::string>{}
-                      : formNames("K3C_GPU_UNTESTED_FORMS", gpuUntested,
-                                  "a form waiting for its GPU tests "
-                                  "(RowsForms.h kCudaGpuUntestedForms); give "
-                                  "1 for all",
-                                  kCudaGpuUntestedForms);
+      untestedEnv && std::string(untestedEnv) == "1"
+          ? std::set<std::string>(std::begin(kCudaGpuUntestedForms),
+                                  std::end(kCudaGpuUntestedForms))
+          : formNames("K3C_GPU_UNTESTED_FORMS", gpuUntested,
+                      "a form waiting for its GPU tests "
+                      "(RowsForms.h kCudaGpuUntestedForms); give "
+                      "1 for all",
+                      kCudaGpuUntestedForms);
   if (!untestedNamed)
     return untestedNamed.status();
   Expected<std::set<std::string>> off = formNames(
@@ -353,8 +354,7 @@ CudaBackend::bind(const PlanDoc &plan, const TensorStore &store, bool useGraph,
     return on.status();
   auto allowed = [&](const std::string &entry) {
     return !off->count(entry) && (!offByDefault(entry) || on->count(entry)) &&
-           (untested == "1" || untestedNamed->count(entry) ||
-            !gpuUntested(entry));
+           (!gpuUntested(entry) || untestedNamed->count(entry));
   };
   // The MoE chunk's narrow tiles run as a pair (gate/up and down).
   if (allowed(kCudaMoeChunkNarrowKernels[0]) !=
