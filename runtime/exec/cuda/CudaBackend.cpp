@@ -96,16 +96,16 @@ Expected<int> envInt(const char *name, int lo, int hi, int fallback) {
 }
 
 /// Environment variable `name` as a comma-separated list of kernel entry
-/// names (empty names skipped; unset, empty or 0: none), each one that
-/// `known` accepts, or `all`: every name of `every`. Errors: a name `known`
-/// does not accept, saying it is not `what`.
+/// names of `every` (a list of RowsForms.h; empty names skipped; unset, empty
+/// or 0: none), or `all` (or `allAlias`): every name of it. Errors: a name
+/// not in `every`, saying it is not `what`.
 template <class List>
-Expected<std::set<std::string>> formNames(const char *name,
-                                          bool (*known)(const std::string &),
-                                          const char *what, const List &every) {
+Expected<std::set<std::string>> formNames(const char *name, const List &every,
+                                          const char *what,
+                                          const char *allAlias = "all") {
   const char *e = std::getenv(name);
   const std::string list = e ? e : "";
-  if (list == "all")
+  if (list == "all" || list == allAlias)
     return std::set<std::string>(std::begin(every), std::end(every));
   std::set<std::string> names;
   for (size_t at = 0; list != "0" && at < list.size();) {
@@ -114,7 +114,7 @@ Expected<std::set<std::string>> formNames(const char *name,
     at = comma + 1;
     if (entry.empty())
       continue; // "a,,b" or a trailing comma
-    if (!known(entry))
+    if (std::find(std::begin(every), std::end(every), entry) == std::end(every))
       return makeError(name, " names '", entry, "', which is not ", what);
     names.insert(entry);
   }
@@ -326,30 +326,23 @@ CudaBackend::bind(const PlanDoc &plan, const TensorStore &store, bool useGraph,
   // forms they would replace. K3C_FORMS_OFF=name,... (or all) leaves those
   // optional forms (kCudaOptionalForms) for the forms they replace, to time a
   // step without them.
-  const char *untestedEnv = std::getenv("K3C_GPU_UNTESTED_FORMS");
-  Expected<std::set<std::string>> untestedNamed =
-      untestedEnv && std::string(untestedEnv) == "1"
-          ? std::set<std::string>(std::begin(kCudaGpuUntestedForms),
-                                  std::end(kCudaGpuUntestedForms))
-          : formNames("K3C_GPU_UNTESTED_FORMS", gpuUntested,
-                      "a form waiting for its GPU tests "
-                      "(RowsForms.h kCudaGpuUntestedForms); give "
-                      "1 for all",
-                      kCudaGpuUntestedForms);
+  Expected<std::set<std::string>> untestedNamed = formNames(
+      "K3C_GPU_UNTESTED_FORMS", kCudaGpuUntestedForms,
+      "a form waiting for its GPU tests (RowsForms.h kCudaGpuUntestedForms); "
+      "give 1 for all",
+      /*allAlias=*/"1");
   if (!untestedNamed)
     return untestedNamed.status();
   Expected<std::set<std::string>> off = formNames(
-      "K3C_FORMS_OFF", optionalForm,
-      "a form the backend can leave (RowsForms.h kCudaOptionalForms), or all",
-      kCudaOptionalForms);
+      "K3C_FORMS_OFF", kCudaOptionalForms,
+      "a form the backend can leave (RowsForms.h kCudaOptionalForms), or all");
   if (!off)
     return off.status();
   // The forms measured slower than those they replace only with
   // K3C_FORMS_ON=name,... (or all).
   Expected<std::set<std::string>> on = formNames(
-      "K3C_FORMS_ON", offByDefault,
-      "a form off by default (RowsForms.h kCudaFormsOffByDefault), or all",
-      kCudaFormsOffByDefault);
+      "K3C_FORMS_ON", kCudaFormsOffByDefault,
+      "a form off by default (RowsForms.h kCudaFormsOffByDefault), or all");
   if (!on)
     return on.status();
   auto allowed = [&](const std::string &entry) {
