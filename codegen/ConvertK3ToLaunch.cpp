@@ -14,6 +14,7 @@
 //===----------------------------------------------------------------------===//
 #include "codegen/Codegen.h"
 
+#include "kernels/attnres/AttnResParams.h"
 #include "kernels/gemv/GemvParams.h"
 #include "kernels/mla/MlaParams.h"
 #include "runtime/plan/Plan.h"
@@ -184,9 +185,10 @@ void activationArgs(std::optional<Activation> act, std::optional<APFloat> b1,
 
 class Lowering {
 public:
-  Lowering(func::FuncOp fn, bool kdaClusters, bool mlaClusters)
+  Lowering(func::FuncOp fn, bool kdaClusters, bool mlaClusters,
+           bool attnResClusters)
       : fn_(fn), b_(fn.getContext()), kdaClusters_(kdaClusters),
-        mlaClusters_(mlaClusters) {}
+        mlaClusters_(mlaClusters), attnResClusters_(attnResClusters) {}
 
   LogicalResult run();
 
@@ -297,8 +299,8 @@ private:
 
   func::FuncOp fn_;
   OpBuilder b_;
-  /// The pass options kda-clusters and mla-clusters.
-  bool kdaClusters_, mlaClusters_;
+  /// The pass options kda-clusters, mla-clusters and attn-res-clusters.
+  bool kdaClusters_, mlaClusters_, attnResClusters_;
   Location loc_ = UnknownLoc::get(fn_.getContext());
   DenseMap<Value, Value> ptrs_;
   /// Storage of the prefixed field names (the launch op copies them).
@@ -714,14 +716,20 @@ LogicalResult Lowering::lower(Operation *op) {
                                      F("eps", o.getEps().convertToDouble())};
         if (o.getOutNorm())
           sc.push_back(F("normEps", o.getEps().convertToDouble()));
-        launch("attn_res", o,
+        // The clustered form where its limits take the op (the partial
+        // sum p is always a source); one block of attn_res otherwise.
+        const int64_t cluster =
+            attnResClusters_ ? ::k3::attnResClusterBlocks(D, o.getCount() + 1)
+                             : 0;
+        launch(cluster > 0 ? "attn_res_clustered" : "attn_res", o,
                {{"blocks", ptr(o.getBlocks())},
                 {"extra", ptr(o.getP())},
                 {"wNorm", ptr(o.getNorm())},
                 {"wProj", ptr(o.getProj())},
                 {"normWeight", opt(o.getOutNorm())},
                 {"out", out}},
-               sc, {}, 1);
+               sc, {}, cluster > 0 ? cluster : 1,
+               cluster > 0 ? ::k3::kAttnResClusterThreads : 256, cluster);
         return success();
       })
       .Case<AttnResCommitOp>([&](AttnResCommitOp o) {
@@ -922,7 +930,7 @@ struct ConvertK3ToLaunchPass
   using ConvertK3ToLaunchBase::ConvertK3ToLaunchBase;
   void runOnOperation() override {
     for (auto fn : getOperation().getOps<func::FuncOp>())
-      if (failed(Lowering(fn, kdaClusters, mlaClusters).run()))
+      if (failed(Lowering(fn, kdaClusters, mlaClusters, attnResClusters).run()))
         return signalPassFailure();
   }
 };

@@ -100,6 +100,15 @@ if [ -f "$plan" ]; then
     --prompt-ids 1,17,300,42 --max-new 4 --backend cuda --check-against cpu
 fi
 
+# The same for K3's 4-layer slice: AttnRes at K3's width on its cluster, the
+# latent MoE's MXFP4 experts, K3's MLA heads.
+plan="$STAGE/plans/k3-l4-e8-default.plan"
+if [ -f "$plan" ]; then
+  runLogged k3-l4-e8 "$OUTDIR/k3-run-check-k3-l4.log" \
+    "$STAGE"/bin/k3-run "$plan" --weights synthetic:3 \
+    --prompt-ids 1,17,300,42 --max-new 4 --backend cuda --check-against cpu
+fi
+
 if [ $SANITIZE = 1 ]; then
   echo
   for tool in memcheck racecheck; do

@@ -77,6 +77,12 @@ done
   -o "$cfg/k3l4" >/dev/null
 "$BUILD_DIR"/bin/k3c "$cfg/k3l4" --fusion=default --max-seq 2048 \
   -o "$STAGE/plans/k3-4l-e32-default.plan"
+# The same with AttnRes on one block (k3c --attn-res-clusters=false) and
+# with the max strategy (AttnRes fused with the next norm), to compare.
+"$BUILD_DIR"/bin/k3c "$cfg/k3l4" --fusion=default --max-seq 2048 \
+  --attn-res-clusters=false -o "$STAGE/plans/k3-4l-e32-default-noarcl.plan"
+"$BUILD_DIR"/bin/k3c "$cfg/k3l4" --fusion=max --max-seq 2048 \
+  -o "$STAGE/plans/k3-4l-e32-max.plan"
 "$BUILD_DIR"/bin/k3c "$cfg/kl" --fusion=default --max-seq 32800 \
   -o "$STAGE/plans/kimi-linear-48b-e32-default-32k.plan"
 # The stand-in with 16 slots (batch decode, k3-run --prompts --batch 16).
@@ -102,6 +108,13 @@ done
   --config-only -o "$cfg/kl4" >/dev/null
 "$BUILD_DIR"/bin/k3c "$cfg/kl4" --fusion=default --max-seq 8192 \
   -o "$STAGE/plans/kimi-linear-48b-l4-e8-default.plan"
+# K3's 4-layer slice with 8 experts, for the same check: AttnRes at K3's
+# width (attn_res_clustered on a cluster of 8), the latent MoE's MXFP4
+# experts and K3's 96-head MLA at their real shapes.
+"$BUILD_DIR"/bin/k3-mkmodel k3 --layers 4 --experts 8 --config-only \
+  -o "$cfg/k3l4e8" >/dev/null
+"$BUILD_DIR"/bin/k3c "$cfg/k3l4e8" --fusion=default --max-seq 512 \
+  -o "$STAGE/plans/k3-l4-e8-default.plan"
 rm -rf "$cfg"
 if [ $LAUNCH_TRACE = 1 ]; then
   for cu in kernels/*/*.cu; do

@@ -257,6 +257,226 @@ extern "C" __global__ void __launch_bounds__(512)
     attnRes<1>(p, s);
 }
 
+namespace {
+
+constexpr int kClusterSources = static_cast<int>(kAttnResClusterMaxSources);
+constexpr int kClusterBlocks = static_cast<int>(kAttnResClusterMaxBlocks);
+constexpr int kClusterWarps = static_cast<int>(kAttnResClusterThreads / 32);
+
+/// Shared memory of attn_res_clustered. `part` and `normPart` are written
+/// by every block of the cluster (row r by block r), the rest locally.
+struct AttnResClusterShared {
+  /// Per-warp partial sums: Σ V_i² then Σ V_i·wNorm·wProj per source.
+  float red[kClusterWarps][2 * kClusterSources];
+  /// Block r's sums of the same (row r), pushed by block r into every block.
+  float part[kClusterBlocks][2 * kClusterSources];
+  /// Block r's Σ R(out)² for the fused norm.
+  float normPart[kClusterBlocks];
+  float alpha[kClusterSources]; ///< the softmax weights
+};
+
+/// Whether attn_res_clustered takes `p` on this launch (the same answer in
+/// every block of a cluster: params and the launch's shape only).
+__device__ bool clusteredFits(const AttnResParams &p, unsigned blocks) {
+  const int64_t n = p.numBlocks + (p.extra ? 1 : 0);
+  bool ok = p.numBlocks >= 0 && n >= 1 && n <= kClusterSources && p.dim > 0 &&
+            p.dim % 8 == 0 && blocks <= kClusterBlocks && blockDim.y == 1 &&
+            blockDim.z == 1 && blockDim.x % 32 == 0 &&
+            (p.dim / 8 + blocks - 1) / blocks <= blockDim.x &&
+            (p.numBlocks == 0 || dev::aligned16(p.blocks)) &&
+            dev::aligned16(p.wNorm) && dev::aligned16(p.wProj) &&
+            dev::aligned16(p.out);
+  if (p.extra)
+    ok = ok && dev::aligned16(p.extra);
+  if (p.normWeight)
+    ok = ok && dev::aligned16(p.normWeight);
+  return ok;
+}
+
+} // namespace
+
+/// k3_attn_res_clustered: attn_res's result (AttnResParams; out within
+/// rounding of k3_attn_res and attnResCpu) from one thread-block cluster of
+/// C blocks, where k3_attn_res's single block walks all of D. Block r owns
+/// chunks [r·⌈D/8C⌉, (r+1)·⌈D/8C⌉) of 8 elements, one per thread: it loads
+/// its weight chunks before the dependent-launch wait and every source's
+/// chunk after it in one round, reduces Σ V_i² and Σ V_i·wNorm·wProj per
+/// source over the block, and stores those 2n sums into row r of every
+/// block's `part` (distributed shared memory). After a cluster barrier each
+/// block adds the C rows in rank order (so every block computes the same
+/// bits), takes logit_i = rsqrt(mean(V_i²) + eps) · Σ V_i·w (the CPU rounds
+/// V·rsqrt before the product: a reordering within the sums' own rounding),
+/// the softmax as attn_res, and mixes its own chunks in source order with
+/// unfused multiply-adds. The fused norm's Σ R(out)² crosses the cluster
+/// the same way (one more barrier); the normalised chunk is stored from
+/// registers. No global scratch or atomics.
+/// Grid: one cluster (codegen: C = attnResClusterBlocks(D, n), block
+/// kAttnResClusterThreads; C = 1 is a plain one-block launch); blocks of
+/// other clusters return at once.
+/// Limits: 1 <= n <= kAttnResClusterMaxSources, D % 8 == 0, ⌈D/8C⌉ <=
+/// blockDim.x, C <= kAttnResClusterMaxBlocks, a 1-D block of whole warps
+/// of at most kAttnResClusterThreads, every pointer 16-byte aligned (else
+/// out is written as NaN); out must not alias a source.
+extern "C" __global__ void __launch_bounds__(kAttnResClusterThreads)
+    k3_attn_res_clustered(const AttnResParams p) {
+  dev::allowDependentLaunch();
+  __shared__ AttnResClusterShared s;
+  const unsigned C = dev::clusterBlocks(), rank = dev::clusterRank();
+  if (blockIdx.x / C != 0) // not the first cluster: the whole cluster leaves
+    return;
+  if (!clusteredFits(p, C)) {
+    dev::waitForPriorGrids();
+    for (int64_t i = rank * blockDim.x + threadIdx.x; i < p.dim;
+         i += int64_t(C) * blockDim.x)
+      p.out[i] = dev::kBf16NaN; // an unsupported call is never silent
+    return;
+  }
+  // Every block must have started before another stores into its shared
+  // memory: arrive now, wait just before the first remote store.
+  dev::clusterArrive();
+
+  const int n = static_cast<int>(p.numBlocks) + (p.extra ? 1 : 0);
+  const int64_t D = p.dim, per = (D / 8 + C - 1) / C;
+  const int64_t c = rank * per + threadIdx.x; // this thread's chunk
+  const bool mine = threadIdx.x < per && c < D / 8;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int warps = blockDim.x >> 5;
+  const float fD = static_cast<float>(D);
+
+  // The weights depend on nothing the step writes: load them before the
+  // wait, then every source's chunk in one round.
+  Chunk<8> wn, wp, nw, v[kClusterSources];
+  if (mine) {
+    wn.loadRO(p.wNorm + c * 8);
+    wp.loadRO(p.wProj + c * 8);
+    if (p.normWeight)
+      nw.loadRO(p.normWeight + c * 8);
+  }
+  dev::waitForPriorGrids();
+#pragma unroll
+  for (int b = 0; b < kClusterSources; ++b) {
+    if (mine && b < n)
+      v[b].loadRO((b < p.numBlocks ? p.blocks + b * D : p.extra) + c * 8);
+    else
+      v[b].zero();
+  }
+
+  // 1. Per source: Σ V² and Σ V·(wNorm·wProj) over this block's chunks (the
+  // product of two bf16 is exact in fp32). Zero chunks add nothing.
+  float sums[2 * kClusterSources];
+#pragma unroll
+  for (int b = 0; b < kClusterSources; ++b) {
+    float ss = 0.0f, dot = 0.0f;
+#pragma unroll
+    for (int e = 0; e < 8; ++e) {
+      const float x = v[b].at(e);
+      ss = fmaf(x, x, ss);
+      dot = fmaf(x, wn.at(e) * wp.at(e), dot);
+    }
+    sums[b] = ss;
+    sums[kClusterSources + b] = dot;
+  }
+#pragma unroll
+  for (int k = 0; k < 2 * kClusterSources; ++k)
+    sums[k] = dev::warpSum(sums[k]);
+  if (lane == 0)
+#pragma unroll
+    for (int k = 0; k < 2 * kClusterSources; ++k)
+      s.red[warp][k] = sums[k];
+  __syncthreads();
+  dev::clusterWait();
+  // Thread k adds sum k over the warps in order and pushes it to row
+  // `rank` of every block's `part`.
+  if (threadIdx.x < 2 * kClusterSources) {
+    float t = 0.0f;
+    for (int w = 0; w < warps; ++w)
+      t += s.red[w][threadIdx.x];
+    for (unsigned r = 0; r < C; ++r)
+      dev::storeCluster(&s.part[rank][threadIdx.x], r, t);
+  }
+  dev::clusterSync();
+
+  // 2. Logits and the softmax, as attn_res's, in one thread; the rows are
+  // added in rank order, so every block gets the same α.
+  if (threadIdx.x == 0) {
+    float mx = 0.0f;
+    for (int i = 0; i < n; ++i) {
+      float ss = 0.0f, dot = 0.0f;
+      for (unsigned r = 0; r < C; ++r) {
+        ss += s.part[r][i];
+        dot += s.part[r][kClusterSources + i];
+      }
+      const float lg = dot * (1.0f / sqrtf(ss / fD + p.eps));
+      s.alpha[i] = lg;
+      mx = i == 0 ? lg : fmaxf(mx, lg);
+    }
+    float sum = 0.0f;
+    for (int i = 0; i < n; ++i) {
+      s.alpha[i] = expf(s.alpha[i] - mx);
+      sum += s.alpha[i];
+    }
+    for (int i = 0; i < n; ++i)
+      s.alpha[i] = s.alpha[i] / sum;
+  }
+  __syncthreads();
+
+  // 3. out = R(Σ_i α_i V_i), sources in order, unfused as on the CPU.
+  Chunk<8> o;
+  float ss = 0.0f;
+  {
+    float acc[8];
+#pragma unroll
+    for (int e = 0; e < 8; ++e)
+      acc[e] = 0.0f;
+#pragma unroll
+    for (int b = 0; b < kClusterSources; ++b)
+      if (b < n) {
+        const float a = s.alpha[b];
+#pragma unroll
+        for (int e = 0; e < 8; ++e)
+          acc[e] = __fadd_rn(acc[e], __fmul_rn(a, v[b].at(e)));
+      }
+#pragma unroll
+    for (int e = 0; e < 8; ++e) {
+      const uint16_t r = dev::fToBf16(acc[e]);
+      o.set(e, r);
+      const float x = dev::bf16ToF(r);
+      ss = fmaf(x, x, ss);
+    }
+  }
+  if (!p.normWeight) {
+    if (mine)
+      o.store(p.out + c * 8);
+    return; // no block reads another's shared memory after the barrier
+  }
+
+  // 4. The fused rms_norm: Σ R(out)² over the block, then over the cluster
+  // in rank order; each thread normalises the chunk it holds.
+  ss = dev::warpSum(ss);
+  if (lane == 0)
+    s.red[warp][0] = ss;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    float t = 0.0f;
+    for (int w = 0; w < warps; ++w)
+      t += s.red[w][0];
+    for (unsigned r = 0; r < C; ++r)
+      dev::storeCluster(&s.normPart[rank], r, t);
+  }
+  dev::clusterSync();
+  float total = 0.0f;
+  for (unsigned r = 0; r < C; ++r)
+    total += s.normPart[r];
+  const float rn = 1.0f / sqrtf(total / fD + p.normEps);
+  if (mine) {
+    Chunk<8> y;
+#pragma unroll
+    for (int e = 0; e < 8; ++e)
+      y.set(e, static_cast<uint16_t>(dev::rmsNormBf16(o.at(e), nw.at(e), rn)));
+    y.store(p.out + c * 8);
+  }
+}
+
 /// k3_attn_res_commit: blocks[index, :] = src, an exact bf16 copy
 /// (AttnResCommitParams). Grid: any (codegen: 1 block); threads stride over
 /// the grid in 16-byte chunks when D % 8 == 0 and both rows are aligned,

@@ -35,6 +35,34 @@ struct AttnResParams {
   float normEps = 1e-5f;                ///< eps of that RMSNorm (rms_norm_eps)
 };
 
+/// `attn_res_clustered` (the same params and math as `attn_res`) runs on one
+/// thread-block cluster: block r of C holds a slice of D, every source's
+/// chunk in registers, and the per-source sums cross the cluster through
+/// distributed shared memory. Its limits, which codegen reads to choose it:
+/// at most kAttnResClusterMaxSources sources (K3: 8 committed blocks + the
+/// partial sum), D a multiple of 8 and at most one 8-element chunk per
+/// thread: D <= 8 · kAttnResClusterThreads · kAttnResClusterMaxBlocks.
+constexpr int64_t kAttnResClusterMaxSources = 9;
+/// Threads per block of `attn_res_clustered` (its launch bounds).
+constexpr int64_t kAttnResClusterThreads = 128;
+/// The most blocks of its cluster (the portable cluster size).
+constexpr int64_t kAttnResClusterMaxBlocks = 8;
+
+/// The cluster size codegen gives `attn_res_clustered` for hidden size
+/// `dim`: the fewest blocks, a power of two, whose threads hold one chunk of
+/// 8 each (K3's 7168: 8; the tiny models' 256: 1, a plain launch); 0 where
+/// the clustered form does not take `dim` or `sources`.
+constexpr int64_t attnResClusterBlocks(int64_t dim, int64_t sources) {
+  if (dim <= 0 || dim % 8 != 0 || sources < 1 ||
+      sources > kAttnResClusterMaxSources)
+    return 0;
+  const int64_t chunks = dim / 8;
+  int64_t blocks = 1;
+  while (blocks * kAttnResClusterThreads < chunks)
+    blocks *= 2;
+  return blocks <= kAttnResClusterMaxBlocks ? blocks : 0;
+}
+
 /// `attn_res_commit`: appends a block representation to the committed list,
 /// blocks[index, :] = src (an exact bf16 copy). src may be that row itself.
 struct AttnResCommitParams {

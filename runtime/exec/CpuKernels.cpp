@@ -49,6 +49,8 @@ const Entry kEntries[] = {
     {"moe_experts", &runAs<MoeExpertsParams, moeExpertsCpu>},
     {"moe_ffn", &runAs<MoeFfnParams, moeFfnCpu>},
     {"attn_res", &runAs<AttnResParams, attnResCpu>},
+    // The clustered form computes attn_res's result (within rounding).
+    {"attn_res_clustered", &runAs<AttnResParams, attnResCpu>},
     {"attn_res_commit", &runAs<AttnResCommitParams, attnResCommitCpu>},
     {"argmax", &runAs<ArgmaxParams, argmaxCpu>},
 };

@@ -131,6 +131,9 @@ const ToleranceRow kTable[] = {
      "bf16 of the FFN output (as moe_experts')"},
     {"attn_res", "out", false, kBf16,
      "bf16 of the softmax mix of the blocks (and the folded norm)"},
+    {"attn_res_clustered", "out", false, kBf16,
+     "bf16 of the softmax mix of the blocks (and the folded norm), as "
+     "attn_res'"},
     {"attn_res_commit", "blocks", true, 0,
      "a copy of the source row into the block slot"},
     {"argmax", "outId", true, 0, "the chosen token id"},

@@ -560,6 +560,22 @@ Status checkAttnRes(const AttnResParams &p, ExtentChecker &x) {
   return x.need("out", p.dim);
 }
 
+/// The clustered form takes at most kAttnResClusterMaxSources sources and
+/// whole 8-element chunks of a D that one cluster's threads hold (its CUDA
+/// kernel writes NaN otherwise).
+Status checkAttnResClustered(const AttnResParams &p, ExtentChecker &x) {
+  const char *k = "attn_res_clustered";
+  const int64_t n = p.numBlocks + (p.extra ? 1 : 0);
+  if (n > kAttnResClusterMaxSources)
+    return makeError(k, ": takes at most ", kAttnResClusterMaxSources,
+                     " sources (numBlocks + extra), got ", n);
+  if (p.dim > 0 && attnResClusterBlocks(p.dim, 1) == 0)
+    return makeError(k, ": dim must be a multiple of 8 and at most ",
+                     8 * kAttnResClusterThreads * kAttnResClusterMaxBlocks,
+                     ", got ", p.dim);
+  return checkAttnRes(p, x);
+}
+
 Status checkAttnResCommit(const AttnResCommitParams &p, ExtentChecker &x) {
   K3_RETURN_IF_ERROR(positive("attn_res_commit", "dim", p.dim));
   K3_RETURN_IF_ERROR(nonNegative("attn_res_commit", "index", p.index));
@@ -670,6 +686,7 @@ const ScalarCondition kScalarConditions[] = {
     {"linear_multi", "normEps", KernelField::Need::IfGiven, "normWeight"},
     {"gated_mlp", "normEps", KernelField::Need::IfGiven, "normWeight"},
     {"attn_res", "normEps", KernelField::Need::IfGiven, "normWeight"},
+    {"attn_res_clustered", "normEps", KernelField::Need::IfGiven, "normWeight"},
     {"router", "normEps", KernelField::Need::IfGiven, "normWeight"},
     {"moe_experts", "normEps", KernelField::Need::IfGiven, "normWeight"},
     {"moe_experts", "sharedInterDim", KernelField::Need::IfGiven, "sharedW1"},
@@ -926,8 +943,10 @@ std::vector<KernelInfo> buildTable() {
                                   K3_FIELD(P, wProj),  K3_FIELD(P, eps),
                                   K3_FIELD(P, dim),    K3_FIELD(P, out)};
     addAttnResFusedNorm<P>(f);
-    add("attn_res", "AttnResParams", std::move(f), K3_HOLDER(P),
+    add("attn_res", "AttnResParams", f, K3_HOLDER(P),
         K3_CHECK(P, checkAttnRes));
+    add("attn_res_clustered", "AttnResParams", std::move(f), K3_HOLDER(P),
+        K3_CHECK(P, checkAttnResClustered));
   }
   {
     using P = AttnResCommitParams;

@@ -133,6 +133,13 @@ static cl::opt<bool> mlaClusters(
              "ones; Hopper; default on; =false for mla_attend alone, to "
              "compare)"),
     cl::init(true), cl::cat(k3cCat));
+static cl::opt<bool> attnResClusters(
+    "attn-res-clusters",
+    cl::desc("Mix AttnRes sources with attn_res_clustered (one cluster of up "
+             "to 8 blocks, a slice of the hidden size each) where at most 9 "
+             "sources and D <= 8192 fit it (Hopper; default on; =false for "
+             "attn_res on one block, to compare)"),
+    cl::init(true), cl::cat(k3cCat));
 static cl::opt<std::string> l2Prefetch(
     "l2-prefetch",
     cl::desc("Kernels whose launches fetch the next large weight into L2 "
@@ -443,6 +450,7 @@ int main(int argc, char **argv) {
     mlir::k3::ConvertK3ToLaunchOptions lowering;
     lowering.kdaClusters = kdaClusters;
     lowering.mlaClusters = mlaClusters;
+    lowering.attnResClusters = attnResClusters;
     pm.addPass(mlir::k3::createConvertK3ToLaunch(lowering));
     if (l2Prefetch != "none") {
       mlir::k3::K3PrefetchWeightsOptions prefetch;

@@ -1,12 +1,14 @@
 //===- attnres_cuda_test.cpp - k3_attn_res* against the CPU kernels -------===//
 //
-// k3_attn_res and k3_attn_res_commit on fresh random inputs against
-// attnResCpu / attnResCommitCpu: K3's hidden size (D = 7168) with 1 to 8
-// committed blocks plus the partial sum, with and without the fused
-// RMSNorm; the tiny model's D = 256; odd sizes and misaligned rows (the
-// scalar path); more sources than one sweep; other grids and block sizes.
-// attn_res outputs are bf16 and compared in ulps; the commit is an exact
-// copy, compared bit for bit, including the in-place case (src = the row).
+// k3_attn_res, k3_attn_res_clustered and k3_attn_res_commit on fresh
+// random inputs against attnResCpu / attnResCommitCpu: K3's hidden size
+// (D = 7168) with 1 to 8 committed blocks plus the partial sum, with and
+// without the fused RMSNorm; the tiny model's D = 256; odd sizes and
+// misaligned rows (the scalar path); more sources than one sweep; other
+// grids and block sizes; the clustered form's cluster sizes, agreement of
+// its blocks, and NaN outside its limits. attn_res outputs are bf16 and
+// compared in ulps; the commit is an exact copy, compared bit for bit,
+// including the in-place case (src = the row).
 //
 //===----------------------------------------------------------------------===//
 #include "test/unit/cuda/CudaTestUtil.h"
@@ -31,6 +33,10 @@ struct AttnResCase {
   /// Elements the device `extra` pointer is shifted by (1: misaligned, which
   /// takes the scalar path).
   int64_t extraShift = 0;
+  /// Blocks per thread-block cluster (1: none); the kernel, attn_res or
+  /// attn_res_clustered.
+  int64_t clusterX = 1;
+  const char *kernel = "attn_res";
 };
 
 void runAttnRes(const AttnResCase &c) {
@@ -80,15 +86,15 @@ void runAttnRes(const AttnResCase &c) {
   p.wProj = dWProj.get<uint16_t>();
   p.normWeight = c.norm ? dNormW.get<uint16_t>() : nullptr;
   p.out = dOut.get<uint16_t>();
-  ASSERT_TRUE(launch("attn_res", p, c.gridX, c.blockX).isOk());
+  ASSERT_TRUE(launch(c.kernel, p, c.gridX, c.blockX, 0, c.clusterX).isOk());
   std::vector<uint16_t> got = dOut.download<uint16_t>(D);
 
-  char what[160];
+  char what[200];
   std::snprintf(what, sizeof(what),
-                "attn_res D%lld blocks %lld%s%s g%lld b%lld%s", (long long)D,
-                (long long)c.numBlocks, c.extra ? " +extra" : "",
+                "%s D%lld blocks %lld%s%s g%lld b%lld c%lld%s", c.kernel,
+                (long long)D, (long long)c.numBlocks, c.extra ? " +extra" : "",
                 c.norm ? " norm" : "", (long long)c.gridX, (long long)c.blockX,
-                c.extraShift ? " shifted" : "");
+                (long long)c.clusterX, c.extraShift ? " shifted" : "");
   // The mix differs from the CPU's only where the logits' summation order
   // moves α across a rounding tie (well under 1% of the elements). The
   // fused norm adds two effects: a flipped mix element can end 2 ulps off,
@@ -142,6 +148,155 @@ TEST(AttnResCuda, AnyGridAndBlock) {
   runAttnRes({7168, 8, true, true, 2, /*blockX=*/128});
   runAttnRes({1000, 5, true, true, 1, /*blockX=*/512});
   runAttnRes({37, 3, true, true, 3, /*blockX=*/64});
+}
+
+//===----------------------------------------------------------------------===//
+// attn_res_clustered
+//===----------------------------------------------------------------------===//
+
+/// A case of the clustered form on the launch codegen gives it: one cluster
+/// of attnResClusterBlocks(D, n) blocks of kAttnResClusterThreads.
+AttnResCase clustered(int64_t dim, int64_t numBlocks, bool extra, bool norm) {
+  const int64_t cl = k3::attnResClusterBlocks(dim, numBlocks + extra);
+  EXPECT_GT(cl, 0) << "D " << dim << " sources " << numBlocks + extra;
+  AttnResCase c{dim, numBlocks, extra, norm, cl, k3::kAttnResClusterThreads};
+  c.clusterX = cl;
+  c.kernel = "attn_res_clustered";
+  return c;
+}
+
+/// K3 (D = 7168: a cluster of 8, 112 chunks a block) with 1 to 9 sources,
+/// with and without the fused norm; the tiny model's D = 256 (one block, no
+/// cluster); D = 1000 (125 chunks: one block, threads left idle), 2048 (a
+/// cluster of 2) and 8192 (the largest: every thread of 8 blocks a chunk).
+TEST(AttnResCuda, ClusteredMatchesCpu) {
+  K3_REQUIRE_GPU();
+  for (int64_t nb : {0, 1, 4, 8})
+    for (bool norm : {false, true})
+      runAttnRes(clustered(7168, nb, true, norm));
+  runAttnRes(clustered(7168, 3, /*extra=*/false, false));
+  runAttnRes(clustered(7168, 9, /*extra=*/false, true));
+  for (int64_t D : {256, 1000, 2048, 8192})
+    for (bool norm : {false, true})
+      runAttnRes(clustered(D, 5, true, norm));
+  EXPECT_EQ(k3::attnResClusterBlocks(7168, 9), 8);
+  EXPECT_EQ(k3::attnResClusterBlocks(256, 3), 1);
+  EXPECT_EQ(k3::attnResClusterBlocks(2048, 3), 2);
+}
+
+/// Extra clusters of a larger grid return at once (the first computes it
+/// all), and other shapes than codegen's: D = 2048 on a cluster of 4
+/// blocks of 64 threads.
+TEST(AttnResCuda, ClusteredOtherLaunches) {
+  K3_REQUIRE_GPU();
+  AttnResCase c = clustered(7168, 8, true, true);
+  c.gridX = 24;
+  runAttnRes(c);
+  c = clustered(2048, 4, true, true);
+  c.gridX = 4;
+  c.clusterX = 4;
+  c.blockX = 64;
+  runAttnRes(c);
+}
+
+/// Every block of the cluster mixes with the same α (the per-source sums
+/// added in rank order in each): sources, and the fused norm's weight,
+/// repeat with the period of one block's slice while wNorm / wProj do not
+/// (so every block's own share of the logits differs), and every block's
+/// slice of the output comes out the same bits. Also the same bits from a
+/// grid of one cluster and of three.
+TEST(AttnResCuda, ClusteredBlocksAgreeBitForBit) {
+  K3_REQUIRE_GPU();
+  const int64_t D = 7168, nb = 8, cl = k3::attnResClusterBlocks(D, nb + 1);
+  ASSERT_EQ(cl, 8);
+  const int64_t slice = D / cl; // 112 chunks of 8
+  Rand r(4242);
+  auto periodic = [&](float scale) {
+    std::vector<uint16_t> one = r.bf16(slice, scale), all(D);
+    for (int64_t i = 0; i < D; ++i)
+      all[i] = one[i % slice];
+    return all;
+  };
+  std::vector<uint16_t> blocks;
+  for (int64_t i = 0; i < nb; ++i) {
+    std::vector<uint16_t> row = periodic(0.05f * float(1 << i));
+    blocks.insert(blocks.end(), row.begin(), row.end());
+  }
+  std::vector<uint16_t> extra = periodic(1.5f);
+  std::vector<uint16_t> wNorm = bf16Around(r, D, 1.0f, 0.1f);
+  std::vector<uint16_t> wProj = r.bf16(D, 0.8f / std::sqrt(float(D)));
+  std::vector<uint16_t> normW(D);
+  {
+    std::vector<uint16_t> one = bf16Around(r, slice, 1.0f, 0.2f);
+    for (int64_t i = 0; i < D; ++i)
+      normW[i] = one[i % slice];
+  }
+  Dev dBlocks = Dev::of(blocks), dExtra = Dev::of(extra);
+  Dev dWNorm = Dev::of(wNorm), dWProj = Dev::of(wProj), dNormW = Dev::of(normW);
+  std::vector<uint16_t> first;
+  for (bool norm : {false, true})
+    for (int64_t grid : {cl, 3 * cl}) {
+      Dev dOut = Dev::poisoned<uint16_t>(D);
+      k3::AttnResParams p;
+      p.blocks = dBlocks.get<uint16_t>();
+      p.numBlocks = nb;
+      p.extra = dExtra.get<uint16_t>();
+      p.wNorm = dWNorm.get<uint16_t>();
+      p.wProj = dWProj.get<uint16_t>();
+      p.dim = D;
+      p.normWeight = norm ? dNormW.get<uint16_t>() : nullptr;
+      p.out = dOut.get<uint16_t>();
+      ASSERT_TRUE(launch("attn_res_clustered", p, grid,
+                         k3::kAttnResClusterThreads, 0, cl)
+                      .isOk());
+      std::vector<uint16_t> got = dOut.download<uint16_t>(D);
+      for (int64_t b = 1; b < cl; ++b)
+        EXPECT_TRUE(std::equal(got.begin(), got.begin() + slice,
+                               got.begin() + b * slice))
+            << "block " << b << "'s slice differs from block 0's"
+            << (norm ? " (norm)" : "") << " grid " << grid;
+      if (grid == cl)
+        first = got;
+      else
+        EXPECT_EQ(got, first) << "grid " << grid << (norm ? " (norm)" : "");
+    }
+}
+
+/// Outside its limits the clustered form writes NaN over all of out: 10
+/// sources, a D not of whole chunks, more chunks than the cluster's
+/// threads (K3's D on a cluster of 4 blocks of 128), a misaligned source.
+TEST(AttnResCuda, ClusteredOutsideItsLimitsIsNaN) {
+  K3_REQUIRE_GPU();
+  struct Bad {
+    int64_t dim, numBlocks, clusterX, extraShift;
+    const char *why;
+  };
+  for (const Bad &b :
+       {Bad{7168, 9, 8, 0, "10 sources"}, Bad{1004, 2, 1, 0, "D % 8 != 0"},
+        Bad{7168, 2, 4, 0, "224 chunks a block of 128"},
+        Bad{7168, 2, 8, 1, "a misaligned partial sum"}}) {
+    const int64_t D = b.dim;
+    Rand r(static_cast<uint64_t>(D + b.numBlocks));
+    std::vector<uint16_t> blocks = r.bf16(b.numBlocks * D, 1.0f);
+    std::vector<uint16_t> extra = r.bf16(D + b.extraShift, 1.0f);
+    std::vector<uint16_t> w = bf16Around(r, D, 1.0f, 0.1f);
+    Dev dBlocks = Dev::of(blocks), dExtra = Dev::of(extra), dW = Dev::of(w);
+    Dev dOut = Dev::of(r.bf16(D, 1.0f)); // finite: NaN must be written
+    k3::AttnResParams p;
+    p.blocks = dBlocks.get<uint16_t>();
+    p.numBlocks = b.numBlocks;
+    p.extra = dExtra.get<uint16_t>() + b.extraShift;
+    p.wNorm = dW.get<uint16_t>();
+    p.wProj = dW.get<uint16_t>();
+    p.dim = D;
+    p.out = dOut.get<uint16_t>();
+    ASSERT_TRUE(launch("attn_res_clustered", p, b.clusterX,
+                       k3::kAttnResClusterThreads, 0, b.clusterX)
+                    .isOk());
+    std::vector<uint16_t> got = dOut.download<uint16_t>(D);
+    for (int64_t i = 0; i < D; ++i)
+      ASSERT_EQ(got[i], 0x7fc0) << b.why << ": out[" << i << "]";
+  }
 }
 
 //===----------------------------------------------------------------------===//
