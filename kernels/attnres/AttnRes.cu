@@ -345,7 +345,12 @@ extern "C" __global__ void __launch_bounds__(kAttnResClusterThreads)
 
   // The weights depend on nothing the step writes: load them before the
   // wait, then every source's chunk in one round.
+  // Threads past the slice hold zeros (0 · w must not meet uninitialised
+  // registers: 0 · NaN is NaN).
   Chunk<8> wn, wp, nw, v[kClusterSources];
+  wn.zero();
+  wp.zero();
+  nw.zero();
   if (mine) {
     wn.loadRO(p.wNorm + c * 8);
     wp.loadRO(p.wProj + c * 8);
