@@ -7,6 +7,7 @@
 // failure or a hang. Run under ASan/UBSan by `make test-sanitize`.
 //
 //===----------------------------------------------------------------------===//
+#include "kernels/attnres/AttnResParams.h"
 #include "kernels/common/BF16.h"
 #include "kernels/mla/MlaParams.h"
 #include "kernels/moe/MoeCpu.h"
@@ -357,6 +358,28 @@ TEST(BadPlan, MlaAttendHandover) {
   EXPECT_ERROR_CONTAINS(loadAndBind(p),
                         "mla_attend_clustered: handover must be at most 4096 "
                         "(the clustered form's rows), got 4097");
+}
+
+/// attn_res_clustered's limits (AttnResParams.h): at most 9 sources, a
+/// hidden size of whole 8-element chunks that one cluster's threads hold;
+/// the plan is refused naming the launch, not left to the kernel's NaN.
+TEST(BadPlan, AttnResClusteredLimits) {
+  K3C_SKIP_WITHOUT_COMPILER();
+  PlanDoc p = tinyPlan();
+  PlanLaunch &l = launchOf(p, "attn_res_clustered");
+  EXPECT_TRUE(loadAndBind(p).isOk());
+  l.arg("numBlocks", PlanArg::integer(k3::kAttnResClusterMaxSources));
+  EXPECT_ERROR_CONTAINS(loadAndBind(p),
+                        "attn_res_clustered: takes at most 9 sources "
+                        "(numBlocks + extra), got 10");
+  p = tinyPlan();
+  launchOf(p, "attn_res_clustered").arg("dim", PlanArg::integer(252));
+  EXPECT_ERROR_CONTAINS(loadAndBind(p), "attn_res_clustered: dim must be a "
+                                        "multiple of 8 and at most 8192, "
+                                        "got 252");
+  p = tinyPlan();
+  launchOf(p, "attn_res_clustered").arg("dim", PlanArg::integer(8200));
+  EXPECT_ERROR_CONTAINS(loadAndBind(p), "at most 8192, got 8200");
 }
 
 /// An L2 prefetch hint (k3-prefetch-weights): any whole 16-byte pieces of a
