@@ -64,6 +64,21 @@ __device__ __forceinline__ void blockSumSweep(float (&v)[kSweep],
   __syncthreads();
 }
 
+/// α = softmax(a[0, n)) in place, exactly as attnResCpu: the max, exp, a
+/// sequential sum in source order, a division (n is small: one thread).
+__device__ void softmaxInPlace(float *a, int n) {
+  float mx = a[0];
+  for (int i = 1; i < n; ++i)
+    mx = fmaxf(mx, a[i]);
+  float sum = 0.0f;
+  for (int i = 0; i < n; ++i) {
+    a[i] = expf(a[i] - mx);
+    sum += a[i];
+  }
+  for (int i = 0; i < n; ++i)
+    a[i] = a[i] / sum;
+}
+
 template <int W>
 __device__ void attnRes(const AttnResParams &p, AttnResShared &s) {
   const int64_t D = p.dim, C = D / W;
@@ -145,18 +160,8 @@ __device__ void attnRes(const AttnResParams &p, AttnResShared &s) {
 
   // 3. α = softmax(logit) exactly as the CPU: max, exp, a sequential sum in
   // source order, a division (n is small: one thread).
-  if (tid == 0) {
-    float mx = s.alpha[0];
-    for (int i = 1; i < n; ++i)
-      mx = fmaxf(mx, s.alpha[i]);
-    float sum = 0.0f;
-    for (int i = 0; i < n; ++i) {
-      s.alpha[i] = expf(s.alpha[i] - mx);
-      sum += s.alpha[i];
-    }
-    for (int i = 0; i < n; ++i)
-      s.alpha[i] = s.alpha[i] / sum;
-  }
+  if (tid == 0)
+    softmaxInPlace(s.alpha, n);
   __syncthreads();
 
   // 4. out = R(Σ_i α_i V_i), sources in order, unfused multiply-add as on
@@ -404,24 +409,15 @@ extern "C" __global__ void __launch_bounds__(kAttnResClusterThreads)
   // 2. Logits and the softmax, as attn_res's, in one thread; the rows are
   // added in rank order, so every block gets the same α.
   if (threadIdx.x == 0) {
-    float mx = 0.0f;
     for (int i = 0; i < n; ++i) {
       float ss = 0.0f, dot = 0.0f;
       for (unsigned r = 0; r < C; ++r) {
         ss += s.part[r][i];
         dot += s.part[r][kClusterSources + i];
       }
-      const float lg = dot * (1.0f / sqrtf(ss / fD + p.eps));
-      s.alpha[i] = lg;
-      mx = i == 0 ? lg : fmaxf(mx, lg);
+      s.alpha[i] = dot * (1.0f / sqrtf(ss / fD + p.eps));
     }
-    float sum = 0.0f;
-    for (int i = 0; i < n; ++i) {
-      s.alpha[i] = expf(s.alpha[i] - mx);
-      sum += s.alpha[i];
-    }
-    for (int i = 0; i < n; ++i)
-      s.alpha[i] = s.alpha[i] / sum;
+    softmaxInPlace(s.alpha, n);
   }
   __syncthreads();
 
