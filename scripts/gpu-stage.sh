@@ -77,12 +77,13 @@ done
   -o "$cfg/k3l4" >/dev/null
 "$BUILD_DIR"/bin/k3c "$cfg/k3l4" --fusion=default --max-seq 2048 \
   -o "$STAGE/plans/k3-4l-e32-default.plan"
-# The same with AttnRes on one block (k3c --attn-res-clusters=false) and
-# with the max strategy (AttnRes fused with the next norm), to compare.
+# The same with AttnRes on one cluster (k3c --attn-res-clusters, off by
+# default until a GPU has run its tests), and with the max strategy (AttnRes
+# fused with the next norm) on the cluster, to compare.
 "$BUILD_DIR"/bin/k3c "$cfg/k3l4" --fusion=default --max-seq 2048 \
-  --attn-res-clusters=false -o "$STAGE/plans/k3-4l-e32-default-noarcl.plan"
+  --attn-res-clusters -o "$STAGE/plans/k3-4l-e32-default-arcl.plan"
 "$BUILD_DIR"/bin/k3c "$cfg/k3l4" --fusion=max --max-seq 2048 \
-  -o "$STAGE/plans/k3-4l-e32-max.plan"
+  --attn-res-clusters -o "$STAGE/plans/k3-4l-e32-max-arcl.plan"
 "$BUILD_DIR"/bin/k3c "$cfg/kl" --fusion=default --max-seq 32800 \
   -o "$STAGE/plans/kimi-linear-48b-e32-default-32k.plan"
 # The stand-in with 16 slots (batch decode, k3-run --prompts --batch 16).
@@ -114,7 +115,7 @@ done
 "$BUILD_DIR"/bin/k3-mkmodel k3 --layers 4 --experts 8 --config-only \
   -o "$cfg/k3l4e8" >/dev/null
 "$BUILD_DIR"/bin/k3c "$cfg/k3l4e8" --fusion=default --max-seq 512 \
-  -o "$STAGE/plans/k3-l4-e8-default.plan"
+  --attn-res-clusters -o "$STAGE/plans/k3-l4-e8-default.plan"
 rm -rf "$cfg"
 if [ $LAUNCH_TRACE = 1 ]; then
   for cu in kernels/*/*.cu; do

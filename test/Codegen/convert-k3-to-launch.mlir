@@ -239,10 +239,10 @@ func.func @kda_fine(%tok: i32, %pos: index) -> tensor<16xf32> {
 // CHECK: k3l.launch "gated_mlp"
 // CHECK-SAME: arg_names = ["x", "normWeight", "w1", "w3", "w2", "residual", "out"]
 // CHECK-SAME: scalars = {activation = 0 : i64, beta1 = 3.000000e+00 : f64, hasBeta2 = 0 : i64, inDim = 8 : i64, interDim = 32 : i64, normEps = 9.9999999999999995E-7 : f64, outDim = 8 : i64}
-// CHECK: k3l.launch "attn_res_clustered"
+// CHECK: k3l.launch "attn_res"
 // CHECK-SAME: arg_names = ["blocks", "extra", "wNorm", "wProj", "out"]
 // CHECK-SAME: scalars = {dim = 8 : i64, eps = 2.000000e-05 : f64, numBlocks = 2 : i64}
-// CHECK: k3l.launch "attn_res_clustered"
+// CHECK: k3l.launch "attn_res"
 // CHECK-SAME: arg_names = ["blocks", "extra", "wNorm", "wProj", "normWeight", "out"]
 // CHECK-SAME: scalars = {dim = 8 : i64, eps = 9.9999999999999995E-7 : f64, normEps = 9.9999999999999995E-7 : f64, numBlocks = 3 : i64}
 // CHECK: k3l.logits

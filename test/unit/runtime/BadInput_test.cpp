@@ -365,19 +365,26 @@ TEST(BadPlan, MlaAttendHandover) {
 /// the plan is refused naming the launch, not left to the kernel's NaN.
 TEST(BadPlan, AttnResClusteredLimits) {
   K3C_SKIP_WITHOUT_COMPILER();
-  PlanDoc p = tinyPlan();
-  PlanLaunch &l = launchOf(p, "attn_res_clustered");
+  // The tiny plan's first attn_res launch, as the clustered form (the same
+  // params; its PTX module is the same file's).
+  auto clusteredPlan = [] {
+    PlanDoc p = tinyPlan();
+    launchOf(p, "attn_res").kernel = "attn_res_clustered";
+    return p;
+  };
+  PlanDoc p = clusteredPlan();
   EXPECT_TRUE(loadAndBind(p).isOk());
-  l.arg("numBlocks", PlanArg::integer(k3::kAttnResClusterMaxSources));
+  launchOf(p, "attn_res_clustered")
+      .arg("numBlocks", PlanArg::integer(k3::kAttnResClusterMaxSources));
   EXPECT_ERROR_CONTAINS(loadAndBind(p),
                         "attn_res_clustered: takes at most 9 sources "
                         "(numBlocks + extra), got 10");
-  p = tinyPlan();
+  p = clusteredPlan();
   launchOf(p, "attn_res_clustered").arg("dim", PlanArg::integer(252));
   EXPECT_ERROR_CONTAINS(loadAndBind(p), "attn_res_clustered: dim must be a "
                                         "multiple of 8 and at most 8192, "
                                         "got 252");
-  p = tinyPlan();
+  p = clusteredPlan();
   launchOf(p, "attn_res_clustered").arg("dim", PlanArg::integer(8200));
   EXPECT_ERROR_CONTAINS(loadAndBind(p), "at most 8192, got 8200");
 }
