@@ -721,15 +721,17 @@ LogicalResult Lowering::lower(Operation *op) {
         const int64_t cluster =
             attnResClusters_ ? ::k3::attnResClusterBlocks(D, o.getCount() + 1)
                              : 0;
-        launch(cluster > 0 ? "attn_res_clustered" : "attn_res", o,
+        const bool clustered = cluster > 0;
+        launch(clustered ? "attn_res_clustered" : "attn_res", o,
                {{"blocks", ptr(o.getBlocks())},
                 {"extra", ptr(o.getP())},
                 {"wNorm", ptr(o.getNorm())},
                 {"wProj", ptr(o.getProj())},
                 {"normWeight", opt(o.getOutNorm())},
                 {"out", out}},
-               sc, {}, cluster > 0 ? cluster : 1,
-               cluster > 0 ? ::k3::kAttnResClusterThreads : 256, cluster);
+               sc, {}, clustered ? cluster : 1,
+               clustered ? ::k3::kAttnResClusterThreads : 256,
+               clustered ? cluster : 1);
         return success();
       })
       .Case<AttnResCommitOp>([&](AttnResCommitOp o) {

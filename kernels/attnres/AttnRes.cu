@@ -224,6 +224,14 @@ __device__ void attnRes(const AttnResParams &p, AttnResShared &s) {
 
 using dev::aligned16;
 
+/// Whether every row `p` names (a null optional one aside) starts on 16
+/// bytes: with D % 8 == 0, then, every 8-element chunk is one 16-byte load.
+__device__ bool chunksAligned(const AttnResParams &p) {
+  return aligned16(p.blocks) && aligned16(p.wNorm) && aligned16(p.wProj) &&
+         aligned16(p.out) && (!p.extra || aligned16(p.extra)) &&
+         (!p.normWeight || aligned16(p.normWeight));
+}
+
 } // namespace
 
 /// k3_attn_res: out = R(Σ_i α_i V_i) over the first numBlocks rows of
@@ -250,13 +258,7 @@ extern "C" __global__ void __launch_bounds__(512)
       p.out[i] = dev::kBf16NaN; // an unsupported call is never silent
     return;
   }
-  bool vec = p.dim % 8 == 0 && aligned16(p.blocks) && aligned16(p.wNorm) &&
-             aligned16(p.wProj) && aligned16(p.out);
-  if (p.extra)
-    vec = vec && aligned16(p.extra);
-  if (p.normWeight)
-    vec = vec && aligned16(p.normWeight);
-  if (vec)
+  if (p.dim % 8 == 0 && chunksAligned(p))
     attnRes<8>(p, s);
   else
     attnRes<1>(p, s);
@@ -284,18 +286,10 @@ struct AttnResClusterShared {
 /// every block of a cluster: params and the launch's shape only).
 __device__ bool clusteredFits(const AttnResParams &p, unsigned blocks) {
   const int64_t n = p.numBlocks + (p.extra ? 1 : 0);
-  bool ok = p.numBlocks >= 0 && n >= 1 && n <= kClusterSources && p.dim > 0 &&
-            p.dim % 8 == 0 && blocks <= kClusterBlocks && blockDim.y == 1 &&
-            blockDim.z == 1 && blockDim.x % 32 == 0 &&
-            (p.dim / 8 + blocks - 1) / blocks <= blockDim.x &&
-            (p.numBlocks == 0 || dev::aligned16(p.blocks)) &&
-            dev::aligned16(p.wNorm) && dev::aligned16(p.wProj) &&
-            dev::aligned16(p.out);
-  if (p.extra)
-    ok = ok && dev::aligned16(p.extra);
-  if (p.normWeight)
-    ok = ok && dev::aligned16(p.normWeight);
-  return ok;
+  return p.numBlocks >= 0 && n >= 1 && n <= kClusterSources && p.dim > 0 &&
+         p.dim % 8 == 0 && blocks <= kClusterBlocks && blockDim.y == 1 &&
+         blockDim.z == 1 && blockDim.x % 32 == 0 &&
+         (p.dim / 8 + blocks - 1) / blocks <= blockDim.x && chunksAligned(p);
 }
 
 } // namespace
