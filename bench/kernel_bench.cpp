@@ -552,6 +552,11 @@ void benchMoe(std::vector<Result> &out) {
   if (timeKernel("moe_experts", std::vector<MoeExpertsParams>{p}, 4 * 132,
                  us)) // the plan's grid: four blocks per SM
     out.push_back({"moe_experts 16 x MXFP4 3584x3072", us, TopK * perExpert});
+  // The same launch on the tensor cores (k3c --moe-mxfp4-mma).
+  if (timeKernel("moe_experts_mxfp4", std::vector<MoeExpertsParams>{p}, 4 * 132,
+                 us))
+    out.push_back(
+        {"moe_experts_mxfp4 16 x MXFP4 3584x3072", us, TopK * perExpert});
 }
 
 /// A Kimi-Linear-48B MoE layer (K3.md §10's kimi_linear): 256 bf16 experts of

@@ -17,6 +17,7 @@
 #include "kernels/attnres/AttnResParams.h"
 #include "kernels/gemv/GemvParams.h"
 #include "kernels/mla/MlaParams.h"
+#include "kernels/moe/MoeParams.h"
 #include "runtime/plan/Plan.h"
 
 #include "mlir/IR/PatternMatch.h"
@@ -186,9 +187,10 @@ void activationArgs(std::optional<Activation> act, std::optional<APFloat> b1,
 class Lowering {
 public:
   Lowering(func::FuncOp fn, bool kdaClusters, bool mlaClusters,
-           bool attnResClusters)
+           bool attnResClusters, bool moeMxfp4Mma)
       : fn_(fn), b_(fn.getContext()), kdaClusters_(kdaClusters),
-        mlaClusters_(mlaClusters), attnResClusters_(attnResClusters) {}
+        mlaClusters_(mlaClusters), attnResClusters_(attnResClusters),
+        moeMxfp4Mma_(moeMxfp4Mma) {}
 
   LogicalResult run();
 
@@ -299,8 +301,14 @@ private:
 
   func::FuncOp fn_;
   OpBuilder b_;
-  /// The pass options kda-clusters, mla-clusters and attn-res-clusters.
-  bool kdaClusters_, mlaClusters_, attnResClusters_;
+  /// The kernel of a routed-expert mix (no norm, no shared expert) on
+  /// these tables: moe_experts_mxfp4 where moe-mxfp4-mma is on, the tables
+  /// are MXFP4 and their sizes fit it; moe_experts otherwise.
+  StringRef expertsKernel(Value w1, Value w3, Value w2) const;
+
+  /// The pass options kda-clusters, mla-clusters, attn-res-clusters and
+  /// moe-mxfp4-mma.
+  bool kdaClusters_, mlaClusters_, attnResClusters_, moeMxfp4Mma_;
   Location loc_ = UnknownLoc::get(fn_.getContext());
   DenseMap<Value, Value> ptrs_;
   /// Storage of the prefixed field names (the launch op copies them).
@@ -505,6 +513,16 @@ Lowering::expertsArgs(Operation *op, Value x, FoldedNorm norm, Value ids,
   return a;
 }
 
+StringRef Lowering::expertsKernel(Value w1, Value w3, Value w2) const {
+  const bool mxfp4 = isa<Mxfp4Type>(w1.getType()) &&
+                     isa<Mxfp4Type>(w3.getType()) &&
+                     isa<Mxfp4Type>(w2.getType());
+  if (moeMxfp4Mma_ && mxfp4 &&
+      ::k3::moeExpertsMxfp4Fits(dimOf(w1, 2), dimOf(w1, 1), false, false))
+    return "moe_experts_mxfp4";
+  return "moe_experts";
+}
+
 void Lowering::appendPrefixed(StringRef prefix, const LaunchArgs &args,
                               LaunchArgs &out) {
   for (PtrArg p : args.ptrs) {
@@ -706,7 +724,8 @@ LogicalResult Lowering::lower(Operation *op) {
                                    o.getW1(), o.getW3(), o.getW2(), {}, out,
                                    o.getAct(), o.getSituBeta(),
                                    o.getSituLinearBeta());
-        launch("moe_experts", o, a.ptrs, a.scalars, {}, kWorkQueueGrid);
+        launch(expertsKernel(o.getW1(), o.getW3(), o.getW2()), o, a.ptrs,
+               a.scalars, {}, kWorkQueueGrid);
         return success();
       })
       .Case<AttnResOp>([&](AttnResOp o) {
@@ -819,7 +838,8 @@ LogicalResult Lowering::lower(Operation *op) {
         LaunchArgs e = expertsArgs(o, o.getZ(), {}, ids, wts, K, o.getW1(),
                                    o.getW3(), o.getW2(), {}, mix, o.getAct(),
                                    o.getSituBeta(), o.getSituLinearBeta());
-        launch("moe_experts", o, e.ptrs, e.scalars, {}, kWorkQueueGrid);
+        launch(expertsKernel(o.getW1(), o.getW3(), o.getW2()), o, e.ptrs,
+               e.scalars, {}, kWorkQueueGrid);
         if (o.getNorm()) {
           Value out = alloc(o.getResult(), "routed_experts");
           launch("rms_norm", o,
@@ -932,7 +952,9 @@ struct ConvertK3ToLaunchPass
   using ConvertK3ToLaunchBase::ConvertK3ToLaunchBase;
   void runOnOperation() override {
     for (auto fn : getOperation().getOps<func::FuncOp>())
-      if (failed(Lowering(fn, kdaClusters, mlaClusters, attnResClusters).run()))
+      if (failed(Lowering(fn, kdaClusters, mlaClusters, attnResClusters,
+                          moeMxfp4Mma)
+                     .run()))
         return signalPassFailure();
   }
 };

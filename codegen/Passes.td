@@ -42,6 +42,12 @@ def ConvertK3ToLaunch : Pass<"convert-k3-to-launch", "::mlir::ModuleOp"> {
     threads need for a chunk each; one block, unclustered, for a small D),
     block r a slice of D, the per-source sums added over the cluster
     through distributed shared memory (kernels/attnres/AttnRes.cu).
+    With `moe-mxfp4-mma` (off by default until its GPU tests have run:
+    docs/PERF.md, thirtieth session), a routed-expert mix without a norm or
+    a shared expert whose tables are MXFP4 of sizes that fit (dim and
+    interDim multiples of 512 up to 4096: K3's latent experts) launches
+    `moe_experts_mxfp4`: the experts' rows stream through a shared-memory
+    ring by cp.async into fp16 tensor-core products (kernels/moe/Moe.cu).
   }];
   let dependentDialects = ["::mlir::k3l::K3LDialect"];
   let options = [
@@ -60,6 +66,11 @@ def ConvertK3ToLaunch : Pass<"convert-k3-to-launch", "::mlir::ModuleOp"> {
            "to 8 blocks, a slice of D each) where at most 9 sources and "
            "D <= 8192 fit it (default false: attn_res, one block; "
            "not yet run on a GPU)">,
+    Option<"moeMxfp4Mma", "moe-mxfp4-mma", "bool", /*default=*/"false",
+           "Run routed MXFP4 experts of sizes that fit with "
+           "moe_experts_mxfp4 (their rows on the tensor cores through a "
+           "shared-memory ring; default false: moe_experts on the CUDA "
+           "cores; not yet run on a GPU)">,
   ];
 }
 

@@ -84,6 +84,13 @@ done
   --attn-res-clusters -o "$STAGE/plans/k3-4l-e32-default-arcl.plan"
 "$BUILD_DIR"/bin/k3c "$cfg/k3l4" --fusion=max --max-seq 2048 \
   --attn-res-clusters -o "$STAGE/plans/k3-4l-e32-max-arcl.plan"
+# The MXFP4 experts on the tensor cores (k3c --moe-mxfp4-mma, off by
+# default until a GPU has run its tests), alone and with the AttnRes cluster.
+"$BUILD_DIR"/bin/k3c "$cfg/k3l4" --fusion=default --max-seq 2048 \
+  --moe-mxfp4-mma -o "$STAGE/plans/k3-4l-e32-default-mx.plan"
+"$BUILD_DIR"/bin/k3c "$cfg/k3l4" --fusion=default --max-seq 2048 \
+  --attn-res-clusters --moe-mxfp4-mma \
+  -o "$STAGE/plans/k3-4l-e32-default-arcl-mx.plan"
 "$BUILD_DIR"/bin/k3c "$cfg/kl" --fusion=default --max-seq 32800 \
   -o "$STAGE/plans/kimi-linear-48b-e32-default-32k.plan"
 # The stand-in with 16 slots (batch decode, k3-run --prompts --batch 16).
@@ -111,11 +118,12 @@ done
   -o "$STAGE/plans/kimi-linear-48b-l4-e8-default.plan"
 # K3's 4-layer slice with 8 experts, for the same check: AttnRes at K3's
 # width (attn_res_clustered on a cluster of 8), the latent MoE's MXFP4
-# experts and K3's 96-head MLA at their real shapes.
+# experts (moe_experts_mxfp4) and K3's 96-head MLA at their real shapes.
 "$BUILD_DIR"/bin/k3-mkmodel k3 --layers 4 --experts 8 --config-only \
   -o "$cfg/k3l4e8" >/dev/null
 "$BUILD_DIR"/bin/k3c "$cfg/k3l4e8" --fusion=default --max-seq 512 \
-  --attn-res-clusters -o "$STAGE/plans/k3-l4-e8-default.plan"
+  --attn-res-clusters --moe-mxfp4-mma \
+  -o "$STAGE/plans/k3-l4-e8-default.plan"
 rm -rf "$cfg"
 if [ $LAUNCH_TRACE = 1 ]; then
   for cu in kernels/*/*.cu; do

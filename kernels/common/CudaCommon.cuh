@@ -575,6 +575,16 @@ __device__ __forceinline__ void mmaBf16K16(float (&c)[4], const uint32_t (&a)[4]
                : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0),
                  "r"(b1));
 }
+/// c += A·B over k = 16 with fp16 inputs (same fragments, fp32
+/// accumulation).
+__device__ __forceinline__ void mmaF16K16(float (&c)[4], const uint32_t (&a)[4],
+                                          uint32_t b0, uint32_t b1) {
+  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
+               "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+               "{%0, %1, %2, %3};"
+               : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
 /// c += A·B over k = 8: A a0 (row g, k 2t..2t+1), a1 (row g + 8), B b0.
 __device__ __forceinline__ void mmaBf16K8(float (&c)[4], uint32_t a0,
                                           uint32_t a1, uint32_t b0) {
@@ -590,6 +600,13 @@ __device__ __forceinline__ uint32_t transpose8x8(uint32_t w) {
   asm volatile("movmatrix.sync.aligned.m8n8.trans.b16 %0, %1;"
                : "=r"(r)
                : "r"(w));
+  return r;
+}
+/// Two floats as a word of two fp16 (x in the low half), each rounded to
+/// nearest even.
+__device__ __forceinline__ uint32_t packHalf2(float x, float y) {
+  uint32_t r;
+  asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(y), "f"(x));
   return r;
 }
 /// Two floats as a word of two bf16 (x in the low half), each rounded to

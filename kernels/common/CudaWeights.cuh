@@ -134,6 +134,20 @@ __device__ __forceinline__ float2 halfPair(uint32_t h) {
   return f;
 }
 
+/// The 8 E2M1 codes of `w` (code j in bits 4j..4j+3: byte i holds columns
+/// 2i (low nibble) and 2i + 1) as fp16 pairs, each code c exactly c · 2^-14
+/// (mxfp4Dot8 says how): h[0] columns (0, 2), h[1] (4, 6), h[2] (1, 3), h[3]
+/// (5, 7), the first of each pair in the low half.
+__device__ __forceinline__ void mxfp4Halves(uint32_t w, uint32_t (&h)[4]) {
+  const uint32_t odd = (w & 0x80808080u) | ((w >> 3) & 0x0e0e0e0eu);
+  const uint32_t even = ((w << 4) & 0x80808080u) | ((w << 1) & 0x0e0e0e0eu);
+  // Byte 4 of the pool {v, 0} is zero: [0, H(col a), 0, H(col b)].
+  h[0] = __byte_perm(even, 0u, 0x1404u);
+  h[1] = __byte_perm(even, 0u, 0x3424u);
+  h[2] = __byte_perm(odd, 0u, 0x1404u);
+  h[3] = __byte_perm(odd, 0u, 0x3424u);
+}
+
 /// acc + Σ_j code_j · x_j · 2^-14 over the 8 E2M1 codes of `w` (code j in
 /// bits 4j..4j+3: byte i holds columns 2i (low nibble) and 2i + 1), one FMA
 /// per column in column order.
@@ -148,13 +162,10 @@ __device__ __forceinline__ float2 halfPair(uint32_t h) {
 /// multiplies the sum by 2^14 · scale (exact short of fp32 under/overflow).
 __device__ __forceinline__ float mxfp4Dot8(uint32_t w, const float (&x)[8],
                                            float acc) {
-  const uint32_t odd = (w & 0x80808080u) | ((w >> 3) & 0x0e0e0e0eu);
-  const uint32_t even = ((w << 4) & 0x80808080u) | ((w << 1) & 0x0e0e0e0eu);
-  // Byte 4 of the pool {v, 0} is zero: [0, H(col a), 0, H(col b)].
-  const float2 c02 = halfPair(__byte_perm(even, 0u, 0x1404u));
-  const float2 c46 = halfPair(__byte_perm(even, 0u, 0x3424u));
-  const float2 c13 = halfPair(__byte_perm(odd, 0u, 0x1404u));
-  const float2 c57 = halfPair(__byte_perm(odd, 0u, 0x3424u));
+  uint32_t h[4];
+  mxfp4Halves(w, h);
+  const float2 c02 = halfPair(h[0]), c46 = halfPair(h[1]);
+  const float2 c13 = halfPair(h[2]), c57 = halfPair(h[3]);
   acc = fmaf(c02.x, x[0], acc);
   acc = fmaf(c13.x, x[1], acc);
   acc = fmaf(c02.y, x[2], acc);

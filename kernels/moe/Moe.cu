@@ -1040,6 +1040,30 @@ __device__ void moeStageInput(const MoeExpertsParams &p, MoeShape &sh,
   __syncthreads();
 }
 
+/// Combine item `index` of `moe_experts` (see the kernel), once every down
+/// item is counted.
+__device__ __forceinline__ void moeCombine(const MoeExpertsParams &p,
+                                           const MoeShape &sh, unsigned index) {
+  awaitCount(&gMoeQueue.done, sh.down * sh.slots);
+  const int64_t row = int64_t(index) * blockDim.x + threadIdx.x;
+  if (row < p.dim) {
+    // y was written by other blocks of this launch (and, in moe_ffn, the
+    // weights too): read via L2.
+    const float *y = gMoeY + row;
+    float acc = 0.0f;
+    for (int32_t k = 0; k < p.topK; ++k)
+      acc =
+          __fadd_rn(acc, __fmul_rn(__ldcg(p.weights + k),
+                                   __ldcg(y + int64_t(k + sh.shared) * p.dim)));
+    float v = dev::roundBf16(acc);
+    if (sh.shared)
+      v = dev::roundBf16(__fadd_rn(v, __ldcg(y)));
+    if (p.residual)
+      v = __fadd_rn(v, dev::bf16ToF(p.residual[row]));
+    p.out[row] = dev::fToBf16(v);
+  }
+}
+
 /// Runs `moe_experts` item `ticket` (see the kernel). `routed`, when given,
 /// is a flag that turns 1 once the ids and weights are written (moe_ffn):
 /// routed gate/up items wait for it.
@@ -1063,24 +1087,7 @@ __device__ void moeRunItem(const MoeExpertsParams &p, MoeShape &sh,
     moeDown(p, sh, it.slot, it.index);
     finishItem(&gMoeQueue.done); // the combine items wait for all of them
   } else {
-    awaitCount(&gMoeQueue.done, sh.down * sh.slots);
-    const int64_t row = int64_t(it.index) * blockDim.x + threadIdx.x;
-    if (row < p.dim) {
-      // y was written by other blocks of this launch (and, in moe_ffn, the
-      // weights too): read via L2.
-      const float *y = gMoeY + row;
-      float acc = 0.0f;
-      for (int32_t k = 0; k < p.topK; ++k)
-        acc = __fadd_rn(acc, __fmul_rn(__ldcg(p.weights + k),
-                                       __ldcg(y + int64_t(k + sh.shared) *
-                                                      p.dim)));
-      float v = dev::roundBf16(acc);
-      if (sh.shared)
-        v = dev::roundBf16(__fadd_rn(v, __ldcg(y)));
-      if (p.residual)
-        v = __fadd_rn(v, dev::bf16ToF(p.residual[row]));
-      p.out[row] = dev::fToBf16(v);
-    }
+    moeCombine(p, sh, it.index);
   }
 }
 
@@ -1140,6 +1147,327 @@ extern "C" __global__ void __launch_bounds__(1024)
     if (ticket >= sh.items)
       break;
     moeRunItem(p, sh, ticket, xs, normParts, haveX, nullptr);
+  }
+  leaveQueue(gMoeQueue, gMoeSlotDone, static_cast<int>(sh.slots));
+}
+
+//===----------------------------------------------------------------------===//
+// moe_experts_mxfp4
+//===----------------------------------------------------------------------===//
+
+namespace {
+
+/// Weight rows of a `moe_experts_mxfp4` item: two m-tiles of 16 (the W1 and
+/// the W3 rows of a gate/up item; 32 W2 rows of a down item).
+constexpr int kMxRows = 32;
+/// MXFP4 blocks (32 columns) of a stage row.
+constexpr int kMxStageBlocks = static_cast<int>(kMoeMxfp4StageCols / 32);
+/// Stages of the ring: kMxRing - 1 in flight while one is read.
+constexpr int kMxRing = 4;
+constexpr int kMxWarps = kMoeMxfp4Threads / 32;
+static_assert(kMxStageBlocks == 2 * kMxWarps,
+              "a warp takes two blocks of each stage");
+static_assert(16 * kMxStageBlocks == kMoeMxfp4Threads,
+              "a thread copies one 16-byte granule of codes a stage half");
+static_assert(kMxRows == 4 * kMxWarps && 16 == 2 * kMxWarps,
+              "items of moeSetup's sizes (16 gate/up rows, 32 down rows)");
+
+/// The shared memory of `moe_experts_mxfp4` (44.5 KiB: four blocks an SM).
+struct MxShared {
+  /// The ring's codes, [stage][row][16-byte granule]: granule c of row r at
+  /// c ^ (r & 7), so that a quad's reads of 8 rows hit 8 bank groups.
+  uint4 codes[kMxRing][kMxRows * kMxStageBlocks];
+  /// The ring's scales, [stage][row] × 16 E8M0 bytes (one per block).
+  uint4 scales[kMxRing][kMxRows];
+  /// The activation vector (x̂, or a slot's a) as mma B fragments: block
+  /// b's 32 values v · 2^shift_b in fp16, lane t's word quad at [4b + t]:
+  /// columns (8t, 8t+2), (8t+4, 8t+6), (8t+1, 8t+3), (8t+5, 8t+7).
+  uint4 act[kMoeMxfp4MaxCols / 8];
+  /// 2^(14 - shift_b): turns block b's mma sums (codes · 2^-14 times the
+  /// scaled values) into real ones, with the weight's E8M0 scale.
+  float actScale[kMoeMxfp4MaxCols / 32];
+  /// Each warp's sums of the item's rows, added in warp order.
+  float part[kMxWarps][kMxRows];
+};
+
+/// Where an item's rows come from: stage rows 16h .. 16h + 15 are the rows
+/// at codes[h] / scales[h] (MXFP4 rows of `cols` columns).
+struct MxItem {
+  const uint8_t *codes[2];
+  const uint8_t *scales[2];
+  int64_t cols;
+};
+
+/// Stages `n` bf16 values at `v` (read through L2: in moe_experts_mxfp4 a
+/// slot's a is other blocks' output) as B fragments, a thread per MXFP4
+/// block. Each block is scaled by the power of two 2^shift that puts its
+/// largest magnitude in [2^14, 2^15), so every value within 2^-28 of it is
+/// exact in fp16 (smaller ones round, far below the sums' rounding); NaN
+/// and infinities stay what they are.
+__device__ void mxStageAct(MxShared &sm, const uint16_t *v, int64_t n) {
+  for (int64_t b = threadIdx.x; b < n / 32; b += blockDim.x) {
+    uint4 q[4];
+    uint32_t mag = 0;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      q[i] = __ldcg(reinterpret_cast<const uint4 *>(v + 32 * b) + i);
+      mag = __vmaxu2(mag, q[i].x & 0x7fff7fffu);
+      mag = __vmaxu2(mag, q[i].y & 0x7fff7fffu);
+      mag = __vmaxu2(mag, q[i].z & 0x7fff7fffu);
+      mag = __vmaxu2(mag, q[i].w & 0x7fff7fffu);
+    }
+    const int e = static_cast<int>(max(mag & 0xffffu, mag >> 16) >> 7);
+    // e: the bf16 exponent field of the largest magnitude (0: zeros and
+    // subnormals, 255: an infinity or NaN, left unscaled).
+    const int shift = e == 255 ? 0 : min(141 - e, 126);
+    const float up = __uint_as_float(static_cast<uint32_t>(127 + shift) << 23);
+#pragma unroll
+    for (int t = 0; t < 4; ++t) {
+      const uint4 w = q[t]; // columns 8t .. 8t + 7
+      uint4 f;
+      f.x = dev::packHalf2(loF(w.x) * up, loF(w.y) * up);
+      f.y = dev::packHalf2(loF(w.z) * up, loF(w.w) * up);
+      f.z = dev::packHalf2(hiF(w.x) * up, hiF(w.y) * up);
+      f.w = dev::packHalf2(hiF(w.z) * up, hiF(w.w) * up);
+      sm.act[4 * b + t] = f;
+    }
+    sm.actScale[b] =
+        __uint_as_float(static_cast<uint32_t>(127 + 14 - shift) << 23);
+  }
+}
+
+/// Starts copying stage s of the item (kMoeMxfp4StageCols columns of its
+/// 32 rows) into ring slot s % kMxRing; one cp.async group per thread.
+__device__ __forceinline__ void mxIssueStage(MxShared &sm, const MxItem &it,
+                                             int s) {
+  const int slot = s % kMxRing;
+  const int64_t rowBytes = it.cols / 2, rowScales = it.cols / 32;
+  // Thread i copies granule i % 16 of row i / 16 of each half (h: a
+  // constant index, so that the item stays in registers).
+  const int rh = threadIdx.x / kMxStageBlocks, c = threadIdx.x % kMxStageBlocks;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int r = 16 * h + rh;
+    const uint8_t *src = it.codes[h] + rh * rowBytes +
+                         int64_t(s) * (kMoeMxfp4StageCols / 2) + 16 * c;
+    dev::copyAsync16(&sm.codes[slot][r * kMxStageBlocks + (c ^ (r & 7))], src);
+  }
+  if (threadIdx.x < kMxRows) {
+    const int r = threadIdx.x;
+    const uint8_t *base = r < 16 ? it.scales[0] : it.scales[1];
+    dev::copyAsync16(&sm.scales[slot][r],
+                     base + (r & 15) * rowScales + int64_t(s) * kMxStageBlocks);
+  }
+  dev::commitAsyncCopies();
+}
+
+/// Adds stage s's products to acc[m-tile][row g / g + 8] (lane 4g + t):
+/// warp w takes blocks 2w and 2w + 1 of the stage for both m-tiles. A
+/// block is two k-steps of m16n8k16 in a k order both operands share: lane
+/// t's code word t of rows g and g + 8 (mxfp4Halves) against its B
+/// fragment quad; every column of B is the activation, so every lane's C
+/// holds its rows' sums. The fresh sums are scaled per row and block.
+__device__ __forceinline__ void mxStageSums(const MxShared &sm, int s,
+                                            float (&acc)[2][2]) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int g = lane >> 2, t = lane & 3;
+  const int slot = s % kMxRing;
+  const uint32_t *codes = reinterpret_cast<const uint32_t *>(sm.codes[slot]);
+  const uint8_t *scales = reinterpret_cast<const uint8_t *>(sm.scales[slot]);
+#pragma unroll 1 // (unrolled, the kernel spills under 64 registers)
+  for (int bb = 0; bb < 2; ++bb) {
+    const int b = 2 * warp + bb;
+    const int kb = s * kMxStageBlocks + b; // the block within the row
+    const uint4 x = sm.act[4 * kb + t];
+    const float xs = sm.actScale[kb];
+#pragma unroll
+    for (int m = 0; m < 2; ++m) {
+      const int r0 = 16 * m + g, r1 = r0 + 8; // (r & 7) == g for both
+      uint32_t h0[4], h1[4];
+      dev::mxfp4Halves(codes[(r0 * kMxStageBlocks + (b ^ g)) * 4 + t], h0);
+      dev::mxfp4Halves(codes[(r1 * kMxStageBlocks + (b ^ g)) * 4 + t], h1);
+      float c[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+      dev::mmaF16K16(c, {h0[0], h1[0], h0[1], h1[1]}, x.x, x.y);
+      dev::mmaF16K16(c, {h0[2], h1[2], h0[3], h1[3]}, x.z, x.w);
+      acc[m][0] = fmaf(c[0], dev::e8m0ToF(scales[r0 * kMxStageBlocks + b]) * xs,
+                       acc[m][0]);
+      acc[m][1] = fmaf(c[2], dev::e8m0ToF(scales[r1 * kMxStageBlocks + b]) * xs,
+                       acc[m][1]);
+    }
+  }
+}
+
+/// Starts the item's first kMxRing - 1 stages (before the activation's
+/// staging, so that their HBM latency overlaps it).
+__device__ __forceinline__ void mxBegin(MxShared &sm, const MxItem &it,
+                                        int stages) {
+#pragma unroll
+  for (int s = 0; s < kMxRing - 1; ++s) {
+    if (s < stages)
+      mxIssueStage(sm, it, s);
+    else
+      dev::commitAsyncCopies();
+  }
+}
+
+/// The item's row sums after mxBegin and the activation's staging: row r's
+/// in thread r < kMxRows (the warps' parts added in warp order, so the same
+/// bits for any grid). Every thread of the block calls it.
+__device__ __forceinline__ float mxSums(MxShared &sm, const MxItem &it,
+                                        int stages) {
+  float acc[2][2] = {{0.0f, 0.0f}, {0.0f, 0.0f}};
+  for (int s = 0; s < stages; ++s) {
+    dev::waitAsyncGroups<kMxRing - 2>(); // stage s has landed (this thread)
+    __syncthreads(); // ... for every thread; slot (s - 1) % kMxRing is free
+    if (s + kMxRing - 1 < stages)
+      mxIssueStage(sm, it, s + kMxRing - 1);
+    else
+      dev::commitAsyncCopies();
+    mxStageSums(sm, s, acc);
+  }
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  if ((lane & 3) == 0) {
+    const int g = lane >> 2;
+#pragma unroll
+    for (int m = 0; m < 2; ++m) {
+      sm.part[warp][16 * m + g] = acc[m][0];
+      sm.part[warp][16 * m + g + 8] = acc[m][1];
+    }
+  }
+  __syncthreads();
+  float sum = 0.0f;
+  if (threadIdx.x < kMxRows)
+#pragma unroll
+    for (int w = 0; w < kMxWarps; ++w)
+      sum += sm.part[w][threadIdx.x];
+  return sum;
+}
+
+/// Slot j's expert matrix `w` when it can be read here (MXFP4, 16-byte
+/// aligned), else null.
+__device__ __forceinline__ const WeightRef *mxWeight(const WeightRef &w) {
+  return w.format == kWeightMxfp4 && dev::aligned16(w.packed) &&
+                 dev::aligned16(w.scale)
+             ? &w
+             : nullptr;
+}
+
+/// The expert id of routed slot j, or -1 when it is outside the table.
+__device__ __forceinline__ int32_t mxExpert(const MoeExpertsParams &p,
+                                            unsigned j) {
+  const int32_t e = __ldcg(p.ids + j);
+  return e >= 0 && e < p.numExperts ? e : -1;
+}
+
+/// Gate/up item `index` of slot j: a = R(act(R(W1 x̂), R(W3 x̂))) of 16
+/// intermediate rows (NaN for an invalid expert).
+__device__ void mxGateUp(const MoeExpertsParams &p, const MoeShape &sh,
+                         MxShared &sm, unsigned j, unsigned index,
+                         int &staged) {
+  const int64_t D = p.dim, i0 = int64_t(index) * 16;
+  uint16_t *dst = gMoeAct + int64_t(j) * sh.aStride + i0;
+  const int32_t e = mxExpert(p, j);
+  const WeightRef *w1 = e >= 0 ? mxWeight(p.w1[e]) : nullptr;
+  const WeightRef *w3 = e >= 0 ? mxWeight(p.w3[e]) : nullptr;
+  if (!w1 || !w3) {
+    if (threadIdx.x < 16)
+      dst[threadIdx.x] = dev::kBf16NaN;
+    return;
+  }
+  const MxItem it{{w1->packed + i0 * (D / 2), w3->packed + i0 * (D / 2)},
+                  {w1->scale + i0 * (D / 32), w3->scale + i0 * (D / 32)},
+                  D};
+  const int stages = static_cast<int>(D / kMoeMxfp4StageCols);
+  mxBegin(sm, it, stages);
+  if (staged != -1) {
+    mxStageAct(sm, p.x, D);
+    staged = -1;
+  }
+  const float sum = mxSums(sm, it, stages);
+  const float u = __shfl_down_sync(0xffffffffu, sum, 16); // W3's row
+  if (threadIdx.x < 16)
+    dst[threadIdx.x] =
+        dev::fToBf16(dev::gatedActF(p.activation, p.beta1, p.hasBeta2, p.beta2,
+                                    dev::roundBf16(sum), dev::roundBf16(u)));
+}
+
+/// Down item `index` of slot j: y = R(W2 a_j) of 32 output rows into
+/// gMoeY[j] (NaN for an invalid expert), once slot j's gate/up items are
+/// counted.
+__device__ void mxDown(const MoeExpertsParams &p, const MoeShape &sh,
+                       MxShared &sm, unsigned j, unsigned index, int &staged) {
+  const int64_t I = p.interDim, r0 = int64_t(index) * kMxRows;
+  float *dst = gMoeY + int64_t(j) * p.dim + r0;
+  const int32_t e = mxExpert(p, j);
+  const WeightRef *w2 = e >= 0 ? mxWeight(p.w2[e]) : nullptr;
+  if (!w2) {
+    if (threadIdx.x < kMxRows)
+      dst[threadIdx.x] = __int_as_float(0x7fc00000);
+    return;
+  }
+  const MxItem it{{w2->packed + r0 * (I / 2), w2->packed + (r0 + 16) * (I / 2)},
+                  {w2->scale + r0 * (I / 32), w2->scale + (r0 + 16) * (I / 32)},
+                  I};
+  const int stages = static_cast<int>(I / kMoeMxfp4StageCols);
+  mxBegin(sm, it, stages);
+  awaitCount(&gMoeSlotDone[j], sh.guRouted);
+  if (staged != static_cast<int>(j)) {
+    mxStageAct(sm, gMoeAct + int64_t(j) * sh.aStride, I);
+    staged = static_cast<int>(j);
+  }
+  const float sum = mxSums(sm, it, stages);
+  if (threadIdx.x < kMxRows)
+    dst[threadIdx.x] = dev::roundBf16(sum);
+}
+
+} // namespace
+
+// k3_moe_experts_mxfp4: k3_moe_experts (the same work queue, items, module
+// scratch and combine) for routed experts in MXFP4, their rows on the tensor
+// cores. An item's 32 weight rows (16 rows of W1 and of W3, or 32 of W2)
+// stream through a shared-memory ring of kMxRing stages of
+// kMoeMxfp4StageCols columns by cp.async, kMxRing - 1 stages ahead of the
+// mma.sync m16n8k16 (fp16: E2M1 codes are exact as c · 2^-14, the
+// activations exact per MXFP4 block after a power-of-two scale) that read
+// them; warp w takes two blocks of each stage, fresh sums per block scaled
+// by the row's E8M0 byte, the warps' sums added in warp order. The next
+// item's first stages are in flight while its activations are staged (a
+// gate/up item: x̂ once per block; a down item: its slot's a, read through
+// L2 once the slot's gate/up items are counted).
+// Grid: any (the plan's 4 blocks per SM fill the SMs: 44.5 KiB of shared
+// memory each); block: kMoeMxfp4Threads. Deterministic: an item's rows are
+// summed in one order whatever the grid. Limits: moeExpertsMxfp4Fits
+// (MoeParams.h), x 16-byte aligned, every chosen expert MXFP4 with 16-byte
+// aligned codes and scales; outside them out (or the expert's slot) is NaN.
+extern "C" __global__ void __launch_bounds__(kMoeMxfp4Threads, 4)
+    k3_moe_experts_mxfp4(const MoeExpertsParams p) {
+  __shared__ MxShared sm;
+  __shared__ MoeShape sh;
+  dev::allowDependentLaunch();
+  dev::waitForPriorGrids();
+  if (blockDim.x != kMoeMxfp4Threads ||
+      !moeExpertsMxfp4Fits(p.dim, p.interDim, p.normWeight != nullptr,
+                           p.sharedInterDim > 0) ||
+      !aligned(p.x, 16) || !moeSetup(p, sh)) {
+    fillNaN(p.out, p.dim);
+    return;
+  }
+  int staged = -2; // the activations in sm.act: -1 x̂, j slot j's a
+  for (;;) {
+    // (nextItem's barriers also publish sh.)
+    const unsigned ticket = nextItem(gMoeQueue, &sh.item);
+    if (ticket >= sh.items)
+      break;
+    const MoeItem it = decodeItem(sh, ticket);
+    if (it.kind == MoeItem::GateUp) {
+      mxGateUp(p, sh, sm, it.slot, it.index, staged);
+      finishItem(&gMoeSlotDone[it.slot]);
+    } else if (it.kind == MoeItem::Down) {
+      mxDown(p, sh, sm, it.slot, it.index, staged);
+      finishItem(&gMoeQueue.done);
+    } else {
+      moeCombine(p, sh, it.index);
+    }
   }
   leaveQueue(gMoeQueue, gMoeSlotDone, static_cast<int>(sh.slots));
 }

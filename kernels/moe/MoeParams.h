@@ -107,6 +107,30 @@ struct MoeExpertsParams {
   uint16_t *out = nullptr; ///< [dim] bf16; must not alias x or residual
 };
 
+/// `moe_experts_mxfp4`: `moe_experts` (same params, same results within
+/// the sums' rounding) for routed experts stored in MXFP4, on the tensor
+/// cores (Moe.cu). Its limits, read by codegen and the plan check: blocks of
+/// kMoeMxfp4Threads threads; dim and interDim multiples of
+/// kMoeMxfp4StageCols up to kMoeMxfp4MaxCols (an activation vector is staged
+/// in shared memory as fp16); no norm of x and no shared expert (K3's latent
+/// experts have neither). Outside them, or with a bf16 expert, out is NaN.
+constexpr int32_t kMoeMxfp4Threads = 256;
+/// Columns of a weight stage (the shared-memory ring's unit): 16 MXFP4
+/// blocks of every row of an item.
+constexpr int64_t kMoeMxfp4StageCols = 512;
+/// Longest row (dim for W1 / W3, interDim for W2).
+constexpr int64_t kMoeMxfp4MaxCols = 4096;
+
+/// Whether `moe_experts_mxfp4` takes experts of these sizes.
+K3C_HOST_DEVICE constexpr bool moeExpertsMxfp4Fits(int64_t dim,
+                                                   int64_t interDim,
+                                                   bool hasNorm,
+                                                   bool hasShared) {
+  return dim > 0 && interDim > 0 && dim % kMoeMxfp4StageCols == 0 &&
+         interDim % kMoeMxfp4StageCols == 0 && dim <= kMoeMxfp4MaxCols &&
+         interDim <= kMoeMxfp4MaxCols && !hasNorm && !hasShared;
+}
+
 /// `moe_ffn`: `router` then `moe_experts` in one launch (k3.moe_ffn): the
 /// router's outIds / outWeights are the buffers the experts' ids / weights
 /// read. The CPU runs the two in turn; the CUDA kernel scores experts and

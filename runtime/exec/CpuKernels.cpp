@@ -47,6 +47,8 @@ const Entry kEntries[] = {
     {"router", &runAs<RouterParams, routerCpu>},
     {"gated_mlp", &runAs<GatedMlpParams, gatedMlpCpu>},
     {"moe_experts", &runAs<MoeExpertsParams, moeExpertsCpu>},
+    // The tensor-core form computes moe_experts' result (within rounding).
+    {"moe_experts_mxfp4", &runAs<MoeExpertsParams, moeExpertsCpu>},
     {"moe_ffn", &runAs<MoeFfnParams, moeFfnCpu>},
     {"attn_res", &runAs<AttnResParams, attnResCpu>},
     // The clustered form computes attn_res's result (within rounding).
@@ -71,6 +73,7 @@ const RowsEntry kRowsEntries[] = {
     {"linear", &runRowsAs<LinearParams, linearRowsCpu>},
     {"linear_multi", &runRowsAs<LinearMultiParams, linearMultiRowsCpu>},
     {"moe_experts", &runRowsAs<MoeExpertsParams, moeExpertsRowsCpu>},
+    {"moe_experts_mxfp4", &runRowsAs<MoeExpertsParams, moeExpertsRowsCpu>},
     {"moe_ffn", &runRowsAs<MoeFfnParams, moeFfnRowsCpu>},
 };
 

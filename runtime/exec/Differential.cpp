@@ -124,6 +124,9 @@ const ToleranceRow kTable[] = {
     {"moe_experts", "out", false, kBf16,
      "bf16 of the weighted expert sum (its bf16 rounding points may flip "
      "an ulp)"},
+    {"moe_experts_mxfp4", "out", false, kBf16,
+     "bf16 of the weighted expert sum, as moe_experts' (the experts' rows "
+     "on the tensor cores, their sums in another order)"},
     {"moe_ffn", "router.outIds", true, 0, "the top-k expert ids (as router's)"},
     {"moe_ffn", "router.outWeights", false, kF32Sum,
      "fp32 renormalised top-k scores (as router's)"},

@@ -490,6 +490,20 @@ Status checkMoeExperts(const MoeExpertsParams &p, ExtentChecker &x) {
   return x.need("out", p.dim);
 }
 
+/// The tensor-core form of moe_experts takes sizes moeExpertsMxfp4Fits
+/// accepts (its CUDA kernel writes NaN otherwise); the experts' MXFP4 format
+/// is the plan's (codegen picks this form only for MXFP4 tables).
+Status checkMoeExpertsMxfp4(const MoeExpertsParams &p, ExtentChecker &x) {
+  const char *k = "moe_experts_mxfp4";
+  if (p.normWeight || p.sharedInterDim > 0)
+    return makeError(k, ": takes no normWeight and no shared expert");
+  if (!moeExpertsMxfp4Fits(p.dim, p.interDim, false, false))
+    return makeError(k, ": dim (", p.dim, ") and interDim (", p.interDim,
+                     ") must be multiples of ", kMoeMxfp4StageCols,
+                     " and at most ", kMoeMxfp4MaxCols);
+  return checkMoeExperts(p, x);
+}
+
 /// An ExtentChecker for a params struct nested in another: field names get
 /// the member's prefix ("router." + "gate").
 class PrefixedChecker final : public ExtentChecker {
@@ -700,6 +714,13 @@ const ScalarCondition kScalarConditions[] = {
     {"moe_experts", "beta1", KernelField::Need::IfValue, "activation", 0},
     {"moe_experts", "hasBeta2", KernelField::Need::IfValue, "activation", 0},
     {"moe_experts", "beta2", KernelField::Need::IfValue, "hasBeta2", 1},
+    {"moe_experts_mxfp4", "normEps", KernelField::Need::IfGiven, "normWeight"},
+    {"moe_experts_mxfp4", "sharedInterDim", KernelField::Need::IfGiven,
+     "sharedW1"},
+    {"moe_experts_mxfp4", "beta1", KernelField::Need::IfValue, "activation", 0},
+    {"moe_experts_mxfp4", "hasBeta2", KernelField::Need::IfValue, "activation",
+     0},
+    {"moe_experts_mxfp4", "beta2", KernelField::Need::IfValue, "hasBeta2", 1},
     // The KDA gate's lower bound, only in its lb * sigmoid form.
     {"kda_gate", "lowerBound", KernelField::Need::IfValue, "hasLowerBound", 1},
     {"kda_decode", "lowerBound", KernelField::Need::IfValue, "hasLowerBound",
@@ -925,16 +946,32 @@ std::vector<KernelInfo> buildTable() {
   }
   {
     using P = MoeExpertsParams;
-    add("moe_experts", "MoeExpertsParams",
-        {K3_FIELD(P, x), K3_FIELD(P, ids), K3_FIELD(P, weights),
-         K3_FIELD(P, topK), K3_FIELD(P, numExperts), K3_FIELD(P, w1),
-         K3_FIELD(P, w3), K3_FIELD(P, w2), K3_FIELD(P, dim),
-         K3_FIELD(P, interDim), K3_FIELD(P, activation), K3_FIELD(P, beta1),
-         K3_FIELD(P, hasBeta2), K3_FIELD(P, beta2), K3_FIELD(P, normWeight),
-         K3_FIELD(P, normEps), K3_FIELD(P, sharedInterDim),
-         K3_FIELD(P, sharedW1), K3_FIELD(P, sharedW3), K3_FIELD(P, sharedW2),
-         K3_FIELD(P, residual), K3_FIELD(P, out)},
-        K3_HOLDER(P), K3_CHECK(P, checkMoeExperts));
+    std::vector<KernelField> f = {K3_FIELD(P, x),
+                                  K3_FIELD(P, ids),
+                                  K3_FIELD(P, weights),
+                                  K3_FIELD(P, topK),
+                                  K3_FIELD(P, numExperts),
+                                  K3_FIELD(P, w1),
+                                  K3_FIELD(P, w3),
+                                  K3_FIELD(P, w2),
+                                  K3_FIELD(P, dim),
+                                  K3_FIELD(P, interDim),
+                                  K3_FIELD(P, activation),
+                                  K3_FIELD(P, beta1),
+                                  K3_FIELD(P, hasBeta2),
+                                  K3_FIELD(P, beta2),
+                                  K3_FIELD(P, normWeight),
+                                  K3_FIELD(P, normEps),
+                                  K3_FIELD(P, sharedInterDim),
+                                  K3_FIELD(P, sharedW1),
+                                  K3_FIELD(P, sharedW3),
+                                  K3_FIELD(P, sharedW2),
+                                  K3_FIELD(P, residual),
+                                  K3_FIELD(P, out)};
+    add("moe_experts", "MoeExpertsParams", f, K3_HOLDER(P),
+        K3_CHECK(P, checkMoeExperts));
+    add("moe_experts_mxfp4", "MoeExpertsParams", std::move(f), K3_HOLDER(P),
+        K3_CHECK(P, checkMoeExpertsMxfp4));
   }
   {
     using P = AttnResParams;

@@ -140,6 +140,15 @@ static cl::opt<bool> attnResClusters(
              "sources and D <= 8192 fit it (Hopper; default off until its GPU "
              "tests have run: =true to try it)"),
     cl::init(false), cl::cat(k3cCat));
+static cl::opt<bool> moeMxfp4Mma(
+    "moe-mxfp4-mma",
+    cl::desc("Run routed MXFP4 experts with moe_experts_mxfp4 where their "
+             "sizes fit it (dim and interDim multiples of 512 up to 4096, no "
+             "norm or shared expert in the launch: K3's latent experts): "
+             "their rows through a shared-memory ring into the tensor cores "
+             "(Hopper; default off until its GPU tests have run: =true to "
+             "try it)"),
+    cl::init(false), cl::cat(k3cCat));
 static cl::opt<std::string> l2Prefetch(
     "l2-prefetch",
     cl::desc("Kernels whose launches fetch the next large weight into L2 "
@@ -451,6 +460,7 @@ int main(int argc, char **argv) {
     lowering.kdaClusters = kdaClusters;
     lowering.mlaClusters = mlaClusters;
     lowering.attnResClusters = attnResClusters;
+    lowering.moeMxfp4Mma = moeMxfp4Mma;
     pm.addPass(mlir::k3::createConvertK3ToLaunch(lowering));
     if (l2Prefetch != "none") {
       mlir::k3::K3PrefetchWeightsOptions prefetch;

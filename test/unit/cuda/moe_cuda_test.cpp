@@ -710,11 +710,12 @@ struct ExpertsCase {
     k3::moeExpertsCpu(p);
     return o;
   }
-  std::vector<uint16_t> gpu(int64_t grid, int64_t block = 256) const {
+  std::vector<uint16_t> gpu(int64_t grid, int64_t block = 256,
+                            const char *kernel = "moe_experts") const {
     Dev o = Dev::poisoned<uint16_t>(size_t(dim));
     k3::MoeExpertsParams p = params(true);
     p.out = o.get<uint16_t>();
-    k3::Status s = launch("moe_experts", p, grid, block);
+    k3::Status s = launch(kernel, p, grid, block);
     EXPECT_TRUE(s.isOk()) << (s.isOk() ? "" : s.message());
     return o.download<uint16_t>(size_t(dim));
   }
@@ -933,6 +934,142 @@ TEST(MoeCuda, MoeExpertsAnyGridSameBits) {
   const std::vector<uint16_t> bref = b.gpu(b.planGrid());
   EXPECT_EQ(b.gpu(1, 256), bref) << "bf16 grid 1";
   EXPECT_EQ(b.gpu(33, 512), bref) << "bf16 grid 33 block 512";
+}
+
+//===----------------------------------------------------------------------===//
+// moe_experts_mxfp4
+//===----------------------------------------------------------------------===//
+
+/// moe_experts_mxfp4 with the plan's grid (four blocks an SM) and block.
+std::vector<uint16_t> mxfp4Gpu(const ExpertsCase &c, int64_t grid = 528,
+                               int64_t block = k3::kMoeMxfp4Threads) {
+  return c.gpu(grid, block, "moe_experts_mxfp4");
+}
+
+/// The tensor-core form against the CPU (moeExpertsCpu) at K3's latent
+/// shape and smaller ones within its limits: random codes with several
+/// scale ranges, quantised normal weights, a residual, SwiGLU; both
+/// activations from x of a wide dynamic range (each MXFP4 block of x is
+/// scaled on its own into fp16).
+TEST(MoeMxfp4Cuda, MatchesCpu) {
+  K3_REQUIRE_GPU();
+  struct Shape {
+    int64_t dim, inter, experts;
+    int32_t topK;
+    char formats;
+    int32_t act;
+    const char *name;
+  };
+  const Shape shapes[] = {
+      {3584, 3072, 32, 16, 'm', k3::kActSiTU,
+       "K3 latent MXFP4 3584-3072, 32 experts top-16"},
+      {1024, 512, 8, 4, 'q', k3::kActSiTU, "quantised 1024-512 top-4"},
+      {512, 1536, 6, 3, 'm', k3::kActSwiGLU, "SwiGLU 512-1536 top-3"},
+      {4096, 4096, 3, 2, 'q', k3::kActSiTU, "the largest 4096-4096 top-2"},
+  };
+  uint64_t seed = 700;
+  for (const Shape &s : shapes) {
+    ExpertsCase c = makeExperts(s.dim, s.inter, s.experts, s.topK, s.formats,
+                                s.act, seed++);
+    // x over ~2^-12 .. 2^6: one block in 8 scaled down, one in 8 up.
+    Fast f(seed++);
+    for (size_t i = 0; i < c.x.size(); ++i) {
+      const int64_t band = f.range(0, 7);
+      const float scale = band == 0 ? 1.0f / 4096.0f : band == 1 ? 64.0f : 1.0f;
+      c.x[i] = k3::floatToBf16(scale * k3::bf16ToFloat(c.x[i]));
+    }
+    c.residual = c.x;
+    c.upload();
+    expectBf16Close(c.cpu(), mxfp4Gpu(c), s.name);
+  }
+  // Scales over 2^-30 .. 2^3 (the codes' products far apart within a row).
+  Fast f(seed++);
+  ExpertsCase c = makeExperts(1024, 1024, 4, 2, 'm', k3::kActSiTU, seed++);
+  for (std::vector<Matrix> *t : {&c.w1, &c.w3, &c.w2})
+    for (Matrix &m : *t) {
+      for (uint8_t &e : m.scale)
+        e = static_cast<uint8_t>(f.range(127 - 30, 127 + 3));
+      m.upload();
+    }
+  c.upload();
+  expectBf16Close(c.cpu(), mxfp4Gpu(c), "scales 2^-30 .. 2^3");
+}
+
+/// One K3 expert with weight 1: out = y, each rounding point as tight as
+/// the CUDA-core form's (MoeCuda.MoeExpertsSingleK3Expert).
+TEST(MoeMxfp4Cuda, SingleK3Expert) {
+  K3_REQUIRE_GPU();
+  ExpertsCase c = makeExperts(3584, 3072, 4, 1, 'm', k3::kActSiTU, 3);
+  c.weights = {1.0f};
+  c.dWeights = Dev::of(c.weights);
+  expectBf16Close(c.cpu(), mxfp4Gpu(c), "K3 one expert, weight 1");
+}
+
+/// Any grid gives the same bits (an item's rows are summed in one order),
+/// as do repeated launches (the queue and counters reset themselves).
+TEST(MoeMxfp4Cuda, AnyGridSameBits) {
+  K3_REQUIRE_GPU();
+  ExpertsCase c = makeExperts(3584, 3072, 16, 8, 'm', k3::kActSiTU, 11);
+  const std::vector<uint16_t> ref = mxfp4Gpu(c);
+  expectBf16Close(c.cpu(), ref, "K3 16 experts top-8 (plan grid)");
+  for (int64_t grid : {1, 3, 132, 528, 528, 5000})
+    EXPECT_EQ(mxfp4Gpu(c, grid), ref) << "grid " << grid;
+}
+
+/// An expert id outside the table, or a scale byte of 255 (NaN), makes what
+/// it touches NaN, as on the CPU; other slots are unharmed (checked by the
+/// CPU's output where it is a number).
+TEST(MoeMxfp4Cuda, NaNsWhereTheCpuHasThem) {
+  K3_REQUIRE_GPU();
+  ExpertsCase c = makeExperts(1024, 512, 8, 4, 'm', k3::kActSiTU, 13);
+  c.ids[2] = 8; // == numExperts
+  c.upload();
+  for (uint16_t v : mxfp4Gpu(c))
+    EXPECT_TRUE(std::isnan(k3::bf16ToFloat(v)));
+  ExpertsCase d = makeExperts(1024, 512, 8, 4, 'm', k3::kActSiTU, 14);
+  // A NaN scale in W2 of the first slot's expert: rows 5 and 700 are NaN.
+  Matrix &w2 = d.w2[size_t(d.ids[0])];
+  w2.scale[size_t(5 * 512 / 32 + 3)] = 255;
+  w2.scale[size_t(700 * 512 / 32)] = 255;
+  w2.upload();
+  d.upload();
+  const std::vector<uint16_t> want = d.cpu(), got = mxfp4Gpu(d);
+  for (size_t i = 0; i < want.size(); ++i)
+    EXPECT_EQ(std::isnan(k3::bf16ToFloat(want[i])),
+              std::isnan(k3::bf16ToFloat(got[i])))
+        << "row " << i;
+  EXPECT_TRUE(std::isnan(k3::bf16ToFloat(got[5])));
+  EXPECT_TRUE(std::isnan(k3::bf16ToFloat(got[700])));
+  std::vector<uint16_t> wantNum, gotNum;
+  for (size_t i = 0; i < want.size(); ++i)
+    if (!std::isnan(k3::bf16ToFloat(want[i])))
+      wantNum.push_back(want[i]), gotNum.push_back(got[i]);
+  expectBf16Close(wantNum, gotNum, "the rows without a NaN scale");
+}
+
+/// Outside its limits (moeExpertsMxfp4Fits, the block size, bf16 experts)
+/// the output is NaN, never a wrong number.
+TEST(MoeMxfp4Cuda, OutsideItsLimitsIsNaN) {
+  K3_REQUIRE_GPU();
+  auto allNaN = [](const std::vector<uint16_t> &v, const char *what) {
+    for (uint16_t x : v)
+      if (!std::isnan(k3::bf16ToFloat(x))) {
+        ADD_FAILURE() << what << ": a number where NaN was expected";
+        return;
+      }
+  };
+  allNaN(mxfp4Gpu(makeExperts(256, 512, 4, 2, 'm', k3::kActSiTU, 20)),
+         "dim 256");
+  allNaN(mxfp4Gpu(makeExperts(512, 544, 4, 2, 'm', k3::kActSiTU, 21)),
+         "interDim 544");
+  allNaN(mxfp4Gpu(makeExperts(4608, 512, 4, 2, 'm', k3::kActSiTU, 22)),
+         "dim 4608");
+  allNaN(mxfp4Gpu(makeExperts(512, 512, 4, 2, 'b', k3::kActSiTU, 23)),
+         "bf16 experts");
+  ExpertsCase c = makeExperts(512, 512, 4, 2, 'm', k3::kActSiTU, 24);
+  allNaN(mxfp4Gpu(c, 528, 128), "block 128");
+  addFfnParts(c, 0, 25); // a norm weight
+  allNaN(mxfp4Gpu(c), "with a norm");
 }
 
 /// The plan's chain: router on the device writes ids / weights that

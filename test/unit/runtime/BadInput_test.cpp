@@ -389,6 +389,18 @@ TEST(BadPlan, AttnResClusteredLimits) {
   EXPECT_ERROR_CONTAINS(loadAndBind(p), "at most 8192, got 8200");
 }
 
+/// moe_experts_mxfp4 takes only sizes its kernel holds (moeExpertsMxfp4Fits):
+/// the tiny plan's experts (128 -> 128), named as that form, are refused
+/// with the sizes it needs, before anything runs.
+TEST(BadPlan, MoeExpertsMxfp4Limits) {
+  K3C_SKIP_WITHOUT_COMPILER();
+  PlanDoc p = tinyPlan();
+  launchOf(p, "moe_experts").kernel = "moe_experts_mxfp4";
+  EXPECT_ERROR_CONTAINS(loadAndBind(p),
+                        "moe_experts_mxfp4: dim (128) and interDim (128) "
+                        "must be multiples of 512 and at most 4096");
+}
+
 /// An L2 prefetch hint (k3-prefetch-weights): any whole 16-byte pieces of a
 /// bf16 or f32 weight bind, moving no bytes of their own launch; anything
 /// else is refused naming the field.
