@@ -2,9 +2,10 @@
 // latent shape (3584 -> 3072 -> 3584) with MXFP4 tables launches its expert
 // mix as moe_experts_mxfp4 (the router and the latent norm are unchanged);
 // so does a k3.expert_mix of MXFP4 tables that fit (dim and interDim
-// multiples of 512 up to 4096). bf16 tables, MXFP4 tables of other sizes,
-// and the option off (its default until a GPU has run the kernel's tests)
-// launch moe_experts. Both take the work queue's grid.
+// multiples of 512 up to 4096). bf16 tables, MXFP4 tables of other sizes
+// (interDim 544, dim 1056), and the option off (its default until a GPU has
+// run the kernel's tests) launch moe_experts. Both take the work queue's
+// grid.
 // RUN: k3-opt %s -split-input-file --convert-k3-to-launch="moe-mxfp4-mma=true" | FileCheck %s --check-prefix=ON
 // RUN: k3-opt %s -split-input-file --convert-k3-to-launch | FileCheck %s --check-prefix=OFF
 // The launch verifies and round-trips.
@@ -113,5 +114,28 @@ func.func @mix_bf16() -> tensor<16xf32> {
             tensor<8x1024x512xbf16>) -> tensor<1024xbf16>
   %head = k3.weight "head" : tensor<16x1024xbf16>
   %logits = k3.linear %m, %head : (tensor<1024xbf16>, tensor<16x1024xbf16>) -> tensor<16xf32>
+  return %logits : tensor<16xf32>
+}
+
+// -----
+
+// MXFP4 tables whose dim (1056: whole MXFP4 blocks) is not a multiple of 512.
+// ON-LABEL: func.func @mix_dim_not_fitting
+// ON: k3l.launch "moe_experts"(
+// ON-NOT: moe_experts_mxfp4
+func.func @mix_dim_not_fitting() -> tensor<16xf32> {
+  %x = k3.weight "x" : tensor<1056xbf16>
+  %gate = k3.weight "gate.weight" : tensor<8x1056xbf16>
+  %bias = k3.weight "gate.e_score_correction_bias" : tensor<8xf32>
+  %ids, %wts = k3.router %x, %gate, %bias {top_k = 2 : i64, renormalize = true, scaling = 1.0 : f64}
+                 : (tensor<1056xbf16>, tensor<8x1056xbf16>, tensor<8xf32>) -> (tensor<2xi32>, tensor<2xf32>)
+  %e1 = k3.weight "experts.{e}.w1" : !k3.mxfp4<8x512x1056>
+  %e3 = k3.weight "experts.{e}.w3" : !k3.mxfp4<8x512x1056>
+  %e2 = k3.weight "experts.{e}.w2" : !k3.mxfp4<8x1056x512>
+  %m = k3.expert_mix %x, %ids, %wts, %e1, %e3, %e2 {act = #k3<activation silu>}
+         : (tensor<1056xbf16>, tensor<2xi32>, tensor<2xf32>, !k3.mxfp4<8x512x1056>, !k3.mxfp4<8x512x1056>,
+            !k3.mxfp4<8x1056x512>) -> tensor<1056xbf16>
+  %head = k3.weight "head" : tensor<16x1056xbf16>
+  %logits = k3.linear %m, %head : (tensor<1056xbf16>, tensor<16x1056xbf16>) -> tensor<16xf32>
   return %logits : tensor<16xf32>
 }
