@@ -35,14 +35,14 @@ def ConvertK3ToLaunch : Pass<"convert-k3-to-launch", "::mlir::ModuleOp"> {
     most 4096 rows: when the cache holds more, an `mla_attend` launch
     follows it, both with `handover = 4096`, and each returns at once on
     the other's contexts.
-    With `attn-res-clusters` (off by default until its GPU tests have run:
-    docs/PERF.md, twenty-ninth session), a `k3.attn_res` of at most 9
+    With `attn-res-clusters` (the default since its GPU tests passed:
+    docs/PERF.md, thirtieth session), a `k3.attn_res` of at most 9
     sources and a hidden size of whole 8-element chunks up to 8192 launches
     `attn_res_clustered`: one cluster of up to 8 blocks (as many as its
     threads need for a chunk each; one block, unclustered, for a small D),
     block r a slice of D, the per-source sums added over the cluster
     through distributed shared memory (kernels/attnres/AttnRes.cu).
-    With `moe-mxfp4-mma` (off by default until its GPU tests have run:
+    With `moe-mxfp4-mma` (the default since its GPU tests passed:
     docs/PERF.md, thirtieth session), a routed-expert mix without a norm or
     a shared expert whose tables are MXFP4 of sizes that fit (dim and
     interDim multiples of 512 up to 4096: K3's latent experts) launches
@@ -61,16 +61,14 @@ def ConvertK3ToLaunch : Pass<"convert-k3-to-launch", "::mlir::ModuleOp"> {
            "the SMs, handing contexts above 4096 rows to an mla_attend "
            "launch after it (false: mla_attend alone)">,
     Option<"attnResClusters", "attn-res-clusters", "bool",
-           /*default=*/"false",
+           /*default=*/"true",
            "Mix AttnRes sources with attn_res_clustered (one cluster of up "
            "to 8 blocks, a slice of D each) where at most 9 sources and "
-           "D <= 8192 fit it (default false: attn_res, one block; "
-           "not yet run on a GPU)">,
-    Option<"moeMxfp4Mma", "moe-mxfp4-mma", "bool", /*default=*/"false",
+           "D <= 8192 fit it (false: attn_res, one block)">,
+    Option<"moeMxfp4Mma", "moe-mxfp4-mma", "bool", /*default=*/"true",
            "Run routed MXFP4 experts of sizes that fit with "
            "moe_experts_mxfp4 (their rows on the tensor cores through a "
-           "shared-memory ring; default false: moe_experts on the CUDA "
-           "cores; not yet run on a GPU)">,
+           "shared-memory ring; false: moe_experts on the CUDA cores)">,
   ];
 }
 

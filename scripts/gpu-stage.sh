@@ -77,20 +77,12 @@ done
   -o "$cfg/k3l4" >/dev/null
 "$BUILD_DIR"/bin/k3c "$cfg/k3l4" --fusion=default --max-seq 2048 \
   -o "$STAGE/plans/k3-4l-e32-default.plan"
-# The same with AttnRes on one cluster (k3c --attn-res-clusters, off by
-# default until a GPU has run its tests), and with the max strategy (AttnRes
-# fused with the next norm) on the cluster, to compare.
+# The same with AttnRes on one block and the MXFP4 experts on the CUDA cores
+# (k3c --attn-res-clusters=false --moe-mxfp4-mma=false: the default before
+# the thirtieth session, docs/PERF.md), to compare.
 "$BUILD_DIR"/bin/k3c "$cfg/k3l4" --fusion=default --max-seq 2048 \
-  --attn-res-clusters -o "$STAGE/plans/k3-4l-e32-default-arcl.plan"
-"$BUILD_DIR"/bin/k3c "$cfg/k3l4" --fusion=max --max-seq 2048 \
-  --attn-res-clusters -o "$STAGE/plans/k3-4l-e32-max-arcl.plan"
-# The MXFP4 experts on the tensor cores (k3c --moe-mxfp4-mma, off by
-# default until a GPU has run its tests), alone and with the AttnRes cluster.
-"$BUILD_DIR"/bin/k3c "$cfg/k3l4" --fusion=default --max-seq 2048 \
-  --moe-mxfp4-mma -o "$STAGE/plans/k3-4l-e32-default-mx.plan"
-"$BUILD_DIR"/bin/k3c "$cfg/k3l4" --fusion=default --max-seq 2048 \
-  --attn-res-clusters --moe-mxfp4-mma \
-  -o "$STAGE/plans/k3-4l-e32-default-arcl-mx.plan"
+  --attn-res-clusters=false --moe-mxfp4-mma=false \
+  -o "$STAGE/plans/k3-4l-e32-default-cudacores.plan"
 "$BUILD_DIR"/bin/k3c "$cfg/kl" --fusion=default --max-seq 32800 \
   -o "$STAGE/plans/kimi-linear-48b-e32-default-32k.plan"
 # The stand-in with 16 slots (batch decode, k3-run --prompts --batch 16).
@@ -122,7 +114,6 @@ done
 "$BUILD_DIR"/bin/k3-mkmodel k3 --layers 4 --experts 8 --config-only \
   -o "$cfg/k3l4e8" >/dev/null
 "$BUILD_DIR"/bin/k3c "$cfg/k3l4e8" --fusion=default --max-seq 512 \
-  --attn-res-clusters --moe-mxfp4-mma \
   -o "$STAGE/plans/k3-l4-e8-default.plan"
 rm -rf "$cfg"
 if [ $LAUNCH_TRACE = 1 ]; then

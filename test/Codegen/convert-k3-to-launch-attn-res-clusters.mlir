@@ -4,12 +4,12 @@
 // blocks of 128 threads (a chunk per thread); a small hidden size (256: 32
 // chunks) on one block of 128 without a cluster. Outside the clustered
 // form's limits (10 sources; a hidden size not of whole chunks; more than
-// 8 · 128 chunks), and with the option off (its default until a GPU has run
-// the kernel's tests), attn_res on one block of 256.
-// RUN: k3-opt %s -split-input-file --convert-k3-to-launch="attn-res-clusters=true" | FileCheck %s --check-prefix=ON
-// RUN: k3-opt %s -split-input-file --convert-k3-to-launch | FileCheck %s --check-prefix=OFF
+// 8 · 128 chunks), and with the option off (on by default), attn_res on one
+// block of 256.
+// RUN: k3-opt %s -split-input-file --convert-k3-to-launch | FileCheck %s --check-prefix=ON
+// RUN: k3-opt %s -split-input-file --convert-k3-to-launch="attn-res-clusters=false" | FileCheck %s --check-prefix=OFF
 // The clustered launch verifies and round-trips.
-// RUN: k3-opt %s -split-input-file --convert-k3-to-launch="attn-res-clusters=true" | k3-opt -split-input-file | FileCheck %s --check-prefix=ON
+// RUN: k3-opt %s -split-input-file --convert-k3-to-launch | k3-opt -split-input-file | FileCheck %s --check-prefix=ON
 
 // Before:
 //   %a = k3.attn_res %blocks, %p, %arn, %arp {count = 8 : i64, eps = 1.0e-05 : f64}

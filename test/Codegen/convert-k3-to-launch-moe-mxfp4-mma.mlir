@@ -3,13 +3,12 @@
 // mix as moe_experts_mxfp4 (the router and the latent norm are unchanged);
 // so does a k3.expert_mix of MXFP4 tables that fit (dim and interDim
 // multiples of 512 up to 4096). bf16 tables, MXFP4 tables of other sizes
-// (interDim 544, dim 1056), and the option off (its default until a GPU has
-// run the kernel's tests) launch moe_experts. Both take the work queue's
-// grid.
-// RUN: k3-opt %s -split-input-file --convert-k3-to-launch="moe-mxfp4-mma=true" | FileCheck %s --check-prefix=ON
-// RUN: k3-opt %s -split-input-file --convert-k3-to-launch | FileCheck %s --check-prefix=OFF
+// (interDim 544, dim 1056), and the option off (on by default) launch
+// moe_experts. Both take the work queue's grid.
+// RUN: k3-opt %s -split-input-file --convert-k3-to-launch | FileCheck %s --check-prefix=ON
+// RUN: k3-opt %s -split-input-file --convert-k3-to-launch="moe-mxfp4-mma=false" | FileCheck %s --check-prefix=OFF
 // The launch verifies and round-trips.
-// RUN: k3-opt %s -split-input-file --convert-k3-to-launch="moe-mxfp4-mma=true" | k3-opt -split-input-file | FileCheck %s --check-prefix=ON
+// RUN: k3-opt %s -split-input-file --convert-k3-to-launch | k3-opt -split-input-file | FileCheck %s --check-prefix=ON
 
 // Before:
 //   %r = k3.routed_experts %h, %z router(%gate, %bias) experts(%e1, %e3, %e2) norm(%rn) {...}

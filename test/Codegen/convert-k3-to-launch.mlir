@@ -216,7 +216,8 @@ func.func @kda_fine(%tok: i32, %pos: index) -> tensor<16xf32> {
 // 1/sqrt(12) (nope 8, rope 4, v_dim 6 and kv_lora 8 all differ, so a scale
 // from any other dimension shows); routed_experts' router scalars (top 3,
 // no renormalisation, scaling 2.5), expert betas and latent norm eps;
-// gated_mlp's normEps and betas; attn_res's normEps only with then_norm.
+// gated_mlp's normEps and betas; attn_res's normEps only with then_norm
+// (as attn_res_clustered, the default).
 // CHECK-LABEL: func.func @fused
 // CHECK: k3l.launch "kda_decode"
 // CHECK-SAME: arg_offsets = array<i64: 0, 0, 0, 0, 0, 0, 0, 64, 128, 0, 0, 0, 0, 0, 0, 0, 0>
@@ -239,10 +240,10 @@ func.func @kda_fine(%tok: i32, %pos: index) -> tensor<16xf32> {
 // CHECK: k3l.launch "gated_mlp"
 // CHECK-SAME: arg_names = ["x", "normWeight", "w1", "w3", "w2", "residual", "out"]
 // CHECK-SAME: scalars = {activation = 0 : i64, beta1 = 3.000000e+00 : f64, hasBeta2 = 0 : i64, inDim = 8 : i64, interDim = 32 : i64, normEps = 9.9999999999999995E-7 : f64, outDim = 8 : i64}
-// CHECK: k3l.launch "attn_res"
+// CHECK: k3l.launch "attn_res_clustered"
 // CHECK-SAME: arg_names = ["blocks", "extra", "wNorm", "wProj", "out"]
 // CHECK-SAME: scalars = {dim = 8 : i64, eps = 2.000000e-05 : f64, numBlocks = 2 : i64}
-// CHECK: k3l.launch "attn_res"
+// CHECK: k3l.launch "attn_res_clustered"
 // CHECK-SAME: arg_names = ["blocks", "extra", "wNorm", "wProj", "normWeight", "out"]
 // CHECK-SAME: scalars = {dim = 8 : i64, eps = 9.9999999999999995E-7 : f64, normEps = 9.9999999999999995E-7 : f64, numBlocks = 3 : i64}
 // CHECK: k3l.logits

@@ -137,18 +137,18 @@ static cl::opt<bool> attnResClusters(
     "attn-res-clusters",
     cl::desc("Mix AttnRes sources with attn_res_clustered (one cluster of up "
              "to 8 blocks, a slice of the hidden size each) where at most 9 "
-             "sources and D <= 8192 fit it (Hopper; default off until its GPU "
-             "tests have run: =true to try it)"),
-    cl::init(false), cl::cat(k3cCat));
+             "sources and D <= 8192 fit it (Hopper; default on; =false for "
+             "attn_res on one block, to compare)"),
+    cl::init(true), cl::cat(k3cCat));
 static cl::opt<bool> moeMxfp4Mma(
     "moe-mxfp4-mma",
     cl::desc("Run routed MXFP4 experts with moe_experts_mxfp4 where their "
              "sizes fit it (dim and interDim multiples of 512 up to 4096, no "
              "norm or shared expert in the launch: K3's latent experts): "
              "their rows through a shared-memory ring into the tensor cores "
-             "(Hopper; default off until its GPU tests have run: =true to "
-             "try it)"),
-    cl::init(false), cl::cat(k3cCat));
+             "(Hopper; default on; =false for moe_experts on the CUDA cores, "
+             "to compare)"),
+    cl::init(true), cl::cat(k3cCat));
 static cl::opt<std::string> l2Prefetch(
     "l2-prefetch",
     cl::desc("Kernels whose launches fetch the next large weight into L2 "

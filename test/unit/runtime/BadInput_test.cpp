@@ -365,15 +365,14 @@ TEST(BadPlan, MlaAttendHandover) {
 /// the plan is refused naming the launch, not left to the kernel's NaN.
 TEST(BadPlan, AttnResClusteredLimits) {
   K3C_SKIP_WITHOUT_COMPILER();
-  // The tiny plan's first attn_res launch, as the clustered form (the same
-  // params; its PTX module is the same file's).
-  auto clusteredPlan = [] {
-    PlanDoc p = tinyPlan();
-    launchOf(p, "attn_res").kernel = "attn_res_clustered";
-    return p;
-  };
+  // The tiny plan's AttnRes launches take the clustered form (k3c's
+  // default); the one-block form binds the same params.
+  auto clusteredPlan = [] { return tinyPlan(); };
   PlanDoc p = clusteredPlan();
   EXPECT_TRUE(loadAndBind(p).isOk());
+  launchOf(p, "attn_res_clustered").kernel = "attn_res";
+  EXPECT_TRUE(loadAndBind(p).isOk());
+  p = clusteredPlan();
   launchOf(p, "attn_res_clustered")
       .arg("numBlocks", PlanArg::integer(k3::kAttnResClusterMaxSources));
   EXPECT_ERROR_CONTAINS(loadAndBind(p),
