@@ -754,16 +754,18 @@ ExpertsCase makeExperts(int64_t dim, int64_t inter, int64_t numExperts,
   return c;
 }
 
+/// An expert-mix case of MoeExpertsMatchCpu / MoeMxfp4Cuda.MatchesCpu.
+struct ExpertsShape {
+  int64_t dim, inter, experts;
+  int32_t topK;
+  char formats;
+  int32_t act;
+  const char *name;
+};
+
 TEST(MoeCuda, MoeExpertsMatchCpu) {
   K3_REQUIRE_GPU();
-  struct Shape {
-    int64_t dim, inter, experts;
-    int32_t topK;
-    char formats;
-    int32_t act;
-    const char *name;
-  };
-  const Shape shapes[] = {
+  const ExpertsShape shapes[] = {
       {3584, 3072, 32, 16, 'm', k3::kActSiTU,
        "K3 latent MXFP4 3584-3072, 32 experts top-16"},
       {2304, 1024, 12, 8, 'b', k3::kActSwiGLU,
@@ -776,7 +778,7 @@ TEST(MoeCuda, MoeExpertsMatchCpu) {
       {16, 8, 3, 1, 'b', k3::kActSwiGLU, "tiny 16-8 top-1"},
   };
   uint64_t seed = 100;
-  for (const Shape &s : shapes) {
+  for (const ExpertsShape &s : shapes) {
     ExpertsCase c = makeExperts(s.dim, s.inter, s.experts, s.topK, s.formats,
                                 s.act, seed++);
     if (s.dim == 100)
@@ -953,14 +955,7 @@ std::vector<uint16_t> mxfp4Gpu(const ExpertsCase &c, int64_t grid = 528,
 /// scaled on its own into fp16).
 TEST(MoeMxfp4Cuda, MatchesCpu) {
   K3_REQUIRE_GPU();
-  struct Shape {
-    int64_t dim, inter, experts;
-    int32_t topK;
-    char formats;
-    int32_t act;
-    const char *name;
-  };
-  const Shape shapes[] = {
+  const ExpertsShape shapes[] = {
       {3584, 3072, 32, 16, 'm', k3::kActSiTU,
        "K3 latent MXFP4 3584-3072, 32 experts top-16"},
       {1024, 512, 8, 4, 'q', k3::kActSiTU, "quantised 1024-512 top-4"},
@@ -968,7 +963,7 @@ TEST(MoeMxfp4Cuda, MatchesCpu) {
       {4096, 4096, 3, 2, 'q', k3::kActSiTU, "the largest 4096-4096 top-2"},
   };
   uint64_t seed = 700;
-  for (const Shape &s : shapes) {
+  for (const ExpertsShape &s : shapes) {
     ExpertsCase c = makeExperts(s.dim, s.inter, s.experts, s.topK, s.formats,
                                 s.act, seed++);
     // x over ~2^-12 .. 2^6: one block in 8 scaled down, one in 8 up.
