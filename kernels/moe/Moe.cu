@@ -1172,7 +1172,7 @@ static_assert(16 * kMxStageBlocks == kMoeMxfp4Threads,
 static_assert(kMxRows == 4 * kMxWarps && 16 == 2 * kMxWarps,
               "items of moeSetup's sizes (16 gate/up rows, 32 down rows)");
 
-/// The shared memory of `moe_experts_mxfp4` (44.5 KiB: four blocks an SM).
+/// The shared memory of `moe_experts_mxfp4` (43.6 KiB: four blocks an SM).
 struct MxShared {
   /// The ring's codes, [stage][row][16-byte granule]: granule c of row r at
   /// c ^ (r & 7), so that a quad's reads of 8 rows hit 8 bank groups.
@@ -1434,7 +1434,7 @@ __device__ void mxDown(const MoeExpertsParams &p, const MoeShape &sh,
 // item's first stages are in flight while its activations are staged (a
 // gate/up item: x̂ once per block; a down item: its slot's a, read through
 // L2 once the slot's gate/up items are counted).
-// Grid: any (the plan's 4 blocks per SM fill the SMs: 44.5 KiB of shared
+// Grid: any (the plan's 4 blocks per SM fill the SMs: 43.6 KiB of shared
 // memory each); block: kMoeMxfp4Threads. Deterministic: an item's rows are
 // summed in one order whatever the grid. Limits: moeExpertsMxfp4Fits
 // (MoeParams.h), x 16-byte aligned, every chosen expert MXFP4 with 16-byte
