@@ -884,6 +884,14 @@ __device__ __noinline__ MoeItem decodeItem(const MoeShape &sh, unsigned t) {
           (t - base) % sh.down};
 }
 
+/// Routed slot k's expert id, or -1 when it is outside the table. Read
+/// through L2: in moe_ffn the ids are written by this launch's router.
+__device__ __forceinline__ int32_t routedExpert(const MoeExpertsParams &p,
+                                                int64_t k) {
+  const int32_t e = __ldcg(p.ids + k);
+  return e >= 0 && e < p.numExperts ? e : -1;
+}
+
 /// Slot j's expert weights (false: an invalid routed id, the slot is NaN)
 /// and where its activations live.
 __device__ __forceinline__ bool slotExpert(const MoeExpertsParams &p,
@@ -899,9 +907,8 @@ __device__ __forceinline__ bool slotExpert(const MoeExpertsParams &p,
   const int32_t k = static_cast<int32_t>(j - sh.shared);
   inter = p.interDim;
   act = gMoeAct + sh.sharedStride + int64_t(k) * sh.aStride;
-  // Through L2: in moe_ffn the ids are written by this launch's router.
-  const int32_t e = __ldcg(p.ids + k);
-  if (e < 0 || e >= p.numExperts)
+  const int32_t e = routedExpert(p, k);
+  if (e < 0)
     return false;
   w[0] = p.w1[e], w[1] = p.w3[e], w[2] = p.w2[e];
   return true;
@@ -1261,39 +1268,48 @@ __device__ __forceinline__ void mxIssueStage(MxShared &sm, const MxItem &it,
   dev::commitAsyncCopies();
 }
 
-/// Adds stage s's products to acc[m-tile][row g / g + 8] (lane 4g + t):
-/// warp w takes blocks 2w and 2w + 1 of the stage for both m-tiles. A
-/// block is two k-steps of m16n8k16 in a k order both operands share: lane
-/// t's code word t of rows g and g + 8 (mxfp4Halves) against its B
-/// fragment quad; every column of B is the activation, so every lane's C
-/// holds its rows' sums. The fresh sums are scaled per row and block.
+/// The item row whose sums lane `lane` keeps: the four lanes of quad g
+/// hold the same C values (every column of B is the activation), so lane t
+/// keeps row g + 8 (t & 1) of m-tile t >> 1 and scales only that one.
+__device__ __forceinline__ int mxLaneRow(int lane) {
+  return 8 * (lane & 3) + (lane >> 2); // 16 (t >> 1) + 8 (t & 1) + g
+}
+
+/// Adds stage s's products of row mxLaneRow(lane) to acc: warp w takes
+/// blocks 2w and 2w + 1 of the stage for both m-tiles. A block is two
+/// k-steps of m16n8k16 in a k order both operands share: lane t's code
+/// word t of rows g and g + 8 (mxfp4Halves) against its B fragment quad;
+/// every column of B is the activation, so every lane's C holds its quad's
+/// rows' sums. The lane's row's fresh sum is scaled by its E8M0 byte.
 __device__ __forceinline__ void mxStageSums(const MxShared &sm, int s,
-                                            float (&acc)[2][2]) {
+                                            float &acc) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int g = lane >> 2, t = lane & 3;
   const int slot = s % kMxRing;
   const uint32_t *codes = reinterpret_cast<const uint32_t *>(sm.codes[slot]);
-  const uint8_t *scales = reinterpret_cast<const uint8_t *>(sm.scales[slot]);
+  const uint8_t *scales = reinterpret_cast<const uint8_t *>(sm.scales[slot]) +
+                          mxLaneRow(lane) * kMxStageBlocks;
 #pragma unroll 1 // (unrolled, the kernel spills under 64 registers)
   for (int bb = 0; bb < 2; ++bb) {
     const int b = 2 * warp + bb;
     const int kb = s * kMxStageBlocks + b; // the block within the row
     const uint4 x = sm.act[4 * kb + t];
-    const float xs = sm.actScale[kb];
+    float c[2][4];
 #pragma unroll
     for (int m = 0; m < 2; ++m) {
       const int r0 = 16 * m + g, r1 = r0 + 8; // (r & 7) == g for both
       uint32_t h0[4], h1[4];
       dev::mxfp4Halves(codes[(r0 * kMxStageBlocks + (b ^ g)) * 4 + t], h0);
       dev::mxfp4Halves(codes[(r1 * kMxStageBlocks + (b ^ g)) * 4 + t], h1);
-      float c[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-      dev::mmaF16K16(c, {h0[0], h1[0], h0[1], h1[1]}, x.x, x.y);
-      dev::mmaF16K16(c, {h0[2], h1[2], h0[3], h1[3]}, x.z, x.w);
-      acc[m][0] = fmaf(c[0], dev::e8m0ToF(scales[r0 * kMxStageBlocks + b]) * xs,
-                       acc[m][0]);
-      acc[m][1] = fmaf(c[2], dev::e8m0ToF(scales[r1 * kMxStageBlocks + b]) * xs,
-                       acc[m][1]);
+#pragma unroll
+      for (int i = 0; i < 4; ++i)
+        c[m][i] = 0.0f;
+      dev::mmaF16K16(c[m], {h0[0], h1[0], h0[1], h1[1]}, x.x, x.y);
+      dev::mmaF16K16(c[m], {h0[2], h1[2], h0[3], h1[3]}, x.z, x.w);
     }
+    const float sum =
+        (t & 2) ? ((t & 1) ? c[1][2] : c[1][0]) : ((t & 1) ? c[0][2] : c[0][0]);
+    acc = fmaf(sum, dev::e8m0ToF(scales[b]) * sm.actScale[kb], acc);
   }
 }
 
@@ -1315,7 +1331,7 @@ __device__ __forceinline__ void mxBegin(MxShared &sm, const MxItem &it,
 /// bits for any grid). Every thread of the block calls it.
 __device__ __forceinline__ float mxSums(MxShared &sm, const MxItem &it,
                                         int stages) {
-  float acc[2][2] = {{0.0f, 0.0f}, {0.0f, 0.0f}};
+  float acc = 0.0f;
   for (int s = 0; s < stages; ++s) {
     dev::waitAsyncGroups<kMxRing - 2>(); // stage s has landed (this thread)
     __syncthreads(); // ... for every thread; slot (s - 1) % kMxRing is free
@@ -1325,15 +1341,11 @@ __device__ __forceinline__ float mxSums(MxShared &sm, const MxItem &it,
       dev::commitAsyncCopies();
     mxStageSums(sm, s, acc);
   }
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  if ((lane & 3) == 0) {
-    const int g = lane >> 2;
-#pragma unroll
-    for (int m = 0; m < 2; ++m) {
-      sm.part[warp][16 * m + g] = acc[m][0];
-      sm.part[warp][16 * m + g + 8] = acc[m][1];
-    }
-  }
+  // Lane r takes row r's sum from the lane that kept it (mxLaneRow), so the
+  // part's address is the thread index (no register held over the items).
+  const int r = threadIdx.x & 31;
+  sm.part[threadIdx.x >> 5][r] =
+      __shfl_sync(0xffffffffu, acc, 4 * (r & 7) + (r >> 3));
   __syncthreads();
   float sum = 0.0f;
   if (threadIdx.x < kMxRows)
@@ -1352,13 +1364,6 @@ __device__ __forceinline__ const WeightRef *mxWeight(const WeightRef &w) {
              : nullptr;
 }
 
-/// The expert id of routed slot j, or -1 when it is outside the table.
-__device__ __forceinline__ int32_t mxExpert(const MoeExpertsParams &p,
-                                            unsigned j) {
-  const int32_t e = __ldcg(p.ids + j);
-  return e >= 0 && e < p.numExperts ? e : -1;
-}
-
 /// Gate/up item `index` of slot j: a = R(act(R(W1 x̂), R(W3 x̂))) of 16
 /// intermediate rows (NaN for an invalid expert).
 __device__ void mxGateUp(const MoeExpertsParams &p, const MoeShape &sh,
@@ -1366,7 +1371,7 @@ __device__ void mxGateUp(const MoeExpertsParams &p, const MoeShape &sh,
                          int &staged) {
   const int64_t D = p.dim, i0 = int64_t(index) * 16;
   uint16_t *dst = gMoeAct + int64_t(j) * sh.aStride + i0;
-  const int32_t e = mxExpert(p, j);
+  const int32_t e = routedExpert(p, j);
   const WeightRef *w1 = e >= 0 ? mxWeight(p.w1[e]) : nullptr;
   const WeightRef *w3 = e >= 0 ? mxWeight(p.w3[e]) : nullptr;
   if (!w1 || !w3) {
@@ -1398,7 +1403,7 @@ __device__ void mxDown(const MoeExpertsParams &p, const MoeShape &sh,
                        MxShared &sm, unsigned j, unsigned index, int &staged) {
   const int64_t I = p.interDim, r0 = int64_t(index) * kMxRows;
   float *dst = gMoeY + int64_t(j) * p.dim + r0;
-  const int32_t e = mxExpert(p, j);
+  const int32_t e = routedExpert(p, j);
   const WeightRef *w2 = e >= 0 ? mxWeight(p.w2[e]) : nullptr;
   if (!w2) {
     if (threadIdx.x < kMxRows)

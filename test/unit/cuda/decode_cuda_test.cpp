@@ -202,27 +202,49 @@ TEST_P(DecodeCuda, MatchesCpuBackendAndReference) {
   EXPECT_EQ(gpuNoGraph.tokens, gpu.tokens);
   EXPECT_EQ(gpuNoGraph.logits, gpu.logits);
 
-  // Against the CPU backend: the same tokens, every logit within the bound.
+  // The float64 reference's greedy decode of the same prompt.
   auto plan = k3::readPlanFile(path);
   ASSERT_TRUE(plan.hasValue()) << plan.message();
   auto store = k3::TensorStore::open(dir);
   ASSERT_TRUE(store.hasValue()) << store.message();
+  auto config = k3::parseConfigFile(dir + "/config.json");
+  ASSERT_TRUE(config.hasValue()) << config.message();
+  auto weights = k3::bindModelWeights(*config, *store);
+  ASSERT_TRUE(weights.hasValue()) << weights.message();
+  auto r = k3::ref::referenceGreedy(*config, *weights, kPrompt, kMaxNew);
+  ASSERT_TRUE(r.hasValue()) << r.message();
+
+  // Against the CPU backend: the same tokens, and every row of logits within
+  // the bound of one bf16 rounding of the final hidden state. Free-running
+  // over 64 steps, the two backends' different fp32 summation orders can
+  // grow past that at a sensitive step (a router near-tie, the KDA state);
+  // such a row passes only where the CUDA logits are no farther from the
+  // float64 reference's than the CPU backend's are, plus the bound: a kernel
+  // bug moves the CUDA row away from the reference, rounding moves both.
   std::string why;
   const double bound = logitsBound(*plan, *store, why);
   ASSERT_GT(bound, 0.0);
   ASSERT_EQ(cpu.tokens.size(), size_t(kMaxNew));
   ASSERT_EQ(gpu.tokens.size(), size_t(kMaxNew));
-  int64_t firstDiff = -1;
+  int64_t firstDiff = -1, firstRefDiff = -1;
   for (int64_t s = 0; s < kMaxNew && firstDiff < 0; ++s)
     if (cpu.tokens[s] != gpu.tokens[s])
       firstDiff = s;
+  for (int64_t s = 0; s < kMaxNew && firstRefDiff < 0; ++s)
+    if (s >= static_cast<int64_t>(r->tokens.size()) ||
+        r->tokens[s] != gpu.tokens[s])
+      firstRefDiff = s;
   EXPECT_EQ(firstDiff, -1) << "tokens differ from the CPU backend's at step "
                            << firstDiff;
   // Rows up to the first different token (after it the inputs differ).
   const int64_t rows = firstDiff < 0 ? kMaxNew : firstDiff + 1;
   double maxAbs = 0.0, maxRow = 0.0;
-  int64_t worstRow = -1, worstId = -1, nonFinite = 0;
-  for (int64_t s = 0; s < rows; ++s)
+  int64_t worstRow = -1, worstId = -1, nonFinite = 0, amplified = 0;
+  std::string unexplained;
+  for (int64_t s = 0; s < rows; ++s) {
+    double rowAbs = 0.0, gpuToRef = 0.0, cpuToRef = 0.0;
+    int64_t rowId = -1;
+    const bool refRow = firstRefDiff < 0 || s <= firstRefDiff;
     for (size_t v = 0; v < cpu.logits[s].size(); ++v) {
       const double want = cpu.logits[s][v], got = gpu.logits[s][v];
       maxRow = std::max(maxRow, std::fabs(want));
@@ -230,27 +252,48 @@ TEST_P(DecodeCuda, MatchesCpuBackendAndReference) {
         ++nonFinite;
         continue;
       }
-      if (std::fabs(got - want) > maxAbs) {
-        maxAbs = std::fabs(got - want);
-        worstRow = s;
-        worstId = static_cast<int64_t>(v);
+      if (std::fabs(got - want) > rowAbs) {
+        rowAbs = std::fabs(got - want);
+        rowId = static_cast<int64_t>(v);
+      }
+      if (refRow) {
+        gpuToRef = std::max(gpuToRef, std::fabs(got - r->logits[s][v]));
+        cpuToRef = std::max(cpuToRef, std::fabs(want - r->logits[s][v]));
       }
     }
+    if (rowAbs > maxAbs) {
+      maxAbs = rowAbs;
+      worstRow = s;
+      worstId = rowId;
+    }
+    if (rowAbs <= bound)
+      continue;
+    char line[200];
+    std::snprintf(line, sizeof(line),
+                  "step %lld: |cuda - cpu| %.3g at id %lld; to the reference: "
+                  "cuda %.3g, cpu %.3g\n",
+                  static_cast<long long>(s), rowAbs,
+                  static_cast<long long>(rowId), gpuToRef, cpuToRef);
+    if (refRow && gpuToRef <= cpuToRef + bound) {
+      ++amplified;
+      std::printf("  over the bound, no farther from the reference: %s", line);
+    } else {
+      unexplained += line;
+    }
+  }
   std::printf("[cuda vs cpu] %s/%s: %lld tokens %s; max |dlogit| %.3g nats "
-              "(step %lld, id %lld; max|logit| %.3g), bound %.3g (%s)\n",
+              "(step %lld, id %lld; max|logit| %.3g), bound %.3g (%s); %lld "
+              "rows over it, no farther from the reference than the cpu's\n",
               preset.c_str(), fusion.c_str(), static_cast<long long>(kMaxNew),
               firstDiff < 0 ? "identical" : "DIFFERENT", maxAbs,
               static_cast<long long>(worstRow), static_cast<long long>(worstId),
-              maxRow, bound, why.c_str());
+              maxRow, bound, why.c_str(), static_cast<long long>(amplified));
   EXPECT_EQ(nonFinite, 0) << "non-finite CUDA logits";
-  EXPECT_LE(maxAbs, bound) << "at step " << worstRow << ", id " << worstId;
+  EXPECT_TRUE(unexplained.empty())
+      << "rows over the bound and farther from the float64 reference than "
+         "the CPU backend's:\n"
+      << unexplained;
 
-  auto config = k3::parseConfigFile(dir + "/config.json");
-  ASSERT_TRUE(config.hasValue()) << config.message();
-  auto weights = k3::bindModelWeights(*config, *store);
-  ASSERT_TRUE(weights.hasValue()) << weights.message();
-  auto r = k3::ref::referenceGreedy(*config, *weights, kPrompt, kMaxNew);
-  ASSERT_TRUE(r.hasValue()) << r.message();
   k3::ref::DecodeCompareOptions opt;
   opt.maxRowRelErr = kRefRowTol;
   auto vsRef =

@@ -367,23 +367,22 @@ TEST(BadPlan, AttnResClusteredLimits) {
   K3C_SKIP_WITHOUT_COMPILER();
   // The tiny plan's AttnRes launches take the clustered form (k3c's
   // default); the one-block form binds the same params.
-  auto clusteredPlan = [] { return tinyPlan(); };
-  PlanDoc p = clusteredPlan();
+  PlanDoc p = tinyPlan();
   EXPECT_TRUE(loadAndBind(p).isOk());
   launchOf(p, "attn_res_clustered").kernel = "attn_res";
   EXPECT_TRUE(loadAndBind(p).isOk());
-  p = clusteredPlan();
+  p = tinyPlan();
   launchOf(p, "attn_res_clustered")
       .arg("numBlocks", PlanArg::integer(k3::kAttnResClusterMaxSources));
   EXPECT_ERROR_CONTAINS(loadAndBind(p),
                         "attn_res_clustered: takes at most 9 sources "
                         "(numBlocks + extra), got 10");
-  p = clusteredPlan();
+  p = tinyPlan();
   launchOf(p, "attn_res_clustered").arg("dim", PlanArg::integer(252));
   EXPECT_ERROR_CONTAINS(loadAndBind(p), "attn_res_clustered: dim must be a "
                                         "multiple of 8 and at most 8192, "
                                         "got 252");
-  p = clusteredPlan();
+  p = tinyPlan();
   launchOf(p, "attn_res_clustered").arg("dim", PlanArg::integer(8200));
   EXPECT_ERROR_CONTAINS(loadAndBind(p), "at most 8192, got 8200");
 }
