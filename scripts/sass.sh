@@ -28,17 +28,21 @@ family=$1 kernel=$2
 shift 2
 flags=build/ptx/nvcc-flags
 [ -f "$flags" ] || { echo "sass.sh: no $flags (configure and build with CUDA first)" >&2; exit 1; }
-nvcc=${K3C_NVCC:-$(grep -s '^K3C_NVCC:' build/CMakeCache.txt | cut -d= -f2)}
-nvcc=${nvcc:-nvcc}
+nvcc=${K3C_NVCC:-$(grep -s '^K3C_NVCC:' build/CMakeCache.txt | cut -d= -f2 || true)}
+nvcc=${nvcc:-$(command -v nvcc || true)}
+[ -n "$nvcc" ] || { echo "sass.sh: no nvcc (set K3C_NVCC)" >&2; exit 1; }
 ptxas=$(dirname "$nvcc")/ptxas
+[ -x "$ptxas" ] || ptxas=$(command -v ptxas || true)
+[ -n "$ptxas" ] || { echo "sass.sh: no ptxas beside $nvcc or on PATH" >&2; exit 1; }
 cuobjdump=${K3C_CUOBJDUMP:-$(command -v cuobjdump || true)}
 if [ -z "$cuobjdump" ]; then
   cuobjdump=build/cuda-tools/nvidia/cu13/bin/cuobjdump
   if [ ! -x "$cuobjdump" ]; then
     echo "sass.sh: fetching cuobjdump and nvdisasm (pip download)" >&2
     tmp=$(mktemp -d)
-    pip download --no-deps -q nvidia-cuda-cuobjdump nvidia-cuda-nvdisasm \
-      -d "$tmp" >&2 ||
+    # (Pinned to CUDA 13: the wheels unpack under nvidia/cu13.)
+    pip download --no-deps -q 'nvidia-cuda-cuobjdump==13.*' \
+      'nvidia-cuda-nvdisasm==13.*' -d "$tmp" >&2 ||
       { echo "sass.sh: no cuobjdump; set K3C_CUOBJDUMP" >&2; exit 1; }
     mkdir -p build/cuda-tools
     for w in "$tmp"/*.whl; do
@@ -56,10 +60,11 @@ mkdir -p "$out"
 # shellcheck disable=SC2046
 "$nvcc" $(cat "$flags") -I. "$@" "$src" -o "$out/$family.ptx"
 "$ptxas" -arch=sm_90 -v -warn-spills "$out/$family.ptx" -o "$out/$family.cubin" \
-  2>"$out/$family.ptxas"
-grep -A2 "entry function '$kernel'" "$out/$family.ptxas" | tail -2
-"$cuobjdump" -sass -fun "$kernel" "$out/$family.cubin" >"$out/$kernel.sass"
-[ -s "$out/$kernel.sass" ] || { echo "sass.sh: no kernel $kernel in $src" >&2; exit 1; }
+  2>"$out/$family.ptxas" || { cat "$out/$family.ptxas" >&2; exit 1; }
+grep -A3 "entry function '$kernel'" "$out/$family.ptxas" | tail -3 || true
+"$cuobjdump" -sass -fun "$kernel" "$out/$family.cubin" >"$out/$kernel.sass" 2>/dev/null
+grep -q '/\*[0-9a-f]\{4,\}\*/' "$out/$kernel.sass" ||
+  { echo "sass.sh: no kernel $kernel in $src" >&2; exit 1; }
 python3 - "$out/$kernel.sass" <<'EOF'
 import collections, re, sys
 
@@ -81,8 +86,9 @@ histogram(insts, "whole kernel")
 # Loops: a branch to a lower address; the body is [target, branch].
 loops = []
 for i, (addr, op, text) in enumerate(insts):
-    m = re.match(r'BRA\s+0x([0-9a-f]+)', text)
-    if op == 'BRA' and m and int(m.group(1), 16) < addr:
+    # BRA, BRA.U, BRA.DIV ...: the target is the last 0x operand.
+    m = re.search(r'0x([0-9a-f]+)\s*$', text)
+    if op.startswith('BRA') and m and int(m.group(1), 16) < addr:
         body = [r for r in insts if int(m.group(1), 16) <= r[0] <= addr]
         loops.append((sum(r[1].startswith('HMMA') for r in body), -len(body),
                       body))

@@ -5,7 +5,9 @@
 // a folder named by K3C_CUDA_TEST_PLANS), bound to the CUDA backend over the
 // same made model: 64 greedy tokens identical to the CPU backend's and to
 // the float64 reference's, every logit within an absolute bound of the CPU
-// backend's (logitsBound: one bf16 ulp of the lm_head input) and every row
+// backend's (logitsBound: one bf16 ulp of the lm_head input; a few rows may
+// pass over it where the CUDA row is no farther from the reference's than
+// the CPU's, plus the bound) and every row
 // within the e2e bound of the reference's, and the CUDA graph replay
 // bit-identical to launching kernel by kernel. Then the differential run of
 // runtime/exec/Differential.h: every launch of 15 steps against the CPU kernels
@@ -49,6 +51,9 @@ const std::vector<int64_t> kPrompt = {1, 17, 300, 42, 5, 999, 123, 64};
 constexpr int64_t kMaxNew = 64;
 /// Against the float64 reference (other rounding points): per-row relative.
 constexpr double kRefRowTol = 2e-2;
+/// Rows of the 64 that may exceed the CPU-vs-CUDA bound where the CUDA row
+/// is no farther from the reference's than the CPU's (plus the bound).
+constexpr int64_t kMaxAmplifiedRows = 4;
 /// New tokens of the differential run (15 steps with the prompt).
 constexpr int64_t kDifferentialNew = 8;
 
@@ -219,8 +224,9 @@ TEST_P(DecodeCuda, MatchesCpuBackendAndReference) {
   // over 64 steps, the two backends' different fp32 summation orders can
   // grow past that at a sensitive step (a router near-tie, the KDA state);
   // such a row passes only where the CUDA logits are no farther from the
-  // float64 reference's than the CPU backend's are, plus the bound: a kernel
-  // bug moves the CUDA row away from the reference, rounding moves both.
+  // float64 reference's than the CPU backend's are, plus the bound (a kernel
+  // bug moves the CUDA row away from the reference, rounding moves both),
+  // and only a few rows may: a bug below that slack shows on many rows.
   std::string why;
   const double bound = logitsBound(*plan, *store, why);
   ASSERT_GT(bound, 0.0);
@@ -230,9 +236,10 @@ TEST_P(DecodeCuda, MatchesCpuBackendAndReference) {
   for (int64_t s = 0; s < kMaxNew && firstDiff < 0; ++s)
     if (cpu.tokens[s] != gpu.tokens[s])
       firstDiff = s;
+  ASSERT_EQ(r->tokens.size(), size_t(kMaxNew));
+  ASSERT_EQ(r->logits.size(), size_t(kMaxNew));
   for (int64_t s = 0; s < kMaxNew && firstRefDiff < 0; ++s)
-    if (s >= static_cast<int64_t>(r->tokens.size()) ||
-        r->tokens[s] != gpu.tokens[s])
+    if (r->tokens[s] != gpu.tokens[s])
       firstRefDiff = s;
   EXPECT_EQ(firstDiff, -1) << "tokens differ from the CPU backend's at step "
                            << firstDiff;
@@ -269,21 +276,31 @@ TEST_P(DecodeCuda, MatchesCpuBackendAndReference) {
     if (rowAbs <= bound)
       continue;
     char line[200];
-    std::snprintf(line, sizeof(line),
-                  "step %lld: |cuda - cpu| %.3g at id %lld; to the reference: "
-                  "cuda %.3g, cpu %.3g\n",
-                  static_cast<long long>(s), rowAbs,
-                  static_cast<long long>(rowId), gpuToRef, cpuToRef);
+    if (refRow)
+      std::snprintf(line, sizeof(line),
+                    "step %lld: |cuda - cpu| %.3g at id %lld; to the "
+                    "reference: cuda %.3g, cpu %.3g\n",
+                    static_cast<long long>(s), rowAbs,
+                    static_cast<long long>(rowId), gpuToRef, cpuToRef);
+    else
+      std::snprintf(line, sizeof(line),
+                    "step %lld: |cuda - cpu| %.3g at id %lld; past the "
+                    "reference's first different token\n",
+                    static_cast<long long>(s), rowAbs,
+                    static_cast<long long>(rowId));
     if (refRow && gpuToRef <= cpuToRef + bound) {
       ++amplified;
-      std::printf("  over the bound, no farther from the reference: %s", line);
+      std::printf("  over the bound, within the cpu's distance to the "
+                  "reference plus the bound: %s",
+                  line);
     } else {
       unexplained += line;
     }
   }
   std::printf("[cuda vs cpu] %s/%s: %lld tokens %s; max |dlogit| %.3g nats "
               "(step %lld, id %lld; max|logit| %.3g), bound %.3g (%s); %lld "
-              "rows over it, no farther from the reference than the cpu's\n",
+              "rows over it within the cpu's distance to the reference plus "
+              "the bound\n",
               preset.c_str(), fusion.c_str(), static_cast<long long>(kMaxNew),
               firstDiff < 0 ? "identical" : "DIFFERENT", maxAbs,
               static_cast<long long>(worstRow), static_cast<long long>(worstId),
@@ -291,8 +308,12 @@ TEST_P(DecodeCuda, MatchesCpuBackendAndReference) {
   EXPECT_EQ(nonFinite, 0) << "non-finite CUDA logits";
   EXPECT_TRUE(unexplained.empty())
       << "rows over the bound and farther from the float64 reference than "
-         "the CPU backend's:\n"
+         "the CPU backend's plus the bound:\n"
       << unexplained;
+  EXPECT_LE(amplified, kMaxAmplifiedRows)
+      << "rows over the bound (each within the CPU's distance to the "
+         "reference plus the bound): too many for rounding at a few "
+         "sensitive steps";
 
   k3::ref::DecodeCompareOptions opt;
   opt.maxRowRelErr = kRefRowTol;
