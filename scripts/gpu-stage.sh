@@ -8,10 +8,15 @@
 # Then, on the GPU machine:
 #   scripts/gpu-check.sh build/gpu-stage
 #
+# --small: only the plans gpu-check.sh, cuda_test and the headline
+# benchmarks read (the tiny presets, the stand-in and full Kimi-Linear-48B
+# default plans, the K3 slices), so that the .tgz fits a device call's
+# carry limit (64 MiB) with room for variants.
+#
 # --launch-trace: also every kernel family built with -DK3C_LAUNCH_TRACE into
-# variants/launch-trace (decode_bench --timeline with K3C_PTX_DIR there), and
-# any folders under build/gpu-stage-variants (made with ptx-variant.sh)
-# copied into variants/.
+# variants/launch-trace (decode_bench --timeline with K3C_PTX_DIR there).
+# Folders under build/gpu-stage-variants (made with ptx-variant.sh) are
+# always copied into variants/.
 #
 #===----------------------------------------------------------------------===#
 set -euo pipefail
@@ -19,9 +24,11 @@ cd "$(dirname "$0")/.."
 BUILD_DIR=${BUILD_DIR:-build}
 STAGE=$BUILD_DIR/gpu-stage
 LAUNCH_TRACE=0
+SMALL=0
 for a in "$@"; do
   case $a in
   --launch-trace) LAUNCH_TRACE=1 ;;
+  --small) SMALL=1 ;;
   *) echo "gpu-stage.sh: unknown argument $a" >&2; exit 2 ;;
   esac
 done
@@ -122,9 +129,20 @@ if [ $LAUNCH_TRACE = 1 ]; then
       "$(basename "$(dirname "$cu")")" -DK3C_LAUNCH_TRACE >/dev/null 2>&1 ||
       { echo "gpu-stage.sh: the launch-trace build of $cu failed" >&2; exit 1; }
   done
-  if [ -d "$BUILD_DIR/gpu-stage-variants" ]; then
-    cp -r "$BUILD_DIR"/gpu-stage-variants/. "$STAGE/variants/"
-  fi
+fi
+# PTX variants made with ptx-variant.sh (e.g. a kernel's parent commit, to
+# measure a change against it with the same binaries: K3C_PTX_DIR).
+if [ -d "$BUILD_DIR/gpu-stage-variants" ]; then
+  mkdir -p "$STAGE/variants"
+  cp -r "$BUILD_DIR"/gpu-stage-variants/. "$STAGE/variants/"
+fi
+if [ $SMALL = 1 ]; then
+  # The strategies' comparison plans and the 32K / prefetch / batch-16 /
+  # unclustered-MLA variants (scripts/gpu-perf.sh's) stay out.
+  rm -f "$STAGE"/plans/*-32k.plan "$STAGE"/plans/*-prefetch.plan \
+    "$STAGE"/plans/*-b16.plan "$STAGE"/plans/*-nomlacl.plan \
+    "$STAGE"/plans/kimi-linear-48b-{none,max}.plan \
+    "$STAGE"/plans/kimi-linear-48b-e32-{none,max}.plan
 fi
 shared=$(cd "$(dirname "$0")/.." && pwd)/../shared/tools/ncu-summary.py
 [ -f "$shared" ] && cp "$shared" "$STAGE/"
