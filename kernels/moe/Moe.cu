@@ -1275,6 +1275,9 @@ __device__ __forceinline__ int mxLaneRow(int lane) {
   return 8 * (lane & 3) + (lane >> 2); // 16 (t >> 1) + 8 (t & 1) + g
 }
 
+/// The lane that keeps row r (mxLaneRow's inverse).
+__device__ __forceinline__ int mxRowLane(int r) { return 4 * (r & 7) + (r >> 3); }
+
 /// Adds stage s's products of row mxLaneRow(lane) to acc: warp w takes
 /// blocks 2w and 2w + 1 of the stage for both m-tiles. A block is two
 /// k-steps of m16n8k16 in a k order both operands share: lane t's code
@@ -1341,11 +1344,10 @@ __device__ __forceinline__ float mxSums(MxShared &sm, const MxItem &it,
       dev::commitAsyncCopies();
     mxStageSums(sm, s, acc);
   }
-  // Lane r takes row r's sum from the lane that kept it (mxLaneRow), so the
-  // part's address is the thread index (no register held over the items).
+  // Lane r takes row r's sum from the lane that kept it, so the part's
+  // address is the thread index (no register held over the items).
   const int r = threadIdx.x & 31;
-  sm.part[threadIdx.x >> 5][r] =
-      __shfl_sync(0xffffffffu, acc, 4 * (r & 7) + (r >> 3));
+  sm.part[threadIdx.x >> 5][r] = __shfl_sync(0xffffffffu, acc, mxRowLane(r));
   __syncthreads();
   float sum = 0.0f;
   if (threadIdx.x < kMxRows)
