@@ -25,13 +25,9 @@ if [ $# -lt 2 ]; then
 fi
 dir=$1 family=$2
 shift 2
-nvcc=${K3C_NVCC:-$(grep -s '^K3C_NVCC:' build/CMakeCache.txt | cut -d= -f2)}
-nvcc=${nvcc:-nvcc}
-ptxas=$(dirname "$nvcc")/ptxas
+. scripts/cuda-tools.sh
 src=${SRC:-$(ls kernels/"$family"/*.cu)}
 mkdir -p "$dir"
-flags=build/ptx/nvcc-flags
-[ -f "$flags" ] || { echo "ptx-variant.sh: no $flags (configure and build with CUDA first)" >&2; exit 1; }
 # shellcheck disable=SC2046
 "$nvcc" $(cat "$flags") -I. "$@" "$src" -o "$dir/$family.ptx"
 "$ptxas" -arch=sm_90 -warn-spills -warn-lmem-usage "$dir/$family.ptx" \

@@ -26,14 +26,7 @@ if [ $# -lt 2 ]; then
 fi
 family=$1 kernel=$2
 shift 2
-flags=build/ptx/nvcc-flags
-[ -f "$flags" ] || { echo "sass.sh: no $flags (configure and build with CUDA first)" >&2; exit 1; }
-nvcc=${K3C_NVCC:-$(grep -s '^K3C_NVCC:' build/CMakeCache.txt | cut -d= -f2 || true)}
-nvcc=${nvcc:-$(command -v nvcc || true)}
-[ -n "$nvcc" ] || { echo "sass.sh: no nvcc (set K3C_NVCC)" >&2; exit 1; }
-ptxas=$(dirname "$nvcc")/ptxas
-[ -x "$ptxas" ] || ptxas=$(command -v ptxas || true)
-[ -n "$ptxas" ] || { echo "sass.sh: no ptxas beside $nvcc or on PATH" >&2; exit 1; }
+. scripts/cuda-tools.sh
 cuobjdump=${K3C_CUOBJDUMP:-$(command -v cuobjdump || true)}
 if [ -z "$cuobjdump" ]; then
   cuobjdump=build/cuda-tools/nvidia/cu13/bin/cuobjdump

@@ -276,18 +276,16 @@ TEST_P(DecodeCuda, MatchesCpuBackendAndReference) {
     if (rowAbs <= bound)
       continue;
     char line[200];
+    const int n = std::snprintf(
+        line, sizeof(line), "step %lld: |cuda - cpu| %.3g at id %lld; ",
+        static_cast<long long>(s), rowAbs, static_cast<long long>(rowId));
     if (refRow)
-      std::snprintf(line, sizeof(line),
-                    "step %lld: |cuda - cpu| %.3g at id %lld; to the "
-                    "reference: cuda %.3g, cpu %.3g\n",
-                    static_cast<long long>(s), rowAbs,
-                    static_cast<long long>(rowId), gpuToRef, cpuToRef);
+      std::snprintf(line + n, sizeof(line) - n,
+                    "to the reference: cuda %.3g, cpu %.3g\n", gpuToRef,
+                    cpuToRef);
     else
-      std::snprintf(line, sizeof(line),
-                    "step %lld: |cuda - cpu| %.3g at id %lld; past the "
-                    "reference's first different token\n",
-                    static_cast<long long>(s), rowAbs,
-                    static_cast<long long>(rowId));
+      std::snprintf(line + n, sizeof(line) - n,
+                    "past the reference's first different token\n");
     if (refRow && gpuToRef <= cpuToRef + bound) {
       ++amplified;
       std::printf("  over the bound, within the cpu's distance to the "
