@@ -890,6 +890,7 @@ __device__ __forceinline__ void halveAcrossLanes(const float (&in)[2 * N],
 /// its row loop, and inlined into the queue loop (or the queue loop into the
 /// per-head kernel) ptxas spilled about 100 bytes; apart, the row loop
 /// spills nothing and the caller only saves registers around the call.
+template <bool Ring>
 __device__ __noinline__ void attendRangeItem(const MlaAttendParams &p,
                                              const AttendCut &cut, int quad0,
                                              int range, FastShared &s) {
@@ -1149,6 +1150,7 @@ struct MmaRow {
 /// through the reference, the params live in the kernel's stack, and their
 /// reloads (local memory, evicted from L1 by the streamed cache) measured as
 /// a third of the loop's stalls.
+template <bool Ring>
 __device__ __noinline__ void
 attendRangeItemMma(const uint16_t *q, int64_t P, const uint16_t *cache,
                    float scale, int64_t T, int64_t rowsPerRange, int ranges,
@@ -1727,14 +1729,18 @@ __device__ __forceinline__ bool fastAttend(const MlaAttendParams &p) {
 }
 
 /// The fast path's work queue (see the section comment); not inlined (see
-/// attendRangeItem). With Ring (k3_mla_attend_ring, launched with
-/// kMlaRingSmemBytes of dynamic shared memory) the tensor-core B items are
-/// the ring form's.
+/// attendRangeItem). With Ring (k3_mla_attend_ring) and kMlaRingSmemBytes
+/// of dynamic shared memory the tensor-core B items are the ring form's.
+/// (It and the items it does not inline are instantiated once per kernel,
+/// Ring or not: called from one kernel only, a callee addresses that
+/// kernel's shared memory as a constant, which keeps k3_mla_attend's code
+/// that of before the ring form.)
 template <bool Ring>
 __device__ __noinline__ void attendAllHeads(const MlaAttendParams &p,
                                             FastShared &s) {
   extern __shared__ __align__(16) unsigned char attendRingBytes[];
-  unsigned char *ring = Ring ? attendRingBytes : nullptr;
+  const bool ringOn = Ring && dev::dynamicSmemBytes() >= kMlaRingSmemBytes;
+  unsigned char *ring = attendRingBytes;
   const AttendCut cut = cutAttend(p, attendLength(p));
   const int colItems = static_cast<int>(
       (p.kvLoraRank + kColsPerItem - 1) / kColsPerItem);
@@ -1751,7 +1757,7 @@ __device__ __noinline__ void attendAllHeads(const MlaAttendParams &p,
       K3C_TRACE(kMlaTraceQhat, t);
     } else if (t < endB) {
       const unsigned b = t - cut.nQ;
-      const bool ringItem = Ring && mmaRanges(p);
+      const bool ringItem = ringOn && mmaRanges(p);
       // The ring's first tiles do not depend on q̂: asked for before the wait.
       if (ringItem)
         ringPrologue(
@@ -1770,12 +1776,13 @@ __device__ __noinline__ void attendAllHeads(const MlaAttendParams &p,
         for (int twice = 0; twice < 2; ++twice)
 #endif
           if (mmaRanges(p))
-            attendRangeItemMma(p.q, p.nopeDim, p.cache, p.scale, cut.T,
-                               cut.rowsPerRange, cut.ranges,
-                               int(b / cut.ranges), int(b % cut.ranges), s.mma);
+            attendRangeItemMma<Ring>(
+                p.q, p.nopeDim, p.cache, p.scale, cut.T, cut.rowsPerRange,
+                cut.ranges, int(b / cut.ranges), int(b % cut.ranges), s.mma);
           else
-            attendRangeItem(p, cut, int(b / cut.ranges) * cut.quadsPerItem,
-                            int(b % cut.ranges), s);
+            attendRangeItem<Ring>(p, cut,
+                                  int(b / cut.ranges) * cut.quadsPerItem,
+                                  int(b % cut.ranges), s);
       }
       dev::finishItem(&gAttendDone[1]);
       K3C_TRACE(kMlaTraceRange, b);
@@ -1944,10 +1951,7 @@ template <bool Ring> __device__ void mlaAttend(const MlaAttendParams &p) {
     const int64_t P = p.nopeDim, V = p.vDim, L = p.kvLoraRank;
     for (int64_t h = blockIdx.x; h < p.numHeads; h += gridDim.x)
       prefetchL2Block(p.kvB + h * (P + V) * L + P * L, V * L * 2);
-    if (Ring && dev::dynamicSmemBytes() >= kMlaRingSmemBytes)
-      attendAllHeads<true>(p, sh.fast);
-    else
-      attendAllHeads<false>(p, sh.fast);
+    attendAllHeads<Ring>(p, sh.fast);
     return;
   }
   AttendShared &s = sh.head;
