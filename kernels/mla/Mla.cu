@@ -1380,6 +1380,7 @@ struct RingRange {
   int64_t begin, end;
   int tiles;
   const uint16_t *lat, *rope;
+  const uint16_t *row0; ///< row 0 of the cache: the source of a zero fill
   __device__ __forceinline__ RingRange(const uint16_t *cache, int64_t T,
                                        int64_t rowsPerRange, int range) {
     constexpr int64_t W = kMmaLatent + kMmaRope;
@@ -1389,6 +1390,7 @@ struct RingRange {
     tiles = static_cast<int>((end - begin + kMlaRingRows - 1) / kMlaRingRows);
     lat = cache + (begin + (lane >> 3)) * W + warp * 64 + (lane & 7) * 8;
     rope = cache + (begin + lane) * W + kMmaLatent + warp * 8;
+    row0 = cache;
   }
 };
 
@@ -1408,11 +1410,11 @@ __device__ __forceinline__ void ringCopy(const RingRange &rr, int i,
 #pragma unroll
   for (int j = 0; j < 8; ++j) {
     const bool ok = 4 * j + rl < left;
-    dev::copyAsync16OrZero(d + j * 512, ok ? rr.lat + tile + 4 * j * W : rr.lat,
-                           ok);
+    dev::copyAsync16OrZero(d + j * 512,
+                           ok ? rr.lat + tile + 4 * j * W : rr.row0, ok);
   }
   const bool ok = lane < left;
-  dev::copyAsync16OrZero(dst + 4096 + lane * 16, ok ? rr.rope + tile : rr.rope,
+  dev::copyAsync16OrZero(dst + 4096 + lane * 16, ok ? rr.rope + tile : rr.row0,
                          ok);
 }
 
