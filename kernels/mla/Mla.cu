@@ -1130,6 +1130,76 @@ struct MmaRow {
   }
 };
 
+/// The start of a tensor-core B item (attendRangeItemMma, -Ring): lane
+/// 4g + t of warp w's A fragments of q̂ (hi, lo) for m-tile mt and k-step k
+/// (heads 32·group + 16mt + g and + 8, columns 64w + 16t + 4k ..), of q_r
+/// (rope columns 8w + 2t, + 1), and its Ĉ accumulators zeroed.
+__device__ __forceinline__ void mmaItemStart(const uint16_t *q, int64_t P,
+                                             int h0, int warp, int g, int t,
+                                             uint32_t (&qa)[2][2][4][4],
+                                             uint32_t (&qra)[2][2],
+                                             float (&acc)[2][8][4]) {
+  constexpr int L = kMmaLatent;
+  constexpr int64_t R = kMmaRope;
+  const int col = warp * 64 + t * 16;
+#pragma unroll
+  for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+    for (int j = 0; j < 2; ++j) { // heads g and g + 8 of the tile
+      const int64_t h = h0 + mt * 16 + j * 8 + g;
+      const float *src = gQhat + h * L + col;
+      float v[16];
+#pragma unroll
+      for (int x = 0; x < 4; ++x) {
+        const float4 f = __ldcg(reinterpret_cast<const float4 *>(src) + x);
+        v[4 * x] = f.x, v[4 * x + 1] = f.y, v[4 * x + 2] = f.z,
+                  v[4 * x + 3] = f.w;
+      }
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        dev::splitBf16(v[4 * k], v[4 * k + 1], qa[0][mt][k][j],
+                       qa[1][mt][k][j]);
+        dev::splitBf16(v[4 * k + 2], v[4 * k + 3], qa[0][mt][k][2 + j],
+                       qa[1][mt][k][2 + j]);
+      }
+      qra[mt][j] = __ldg(reinterpret_cast<const uint32_t *>(
+          q + h * (P + R) + P + warp * 8 + 2 * t));
+    }
+#pragma unroll
+  for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+    for (int i = 0; i < 8; ++i)
+#pragma unroll
+      for (int x = 0; x < 4; ++x)
+        acc[mt][i][x] = 0.0f;
+}
+
+/// The end of a tensor-core B item: its partials out. Lane 4g + t of warp w
+/// holds heads g, g + 8, g + 16, g + 24 of the group at columns 64w + 16t +
+/// 2i + (0, 1) in acc[.][i]; one thread per head (`writer`) writes the
+/// running max and sum of head h0 + sh.
+__device__ __forceinline__ void mmaItemEnd(const float (&acc)[2][8][4], int h0,
+                                           int warp, int g, int t, int ranges,
+                                           int range, int sh, bool writer,
+                                           float runMax, float runSum) {
+  const int col = warp * 64 + t * 16;
+#pragma unroll
+  for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+    for (int j = 0; j < 2; ++j) {
+      const int64_t h = h0 + mt * 16 + j * 8 + g;
+      float4 *dst = reinterpret_cast<float4 *>(
+          gAttPart + (h * ranges + range) * kFastMaxLatent + col);
+#pragma unroll
+      for (int x = 0; x < 4; ++x)
+        dst[x] = make_float4(acc[mt][2 * x][2 * j], acc[mt][2 * x][2 * j + 1],
+                             acc[mt][2 * x + 1][2 * j],
+                             acc[mt][2 * x + 1][2 * j + 1]);
+    }
+  if (writer)
+    gAttStat[int64_t(h0 + sh) * ranges + range] = make_float2(runMax, runSum);
+}
+
 /// B item on the tensor cores: heads [32·group, 32·group + 32), rows
 /// [rowBegin, rowEnd), the same partials as attendRangeItem (L = 512, R =
 /// 64; mmaRanges). Per tile of 16 rows:
@@ -1155,49 +1225,15 @@ __device__ __noinline__ void
 attendRangeItemMma(const uint16_t *q, int64_t P, const uint16_t *cache,
                    float scale, int64_t T, int64_t rowsPerRange, int ranges,
                    int group, int range, MmaRangeShared &s) {
-  constexpr int L = kMmaLatent;
-  constexpr int64_t R = kMmaRope;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int g = lane >> 2, t = lane & 3;
   const int h0 = group * kMmaHeads;
   const int64_t rowBegin = min(T, int64_t(range) * rowsPerRange);
   const int64_t rowEnd = min(T, rowBegin + rowsPerRange);
-  const int col = warp * 64 + t * 16;
 
-  // A fragments of q̂ (hi, lo) for m-tile mt and k-step k, and of q_r.
   uint32_t qa[2][2][4][4], qra[2][2];
-#pragma unroll
-  for (int mt = 0; mt < 2; ++mt)
-#pragma unroll
-    for (int j = 0; j < 2; ++j) { // heads g and g + 8 of the tile
-      const int64_t h = h0 + mt * 16 + j * 8 + g;
-      const float *src = gQhat + h * L + col;
-      float v[16];
-#pragma unroll
-      for (int x = 0; x < 4; ++x) {
-        const float4 f = __ldcg(reinterpret_cast<const float4 *>(src) + x);
-        v[4 * x] = f.x, v[4 * x + 1] = f.y, v[4 * x + 2] = f.z,
-                  v[4 * x + 3] = f.w;
-      }
-#pragma unroll
-      for (int k = 0; k < 4; ++k) {
-        dev::splitBf16(v[4 * k], v[4 * k + 1], qa[0][mt][k][j],
-                       qa[1][mt][k][j]);
-        dev::splitBf16(v[4 * k + 2], v[4 * k + 3], qa[0][mt][k][2 + j],
-                       qa[1][mt][k][2 + j]);
-      }
-      qra[mt][j] = __ldg(reinterpret_cast<const uint32_t *>(
-          q + h * (P + R) + P + warp * 8 + 2 * t));
-    }
-
   float acc[2][8][4]; // Ĉ: [m-tile][column pair i][fragment]
-#pragma unroll
-  for (int mt = 0; mt < 2; ++mt)
-#pragma unroll
-    for (int i = 0; i < 8; ++i)
-#pragma unroll
-      for (int x = 0; x < 4; ++x)
-        acc[mt][i][x] = 0.0f;
+  mmaItemStart(q, P, h0, warp, g, t, qa, qra, acc);
   // The softmax state of head tid / 8 (the same in its 8 threads).
   const int sh = tid >> 3, sr = (tid & 7) * 2;
   float runMax = negInf(), runSum = 0.0f;
@@ -1306,24 +1342,8 @@ attendRangeItemMma(const uint16_t *q, int64_t P, const uint16_t *cache,
       cur[x] = nxt[x];
   }
 
-  // The partials out: lane 4g + t of warp w holds heads g, g + 8, g + 16,
-  // g + 24 of the group at columns 64w + 16t + 2i + (0, 1) in acc[.][i].
-#pragma unroll
-  for (int mt = 0; mt < 2; ++mt)
-#pragma unroll
-    for (int j = 0; j < 2; ++j) {
-      const int64_t h = h0 + mt * 16 + j * 8 + g;
-      float4 *dst = reinterpret_cast<float4 *>(
-          gAttPart + (h * ranges + range) * kFastMaxLatent + col);
-#pragma unroll
-      for (int x = 0; x < 4; ++x)
-        dst[x] = make_float4(acc[mt][2 * x][2 * j], acc[mt][2 * x][2 * j + 1],
-                             acc[mt][2 * x + 1][2 * j],
-                             acc[mt][2 * x + 1][2 * j + 1]);
-    }
-  if ((tid & 7) == 0)
-    gAttStat[int64_t(h0 + sh) * ranges + range] =
-        make_float2(runMax, runSum);
+  mmaItemEnd(acc, h0, warp, g, t, ranges, range, sh, (tid & 7) == 0, runMax,
+             runSum);
 }
 
 //===--- The ring form's B item (k3_mla_attend_ring) ----------------------===//
@@ -1449,50 +1469,16 @@ __device__ __noinline__ void
 attendRangeItemRing(const uint16_t *q, int64_t P, const uint16_t *cache,
                     float scale, int64_t T, int64_t rowsPerRange, int ranges,
                     int group, int range, unsigned char *ring) {
-  constexpr int L = kMmaLatent;
-  constexpr int64_t R = kMmaRope;
   constexpr int S = kMlaRingStages;
   RingShared &s = ringShared(ring);
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int g = lane >> 2, t = lane & 3;
   const int h0 = group * kMmaHeads;
   const RingRange rr(cache, T, rowsPerRange, range);
-  const int col = warp * 64 + t * 16;
 
-  // A fragments of q̂ (hi, lo) and q_r, as attendRangeItemMma's.
   uint32_t qa[2][2][4][4], qra[2][2];
-#pragma unroll
-  for (int mt = 0; mt < 2; ++mt)
-#pragma unroll
-    for (int j = 0; j < 2; ++j) {
-      const int64_t h = h0 + mt * 16 + j * 8 + g;
-      const float *src = gQhat + h * L + col;
-      float v[16];
-#pragma unroll
-      for (int x = 0; x < 4; ++x) {
-        const float4 f = __ldcg(reinterpret_cast<const float4 *>(src) + x);
-        v[4 * x] = f.x, v[4 * x + 1] = f.y, v[4 * x + 2] = f.z,
-              v[4 * x + 3] = f.w;
-      }
-#pragma unroll
-      for (int k = 0; k < 4; ++k) {
-        dev::splitBf16(v[4 * k], v[4 * k + 1], qa[0][mt][k][j],
-                       qa[1][mt][k][j]);
-        dev::splitBf16(v[4 * k + 2], v[4 * k + 3], qa[0][mt][k][2 + j],
-                       qa[1][mt][k][2 + j]);
-      }
-      qra[mt][j] = __ldg(reinterpret_cast<const uint32_t *>(
-          q + h * (P + R) + P + warp * 8 + 2 * t));
-    }
-
   float acc[2][8][4]; // Ĉ: [m-tile][column pair i][fragment]
-#pragma unroll
-  for (int mt = 0; mt < 2; ++mt)
-#pragma unroll
-    for (int i = 0; i < 8; ++i)
-#pragma unroll
-      for (int x = 0; x < 4; ++x)
-        acc[mt][i][x] = 0.0f;
+  mmaItemStart(q, P, h0, warp, g, t, qa, qra, acc);
   // The softmax state of head tid / 8 (the same in its 8 threads).
   const int sh = tid >> 3, sq = tid & 7;
   float runMax = negInf(), runSum = 0.0f;
@@ -1620,22 +1606,7 @@ attendRangeItemRing(const uint16_t *q, int64_t P, const uint16_t *cache,
     // the next tile's first barrier).
   }
 
-  // The partials out, as attendRangeItemMma writes them.
-#pragma unroll
-  for (int mt = 0; mt < 2; ++mt)
-#pragma unroll
-    for (int j = 0; j < 2; ++j) {
-      const int64_t h = h0 + mt * 16 + j * 8 + g;
-      float4 *dst = reinterpret_cast<float4 *>(
-          gAttPart + (h * ranges + range) * kFastMaxLatent + col);
-#pragma unroll
-      for (int x = 0; x < 4; ++x)
-        dst[x] = make_float4(acc[mt][2 * x][2 * j], acc[mt][2 * x][2 * j + 1],
-                             acc[mt][2 * x + 1][2 * j],
-                             acc[mt][2 * x + 1][2 * j + 1]);
-    }
-  if (sq == 0)
-    gAttStat[int64_t(h0 + sh) * ranges + range] = make_float2(runMax, runSum);
+  mmaItemEnd(acc, h0, warp, g, t, ranges, range, sh, sq == 0, runMax, runSum);
 }
 
 /// The merge of head h's ranges (M = max_s M_s; ĉ = Σ_s e^(M_s − M) part_s /
