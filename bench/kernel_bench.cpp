@@ -368,8 +368,7 @@ bool gTrace = false;
 template <typename Params, typename BySlot>
 void printTrace(const std::string &kernel, std::vector<Params> &variants,
                 int64_t grid, const std::vector<std::string> &kinds,
-                uint32_t itemKinds, BySlot bySlot, int64_t clusterX = 1,
-                int64_t smem = 0) {
+                uint32_t itemKinds, BySlot bySlot, int64_t clusterX = 1) {
   auto count = findCudaGlobal(kernel, "gTraceCount");
   auto events = findCudaGlobal(kernel, "gTrace");
   if (!count || !events) {
@@ -385,9 +384,7 @@ void printTrace(const std::string &kernel, std::vector<Params> &variants,
     const int64_t g[3] = {grid, 1, 1}, b[3] = {256, 1, 1},
                   cl[3] = {clusterX, 1, 1};
     Params p = variants[static_cast<size_t>(run) % variants.size()];
-    if (f && smem > 0 && !gDriver->allowDynamicShared(*f))
-      std::exit(1);
-    if (!f || !gDriver->launch(*f, g, b, smem, nullptr, &p, false, cl).isOk() ||
+    if (!f || !gDriver->launch(*f, g, b, 0, nullptr, &p, false, cl).isOk() ||
         !gDriver->synchronize(nullptr).isOk())
       std::exit(1);
     unsigned n = 0;
@@ -469,11 +466,6 @@ void benchMla(std::vector<Result> &out, int64_t heads, int64_t length) {
                             " heads, ctx " + std::to_string(length);
   if (timeKernel("mla_attend", vs, 132, us))
     out.push_back({label, us, kvBBytes + cacheBytes});
-  // Its ring form (k3_mla_attend_ring: the all-heads form's range items
-  // through a cp.async ring), where the all-heads form runs.
-  if (length >= 4096 &&
-      timeKernel("mla_attend_ring", vs, 132, us, 256, kMlaRingSmemBytes))
-    out.push_back({label + ", ring", us, kvBBytes + cacheBytes});
   // The per-head form's grid (a block per head and split of the rows) too:
   // what the per-head form took before the all-heads form, in a variant
   // build that keeps it (K3C_TUNE_MLA_ALL_HEADS_MIN_ROWS).
@@ -498,9 +490,6 @@ void benchMla(std::vector<Result> &out, int64_t heads, int64_t length) {
   if (gTrace) {
     printTrace("mla_attend", vs, 132, kinds, /*itemKinds=*/kMlaTraceStart,
                bySlot);
-    if (length >= 4096)
-      printTrace("mla_attend_ring", vs, 132, kinds,
-                 /*itemKinds=*/kMlaTraceStart, bySlot, 1, kMlaRingSmemBytes);
     if (clustered)
       printTrace("mla_attend_clustered", vs, heads * C, kinds,
                  /*itemKinds=*/kMlaTraceStart, bySlot, C);

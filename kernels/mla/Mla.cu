@@ -890,7 +890,6 @@ __device__ __forceinline__ void halveAcrossLanes(const float (&in)[2 * N],
 /// its row loop, and inlined into the queue loop (or the queue loop into the
 /// per-head kernel) ptxas spilled about 100 bytes; apart, the row loop
 /// spills nothing and the caller only saves registers around the call.
-template <bool Ring>
 __device__ __noinline__ void attendRangeItem(const MlaAttendParams &p,
                                              const AttendCut &cut, int quad0,
                                              int range, FastShared &s) {
@@ -1130,18 +1129,41 @@ struct MmaRow {
   }
 };
 
-/// The start of a tensor-core B item (attendRangeItemMma, -Ring): lane
-/// 4g + t of warp w's A fragments of q̂ (hi, lo) for m-tile mt and k-step k
-/// (heads 32·group + 16mt + g and + 8, columns 64w + 16t + 4k ..), of q_r
-/// (rope columns 8w + 2t, + 1), and its Ĉ accumulators zeroed.
-__device__ __forceinline__ void mmaItemStart(const uint16_t *q, int64_t P,
-                                             int h0, int warp, int g, int t,
-                                             uint32_t (&qa)[2][2][4][4],
-                                             uint32_t (&qra)[2][2],
-                                             float (&acc)[2][8][4]) {
+/// B item on the tensor cores: heads [32·group, 32·group + 32), rows
+/// [rowBegin, rowEnd), the same partials as attendRangeItem (L = 512, R =
+/// 64; mmaRanges). Per tile of 16 rows:
+///  1. warp w's partial scores over its 72 columns: S_w = Q̂_w C_wᵀ (heads ×
+///     rows; q̂ as hi + lo, two m16n8k16 products per k-step of 16 columns,
+///     the rope one m16n8k8 against q_r), into shared memory;
+///  2. thread (head tid / 8, rows 2(tid % 8), +1): the 8 partials summed in
+///     warp order, scaled, the head's running max and Σ e updated (8-lane
+///     shuffles), e written as bf16 hi and lo terms;
+///  3. warp w: Ĉ_w = Ĉ_w · rescale + P C_w over its 64 latent columns, the
+///     cache words it loaded in step 1 turned into B fragments by movmatrix.
+/// The k order inside a warp's columns is free (a dot product's terms can
+/// be taken in any order, so long as q̂ and the cache agree): lane t takes
+/// columns 16t + 4k .. 16t + 4k + 3 for k-step k, which makes its two
+/// 16-byte chunks of a row exactly its B fragments of the four k-steps and
+/// its accumulators the columns [16t, 16t + 16) of four heads.
+/// What the row loop reads of the params comes by value, in registers: read
+/// through the reference, the params live in the kernel's stack, and their
+/// reloads (local memory, evicted from L1 by the streamed cache) measured as
+/// a third of the loop's stalls.
+__device__ __noinline__ void
+attendRangeItemMma(const uint16_t *q, int64_t P, const uint16_t *cache,
+                   float scale, int64_t T, int64_t rowsPerRange, int ranges,
+                   int group, int range, MmaRangeShared &s) {
   constexpr int L = kMmaLatent;
   constexpr int64_t R = kMmaRope;
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int g = lane >> 2, t = lane & 3;
+  const int h0 = group * kMmaHeads;
+  const int64_t rowBegin = min(T, int64_t(range) * rowsPerRange);
+  const int64_t rowEnd = min(T, rowBegin + rowsPerRange);
   const int col = warp * 64 + t * 16;
+
+  // A fragments of q̂ (hi, lo) for m-tile mt and k-step k, and of q_r.
+  uint32_t qa[2][2][4][4], qra[2][2];
 #pragma unroll
   for (int mt = 0; mt < 2; ++mt)
 #pragma unroll
@@ -1165,6 +1187,8 @@ __device__ __forceinline__ void mmaItemStart(const uint16_t *q, int64_t P,
       qra[mt][j] = __ldg(reinterpret_cast<const uint32_t *>(
           q + h * (P + R) + P + warp * 8 + 2 * t));
     }
+
+  float acc[2][8][4]; // Ĉ: [m-tile][column pair i][fragment]
 #pragma unroll
   for (int mt = 0; mt < 2; ++mt)
 #pragma unroll
@@ -1172,68 +1196,6 @@ __device__ __forceinline__ void mmaItemStart(const uint16_t *q, int64_t P,
 #pragma unroll
       for (int x = 0; x < 4; ++x)
         acc[mt][i][x] = 0.0f;
-}
-
-/// The end of a tensor-core B item: its partials out. Lane 4g + t of warp w
-/// holds heads g, g + 8, g + 16, g + 24 of the group at columns 64w + 16t +
-/// 2i + (0, 1) in acc[.][i]; one thread per head (`writer`) writes the
-/// running max and sum of head h0 + sh.
-__device__ __forceinline__ void mmaItemEnd(const float (&acc)[2][8][4], int h0,
-                                           int warp, int g, int t, int ranges,
-                                           int range, int sh, bool writer,
-                                           float runMax, float runSum) {
-  const int col = warp * 64 + t * 16;
-#pragma unroll
-  for (int mt = 0; mt < 2; ++mt)
-#pragma unroll
-    for (int j = 0; j < 2; ++j) {
-      const int64_t h = h0 + mt * 16 + j * 8 + g;
-      float4 *dst = reinterpret_cast<float4 *>(
-          gAttPart + (h * ranges + range) * kFastMaxLatent + col);
-#pragma unroll
-      for (int x = 0; x < 4; ++x)
-        dst[x] = make_float4(acc[mt][2 * x][2 * j], acc[mt][2 * x][2 * j + 1],
-                             acc[mt][2 * x + 1][2 * j],
-                             acc[mt][2 * x + 1][2 * j + 1]);
-    }
-  if (writer)
-    gAttStat[int64_t(h0 + sh) * ranges + range] = make_float2(runMax, runSum);
-}
-
-/// B item on the tensor cores: heads [32·group, 32·group + 32), rows
-/// [rowBegin, rowEnd), the same partials as attendRangeItem (L = 512, R =
-/// 64; mmaRanges). Per tile of 16 rows:
-///  1. warp w's partial scores over its 72 columns: S_w = Q̂_w C_wᵀ (heads ×
-///     rows; q̂ as hi + lo, two m16n8k16 products per k-step of 16 columns,
-///     the rope one m16n8k8 against q_r), into shared memory;
-///  2. thread (head tid / 8, rows 2(tid % 8), +1): the 8 partials summed in
-///     warp order, scaled, the head's running max and Σ e updated (8-lane
-///     shuffles), e written as bf16 hi and lo terms;
-///  3. warp w: Ĉ_w = Ĉ_w · rescale + P C_w over its 64 latent columns, the
-///     cache words it loaded in step 1 turned into B fragments by movmatrix.
-/// The k order inside a warp's columns is free (a dot product's terms can
-/// be taken in any order, so long as q̂ and the cache agree): lane t takes
-/// columns 16t + 4k .. 16t + 4k + 3 for k-step k, which makes its two
-/// 16-byte chunks of a row exactly its B fragments of the four k-steps and
-/// its accumulators the columns [16t, 16t + 16) of four heads.
-/// What the row loop reads of the params comes by value, in registers: read
-/// through the reference, the params live in the kernel's stack, and their
-/// reloads (local memory, evicted from L1 by the streamed cache) measured as
-/// a third of the loop's stalls.
-template <bool Ring>
-__device__ __noinline__ void
-attendRangeItemMma(const uint16_t *q, int64_t P, const uint16_t *cache,
-                   float scale, int64_t T, int64_t rowsPerRange, int ranges,
-                   int group, int range, MmaRangeShared &s) {
-  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  const int g = lane >> 2, t = lane & 3;
-  const int h0 = group * kMmaHeads;
-  const int64_t rowBegin = min(T, int64_t(range) * rowsPerRange);
-  const int64_t rowEnd = min(T, rowBegin + rowsPerRange);
-
-  uint32_t qa[2][2][4][4], qra[2][2];
-  float acc[2][8][4]; // Ĉ: [m-tile][column pair i][fragment]
-  mmaItemStart(q, P, h0, warp, g, t, qa, qra, acc);
   // The softmax state of head tid / 8 (the same in its 8 threads).
   const int sh = tid >> 3, sr = (tid & 7) * 2;
   float runMax = negInf(), runSum = 0.0f;
@@ -1342,271 +1304,24 @@ attendRangeItemMma(const uint16_t *q, int64_t P, const uint16_t *cache,
       cur[x] = nxt[x];
   }
 
-  mmaItemEnd(acc, h0, warp, g, t, ranges, range, sh, (tid & 7) == 0, runMax,
-             runSum);
-}
-
-//===--- The ring form's B item (k3_mla_attend_ring) ----------------------===//
-//
-// attendRangeItemMma holds the next tile's cache words in registers: one
-// tile of 16 rows in flight per warp, and two block barriers and an online
-// softmax round per 16 rows. Traced at 32K rows it spent ~2.6 µs a tile
-// (docs/PERF.md 2026-12-03), a chain of dependent rounds, not memory time.
-// The ring form reads the cache through shared memory instead: tiles of
-// kMlaRingRows (32) rows, kMlaRingStages (4) of them in a cp.async ring, so
-// three tiles are in flight while one is multiplied, and a tile's barriers
-// and softmax round serve twice the rows. Each warp copies only the columns
-// it multiplies (latent [64w, 64w + 64), rope [8w, 8w + 8)) into its own
-// part of a stage, so the ring needs no block barrier of its own: a warp's
-// cp.async.wait_group and __syncwarp order its stages. The first stages are
-// asked for before the item waits for q̂ (the cache does not depend on it).
-// The products are those of attendRangeItemMma (the same fragments, k order
-// and hi / lo terms); the online softmax runs per 32 rows, so the bits
-// differ from the register form's by rounding.
-
-/// A ring tile's partial scores, softmax weights and rescales (dynamic
-/// shared memory, after the stages; MlaParams.h pitches).
-struct RingShared {
-  float part[kFastThreads / 32][kMmaHeads][kMlaRingPartPitch];
-  uint32_t prob[2][kMmaHeads][kMlaRingProbPitch];
-  float rescale[kMmaHeads];
-};
-static_assert(int64_t(kMlaRingStages) * (kFastThreads / 32) *
-                          kMlaRingWarpBytes +
-                      int64_t(sizeof(RingShared)) ==
-                  kMlaRingSmemBytes,
-              "kMlaRingSmemBytes (MlaParams.h) states the ring's layout");
-static_assert(kMlaRingRows == 32 && kMmaLatent / (kFastThreads / 32) == 64 &&
-                  kMmaRope / (kFastThreads / 32) == 8,
-              "the ring's copy and fragment maps assume these shapes");
-
-/// Warp w's part of ring stage `stage` (dynamic shared memory `ring`).
-__device__ __forceinline__ unsigned char *ringPart(unsigned char *ring,
-                                                   int stage, int warp) {
-  return ring + (stage * (kFastThreads / 32) + warp) * kMlaRingWarpBytes;
-}
-
-/// The ring's partials etc., after its stages.
-__device__ __forceinline__ RingShared &ringShared(unsigned char *ring) {
-  return *reinterpret_cast<RingShared *>(
-      ring + kMlaRingStages * (kFastThreads / 32) * kMlaRingWarpBytes);
-}
-
-/// The rows of a B item (the same cut as attendRangeItemMma's), and the
-/// copy sources of this thread's lane in them: latent chunk c = lane & 7 of
-/// rows 4j + (lane >> 3) and the rope chunk of row `lane` (columns 64w + 8c
-/// and 512 + 8w), j = 0 .. 7, of each tile.
-struct RingRange {
-  int64_t begin, end;
-  int tiles;
-  const uint16_t *lat, *rope;
-  const uint16_t *row0; ///< row 0 of the cache: the source of a zero fill
-  __device__ __forceinline__ RingRange(const uint16_t *cache, int64_t T,
-                                       int64_t rowsPerRange, int range) {
-    constexpr int64_t W = kMmaLatent + kMmaRope;
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    begin = min(T, int64_t(range) * rowsPerRange);
-    end = min(T, begin + rowsPerRange);
-    tiles = static_cast<int>((end - begin + kMlaRingRows - 1) / kMlaRingRows);
-    lat = cache + (begin + (lane >> 3)) * W + warp * 64 + (lane & 7) * 8;
-    rope = cache + (begin + lane) * W + kMmaLatent + warp * 8;
-    row0 = cache;
-  }
-};
-
-/// Starts copying tile i of the range (rows begin + 32i ..) of this warp's
-/// columns into `dst`, its part of a stage; zeros for rows at or past the
-/// end (nothing is read for them). Latent chunk c of the tile's row r lands
-/// at r · 128 + 16 (c ^ (r & 1)): lane 4g + t later reads chunks 2t and
-/// 2t + 1 of rows g and g + 1 in one quarter-warp, and the swap puts those
-/// two rows in different banks. The rope chunk of row r at 4096 + 16 r.
-__device__ __forceinline__ void ringCopy(const RingRange &rr, int i,
-                                         unsigned char *dst) {
-  constexpr int64_t W = kMmaLatent + kMmaRope;
-  const int lane = threadIdx.x & 31, rl = lane >> 3, c = lane & 7;
-  const int64_t left = rr.end - rr.begin - int64_t(i) * kMlaRingRows;
-  const int64_t tile = int64_t(i) * kMlaRingRows * W;
-  unsigned char *d = dst + rl * 128 + ((c ^ (rl & 1)) << 4);
+  // The partials out: lane 4g + t of warp w holds heads g, g + 8, g + 16,
+  // g + 24 of the group at columns 64w + 16t + 2i + (0, 1) in acc[.][i].
 #pragma unroll
-  for (int j = 0; j < 8; ++j) {
-    const bool ok = 4 * j + rl < left;
-    dev::copyAsync16OrZero(d + j * 512,
-                           ok ? rr.lat + tile + 4 * j * W : rr.row0, ok);
-  }
-  const bool ok = lane < left;
-  dev::copyAsync16OrZero(dst + 4096 + lane * 16, ok ? rr.rope + tile : rr.row0,
-                         ok);
-}
-
-/// Asks for the first kMlaRingStages − 1 tiles of a B item (a group of
-/// copies each, empty past the item's tiles): before the item's wait for
-/// q̂.
-__device__ __forceinline__ void ringPrologue(const RingRange &rr,
-                                             unsigned char *ring) {
-  const int warp = threadIdx.x >> 5;
+  for (int mt = 0; mt < 2; ++mt)
 #pragma unroll
-  for (int i = 0; i < kMlaRingStages - 1; ++i) {
-    if (i < rr.tiles)
-      ringCopy(rr, i, ringPart(ring, i, warp));
-    dev::commitAsyncCopies();
-  }
-}
-
-/// B item of the ring form: heads [32·group, 32·group + 32), rows of
-/// `range`, the partials of attendRangeItemMma; ringPrologue has asked for
-/// its first tiles. Per tile of 32 rows:
-///  1. warp w waits for its copy of the tile, asks for the tile
-///     kMlaRingStages − 1 ahead (into the stage it read last), loads its
-///     lanes' words (MmaRow's: lat[i] columns 64w + 16t + 2i, + 1 of rows
-///     g, g + 8, g + 16, g + 24) and computes its partial scores over its
-///     72 columns (2 m-tiles × 4 n-tiles, eight independent chains of nine
-///     products) into shared memory;
-///  2. thread (head tid / 8, rows 4(tid % 8) .. + 3): the 8 partials summed
-///     in warp order, scaled, the online softmax over the 32 rows;
-///  3. warp w: Ĉ_w = Ĉ_w · rescale + P C_w, two k-steps of 16 rows, the B
-///     fragments from the words of step 1 by movmatrix.
-__device__ __noinline__ void
-attendRangeItemRing(const uint16_t *q, int64_t P, const uint16_t *cache,
-                    float scale, int64_t T, int64_t rowsPerRange, int ranges,
-                    int group, int range, unsigned char *ring) {
-  constexpr int S = kMlaRingStages;
-  RingShared &s = ringShared(ring);
-  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  const int g = lane >> 2, t = lane & 3;
-  const int h0 = group * kMmaHeads;
-  const RingRange rr(cache, T, rowsPerRange, range);
-
-  uint32_t qa[2][2][4][4], qra[2][2];
-  float acc[2][8][4]; // Ĉ: [m-tile][column pair i][fragment]
-  mmaItemStart(q, P, h0, warp, g, t, qa, qra, acc);
-  // The softmax state of head tid / 8 (the same in its 8 threads).
-  const int sh = tid >> 3, sq = tid & 7;
-  float runMax = negInf(), runSum = 0.0f;
-
-#pragma unroll 1
-  for (int i = 0; i < rr.tiles; ++i) {
-    const int64_t r0 = rr.begin + int64_t(i) * kMlaRingRows;
-    // 1. This tile landed (at most S − 2 younger groups in flight); the
-    // warp's lanes are past their reads of the stage read last, which takes
-    // the tile S − 1 ahead.
-    dev::waitAsyncGroups<S - 2>();
-    __syncwarp();
-    if (i + S - 1 < rr.tiles)
-      ringCopy(rr, i + S - 1, ringPart(ring, (i + S - 1) % S, warp));
-    dev::commitAsyncCopies();
-    const unsigned char *stage = ringPart(ring, i % S, warp);
-    uint32_t lat[4][8], rope[4];
+    for (int j = 0; j < 2; ++j) {
+      const int64_t h = h0 + mt * 16 + j * 8 + g;
+      float4 *dst = reinterpret_cast<float4 *>(
+          gAttPart + (h * ranges + range) * kFastMaxLatent + col);
 #pragma unroll
-    for (int nt = 0; nt < 4; ++nt) {
-      const int r = nt * 8 + g; // r & 1 == g & 1
-      const unsigned char *row = stage + r * 128;
-      const uint4 a =
-          *reinterpret_cast<const uint4 *>(row + (((2 * t) ^ (g & 1)) << 4));
-      const uint4 b = *reinterpret_cast<const uint4 *>(
-          row + (((2 * t + 1) ^ (g & 1)) << 4));
-      lat[nt][0] = a.x, lat[nt][1] = a.y, lat[nt][2] = a.z, lat[nt][3] = a.w;
-      lat[nt][4] = b.x, lat[nt][5] = b.y, lat[nt][6] = b.z, lat[nt][7] = b.w;
-      rope[nt] =
-          *reinterpret_cast<const uint32_t *>(stage + 4096 + r * 16 + 4 * t);
+      for (int x = 0; x < 4; ++x)
+        dst[x] = make_float4(acc[mt][2 * x][2 * j], acc[mt][2 * x][2 * j + 1],
+                             acc[mt][2 * x + 1][2 * j],
+                             acc[mt][2 * x + 1][2 * j + 1]);
     }
-#pragma unroll
-    for (int mt = 0; mt < 2; ++mt)
-#pragma unroll
-      for (int nt = 0; nt < 4; ++nt) {
-        float sc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-#pragma unroll
-        for (int k = 0; k < 4; ++k) {
-          dev::mmaBf16K16(sc, qa[0][mt][k], lat[nt][2 * k], lat[nt][2 * k + 1]);
-          dev::mmaBf16K16(sc, qa[1][mt][k], lat[nt][2 * k], lat[nt][2 * k + 1]);
-        }
-        dev::mmaBf16K8(sc, qra[mt][0], qra[mt][1], rope[nt]);
-        const int hh = mt * 16 + g, rc = nt * 8 + 2 * t;
-        *reinterpret_cast<float2 *>(&s.part[warp][hh][rc]) =
-            make_float2(sc[0], sc[1]);
-        *reinterpret_cast<float2 *>(&s.part[warp][hh + 8][rc]) =
-            make_float2(sc[2], sc[3]);
-      }
-    __syncthreads();
-
-    // 2. The online softmax of head sh over rows 4sq .. 4sq + 3.
-    {
-      float4 d = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-#pragma unroll
-      for (int w = 0; w < kFastThreads / 32; ++w) {
-        const float4 x =
-            *reinterpret_cast<const float4 *>(&s.part[w][sh][4 * sq]);
-        d.x += x.x, d.y += x.y, d.z += x.z, d.w += x.w;
-      }
-      const int64_t rq = r0 + 4 * sq;
-      const float s0 = rq < rr.end ? d.x * scale : negInf();
-      const float s1 = rq + 1 < rr.end ? d.y * scale : negInf();
-      const float s2 = rq + 2 < rr.end ? d.z * scale : negInf();
-      const float s3 = rq + 3 < rr.end ? d.w * scale : negInf();
-      float m = fmaxf(fmaxf(s0, s1), fmaxf(s2, s3));
-#pragma unroll
-      for (int o = 1; o < 8; o <<= 1)
-        m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
-      const float newMax = fmaxf(runMax, m); // finite: row r0 is valid
-      const float e0 = expf(s0 - newMax), e1 = expf(s1 - newMax);
-      const float e2 = expf(s2 - newMax), e3 = expf(s3 - newMax);
-      const float rescale = expf(runMax - newMax); // 0 on the first tile
-      float es = (e0 + e1) + (e2 + e3);
-#pragma unroll
-      for (int o = 1; o < 8; o <<= 1)
-        es += __shfl_xor_sync(0xffffffffu, es, o);
-      runSum = runSum * rescale + es;
-      runMax = newMax;
-      dev::splitBf16(e0, e1, s.prob[0][sh][2 * sq], s.prob[1][sh][2 * sq]);
-      dev::splitBf16(e2, e3, s.prob[0][sh][2 * sq + 1],
-                     s.prob[1][sh][2 * sq + 1]);
-      if (sq == 0)
-        s.rescale[sh] = rescale;
-    }
-    __syncthreads();
-
-    // 3. Ĉ_w = Ĉ_w · rescale + P C_w, rows 16ks .. 16ks + 15 in k-step ks.
-#pragma unroll
-    for (int mt = 0; mt < 2; ++mt) {
-      const float f0 = s.rescale[mt * 16 + g], f1 = s.rescale[mt * 16 + g + 8];
-#pragma unroll
-      for (int c = 0; c < 8; ++c) {
-        acc[mt][c][0] *= f0;
-        acc[mt][c][1] *= f0;
-        acc[mt][c][2] *= f1;
-        acc[mt][c][3] *= f1;
-      }
-    }
-#pragma unroll
-    for (int ks = 0; ks < 2; ++ks) {
-      uint32_t pa[2][2][4]; // [hi/lo][m-tile][fragment]
-#pragma unroll
-      for (int hl = 0; hl < 2; ++hl)
-#pragma unroll
-        for (int mt = 0; mt < 2; ++mt) {
-          pa[hl][mt][0] = s.prob[hl][mt * 16 + g][8 * ks + t];
-          pa[hl][mt][1] = s.prob[hl][mt * 16 + g + 8][8 * ks + t];
-          pa[hl][mt][2] = s.prob[hl][mt * 16 + g][8 * ks + t + 4];
-          pa[hl][mt][3] = s.prob[hl][mt * 16 + g + 8][8 * ks + t + 4];
-        }
-#pragma unroll
-      for (int c = 0; c < 8; ++c) {
-        // As in attendRangeItemMma: word c of rows 8n .. 8n + 7, transposed,
-        // is the B fragment of those rows for columns 64w + 16u + 2c + b.
-        const uint32_t b0 = dev::transpose8x8(lat[2 * ks][c]);
-        const uint32_t b1 = dev::transpose8x8(lat[2 * ks + 1][c]);
-#pragma unroll
-        for (int mt = 0; mt < 2; ++mt) {
-          dev::mmaBf16K16(acc[mt][c], pa[0][mt], b0, b1);
-          dev::mmaBf16K16(acc[mt][c], pa[1][mt], b0, b1);
-        }
-      }
-    }
-    // The next tile's step 1 rewrites `part` (last read before this tile's
-    // second barrier) and its step 2 `prob` and `rescale` (read here, before
-    // the next tile's first barrier).
-  }
-
-  mmaItemEnd(acc, h0, warp, g, t, ranges, range, sh, sq == 0, runMax, runSum);
+  if ((tid & 7) == 0)
+    gAttStat[int64_t(h0 + sh) * ranges + range] =
+        make_float2(runMax, runSum);
 }
 
 /// The merge of head h's ranges (M = max_s M_s; ĉ = Σ_s e^(M_s − M) part_s /
@@ -1702,18 +1417,9 @@ __device__ __forceinline__ bool fastAttend(const MlaAttendParams &p) {
 }
 
 /// The fast path's work queue (see the section comment); not inlined (see
-/// attendRangeItem). With Ring (k3_mla_attend_ring) and kMlaRingSmemBytes
-/// of dynamic shared memory the tensor-core B items are the ring form's.
-/// (It and the items it does not inline are instantiated once per kernel,
-/// Ring or not: called from one kernel only, a callee addresses that
-/// kernel's shared memory as a constant, which keeps k3_mla_attend's code
-/// that of before the ring form.)
-template <bool Ring>
+/// attendRangeItem).
 __device__ __noinline__ void attendAllHeads(const MlaAttendParams &p,
                                             FastShared &s) {
-  extern __shared__ __align__(16) unsigned char attendRingBytes[];
-  const bool ringOn = Ring && dev::dynamicSmemBytes() >= kMlaRingSmemBytes;
-  unsigned char *ring = attendRingBytes;
   const AttendCut cut = cutAttend(p, attendLength(p));
   const int colItems = static_cast<int>(
       (p.kvLoraRank + kColsPerItem - 1) / kColsPerItem);
@@ -1729,34 +1435,21 @@ __device__ __noinline__ void attendAllHeads(const MlaAttendParams &p,
       dev::finishItem(&gAttendDone[0]);
       K3C_TRACE(kMlaTraceQhat, t);
     } else if (t < endB) {
-      const unsigned b = t - cut.nQ;
-      const bool ringItem = ringOn && mmaRanges(p);
-      // The ring's first tiles do not depend on q̂: asked for before the wait.
-      if (ringItem)
-        ringPrologue(
-            RingRange(p.cache, cut.T, cut.rowsPerRange, int(b % cut.ranges)),
-            ring);
       dev::awaitCount(&gAttendDone[0], cut.nQ);
       K3C_TRACE(kMlaTraceWaited, kMlaTraceRange);
-      if (ringItem)
-        attendRangeItemRing(p.q, p.nopeDim, p.cache, p.scale, cut.T,
-                            cut.rowsPerRange, cut.ranges, int(b / cut.ranges),
-                            int(b % cut.ranges), ring);
-      else {
+      const unsigned b = t - cut.nQ;
 #ifdef K3C_TUNE_MLA_RANGE_TWICE
-        // A measurement, not a form: the item twice (same writes), so the
-        // trace shows what a second, warm run of it costs.
-        for (int twice = 0; twice < 2; ++twice)
+      // A measurement, not a form: the item twice (same writes), so the
+      // trace shows what a second, warm run of it costs.
+      for (int twice = 0; twice < 2; ++twice)
 #endif
-          if (mmaRanges(p))
-            attendRangeItemMma<Ring>(
-                p.q, p.nopeDim, p.cache, p.scale, cut.T, cut.rowsPerRange,
-                cut.ranges, int(b / cut.ranges), int(b % cut.ranges), s.mma);
-          else
-            attendRangeItem<Ring>(p, cut,
-                                  int(b / cut.ranges) * cut.quadsPerItem,
-                                  int(b % cut.ranges), s);
-      }
+        if (mmaRanges(p))
+          attendRangeItemMma(p.q, p.nopeDim, p.cache, p.scale, cut.T,
+                             cut.rowsPerRange, cut.ranges, int(b / cut.ranges),
+                             int(b % cut.ranges), s.mma);
+        else
+          attendRangeItem(p, cut, int(b / cut.ranges) * cut.quadsPerItem,
+                          int(b % cut.ranges), s);
       dev::finishItem(&gAttendDone[1]);
       K3C_TRACE(kMlaTraceRange, b);
     } else if (t < endM) {
@@ -1905,8 +1598,8 @@ k3_mla_cache_append_rows(const MlaCacheAppendRowsParams rp) {
 /// Outside them the kernel writes NaN to out (the runtime's shapes — K3:
 /// L = 512, R = 64 — are inside). With a `handover` length, lengths up to it
 /// are left alone (an mla_attend_clustered launch before it attends them).
-/// k3_mla_attend's body; with Ring, k3_mla_attend_ring's (below).
-template <bool Ring> __device__ void mlaAttend(const MlaAttendParams &p) {
+extern "C" __global__ void __launch_bounds__(kAttendMaxThreads)
+    k3_mla_attend(const MlaAttendParams p) {
   dev::allowDependentLaunch();
   dev::prefetchL2Share(p.l2Prefetch);
   __shared__ union {
@@ -1924,7 +1617,7 @@ template <bool Ring> __device__ void mlaAttend(const MlaAttendParams &p) {
     const int64_t P = p.nopeDim, V = p.vDim, L = p.kvLoraRank;
     for (int64_t h = blockIdx.x; h < p.numHeads; h += gridDim.x)
       prefetchL2Block(p.kvB + h * (P + V) * L + P * L, V * L * 2);
-    attendAllHeads<Ring>(p, sh.fast);
+    attendAllHeads(p, sh.fast);
     return;
   }
   AttendShared &s = sh.head;
@@ -1958,23 +1651,6 @@ template <bool Ring> __device__ void mlaAttend(const MlaAttendParams &p) {
     else
       attendHead<1, 32, 4, 1>(p, h, split, splits, s);
   }
-}
-
-extern "C" __global__ void __launch_bounds__(kAttendMaxThreads)
-    k3_mla_attend(const MlaAttendParams p) {
-  mlaAttend<false>(p);
-}
-
-/// k3_mla_attend_ring: k3_mla_attend whose all-heads form, for the plans'
-/// head shape (mmaRanges), reads the cache through the cp.async ring of
-/// attendRangeItemRing, when the launch has kMlaRingSmemBytes of dynamic
-/// shared memory (else it is k3_mla_attend). The CUDA backend launches it
-/// for the plan's mla_attend launches (RowsForms.h kCudaRingForms). Same
-/// params, grid and block; outputs within rounding of k3_mla_attend's (the
-/// online softmax runs per 32 rows instead of 16).
-extern "C" __global__ void __launch_bounds__(kAttendMaxThreads)
-    k3_mla_attend_ring(const MlaAttendParams p) {
-  mlaAttend<true>(p);
 }
 
 //===----------------------------------------------------------------------===//

@@ -156,26 +156,6 @@ constexpr int kMlaAllHeadsMaxLatent = 512;
 constexpr int kMlaAllHeadsMaxRope = 64;
 constexpr int kMlaAllHeadsMaxHeads = 256;
 
-/// The ring form of mla_attend (k3_mla_attend_ring, Mla.cu): the
-/// tensor-core range items of the all-heads form read the cache through a
-/// cp.async ring of kMlaRingStages stages of kMlaRingRows rows, each of the
-/// 8 warps copying only the 64 latent and 8 rope columns it multiplies
-/// (kMlaRingWarpBytes a stage: 32 rows of 8 16-byte latent chunks, then the
-/// 32 rows' 16-byte rope chunks).
-constexpr int kMlaRingRows = 32;
-constexpr int kMlaRingStages = 4;
-constexpr int kMlaRingWarpBytes = kMlaRingRows * (128 + 16);
-/// Pitches (in 4-byte words) of the ring's partial scores (a head's 32 rows)
-/// and softmax weights (a head's 16 bf16 pairs): the padding keeps the
-/// warps' stores and A-fragment loads free of bank conflicts.
-constexpr int kMlaRingPartPitch = 40;
-constexpr int kMlaRingProbPitch = 20;
-/// Its dynamic shared memory: the stages, then the partial scores of the 8
-/// warps (32 heads each), the weights' hi and lo terms, the 32 rescales.
-constexpr int64_t kMlaRingSmemBytes =
-    int64_t(kMlaRingStages) * 8 * kMlaRingWarpBytes +
-    4 * (8 * 32 * kMlaRingPartPitch + 2 * 32 * kMlaRingProbPitch + 32);
-
 /// What an event of a traced mla_attend is (TraceEvent::kind, a
 /// -DK3C_KERNEL_TRACE build: kernels/common/TraceEvent.h): an item of the
 /// all-heads form's queue (t0: its draw, t1: its end; Mla.cu), the launch

@@ -384,29 +384,8 @@ CudaBackend::bind(const PlanDoc &plan, const TensorStore &store, bool useGraph,
   std::map<std::string, std::pair<cuda::CUfunction, int64_t>> rowsForms;
   std::map<std::string, cuda::CUfunction> mmaForms;
   std::map<std::string, std::pair<cuda::CUfunction, int64_t>> mma16Forms;
-  std::map<std::string, cuda::CUfunction> ringForms;
   for (size_t i = 0; i < plan.launches.size(); ++i) {
     const std::string &k = plan.launches[i].kernel;
-    // A ring form runs in its kernel's place, every step path alike, when
-    // its PTX has it and the device gives it its shared memory.
-    if (hasRingForm(k) && allowed(k + "_ring")) {
-      auto known = ringForms.find(k);
-      if (known == ringForms.end()) {
-        Expected<cuda::CUfunction> f =
-            kernelFunction(d, k + "_ring", plan.ptxFor(k), &be->modules_);
-        Expected<int64_t> smem =
-            f ? d.allowDynamicShared(*f) : Expected<int64_t>(f.status());
-        known = ringForms
-                    .emplace(k, f && smem && *smem >= ringFormSmemBytes(k)
-                                    ? *f
-                                    : nullptr)
-                    .first;
-      }
-      if (known->second) {
-        be->functions_[i] = known->second;
-        be->grids_[i].smem = std::max(be->grids_[i].smem, ringFormSmemBytes(k));
-      }
-    }
     std::pair<cuda::CUfunction, int64_t> form{nullptr, 0};
     if (useForms && (hasRowsForm(k) || hasRowsArrayForm(k)) &&
         allowed(k + "_rows")) {

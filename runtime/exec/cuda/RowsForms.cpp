@@ -278,14 +278,6 @@ bool offByDefault(const std::string &entry) {
   return listed(kCudaFormsOffByDefault, entry);
 }
 
-bool hasRingForm(const std::string &kernel) {
-  return listed(kCudaRingForms, kernel);
-}
-
-int64_t ringFormSmemBytes(const std::string &kernel) {
-  return kernel == "mla_attend" ? kMlaRingSmemBytes : 0;
-}
-
 bool hasBatchForm(const std::string &kernel) {
   return std::find(std::begin(kCudaBatchForms), std::end(kCudaBatchForms),
                    kernel) != std::end(kCudaBatchForms);

@@ -196,7 +196,7 @@ inline constexpr const char *kCudaOptionalForms[] = {
     "kda_decode_rows_clustered",  "argmax_rows",
     "mla_attend_clustered_batch", "linear_rows_mma16",
     "linear_multi_rows_mma16",    "moe_chunk_gate_up_narrow",
-    "moe_chunk_down_narrow",      "mla_attend_ring"};
+    "moe_chunk_down_narrow"};
 
 /// Whether entry point `entry` is in kCudaOptionalForms.
 bool optionalForm(const std::string &entry);
@@ -218,26 +218,10 @@ bool offByDefault(const std::string &entry);
 /// names. The first GPU session runs cuda_test and `scripts/gpu-check.sh`
 /// with it set and, once they pass, empties this list (the size is part of
 /// the type: an empty list is an array of 0).
-inline constexpr std::array<const char *, 1> kCudaGpuUntestedForms{
-    "mla_attend_ring"};
+inline constexpr std::array<const char *, 0> kCudaGpuUntestedForms{};
 
 /// Whether entry point `entry` is in kCudaGpuUntestedForms.
 bool gpuUntested(const std::string &entry);
-
-/// The plan kernels whose PTX also has a ring form `k3_<kernel>_ring`: the
-/// same params, grid and block, with ringFormSmemBytes of dynamic shared
-/// memory, within rounding of the kernel, which the CUDA backend launches in
-/// the kernel's place (every launch of it, all step paths). mla_attend: the
-/// all-heads form's tensor-core range items read the cache through a
-/// cp.async ring, 32 rows a tile (Mla.cu attendRangeItemRing).
-inline constexpr const char *kCudaRingForms[] = {"mla_attend"};
-
-/// Whether `kernel` has a ring form.
-bool hasRingForm(const std::string &kernel);
-
-/// The dynamic shared memory of `kernel`'s ring form (MlaParams.h
-/// kMlaRingSmemBytes); 0 without one.
-int64_t ringFormSmemBytes(const std::string &kernel);
 
 /// The array forms whose PTX also has a batch form `k3_<kernel>_batch` over
 /// the same params array, for rows of any slots (a decode batch) with

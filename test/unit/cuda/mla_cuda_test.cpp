@@ -204,9 +204,6 @@ struct AttendRun {
   /// Blocks per thread-block cluster: > 1 launches mla_attend_clustered
   /// (kMlaClusterBlocks, grid kMlaClusterBlocks · N), else mla_attend.
   int64_t clusterX = 1;
-  /// mla_attend_ring (its form with the cp.async ring) with this much
-  /// dynamic shared memory; < 0: mla_attend.
-  int64_t ringSmem = -1;
 };
 
 /// mla_attend's params for shape `s` over `length` rows, with K3.md §3's
@@ -253,30 +250,26 @@ void runAttend(const AttendData &d, const AttendRun &run,
   p.gate = run.gated ? d.dgate.get<uint16_t>() : nullptr;
   p.out = dOut.get<uint16_t>();
   const int64_t grid = run.gridX > 0 ? run.gridX : s.heads;
-  const char *kernel = run.clusterX > 1    ? "mla_attend_clustered"
-                       : run.ringSmem >= 0 ? "mla_attend_ring"
-                                           : "mla_attend";
-  const int64_t smem = std::max<int64_t>(run.ringSmem, 0);
-  ASSERT_TRUE(launch(kernel, p, grid, run.blockX, smem, run.clusterX).isOk());
+  const char *kernel = run.clusterX > 1 ? "mla_attend_clustered" : "mla_attend";
+  ASSERT_TRUE(launch(kernel, p, grid, run.blockX, 0, run.clusterX).isOk());
   std::vector<uint16_t> got = dOut.download<uint16_t>(want.size());
   // An L2 prefetch hint (here of kv_b_proj itself, whole 16-byte pieces
   // from a 16-byte offset) changes no bit.
   p.l2Prefetch.data = d.dkvB.get<uint8_t>() + 16;
   p.l2Prefetch.bytes = (static_cast<int64_t>(d.kvB.size()) * 2 - 16) / 16 * 16;
-  ASSERT_TRUE(launch(kernel, p, grid, run.blockX, smem, run.clusterX).isOk());
+  ASSERT_TRUE(launch(kernel, p, grid, run.blockX, 0, run.clusterX).isOk());
   EXPECT_EQ(dOut.download<uint16_t>(want.size()), got)
       << kernel << " with an L2 prefetch hint";
   p.l2Prefetch = {};
 
   char what[192];
-  std::snprintf(
-      what, sizeof(what),
-      "%s%s N%lld P%lld R%lld L%lld V%lld T%lld%s g%lld b%lld c%lld%s", kernel,
-      run.ringSmem == 0 ? " (no ring memory)" : "", (long long)s.heads,
-      (long long)s.P, (long long)s.R, (long long)s.L, (long long)s.V,
-      (long long)run.length, run.gated ? " gated" : "", (long long)grid,
-      (long long)run.blockX, (long long)run.clusterX,
-      run.cacheShift ? " shifted" : "");
+  std::snprintf(what, sizeof(what),
+                "%s N%lld P%lld R%lld L%lld V%lld T%lld%s g%lld b%lld c%lld%s",
+                kernel, (long long)s.heads, (long long)s.P, (long long)s.R,
+                (long long)s.L, (long long)s.V, (long long)run.length,
+                run.gated ? " gated" : "", (long long)grid,
+                (long long)run.blockX, (long long)run.clusterX,
+                run.cacheShift ? " shifted" : "");
   expectBf16Near(want, got, what, 1, maxDiffering);
   if (bits)
     *bits = got;
@@ -462,72 +455,6 @@ TEST(MlaCuda, AttendAllHeadsProductionLengths) {
   runAttend(peaked, {32768, true, /*gridX=*/132});
   AttendData k3({96, 128, 64, 512, 128}, 16384, 1.0f, 46);
   runAttend(k3, {16384, true, /*gridX=*/132});
-}
-
-/// The ring form (mla_attend_ring with kMlaRingSmemBytes): the all-heads
-/// form's tensor-core range items through the cp.async ring, 32 rows a tile.
-/// Kimi-Linear's 32 heads at the production 32K rows (256 rows a range: 8
-/// tiles, so three stages ahead wrap the ring twice), a length whose last
-/// tile of each range is partial (32760: 256-row ranges, the last range
-/// short; 9000: 71-row ranges, tiles of 32, 32 and 7 rows), the switch at
-/// 4096 rows (32-row ranges: one tile, the prologue's other stages empty),
-/// peaked scores (the rescale between tiles), K3's 96 heads (three groups,
-/// more items than blocks), without the gate.
-TEST(MlaCuda, AttendRingMatchesCpu) {
-  K3_REQUIRE_GPU();
-  const int64_t ring = k3::kMlaRingSmemBytes;
-  AttendData kl({32, 128, 64, 512, 128}, 32768, 1.0f, 47);
-  for (int64_t t : {4096, 4100, 9000, 32760, 32768})
-    runAttend(kl, {t, t % 2 == 0, /*gridX=*/132, 256, 0, 1, ring});
-  AttendData peaked({32, 128, 64, 512, 128}, 32768, 8.0f, 48);
-  runAttend(peaked, {32768, true, /*gridX=*/132, 256, 0, 1, ring});
-  runAttend(peaked, {5000, true, /*gridX=*/132, 256, 0, 1, ring});
-  AttendData k3({96, 128, 64, 512, 128}, 16384, 1.0f, 49);
-  runAttend(k3, {16384, true, /*gridX=*/132, 256, 0, 1, ring});
-  runAttend(k3, {9000, false, /*gridX=*/64, 256, 0, 1, ring});
-}
-
-/// The ring form's cut depends on the context alone: the same bits for any
-/// grid (one block, fewer blocks than items, more).
-TEST(MlaCuda, AttendRingSameBitsForAnyGrid) {
-  K3_REQUIRE_GPU();
-  const int64_t ring = k3::kMlaRingSmemBytes;
-  AttendData d({32, 128, 64, 512, 128}, 8200, 1.0f, 50);
-  for (int64_t t : {4096, 8200}) {
-    std::vector<uint16_t> first;
-    for (int64_t grid : {132, 1, 5, 700}) {
-      std::vector<uint16_t> got;
-      runAttend(d, {t, true, grid, 256, 0, 1, ring}, 0.02, &got);
-      if (first.empty())
-        first = got;
-      else
-        EXPECT_EQ(got, first) << "T" << t << " grid " << grid;
-    }
-  }
-}
-
-/// mla_attend_ring launched without the ring's shared memory is
-/// mla_attend, bit for bit; other head shapes (no tensor-core items) and
-/// short contexts (the per-head form) likewise with it.
-TEST(MlaCuda, AttendRingOtherwiseIsMlaAttend) {
-  K3_REQUIRE_GPU();
-  const int64_t ring = k3::kMlaRingSmemBytes;
-  struct Case {
-    AttendShape shape;
-    int64_t length, smem;
-  };
-  for (const Case &c : {Case{{32, 128, 64, 512, 128}, 9000, 0},
-                        Case{{32, 128, 64, 512, 128}, 4095, ring},
-                        Case{{32, 128, 64, 512, 128}, 72, ring},
-                        Case{{5, 16, 8, 64, 40}, 8200, ring}}) {
-    AttendData d(c.shape, c.length, 1.0f, 51);
-    std::vector<uint16_t> plain, ringBits;
-    runAttend(d, {c.length, true, /*gridX=*/132}, 0.02, &plain);
-    runAttend(d, {c.length, true, /*gridX=*/132, 256, 0, 1, c.smem}, 0.02,
-              &ringBits);
-    EXPECT_EQ(ringBits, plain)
-        << "N" << c.shape.heads << " T" << c.length << " smem " << c.smem;
-  }
 }
 
 /// The clustered form (a cluster of C blocks per head, grid C·N, up to 4096

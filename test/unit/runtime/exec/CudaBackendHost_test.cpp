@@ -15,7 +15,6 @@
 #include "runtime/exec/RankGroup.h"
 #include "runtime/exec/Session.h"
 #include "runtime/exec/cuda/CudaBackend.h"
-#include "runtime/exec/cuda/RowsForms.h"
 #include "runtime/model/Presets.h"
 #include "runtime/plan/Plan.h"
 #include "runtime/plan/PlanKernels.h"
@@ -483,52 +482,6 @@ TEST(CudaBackendHost, ChunkVariantsAndSnapshots) {
 /// and MLA launches are clustered, so a prompt chunk takes the chunk forms
 /// of kda_decode and mla_attend_clustered, and a batch the MoE's, the
 /// clustered rows form of kda_decode and argmax's rows form.
-/// A plan for contexts past the clustered form (mla_attend after
-/// mla_attend_clustered): mla_attend's ring form runs in its place only
-/// once its GPU tests have run (kCudaGpuUntestedForms) or when
-/// K3C_GPU_UNTESTED_FORMS names it, and never with K3C_FORMS_OFF naming it.
-/// (Launch by launch: the fake driver counts launches, not graph nodes; the
-/// graph's nodes take the same functions.)
-TEST(CudaBackendHost, TheRingFormRunsInMlaAttendsPlace) {
-  K3C_SKIP_WITHOUT_COMPILER();
-  Expected<ModelConfig> c = presetConfig("kimi-linear-48b", 4, 8);
-  ASSERT_TRUE(c) << c.message();
-  c->vocabSize = 4096;
-  c->bosTokenId = c->eosTokenId = c->padTokenId = -1;
-  ASSERT_TRUE(c->validate()) << c->validate().message();
-  Expected<PlanDoc> p = test::compiledPlan(*c, "default", 8192, 1);
-  ASSERT_TRUE(p) << p.message();
-  auto decode = [&](const char *untested, const char *off) {
-    if (untested)
-      ::setenv("K3C_GPU_UNTESTED_FORMS", untested, 1);
-    if (off)
-      ::setenv("K3C_FORMS_OFF", off, 1);
-    Expected<std::unique_ptr<Session>> s = openCuda(*p, /*graph=*/false);
-    ::unsetenv("K3C_GPU_UNTESTED_FORMS");
-    ::unsetenv("K3C_FORMS_OFF");
-    ASSERT_TRUE(s) << s.message();
-    GenerateOptions o;
-    o.maxNew = 3;
-    o.deviceGreedy = false;
-    Expected<GenerateResult> g = (*s)->generate(kPrompt, o);
-    ASSERT_TRUE(g) << g.message();
-  };
-  const bool untested = gpuUntested("mla_attend_ring");
-  long long plain = launchesOf("mla_attend"),
-            ring = launchesOf("mla_attend_ring");
-  decode(nullptr, nullptr);
-  EXPECT_EQ(launchesOf("mla_attend_ring") > ring, !untested);
-  EXPECT_EQ(launchesOf("mla_attend") > plain, untested);
-  plain = launchesOf("mla_attend"), ring = launchesOf("mla_attend_ring");
-  decode("mla_attend_ring", nullptr);
-  EXPECT_GT(launchesOf("mla_attend_ring"), ring);
-  EXPECT_EQ(launchesOf("mla_attend"), plain);
-  plain = launchesOf("mla_attend"), ring = launchesOf("mla_attend_ring");
-  decode("1", "mla_attend_ring");
-  EXPECT_EQ(launchesOf("mla_attend_ring"), ring);
-  EXPECT_GT(launchesOf("mla_attend"), plain);
-}
-
 TEST(CudaBackendHost, RealGeometryTakesTheChunkForms) {
   K3C_SKIP_WITHOUT_COMPILER();
   Expected<ModelConfig> c = presetConfig("kimi-linear-48b", 5, 8);
@@ -670,7 +623,7 @@ TEST(CudaBackendHost, RealGeometryTakesTheChunkForms) {
     EXPECT_NE(half.message().find("name both"), std::string::npos)
         << half.message();
     ::unsetenv("K3C_FORMS_OFF");
-    // A form whose GPU tests have run: a name there is refused.
+    // No form waits for its GPU tests now: a name there is refused.
     ::setenv("K3C_GPU_UNTESTED_FORMS", "argmax_rows", 1);
     Expected<std::unique_ptr<Session>> tested = openCuda(*p, true);
     ASSERT_FALSE(tested);

@@ -159,14 +159,6 @@ TEST(KernelCoverage, NoEntryPointOutsideTheTable) {
         << ", but no kernels/*/*.cu defines k3_" << k << "_rows_mma16";
     forms.insert(std::string(k) + "_rows_mma16");
   }
-  for (const char *k : kCudaRingForms) {
-    EXPECT_GT(ringFormSmemBytes(k), 48 * 1024)
-        << k << ": a ring form needs its shared memory stated";
-    EXPECT_TRUE(defined.count(std::string(k) + "_ring"))
-        << "kCudaRingForms names " << k << ", but no kernels/*/*.cu defines k3_"
-        << k << "_ring";
-    forms.insert(std::string(k) + "_ring");
-  }
   for (const char *k : kCudaOptionalForms)
     EXPECT_TRUE(forms.count(k))
         << "kCudaOptionalForms names " << k << ", not a form of the lists";
