@@ -1598,8 +1598,13 @@ k3_mla_cache_append_rows(const MlaCacheAppendRowsParams rp) {
 /// Outside them the kernel writes NaN to out (the runtime's shapes — K3:
 /// L = 512, R = 64 — are inside). With a `handover` length, lengths up to it
 /// are left alone (an mla_attend_clustered launch before it attends them).
+/// The params are __grid_constant__: the non-inlined queue loop and items
+/// take them by reference, which otherwise copies them into every thread's
+/// stack (128 of its 312 bytes) and reads them back from local memory
+/// (measured: 66.3 → 63.6 µs at 32K rows, 42.1 → 40.4 at 4096, H100,
+/// docs/PERF.md 2026-12-07).
 extern "C" __global__ void __launch_bounds__(kAttendMaxThreads)
-    k3_mla_attend(const MlaAttendParams p) {
+    k3_mla_attend(const __grid_constant__ MlaAttendParams p) {
   dev::allowDependentLaunch();
   dev::prefetchL2Share(p.l2Prefetch);
   __shared__ union {
